@@ -1,0 +1,149 @@
+"""ATS: DeepBoot's adaptive task scaling (deepboot-model.md §4.1), with lending and ATS-I reclaim.
+
+At every boundary ATS solves a group knapsack over the active training jobs:
+
+* capacity C = every GPU training may hold (not held by a RUNNING/PROTECT pod); with lending this
+  includes idle and SLEEP inference GPUs, without (``ats-nolend``) only the training cluster;
+* fair-share normalisation: with J training jobs, ``fair = ceil(C / J)`` replicas; a job's speedup at
+  (n nodes, w GPUs) is its progress rate there divided by its rate at ``fair`` GPUs on one node;
+* job j may take w = 0 or 1..max_replicas_j GPUs, worth ``S_j(ceil(w / G), w)``, multiplied by the
+  restart factor ``phi_j = max(age - 10 restarts, 0) / (age + 10)`` unless w is what it holds now;
+* maximise the plain sum of values subject to sum w <= C (dynamic programming over jobs in
+  least-attained-service order); the trace-back from c = C takes, for each job in reverse order,
+  the *smallest* w that attains the optimum (so on ties a job takes GPUs rather than none).
+
+Placement: a job whose count is unchanged keeps its GPUs; the others, in ascending order of their
+new count, are placed on the remaining free GPUs by DeepBoot's best-fit rule
+(:func:`deepboot_env.placement.best_fit`).
+
+Decisions where the original is arbitrary or silent (documented here, deepboot-model.md §8):
+
+* the goodput model is the calibrated one from the start, so there is no linear-speedup phase for
+  jobs without a profile (the exploration cap of 1, 2, 4, ... GPUs still applies);
+* in the two-cluster layout a job is placed on training-cluster GPUs when it fits there, and only
+  otherwise on lent inference GPUs (the original had one pool); this keeps lent GPUs for the jobs
+  that need them and lowers reclaims;
+* ties in the trace-back are detected with a relative tolerance of 1e-12.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from deepboot_env.placement import best_fit
+from deepboot_env.policy import Allocation, BasePolicy, ClusterState, JobView, register_policy
+from deepboot_env.sim.cluster import NODE_INFER
+from deepboot_env.sim.reclaim import job_priority_key
+
+RESTART_PENALTY_S = 10.0
+"""Seconds per restart in ATS's restart factor (the original's constant)."""
+
+
+def restart_factor(job: JobView) -> float:
+    """phi = max(age - 10 restarts, 0) / (age + 10)."""
+    return max(job.age - RESTART_PENALTY_S * job.num_restarts, 0.0) / (job.age + RESTART_PENALTY_S)
+
+
+def option_values(job: JobView, fair: int, gpus_per_node: int, max_w: int) -> np.ndarray:
+    """Values of giving ``job`` w = 0..max_w GPUs (index w)."""
+    table = job.rate_table()
+    k_max = table.shape[1] - 1
+    base_k = max(1, min(fair, k_max))
+    base = table[0, base_k]
+    base = base if base > 0 else 1.0
+    w = np.arange(max_w + 1)
+    kk = np.minimum(w, k_max)
+    multi = (np.ceil(w / gpus_per_node) > 1).astype(int)
+    values = table[multi, kk] / base
+    values[0] = 0.0
+    phi = restart_factor(job)
+    held = job.replicas
+    scale = np.full(max_w + 1, phi)
+    if held <= max_w:
+        scale[held] = 1.0
+    return values * scale
+
+
+def knapsack(values: list[np.ndarray], capacity: int) -> list[int]:
+    """Group knapsack: choose w_i (index into values[i]) maximising the sum with sum w <= capacity.
+
+    The trace-back takes, for each item in reverse order, the smallest w > 0 that attains the
+    optimum, else 0.
+    """
+    n = len(values)
+    neg = -np.inf
+    dp = np.zeros((n + 1, capacity + 1))
+    for i, v in enumerate(values):
+        prev = dp[i]
+        best = prev.copy()
+        for w in range(1, min(len(v) - 1, capacity) + 1):
+            cand = np.full(capacity + 1, neg)
+            cand[w:] = prev[: capacity + 1 - w] + v[w]
+            np.maximum(best, cand, out=best)
+        dp[i + 1] = best
+    choice = [0] * n
+    c = capacity
+    for i in range(n - 1, -1, -1):
+        v = values[i]
+        target = dp[i + 1][c]
+        tol = 1e-12 * max(1.0, abs(target))
+        for w in range(1, min(len(v) - 1, c) + 1):
+            if abs(dp[i][c - w] + v[w] - target) <= tol:
+                choice[i] = w
+                c -= w
+                break
+    return choice
+
+
+class AtsPolicy(BasePolicy):
+    """DeepBoot ATS allocator; ``lend`` decides whether idle inference GPUs are used."""
+
+    name = "ats"
+    adaptive_batch = True
+
+    def __init__(self, lend: bool = True) -> None:
+        self.lend = lend
+        self.name = "ats" if lend else "ats-nolend"
+
+    def decide(self, state: ClusterState) -> Allocation:
+        """Knapsack over job GPU counts, then best-fit placement."""
+        jobs = sorted(state.jobs, key=job_priority_key)
+        if not jobs:
+            return Allocation({})
+        cap = state.training_capacity(lend=self.lend)
+        capacity = int(cap.sum())
+        fair = math.ceil(capacity / len(jobs)) if capacity > 0 else 1
+        g = state.gpus_per_node
+        values = [option_values(j, fair, g, min(j.max_replicas, capacity)) for j in jobs]
+        counts = knapsack(values, capacity)
+        return Allocation(self.place(state, jobs, counts, cap))
+
+    def place(
+        self, state: ClusterState, jobs: list[JobView], counts: list[int], cap: np.ndarray
+    ) -> dict[int, np.ndarray]:
+        """Keep unchanged jobs in place; best-fit the others, training cluster first."""
+        out: dict[int, np.ndarray] = {}
+        free = cap.copy()
+        moved = []
+        for job, w in zip(jobs, counts, strict=True):
+            if w == job.replicas and w > 0:
+                out[job.id] = job.alloc.copy()
+                free -= job.alloc
+            elif w > 0:
+                moved.append((w, job))
+        own = state.node_kinds != NODE_INFER
+        for w, job in sorted(moved, key=lambda x: x[0]):
+            placement = best_fit(w, free, own)
+            if placement is None:
+                placement = best_fit(w, free)
+            if placement is None:  # pragma: no cover - the knapsack respects the capacity
+                continue
+            out[job.id] = placement
+            free -= placement
+        return out
+
+
+register_policy("ats", lambda **kw: AtsPolicy(lend=True, **kw))
+register_policy("ats-nolend", lambda **kw: AtsPolicy(lend=False, **kw))

@@ -1,0 +1,173 @@
+"""Command line: ``deepboot simulate | generate | calibrate``.
+
+Every sub-command is a function of parsed arguments, so tests call :func:`main` with an argv list.
+Errors in user input (bad file, unknown policy, impossible cluster) are printed as one line and
+exit with status 2, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from deepboot_env.sim.cluster import ClusterConfig, ClusterConfigError
+from deepboot_env.sim.metrics import EpisodeMetrics
+from deepboot_env.sim.restart import RESTART_MODELS
+from deepboot_env.sim.simulator import SimConfig
+from deepboot_env.sim.state import AllocationError
+from deepboot_env.sim.workload import WorkloadError
+
+DEFAULT_WORKLOAD = "test/test-01"
+"""Shipped workload used when ``--workload`` is omitted (periodic inference, 160 jobs)."""
+
+
+def cluster_from_args(args: argparse.Namespace) -> ClusterConfig:
+    """The cluster of ``--cluster`` / ``--shared-pool`` (default: 8x4 training + 8x4 inference)."""
+    if args.shared_pool and args.cluster:
+        raise ClusterConfigError("give either --cluster or --shared-pool, not both")
+    if args.shared_pool:
+        return ClusterConfig.parse_shared(args.shared_pool)
+    return ClusterConfig.parse(args.cluster or "8x4+8x4")
+
+
+def sim_config_from_args(args: argparse.Namespace) -> SimConfig:
+    """Simulation settings from the common flags."""
+    return SimConfig(
+        cluster=cluster_from_args(args),
+        restart=args.restart,
+        protect_scale=args.protect_scale,
+        interval=args.interval,
+    )
+
+
+def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags shared by ``simulate`` and ``compare``: cluster, restart model, protect scale."""
+    parser.add_argument("--cluster", help="training+inference cluster, NxG+MxG (default 8x4+8x4)")
+    parser.add_argument("--shared-pool", metavar="NxG", help="one shared pool with inference priority, e.g. 16x4")
+    parser.add_argument("--restart", choices=RESTART_MODELS, default="afe", help="restart-cost model (default afe)")
+    parser.add_argument("--protect-scale", type=float, default=1.0, help="P: pod protect time scale (default 1)")
+    parser.add_argument("--interval", type=float, default=60.0, help="seconds between scheduling boundaries")
+    parser.add_argument("--seed", type=int, default=0, help="policy seed (default 0)")
+
+
+def print_summary(title: str, metrics: EpisodeMetrics) -> None:
+    """A readable table of the main metrics (rich)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, show_header=True, header_style="bold")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    rows = [
+        ("training jobs done", f"{metrics.train_jobs_done} / {metrics.train_jobs}"),
+        ("training JCT mean (s)", f"{metrics.train_jct_mean:,.1f}"),
+        (
+            "training JCT p50 / p95 / p99 (s)",
+            f"{metrics.train_jct_p50:,.0f} / {metrics.train_jct_p95:,.0f} / {metrics.train_jct_p99:,.0f}",
+        ),
+        ("JCT lower bound mean (s)", f"{metrics.jct_lower_bound_mean:,.1f}"),
+        ("makespan (s)", f"{metrics.makespan:,.0f}"),
+        ("restarts", f"{metrics.restarts:,}"),
+        (
+            "inference requests (cold / warm)",
+            f"{metrics.infer_requests:,} ({metrics.infer_cold_starts:,} / {metrics.infer_warm_hits:,})",
+        ),
+        ("inference latency mean / p99 (s)", f"{metrics.infer_latency_mean:.2f} / {metrics.infer_latency_p99:.2f}"),
+        ("lent GPU-hours", f"{metrics.lent_gpu_seconds / 3600:,.1f}"),
+        ("reclaims", f"{metrics.reclaims:,}"),
+        ("simulated events", f"{metrics.sim_events:,}"),
+        ("wall time (s)", f"{metrics.wall_seconds:.2f}"),
+    ]
+    total = sum(metrics.gpu_seconds_by_state.values()) or 1.0
+    for state, seconds in metrics.gpu_seconds_by_state.items():
+        rows.append((f"GPU time {state}", f"{100 * seconds / total:.1f} %"))
+    if metrics.truncated:
+        rows.append(("TRUNCATED", "episode cut at max_time"))
+    for name, value in rows:
+        table.add_row(name, value)
+    Console().print(table)
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    """Run one episode and print / write its metrics."""
+    from deepboot_env.evaluation import run_episode
+    from deepboot_env.policy import make_policy
+    from traces.loaders import load_workload
+
+    workload = load_workload(args.workload)
+    config = sim_config_from_args(args)
+    policy = make_policy(args.policy)
+    metrics = run_episode(policy, workload, config, seed=args.seed)
+    if not args.quiet:
+        print_summary(
+            f"{args.policy} on {workload.name} ({config.cluster.describe()}, restart={config.restart})", metrics
+        )
+    if args.json:
+        metrics.to_json(args.json)
+        if not args.quiet:
+            print(f"metrics written to {args.json}")
+    return 0
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    """Generate a workload (Philly-derived training jobs, periodic inference)."""
+    from traces.generate import run_generate
+
+    return run_generate(args)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """Refit the application profiles from raw traces."""
+    from traces.calibrate import format_report, run_calibration
+
+    report = run_calibration(Path(args.apps), Path(args.out) if args.out else None)
+    print(format_report(report))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``deepboot`` argument parser."""
+    from traces.generate import build_generate_parser
+
+    parser = argparse.ArgumentParser(prog="deepboot", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sim = sub.add_parser("simulate", help="run one episode of a workload under a policy")
+    sim.add_argument(
+        "--workload", default=DEFAULT_WORKLOAD, help="CSV path or shipped workload name (default %(default)s)"
+    )
+    sim.add_argument("--policy", default="fifo", help="policy name (default fifo)")
+    add_sim_arguments(sim)
+    sim.add_argument("--json", metavar="FILE", help="write the metrics as JSON")
+    sim.add_argument("--quiet", action="store_true", help="print nothing")
+    sim.set_defaults(func=cmd_simulate)
+
+    gen = sub.add_parser("generate", help="generate a workload CSV (Philly-derived jobs + periodic inference)")
+    build_generate_parser(gen)
+    gen.set_defaults(func=cmd_generate)
+
+    cal = sub.add_parser("calibrate", help="fit application profiles from raw Pollux traces")
+    cal.add_argument("--apps", required=True, help="folder with <app>/origin_placements.csv etc.")
+    cal.add_argument("--out", help="output JSON (default: the shipped deepboot_env/sim/data/apps.json)")
+    cal.set_defaults(func=cmd_calibrate)
+    return parser
+
+
+USER_ERRORS = (WorkloadError, ClusterConfigError, AllocationError, ValueError, FileNotFoundError, KeyError)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``deepboot`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except USER_ERRORS as exc:
+        print(f"deepboot {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

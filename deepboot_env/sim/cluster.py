@@ -1,0 +1,209 @@
+"""Cluster layout and the per-node GPU ledger.
+
+Two layouts are supported:
+
+* **two clusters** (default ``8x4+8x4``): nodes ``[0, train_nodes)`` form the training cluster and
+  the following ``infer_nodes`` nodes the inference cluster. Inference pods run only on inference
+  nodes; training runs on training nodes and, when a policy lends them, on idle or SLEEP inference
+  GPUs.
+* **shared pool** (``--shared-pool 16x4``): one pool in which inference has priority and training
+  may use every GPU not held by a RUNNING/PROTECT pod. This reproduces the original DeepBoot
+  simulator, which had no physical split (deepboot-model.md §1.1).
+
+The :class:`ClusterLedger` is the single place that counts who holds GPUs on each node; every
+change goes through it and it refuses to over-commit a node.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+NODE_TRAIN = 0
+"""Node of the training cluster."""
+NODE_INFER = 1
+"""Node of the inference cluster."""
+NODE_SHARED = 2
+"""Node of a shared pool (training and inference)."""
+
+
+class ClusterConfigError(ValueError):
+    """An impossible or malformed cluster description."""
+
+
+class OverCapacityError(RuntimeError):
+    """A node would hold more GPUs than it has."""
+
+
+_SPEC = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*$")
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """Cluster shape.
+
+    Attributes:
+        train_nodes: nodes in the training cluster (shared pool: all nodes).
+        infer_nodes: nodes in the inference cluster (0 in shared-pool mode).
+        gpus_per_node: GPUs per node (all nodes alike).
+        shared_pool: one pool with inference priority instead of two clusters.
+    """
+
+    train_nodes: int = 8
+    infer_nodes: int = 8
+    gpus_per_node: int = 4
+    shared_pool: bool = False
+
+    def __post_init__(self) -> None:
+        if self.gpus_per_node < 1:
+            raise ClusterConfigError(f"gpus_per_node must be >= 1, got {self.gpus_per_node}")
+        if self.gpus_per_node > 9:
+            raise ClusterConfigError(
+                f"gpus_per_node must be <= 9 (placements are digit strings), got {self.gpus_per_node}"
+            )
+        if self.train_nodes < 0 or self.infer_nodes < 0:
+            raise ClusterConfigError("node counts must be non-negative")
+        if self.shared_pool:
+            if self.infer_nodes != 0:
+                raise ClusterConfigError("a shared pool has no separate inference nodes")
+            if self.train_nodes < 1:
+                raise ClusterConfigError(f"a shared pool needs >= 1 node, got {self.train_nodes}")
+        elif self.train_nodes < 1:
+            raise ClusterConfigError(f"the training cluster needs >= 1 node, got {self.train_nodes}")
+
+    @property
+    def num_nodes(self) -> int:
+        """Total nodes."""
+        return self.train_nodes + self.infer_nodes
+
+    @property
+    def total_gpus(self) -> int:
+        """Total GPUs."""
+        return self.num_nodes * self.gpus_per_node
+
+    def node_kinds(self) -> np.ndarray:
+        """Kind of each node (:data:`NODE_TRAIN`, :data:`NODE_INFER` or :data:`NODE_SHARED`)."""
+        if self.shared_pool:
+            return np.full(self.num_nodes, NODE_SHARED, dtype=np.int8)
+        return np.array([NODE_TRAIN] * self.train_nodes + [NODE_INFER] * self.infer_nodes, dtype=np.int8)
+
+    def describe(self) -> str:
+        """``8x4+8x4`` or ``shared 16x4``."""
+        if self.shared_pool:
+            return f"shared {self.train_nodes}x{self.gpus_per_node}"
+        return f"{self.train_nodes}x{self.gpus_per_node}+{self.infer_nodes}x{self.gpus_per_node}"
+
+    @classmethod
+    def parse(cls, spec: str) -> ClusterConfig:
+        """Parse ``"8x4+8x4"`` (training + inference) or ``"16x4"`` (training only, no inference).
+
+        Raises:
+            ClusterConfigError: with the offending text.
+        """
+        parts = spec.split("+")
+        if len(parts) not in (1, 2):
+            raise ClusterConfigError(f"cluster spec {spec!r}: expected 'NxG' or 'NxG+MxG'")
+        shapes = []
+        for part in parts:
+            m = _SPEC.match(part)
+            if not m:
+                raise ClusterConfigError(f"cluster spec {spec!r}: {part!r} is not of the form NxG (e.g. 8x4)")
+            shapes.append((int(m.group(1)), int(m.group(2))))
+        if len(shapes) == 2 and shapes[0][1] != shapes[1][1]:
+            raise ClusterConfigError(f"cluster spec {spec!r}: both clusters must have the same GPUs per node")
+        for _nodes, gpus in shapes:
+            if gpus == 0:
+                raise ClusterConfigError(f"cluster spec {spec!r}: zero GPUs per node")
+        if shapes[0][0] == 0:
+            raise ClusterConfigError(f"cluster spec {spec!r}: the training cluster has zero nodes")
+        infer = shapes[1][0] if len(shapes) == 2 else 0
+        return cls(train_nodes=shapes[0][0], infer_nodes=infer, gpus_per_node=shapes[0][1])
+
+    @classmethod
+    def parse_shared(cls, spec: str) -> ClusterConfig:
+        """Parse a shared-pool spec ``"16x4"``."""
+        m = _SPEC.match(spec)
+        if not m:
+            raise ClusterConfigError(f"shared-pool spec {spec!r} is not of the form NxG (e.g. 16x4)")
+        nodes, gpus = int(m.group(1)), int(m.group(2))
+        if nodes == 0 or gpus == 0:
+            raise ClusterConfigError(f"shared-pool spec {spec!r}: zero nodes or GPUs")
+        return cls(train_nodes=nodes, infer_nodes=0, gpus_per_node=gpus, shared_pool=True)
+
+
+class ClusterLedger:
+    """GPUs held per node by training jobs and by inference pods (by pod state).
+
+    Attributes:
+        train: training GPUs per node.
+        running: RUNNING pods per node.
+        protect: PROTECT pods per node.
+        sleep: SLEEP pods per node.
+    """
+
+    def __init__(self, config: ClusterConfig) -> None:
+        self.config = config
+        n = config.num_nodes
+        self.capacity = config.gpus_per_node
+        self.kinds = config.node_kinds()
+        self.train = np.zeros(n, dtype=np.int64)
+        self.running = np.zeros(n, dtype=np.int64)
+        self.protect = np.zeros(n, dtype=np.int64)
+        self.sleep = np.zeros(n, dtype=np.int64)
+
+    def used(self) -> np.ndarray:
+        """GPUs held per node by anyone."""
+        return self.train + self.running + self.protect + self.sleep
+
+    def free(self) -> np.ndarray:
+        """Empty GPUs per node."""
+        return self.capacity - self.used()
+
+    def pinned(self) -> np.ndarray:
+        """GPUs per node held by RUNNING or PROTECT pods (never pre-empted)."""
+        return self.running + self.protect
+
+    def change_training(self, delta: np.ndarray, who: str) -> None:
+        """Add ``delta`` training GPUs per node, refusing to over-commit.
+
+        Raises:
+            OverCapacityError: naming the node and ``who``.
+        """
+        new = self.train + delta
+        if np.any(new < 0):
+            node = int(np.argmax(new < 0))
+            raise OverCapacityError(f"{who}: releases more GPUs than it holds on node {node}")
+        total = new + self.running + self.protect + self.sleep
+        if np.any(total > self.capacity):
+            node = int(np.argmax(total > self.capacity))
+            raise OverCapacityError(f"{who}: node {node} would hold {int(total[node])} GPUs but has {self.capacity}")
+        self.train = new
+
+    def add_pod(self, node: int, state: str, who: str) -> None:
+        """Count one more pod in ``state`` on ``node``."""
+        if self.used()[node] + 1 > self.capacity:
+            raise OverCapacityError(f"{who}: node {node} has no free GPU for a pod")
+        getattr(self, state)[node] += 1
+
+    def move_pod(self, node: int, old: str, new: str) -> None:
+        """A pod on ``node`` changes state."""
+        getattr(self, old)[node] -= 1
+        getattr(self, new)[node] += 1
+
+    def remove_pod(self, node: int, state: str) -> None:
+        """A pod in ``state`` leaves ``node``."""
+        arr = getattr(self, state)
+        if arr[node] <= 0:
+            raise OverCapacityError(f"no {state} pod to remove on node {node}")
+        arr[node] -= 1
+
+    def check(self) -> None:
+        """Assert the ledger is consistent (every count within [0, capacity])."""
+        for name in ("train", "running", "protect", "sleep"):
+            if np.any(getattr(self, name) < 0):
+                raise OverCapacityError(f"negative {name} count on some node")
+        if np.any(self.used() > self.capacity):
+            node = int(np.argmax(self.used() > self.capacity))
+            raise OverCapacityError(f"node {node} over capacity")

@@ -1,0 +1,65 @@
+"""Event queue keyed (time, priority, sequence).
+
+Events at the same second are processed in a fixed priority order so runs are deterministic:
+requests finish, then pods fall asleep, then training jobs complete, then new requests arrive;
+scheduling boundaries are not queued (the simulator computes them) and come after every event of
+their second.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+
+class EventKind(IntEnum):
+    """Event kinds; the value is the priority among events of the same second."""
+
+    REQUEST_DONE = 0
+    POD_SLEEP = 1
+    TRAIN_DONE = 2
+    REQUEST_ARRIVAL = 3
+
+
+@dataclass(order=True)
+class Event:
+    """One scheduled event.
+
+    Attributes:
+        time: when it happens (seconds).
+        kind: what happens (also the tie-break priority).
+        seq: insertion counter (final tie-break).
+        target: index of the pod, job or request concerned.
+        version: the target's version when scheduled; a mismatch means the event is stale.
+    """
+
+    time: float
+    kind: EventKind
+    seq: int
+    target: int = field(compare=False)
+    version: int = field(compare=False, default=0)
+
+
+class EventQueue:
+    """A binary heap of :class:`Event`."""
+
+    def __init__(self) -> None:
+        self._heap: list[Event] = []
+        self._seq = 0
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def push(self, time: float, kind: EventKind, target: int, version: int = 0) -> None:
+        """Schedule an event."""
+        self._seq += 1
+        heapq.heappush(self._heap, Event(time, kind, self._seq, target, version))
+
+    def peek_time(self) -> float | None:
+        """Time of the earliest event, or None if empty."""
+        return self._heap[0].time if self._heap else None
+
+    def pop(self) -> Event:
+        """Remove and return the earliest event."""
+        return heapq.heappop(self._heap)

@@ -1,0 +1,179 @@
+"""Training-job progress: epochs, placements, restarts, attained service.
+
+A job moves through its application's epochs at the progress rate of its placement
+(:class:`~deepboot_env.sim.goodput.RateTable`). Between changes the rate is constant except at
+epoch ends, where the batch size is re-chosen; the time to reach an epoch end is rounded to whole
+seconds as in the Pollux and DeepBoot simulators. The job is advanced lazily: only when its
+placement changes, when a policy looks at it and when it completes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from deepboot_env.sim.apps import AppProfile
+from deepboot_env.sim.goodput import RateTable
+from deepboot_env.sim.restart import Phase, RestartPlan
+from deepboot_env.sim.workload import TrainingJobSpec
+
+
+class TrainingJob:
+    """Mutable state of one training job during an episode.
+
+    Attributes:
+        index: position in the workload (stable id).
+        spec: the job as submitted.
+        app: its application profile.
+        rates: its progress-rate table.
+        alloc: GPUs per node currently held.
+        epoch: epochs completed.
+        progress: cumulative progress (M0-equivalent iterations).
+        attained_service: GPU-seconds held so far (restart stalls included).
+        num_restarts: placement changes after the first start.
+        max_profiled: largest replica count the job has run with.
+        completion: completion time, or None.
+        first_start: time it first received GPUs, or None.
+        version: bumped at every placement change (invalidates scheduled completions).
+    """
+
+    def __init__(self, index: int, spec: TrainingJobSpec, app: AppProfile, rates: RateTable, num_nodes: int) -> None:
+        self.index = index
+        self.spec = spec
+        self.app = app
+        self.rates = rates
+        self.alloc = np.zeros(num_nodes, dtype=np.int64)
+        self.replicas = 0
+        self.multi_node = False
+        self.epoch = 0
+        self.progress = 0.0
+        self.attained_service = 0.0
+        self.num_restarts = 0
+        self.max_profiled = 0
+        self.completion: float | None = None
+        self.first_start: float | None = None
+        self.version = 0
+        self._phases: list[Phase] = []
+        self._anchor: tuple[float, float] | None = None
+        self._t = spec.arrival
+        self._thresholds = app.epoch_progress
+
+    @property
+    def done(self) -> bool:
+        """Whether the job has completed."""
+        return self.completion is not None
+
+    @property
+    def last_update(self) -> float:
+        """Time up to which the job has been advanced."""
+        return self._t
+
+    @property
+    def stalled_seconds_left(self) -> float:
+        """Seconds of restart stall still ahead of the job."""
+        return sum(p.seconds for p in self._phases if p.replicas == 0)
+
+    def progress_fraction(self) -> float:
+        """Fraction of the target progress reached."""
+        return min(self.progress / self.app.target_progress, 1.0)
+
+    def advance(self, t: float) -> None:
+        """Advance the job to time ``t`` (no-op if earlier or completed).
+
+        Advancing to the current time still takes an epoch end due exactly now (a change of
+        placement can leave a job whose remaining work rounds to zero seconds).
+        """
+        if t < self._t:
+            return
+        if self.done:
+            self._t = t
+            return
+        self.attained_service += self.replicas * (t - self._t)
+        self.epoch, self.progress, self._phases, self._anchor, completion = _run(self, self._t, t)
+        if completion is not None:
+            self.completion = completion
+        self._t = t
+
+    def time_of_completion(self) -> float | None:
+        """When the job completes if its placement does not change (None if it holds no GPU)."""
+        if self.done:
+            return self.completion
+        if self.replicas == 0:
+            return None
+        return _run(self, self._t, np.inf)[4]
+
+    def apply_change(self, new_alloc: np.ndarray, plan: RestartPlan, now: float) -> None:
+        """Switch to ``new_alloc`` at ``now`` (the job must already be advanced to ``now``)."""
+        self.alloc = new_alloc.astype(np.int64, copy=True)
+        self.replicas = int(new_alloc.sum())
+        self.multi_node = int(np.count_nonzero(new_alloc)) > 1
+        self._phases = list(plan.phases)
+        self._anchor = None
+        if plan.counts_as_restart:
+            self.num_restarts += 1
+        if self.replicas > 0 and self.first_start is None:
+            self.first_start = now
+        self.max_profiled = max(self.max_profiled, self.replicas)
+        self.version += 1
+
+
+def _run(
+    job: TrainingJob, t0: float, t1: float
+) -> tuple[int, float, list[Phase], tuple[float, float] | None, float | None]:
+    """Progress of ``job`` from ``t0`` to ``t1`` without mutating it.
+
+    Returns (epoch, progress, remaining phases, anchor, completion time or None). An epoch ends at
+    the time its remaining work needs at the current rate, rounded to whole seconds from the moment
+    the rate last changed (the *anchor*: time and progress when the current constant-rate stretch
+    began, carried across calls), so the result does not depend on how often the job is advanced.
+    Epoch ends that fall exactly on ``t1`` (including zero-length ones at the start of a stretch
+    beginning at ``t1``) are taken, so a job advanced to its projected completion is done.
+    """
+    epoch, progress = job.epoch, job.progress
+    phases = list(job._phases)
+    anchor = job._anchor
+    thresholds = job._thresholds
+    last_epoch = len(thresholds)
+    rates = job.rates
+    t = t0
+    if job.replicas == 0:
+        return epoch, progress, phases, None, None
+    while True:
+        stretch_ends = False
+        if phases:
+            head = phases[0]
+            seg_end = min(t + head.seconds, t1)
+            k, multi = head.replicas, head.multi_node
+            if seg_end >= t + head.seconds:
+                phases.pop(0)
+                stretch_ends = True
+            else:
+                phases[0] = Phase(head.seconds - (seg_end - t), head.replicas, head.multi_node)
+        else:
+            seg_end = t1
+            k, multi = job.replicas, job.multi_node
+        while k > 0:
+            rate = rates.rate(epoch, multi, k)
+            if rate <= 0:
+                anchor = None
+                break
+            target = thresholds[epoch]
+            if anchor is None:
+                anchor = (t, progress)
+            t_anchor, p_anchor = anchor
+            t_cross = t_anchor + round((target - p_anchor) / rate)
+            if t_cross > seg_end:
+                if seg_end > t:
+                    progress = min(p_anchor + rate * (seg_end - t_anchor), float(target))
+                break
+            t = max(t_cross, t)
+            progress = float(target)
+            epoch += 1
+            anchor = None
+            if epoch >= last_epoch:
+                return epoch, progress, [], None, t
+        t = seg_end
+        if k == 0 or stretch_ends:
+            anchor = None
+        if t >= t1 and not stretch_ends:
+            break
+    return epoch, progress, phases, anchor, None

@@ -1,0 +1,91 @@
+"""Episode metrics: JCT statistics, inference latency, GPU-seconds per state, lower bound.
+
+All times are seconds. ``infer_latency_*`` is the delay a request suffers before its service
+starts (queueing plus cold start); ``infer_jct_mean`` is arrival to completion, comparable with the
+DeepBoot paper's inference JCT. ``jct_lower_bound_mean`` is the mean over jobs of the time each job
+would need alone from its arrival with its best allocation at every epoch (no waiting for a
+boundary, no restart cost), a bound no policy can beat.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from deepboot_env.sim.apps import AppProfile
+from deepboot_env.sim.goodput import RateTable
+
+GPU_STATES: tuple[str, ...] = ("training", "lent", "inference-running", "protect", "sleep", "idle")
+"""GPU states counted in ``gpu_seconds_by_state`` (``lent`` = training on inference GPUs)."""
+
+
+@dataclass
+class EpisodeMetrics:
+    """Outcome of one episode (the JSON keys of design.md §3 plus a few extras)."""
+
+    train_jct_mean: float
+    train_jct_p50: float
+    train_jct_p95: float
+    train_jct_p99: float
+    makespan: float
+    train_jobs_done: int
+    train_jobs: int
+    infer_latency_mean: float
+    infer_latency_p99: float
+    infer_jct_mean: float
+    infer_cold_starts: int
+    infer_warm_hits: int
+    infer_requests: int
+    infer_requests_done: int
+    restarts: int
+    lent_gpu_seconds: float
+    reclaims: int
+    gpu_seconds_by_state: dict[str, float]
+    jct_lower_bound_mean: float
+    sim_events: int
+    sim_end: float
+    wall_seconds: float
+    truncated: bool = False
+    jcts: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self, include_jcts: bool = True) -> dict[str, object]:
+        """Plain dict for JSON (per-job JCTs under ``jcts`` when asked)."""
+        out = asdict(self)
+        if not include_jcts:
+            out.pop("jcts")
+        return out
+
+    def to_json(self, path: str | Path | None = None, include_jcts: bool = True) -> str:
+        """JSON text (sorted keys, stable floats); written to ``path`` if given."""
+        text = json.dumps(self.to_dict(include_jcts), indent=2, sort_keys=True)
+        if path is not None:
+            Path(path).write_text(text + "\n")
+        return text
+
+    def deterministic_dict(self) -> dict[str, object]:
+        """The metrics without wall-clock time (equal across runs with the same seed)."""
+        out = self.to_dict()
+        out.pop("wall_seconds")
+        return out
+
+
+def percentile(values: np.ndarray, q: float) -> float:
+    """The q-th percentile (linear interpolation), NaN for an empty array."""
+    return float(np.percentile(values, q)) if len(values) else float("nan")
+
+
+def lower_bound_seconds(app: AppProfile, rates: RateTable, gpus_per_node: int) -> float:
+    """Seconds ``app`` needs alone with its best GPU count at every epoch (packed on nodes)."""
+    total = 0.0
+    prev = 0.0
+    ks = np.arange(1, rates.max_replicas + 1)
+    multi = ks > gpus_per_node
+    for epoch, target in enumerate(app.epoch_progress):
+        table = rates.rates(epoch)
+        best = float(np.max(table[multi.astype(int), ks]))
+        total += (float(target) - prev) / best
+        prev = float(target)
+    return total

@@ -1,0 +1,63 @@
+"""ATS-I: DeepBoot's choice of which lent training GPU an inference request takes back.
+
+When a cold inference request finds neither an empty inference GPU nor a SLEEP pod, it reclaims a
+GPU lent to training. ATS-I (deepboot-model.md §4.2 step 3) evaluates every (training job, node)
+pair that holds a reclaimable GPU and removes the one GPU whose loss lowers the sum of
+fair-share-normalised speedups least; ties go to the first pair in job order (least attained
+service, then earliest arrival), node order within a job.
+
+Fair-share normalisation: each job's speedup is its rate divided by its rate at the fair share
+``ceil(total GPUs / J_all)`` replicas on one node, where J_all counts the training jobs *and* the
+inference pods, as the original does (its pods are pseudo-jobs; deepboot-model.md §8 item 5). Only
+the victim's term of the sum changes, so the rule compares each candidate's own speedup loss.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from deepboot_env.sim.cluster import NODE_TRAIN
+from deepboot_env.sim.state import ClusterState, GpuRef, JobView
+
+
+def fair_share_base(job: JobView, fair_replicas: int) -> float:
+    """Rate of ``job`` at its fair share (one node, ``fair_replicas`` GPUs); 1.0 if that is 0."""
+    k = max(1, min(fair_replicas, job.rates.max_replicas))
+    base = job.rates.rate(job.epoch, False, k)
+    return base if base > 0 else 1.0
+
+
+def job_priority_key(job: JobView) -> tuple[float, float, int]:
+    """DeepBoot/Pollux job order: least attained service, then earliest arrival."""
+    return (job.attained_service, job.arrival, job.id)
+
+
+def ats_i_victim(state: ClusterState) -> GpuRef | None:
+    """The lent training GPU ATS-I reclaims, or None if no training GPU is reclaimable.
+
+    Reclaimable GPUs are training GPUs on inference nodes (two clusters) or on any node (shared
+    pool): training-cluster GPUs are never taken by inference.
+    """
+    reclaimable = state.node_kinds != NODE_TRAIN
+    pods = int(state.running.sum() + state.protect.sum() + state.sleeping.sum())
+    j_all = max(len(state.jobs) + pods, 1)
+    fair = math.ceil(state.config.total_gpus / j_all)
+    best: tuple[float, GpuRef] | None = None
+    for job in sorted(state.jobs, key=job_priority_key):
+        alloc = job.alloc
+        mask = (alloc > 0) & reclaimable
+        if not mask.any():
+            continue
+        base = fair_share_base(job, fair)
+        k = int(alloc.sum())
+        n = int(np.count_nonzero(alloc))
+        before = job.rates.rate(job.epoch, n > 1, k)
+        for node in np.flatnonzero(mask):
+            n_after = n - 1 if alloc[node] == 1 else n
+            after = job.rates.rate(job.epoch, n_after > 1, k - 1)
+            loss = (before - after) / base
+            if best is None or loss < best[0] - 1e-12:
+                best = (loss, GpuRef(job.id, int(node)))
+    return None if best is None else best[1]

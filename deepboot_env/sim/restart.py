@@ -1,0 +1,119 @@
+"""Restart-cost models: what a change of a training job's GPUs costs.
+
+A change produces a short *plan* of phases the job goes through before it trains at the rate of
+its new placement: each phase lasts some seconds and trains at the rate of a given number of
+replicas (0 = stalled). Losing every GPU is free (the job is parked); a change to a non-empty
+placement after the first start counts as one restart.
+
+Models (``--restart``):
+
+``full``
+    Every change stalls the job for its application's full start-up delay
+    (:data:`~deepboot_env.sim.apps.FULL_RESTART_DELAY_S`, 18-103 s).
+``afe``
+    DeepBoot's auto-fast-elastic rule (deepboot-model.md §3.5), with r_o / r_n the old / new GPU
+    counts: first start (nothing held) -> full delay; scale-in -> fast delay NEXT; scale-out ->
+    NEXT + floor((FULL - NEXT) * (r_n - r_o) / r_n); same count on other nodes -> full delay.
+``stopfree``
+    EDL-style stop-free scaling. Workers that keep their GPU (per node, min of old and new) go on
+    training while joiners start: for ``FULL`` seconds the job trains at the rate of the kept
+    workers, then pauses ``NEXT`` seconds to synchronise the joiners. Scale-in (no joiners) only
+    pays the ``NEXT`` synchronisation pause. With no kept worker it is a full start. The constants
+    are the same measured per-application start-up (FULL) and fast-rescale (NEXT) delays as AFE,
+    so the three models differ only in who waits, not in how long a worker takes to start.
+
+A new change replaces whatever remains of an earlier plan (DeepBoot resets the countdown rather than
+adding to it; deepboot-model.md §8 item 7).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from deepboot_env.sim.apps import AppProfile
+
+RESTART_MODELS: tuple[str, ...] = ("full", "afe", "stopfree")
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A stretch of time after a change.
+
+    Attributes:
+        seconds: duration.
+        replicas: replicas that train during it (0 = stalled).
+        multi_node: whether those replicas span more than one node.
+    """
+
+    seconds: float
+    replicas: int
+    multi_node: bool
+
+
+@dataclass(frozen=True)
+class RestartPlan:
+    """Outcome of one change of placement.
+
+    Attributes:
+        phases: what happens before the new placement trains at full rate.
+        counts_as_restart: whether ``num_restarts`` increments.
+    """
+
+    phases: tuple[Phase, ...]
+    counts_as_restart: bool
+
+    @property
+    def stall_seconds(self) -> float:
+        """Seconds with no progress at all."""
+        return sum(p.seconds for p in self.phases if p.replicas == 0)
+
+
+def validate_model(model: str) -> str:
+    """Return ``model`` if known, else raise ``ValueError`` listing the choices."""
+    if model not in RESTART_MODELS:
+        raise ValueError(f"unknown restart model {model!r}; expected one of {', '.join(RESTART_MODELS)}")
+    return model
+
+
+def plan_change(
+    model: str,
+    app: AppProfile,
+    old: np.ndarray,
+    new: np.ndarray,
+    has_started: bool,
+) -> RestartPlan:
+    """Plan the cost of moving a job from placement ``old`` to ``new`` (GPUs per node).
+
+    Args:
+        model: ``full``, ``afe`` or ``stopfree``.
+        app: the job's application (delays).
+        old: GPUs per node before the change.
+        new: GPUs per node after the change.
+        has_started: whether the job ever held GPUs before (restarts count only after that).
+    """
+    r_old, r_new = int(old.sum()), int(new.sum())
+    if r_new == 0:
+        return RestartPlan((), False)
+    full, fast = app.full_restart_delay, app.fast_restart_delay
+    counts = has_started
+    if r_old == 0 or model == "full":
+        return RestartPlan((Phase(full, 0, False),), counts)
+    if model == "afe":
+        if r_new < r_old:
+            delay = fast
+        elif r_new > r_old:
+            delay = fast + math.floor((full - fast) * (r_new - r_old) / r_new)
+        else:
+            delay = full
+        return RestartPlan((Phase(delay, 0, False),), counts)
+    kept_per_node = np.minimum(old, new)
+    kept = int(kept_per_node.sum())
+    if kept == 0:
+        return RestartPlan((Phase(full, 0, False),), counts)
+    if kept == r_new:
+        return RestartPlan((Phase(fast, 0, False),), counts)
+    kept_multi = int(np.count_nonzero(kept_per_node)) > 1
+    return RestartPlan((Phase(full, kept, kept_multi), Phase(fast, 0, False)), counts)

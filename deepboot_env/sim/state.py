@@ -1,0 +1,296 @@
+"""What policies see and return: ClusterState, JobView, Allocation, GpuRef.
+
+Policies get one read-only :class:`ClusterState` per decision and return an :class:`Allocation`
+(GPUs per node for each training job). The simulator checks every allocation in one place,
+:func:`validate_allocation`, which raises :class:`AllocationError` naming the job and node; the
+RL environment instead calls :func:`repair_allocation`, a documented deterministic repair that
+counts what it changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from deepboot_env.sim.cluster import NODE_INFER, ClusterConfig
+from deepboot_env.sim.goodput import RateTable
+
+
+class AllocationError(ValueError):
+    """An allocation breaks a hard constraint; the message names the job and/or node."""
+
+
+@dataclass(frozen=True)
+class JobView:
+    """Read-only view of one active training job.
+
+    Attributes:
+        id: stable job id (its index in the workload).
+        name: job name.
+        app: application name.
+        arrival: submission time (s).
+        age: now - arrival (s).
+        attained_service: GPU-seconds held so far.
+        num_restarts: restarts so far.
+        alloc: GPUs per node now held (a copy).
+        epoch: epochs completed (observable by the job itself).
+        progress_fraction: fraction of the work done (clairvoyant-free: it is the epoch counter
+            divided by the number of epochs plus the fraction of the current epoch).
+        max_replicas: the most GPUs the job may get at this decision.
+        requested_replicas: GPUs the submission asked for (gang schedulers).
+        requested_batch: total batch the submission asked for (fixed-batch schedulers).
+        stalled_seconds: restart stall still ahead of the job.
+        rates: progress-rate table (speedups = ratios of its rates).
+    """
+
+    id: int
+    name: str
+    app: str
+    arrival: float
+    age: float
+    attained_service: float
+    num_restarts: int
+    alloc: np.ndarray
+    epoch: int
+    progress_fraction: float
+    max_replicas: int
+    requested_replicas: int
+    requested_batch: int
+    stalled_seconds: float
+    rates: RateTable = field(repr=False)
+
+    @property
+    def replicas(self) -> int:
+        """GPUs held now."""
+        return int(self.alloc.sum())
+
+    @property
+    def nodes(self) -> int:
+        """Nodes on which the job holds GPUs."""
+        return int(np.count_nonzero(self.alloc))
+
+    def rate(self, nodes: int, replicas: int) -> float:
+        """Progress rate (M0-iterations/s) at ``replicas`` GPUs over ``nodes`` nodes."""
+        return self.rates.rate(self.epoch, nodes > 1, replicas)
+
+    def rate_table(self) -> np.ndarray:
+        """Rates by [multi-node flag, replicas] at the current epoch (column 0 is 0)."""
+        return self.rates.rates(self.epoch)
+
+
+@dataclass(frozen=True)
+class RequestView:
+    """An inference request that needs a GPU.
+
+    Attributes:
+        index: position in the workload.
+        instance: app instance key.
+        app: served model.
+        arrival: arrival time (s).
+        duration: service time (s).
+    """
+
+    index: int
+    instance: str
+    app: str
+    arrival: float
+    duration: float
+
+
+@dataclass(frozen=True)
+class GpuRef:
+    """One GPU of a training job on a node (the victim of a reclaim)."""
+
+    job_id: int
+    node: int
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """Everything a policy may look at, at one decision point.
+
+    Attributes:
+        time: simulated time (s).
+        interval: scheduling interval (s).
+        config: cluster shape.
+        node_kinds: per node, NODE_TRAIN / NODE_INFER / NODE_SHARED.
+        train_used: training GPUs per node.
+        running: RUNNING pods per node.
+        protect: PROTECT pods per node.
+        sleeping: SLEEP pods per node.
+        jobs: active training jobs (arrived, not finished) in arrival order.
+        waiting_requests: inference requests waiting for a GPU.
+        recent_arrivals: inference arrivals per interval over the last few intervals (oldest first).
+        restart_model: ``full``, ``afe`` or ``stopfree``.
+    """
+
+    time: float
+    interval: float
+    config: ClusterConfig
+    node_kinds: np.ndarray
+    train_used: np.ndarray
+    running: np.ndarray
+    protect: np.ndarray
+    sleeping: np.ndarray
+    jobs: tuple[JobView, ...]
+    waiting_requests: int
+    recent_arrivals: tuple[int, ...]
+    restart_model: str
+
+    @property
+    def gpus_per_node(self) -> int:
+        """GPUs per node."""
+        return self.config.gpus_per_node
+
+    @property
+    def num_nodes(self) -> int:
+        """Number of nodes."""
+        return self.config.num_nodes
+
+    def pinned(self) -> np.ndarray:
+        """GPUs per node held by RUNNING/PROTECT pods: never available to training."""
+        return self.running + self.protect
+
+    def training_capacity(self, lend: bool = True) -> np.ndarray:
+        """GPUs per node that training may hold in total (idle and SLEEP inference GPUs count
+        when ``lend``; without lending, inference nodes give 0)."""
+        cap = self.gpus_per_node - self.pinned()
+        if not lend:
+            cap = np.where(self.node_kinds == NODE_INFER, 0, cap)
+        return cap
+
+    def inference_nodes(self) -> np.ndarray:
+        """Boolean mask of inference-cluster nodes."""
+        return self.node_kinds == NODE_INFER
+
+    def lent_gpus(self) -> int:
+        """Training GPUs on inference nodes."""
+        return int(self.train_used[self.inference_nodes()].sum())
+
+    def job(self, job_id: int) -> JobView:
+        """The active job with id ``job_id``."""
+        for job in self.jobs:
+            if job.id == job_id:
+                return job
+        raise KeyError(f"no active training job with id {job_id}")
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """GPUs per node for training jobs; jobs not listed get no GPU.
+
+    Attributes:
+        gpus: job id -> integer array of GPUs per node (length = number of nodes).
+    """
+
+    gpus: Mapping[int, np.ndarray]
+
+    @classmethod
+    def keep(cls, state: ClusterState) -> Allocation:
+        """The current allocation of every active job, unchanged."""
+        return cls({job.id: job.alloc.copy() for job in state.jobs})
+
+    def replicas(self, job_id: int) -> int:
+        """GPUs given to ``job_id``."""
+        arr = self.gpus.get(job_id)
+        return 0 if arr is None else int(np.sum(arr))
+
+
+def _as_counts(job_label: str, value: object, num_nodes: int) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.shape != (num_nodes,):
+        raise AllocationError(f"{job_label}: expected GPUs for each of {num_nodes} nodes, got shape {arr.shape}")
+    if arr.dtype.kind not in "iu":
+        if arr.dtype.kind != "f" or not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
+            raise AllocationError(f"{job_label}: GPU counts must be whole numbers, got {arr.tolist()}")
+    return arr.astype(np.int64)
+
+
+def validate_allocation(state: ClusterState, alloc: Allocation) -> dict[int, np.ndarray]:
+    """Check ``alloc`` against every hard constraint and return it normalised.
+
+    Constraints: only active jobs; non-negative whole GPU counts per node; a job gets at most its
+    ``max_replicas``; on every node, training GPUs plus RUNNING/PROTECT pods fit in the node
+    (SLEEP pods are evicted as needed; lending idle inference GPUs is allowed).
+
+    Raises:
+        AllocationError: naming the job and node at fault.
+    """
+    n = state.num_nodes
+    active = {job.id: job for job in state.jobs}
+    out: dict[int, np.ndarray] = {}
+    for job_id, value in alloc.gpus.items():
+        job = active.get(int(job_id))
+        if job is None:
+            raise AllocationError(f"job id {job_id}: not an active training job at t={state.time:.0f}s")
+        label = f"job {job.name!r} (id {job.id})"
+        arr = _as_counts(label, value, n)
+        if np.any(arr < 0):
+            node = int(np.argmax(arr < 0))
+            raise AllocationError(f"{label}: negative GPU count {int(arr[node])} on node {node}")
+        if arr.sum() > job.max_replicas:
+            raise AllocationError(f"{label}: {int(arr.sum())} GPUs exceed its limit of {job.max_replicas}")
+        out[job.id] = arr
+    total = np.zeros(n, dtype=np.int64)
+    for arr in out.values():
+        total += arr
+    cap = state.training_capacity(lend=True)
+    if np.any(total > cap):
+        node = int(np.argmax(total > cap))
+        holders = [f"{active[j].name!r}:{int(a[node])}" for j, a in out.items() if a[node] > 0]
+        raise AllocationError(
+            f"node {node}: training wants {int(total[node])} GPUs but only {int(cap[node])} are free of "
+            f"RUNNING/PROTECT inference pods (jobs {', '.join(holders)})"
+        )
+    return out
+
+
+def repair_allocation(state: ClusterState, alloc: Allocation) -> tuple[dict[int, np.ndarray], int]:
+    """Make ``alloc`` valid deterministically and count the GPUs removed.
+
+    Repair rules, in order: unknown jobs are dropped; negative or fractional counts are floored at
+    0 (not counted); a job over its ``max_replicas`` loses GPUs from its least-populated nodes first (ties: the
+    highest node index); on an over-committed node, the jobs with the most attained service lose
+    GPUs first (ties: the later arrival), so young jobs keep theirs (least-attained-service
+    priority, as Pollux's repair).
+
+    Returns:
+        (normalised allocation, number of GPUs removed by the repair).
+    """
+    n = state.num_nodes
+    active = {job.id: job for job in state.jobs}
+    removed = 0
+    out: dict[int, np.ndarray] = {}
+    for job_id, value in alloc.gpus.items():
+        job = active.get(int(job_id))
+        arr = np.asarray(value, dtype=float)
+        if arr.shape != (n,):
+            raise AllocationError(f"job id {job_id}: expected GPUs for each of {n} nodes, got shape {arr.shape}")
+        arr = np.where(np.isfinite(arr), arr, 0.0)
+        clean = np.maximum(np.floor(arr), 0).astype(np.int64)
+        if job is None:
+            removed += int(clean.sum())
+            continue
+        excess = int(clean.sum()) - job.max_replicas
+        while excess > 0:
+            nz = np.flatnonzero(clean)
+            node = nz[np.lexsort((-nz, clean[nz]))][0]
+            take = min(excess, int(clean[node]))
+            clean[node] -= take
+            excess -= take
+            removed += take
+        out[job.id] = clean
+    cap = state.training_capacity(lend=True)
+    order = sorted(out, key=lambda j: (-active[j].attained_service, -active[j].arrival, -j))
+    for node in range(n):
+        over = int(sum(a[node] for a in out.values())) - int(cap[node])
+        for job_id in order:
+            if over <= 0:
+                break
+            take = min(over, int(out[job_id][node]))
+            out[job_id][node] -= take
+            over -= take
+            removed += take
+    return out, removed

@@ -1,0 +1,128 @@
+"""Malformed trace and workload files: each raises TraceError naming the file, line and field."""
+
+from __future__ import annotations
+
+import pytest
+
+from deepboot_env.sim.workload import WorkloadError
+from traces.loaders import TraceError, load_philly, load_workload
+
+POLLUX = "name,time,application,num_replicas,batch_size\n"
+DEEPBOOT = "name,time,application,num_replicas,batch_size,duration,num_task\n"
+PHILLY = "timestamp,duration,num_gpus,gpu_time,cluster\n"
+TRAIN1 = "cifar10-0,10,cifar10,6,2048\n"
+TRAIN1_DB = "cifar10-0,10,cifar10,6,2048,-1.0,-1\n"
+
+# id: (file content, expected line, expected field text, expected words in the reason)
+WORKLOAD_CASES: dict[str, tuple[str, int, str, str]] = {
+    "empty_file": ("", 1, "header", "empty"),
+    "header_only": (POLLUX, 2, "row", "no data rows"),
+    "header_only_deepboot_blank_lines": (DEEPBOOT + "\n\n", 2, "row", "no data rows"),
+    "unknown_columns": ("name,time,app,num_replicas,batch_size\n" + TRAIN1, 1, "header", "'application'"),
+    "unrelated_columns": ("a,b,c\n1,2,3\n", 1, "header", "missing column"),
+    "duplicate_column": ("name,time,application,num_replicas,batch_size,time\n", 1, "header", "duplicate"),
+    "raw_philly_trace": (PHILLY + "2017-10-09 07:01:55,66.0,1,66.0,11cb48\n", 1, "header", "deepboot generate"),
+    "non_numeric_time": (POLLUX + TRAIN1 + "ncf-1,soon,ncf,1,32768\n", 3, "'time'", "not a number"),
+    "empty_time": (POLLUX + "ncf-1,,ncf,1,32768\n", 2, "'time'", "not a number"),
+    "nan_time": (POLLUX + "ncf-1,nan,ncf,1,32768\n", 2, "'time'", "finite"),
+    "inf_time": (POLLUX + "ncf-1,inf,ncf,1,32768\n", 2, "'time'", "finite"),
+    "negative_time": (POLLUX + "ncf-1,-5,ncf,1,32768\n", 2, "'time'", "negative"),
+    "unsorted_rows": (POLLUX + TRAIN1 + "ncf-1,5,ncf,1,32768\n", 3, "'time'", "not sorted"),
+    "unsorted_after_blank_line": (POLLUX + TRAIN1 + "\n" + "ncf-1,5,ncf,1,32768\n", 4, "'time'", "not sorted"),
+    "unknown_application": (POLLUX + "resnet-0,10,resnet50,4,256\n", 2, "'application'", "resnet50"),
+    "inference_unknown_model": (
+        DEEPBOOT + TRAIN1_DB + "inference-gpt-1,12,infer-gpt-1,1,1,5.0,10\n",
+        3,
+        "'application'",
+        "gpt",
+    ),
+    "inference_row_in_pollux_format": (POLLUX + "inference-ncf-1,12,infer-ncf-1,1,1\n", 2, "'application'", "duration"),
+    "duplicate_job_name": (POLLUX + TRAIN1 + "cifar10-0,20,cifar10,8,2048\n", 3, "'name'", "duplicate"),
+    "empty_name": (POLLUX + ",10,cifar10,6,2048\n", 2, "'name'", "empty"),
+    "zero_replicas": (POLLUX + "ncf-1,10,ncf,0,32768\n", 2, "'num_replicas'", ">= 1"),
+    "negative_batch_size": (POLLUX + "ncf-1,10,ncf,1,-32\n", 2, "'batch_size'", ">= 1"),
+    "fractional_replicas": (POLLUX + "ncf-1,10,ncf,1.5,32768\n", 2, "'num_replicas'", "integer"),
+    "non_numeric_batch_size": (POLLUX + "ncf-1,10,ncf,1,big\n", 2, "'batch_size'", "not a number"),
+    "zero_inference_duration": (DEEPBOOT + "inference-ncf-0,12,infer-ncf-1,1,1,0.0,10\n", 2, "'duration'", "> 0"),
+    "negative_inference_duration": (
+        DEEPBOOT + TRAIN1_DB + "inference-ncf-0,12,infer-ncf-1,1,1,-3,10\n",
+        3,
+        "'duration'",
+        "> 0",
+    ),
+    "nan_inference_duration": (DEEPBOOT + "inference-ncf-0,12,infer-ncf-1,1,1,nan,10\n", 2, "'duration'", "finite"),
+    "missing_field": (POLLUX + "ncf-1,10,ncf,1\n", 2, "row", "expected 5 fields"),
+    "extra_field": (POLLUX + TRAIN1 + "ncf-1,10,ncf,1,32768,7\n", 3, "row", "got 6"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WORKLOAD_CASES))
+def test_malformed_workload_names_file_line_and_field(tmp_path, case):
+    content, line, field, words = WORKLOAD_CASES[case]
+    path = tmp_path / f"{case}.csv"
+    path.write_text(content)
+    with pytest.raises(TraceError) as info:
+        load_workload(path)
+    msg = str(info.value)
+    assert isinstance(info.value, WorkloadError)
+    assert path.name in msg
+    assert f"line {line}" in msg
+    assert field in msg
+    assert words in msg
+    assert info.value.line == line
+
+
+def test_training_rows_duration_and_num_task_are_ignored(tmp_path):
+    path = tmp_path / "ok.csv"
+    path.write_text(DEEPBOOT + "cifar10-0,10,cifar10,6,2048,whatever,\n")
+    wl = load_workload(path)
+    assert len(wl.jobs) == 1 and wl.requests == ()
+
+
+def test_nonexistent_path(tmp_path):
+    path = tmp_path / "missing-workload.csv"
+    with pytest.raises(TraceError, match="missing-workload") as info:
+        load_workload(path)
+    assert "no such file" in str(info.value)
+
+
+def test_directory_instead_of_file(tmp_path):
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    with pytest.raises(TraceError, match="a-folder.*directory"):
+        load_workload(folder)
+    with pytest.raises(TraceError, match="directory"):
+        load_philly(folder)
+
+
+# Philly traces: (content, line, field)
+PHILLY_CASES: dict[str, tuple[str, int, str]] = {
+    "philly_missing_column": ("timestamp,duration,num_gpus,cluster\n", 1, "header"),
+    "philly_empty": ("", 1, "header"),
+    "philly_header_only": (PHILLY, 2, "row"),
+    "philly_bad_timestamp": (PHILLY + "2017-10-09 07:01:55,66.0,1,66.0,a\nyesterday,5,1,5,a\n", 3, "'timestamp'"),
+    "philly_bad_duration": (PHILLY + "2017-10-09 07:01:55,long,1,66.0,a\n", 2, "'duration'"),
+    "philly_nan_gpu_time": (PHILLY + "2017-10-09 07:01:55,66,1,nan,a\n", 2, "'gpu_time'"),
+    "philly_zero_gpus": (PHILLY + "2017-10-09 07:01:55,66,0,0,a\n", 2, "'num_gpus'"),
+    "philly_negative_duration": (PHILLY + "2017-10-09 07:01:55,-66,1,66,a\n", 2, "'duration'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PHILLY_CASES))
+def test_malformed_philly_names_file_line_and_field(tmp_path, case):
+    content, line, field = PHILLY_CASES[case]
+    path = tmp_path / f"{case}.csv"
+    path.write_text(content)
+    with pytest.raises(TraceError) as info:
+        load_philly(path)
+    msg = str(info.value)
+    assert path.name in msg and f"line {line}" in msg and field in msg
+
+
+def test_philly_loads_a_tiny_valid_trace(tmp_path):
+    path = tmp_path / "p.csv"
+    path.write_text(PHILLY + "2017-10-09 07:01:55,66.0,2,132.0,11cb48\n2017-10-10 00:00:00,60,1,60,6214e9\n")
+    tr = load_philly(path)
+    assert len(tr) == 2
+    assert tr.timestamp[0] % 86400 == 7 * 3600 + 60 + 55
+    assert tr.num_gpus.tolist() == [2, 1] and tr.cluster.tolist() == ["11cb48", "6214e9"]

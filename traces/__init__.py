@@ -1,0 +1,1 @@
+"""Workload traces: loaders (Pollux, DeepBoot, Philly formats), generators and calibration."""

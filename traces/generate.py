@@ -1,0 +1,440 @@
+"""Workload generators: Philly-derived training jobs and periodic (day/night) inference load.
+
+Training jobs (:func:`generate_training`) follow the Pollux generator (pollux-model.md §6.2)
+driven by the shipped Philly statistics (:mod:`traces.philly`) instead of the raw trace:
+
+1. Pool = filtered Philly jobs (duration >= 60 s, gpu_time < 1000 GPU-h) whose time of day is
+   in ``[start_hour, start_hour + window_hours)`` (wrapping past midnight), binned by
+   (minute of the window, GPU-time bucket).
+2. Draw ``round(num_jobs * load)`` jobs from the pool without replacement (multivariate
+   hypergeometric over the bins; with replacement if more jobs than the pool are asked for).
+3. Arrival (integer s) = minute offset in the window x 60 + a uniform second of that minute.
+4. Application from the GPU-time bucket: < 1 GPU-h -> cifar10 or ncf (1/2 each); 1-10 ->
+   deepspeech2, of which 1/2 become bert; 10-100 -> yolov3; >= 100 -> imagenet.
+5. (num_replicas, batch_size) uniformly from the application's TunedJobs list (§5.7).
+6. Sorted by arrival; names ``<app>-<index>``.
+
+It reproduces Pollux's statistics (app mix, time-of-day profile, configurations), not its
+exact files (Pollux drew with Python's ``random`` from the raw rows).
+
+Inference requests (:func:`generate_periodic_inference`) are non-homogeneous Poisson arrivals
+per app instance with rate proportional to ``1 + amplitude * sin(2 pi (t - phase) / period)``.
+
+**Offered load** (the meaning of ``mean_gpus``): the time-average over a period of
+``sum_j lambda_j(t) * (E[S_j] + cold_start_fraction * d_j)`` in GPUs, where ``lambda_j`` is the
+request rate of instance ``j``, ``S_j`` its service time and ``d_j`` the cold-start delay of
+its model (:data:`deepboot_env.sim.apps.COLD_START_DELAY_S`). With the default
+``cold_start_fraction = 1`` every request is charged its full cold start (an upper bound on
+busy time; warm hits pay none). Warm-pod PROTECT holding and queueing are *not* included, so
+the GPUs actually held by inference in the simulator exceed the offered load. The load is
+split equally over the instances; peak offered load = ``mean_gpus * (1 + amplitude)``, trough
+``mean_gpus * (1 - amplitude)``.
+
+**Service times** (:data:`DEFAULT_SERVICE_TIME_S`): uniform integers in a bounded range per
+model, 30 s to 8 min (means 105-300 s), longer for heavier models (bert 120-480 s,
+deepspeech2 90-420 s), medium for vision (imagenet, yolov3 60-360 s) and shorter for light ones
+(cifar10 30-240 s, ncf 30-180 s). DeepBoot's own files use uniform integers 1-9 s
+(deepboot-model.md §7), which would need hundreds of thousands of requests per day to load a
+32-GPU inference cluster; scaling the durations to minutes keeps the same shape (bounded,
+uniform, per-request independent) with a few thousand requests per day, while the cold-start
+delays (4-8 s) and the protect times (30-120 s) remain relevant on that scale.
+
+All randomness comes from one ``np.random.Generator(np.random.PCG64(seed))``; the same
+arguments give identical workloads (and identical CSV bytes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from deepboot_env.sim.apps import APP_NAMES, COLD_START_DELAY_S
+from deepboot_env.sim.workload import InferenceRequestSpec, TrainingJobSpec, Workload
+from traces.loaders import DEEPBOOT_OUTPUT_COLUMNS
+from traces.philly import PhillyStats, default_philly_stats, load_philly_stats
+
+TUNED_JOBS: dict[str, tuple[tuple[int, int], ...]] = {
+    "bert": ((6, 384), (8, 384), (12, 384), (16, 384)),
+    "cifar10": ((6, 2048), (8, 2048), (12, 4096), (16, 4096)),
+    "deepspeech2": ((6, 320), (8, 320), (12, 640)),
+    "imagenet": ((24, 3200), (32, 6400), (48, 6400)),
+    "ncf": ((1, 32768),),
+    "yolov3": ((4, 64),),
+}
+"""(num_replicas, batch_size) options per application: Pollux TunedJobs (pollux-model.md §5.7)."""
+
+DEFAULT_SERVICE_TIME_S: dict[str, tuple[int, int]] = {
+    "bert": (120, 480),
+    "cifar10": (30, 240),
+    "deepspeech2": (90, 420),
+    "imagenet": (60, 360),
+    "ncf": (30, 180),
+    "yolov3": (60, 360),
+}
+"""Inference service time per model: uniform integer seconds in [low, high] (inclusive)."""
+
+DAY_S = 86400.0
+
+# Defaults of the command line (kept equal to traces/make_shipped.py when it was written).
+DEFAULT_INFERENCE_MEAN_GPUS = 10.0
+DEFAULT_INFERENCE_AMPLITUDE = 0.85
+DEFAULT_PERIOD_HOURS = 24.0
+DEFAULT_PHASE_HOURS = 8.0
+"""CLI default phase: with a 24-h period the trough falls 2 h and the peak 14 h after t = 0."""
+DEFAULT_HORIZON_HOURS = 24.0
+
+SeedLike = int | np.random.Generator
+
+
+def make_rng(seed: SeedLike) -> np.random.Generator:
+    """``np.random.Generator(np.random.PCG64(seed))``, or ``seed`` itself if it is a Generator."""
+    if isinstance(seed, np.random.Generator):
+        return seed
+    return np.random.Generator(np.random.PCG64(int(seed)))
+
+
+# ----------------------------------------------------------------------------------------------
+# training
+
+
+def generate_training(
+    num_jobs: int = 160,
+    start_hour: float = 2,
+    window_hours: float = 8,
+    load: float = 1.0,
+    seed: SeedLike = 0,
+    stats: PhillyStats | None = None,
+) -> list[TrainingJobSpec]:
+    """Pollux-style training jobs sampled from the Philly time-of-day statistics.
+
+    Args:
+        num_jobs: jobs at load 1.0 (Pollux: 160 in 8 h).
+        start_hour: time of day (Philly wall clock) at which the window starts, whole minutes.
+        window_hours: window length (0, 24] hours; arrivals fall in ``[0, window_hours * 3600)``.
+        load: relative job load; ``round(num_jobs * load)`` jobs in the same window.
+        seed: integer seed (or a Generator to draw from).
+        stats: Philly statistics; defaults to the shipped ``traces/data/philly_stats.json``.
+
+    Returns:
+        Jobs sorted by arrival (integer seconds), named ``<app>-<index>``.
+    """
+    if num_jobs < 0 or not np.isfinite(load) or load < 0:
+        raise ValueError(f"num_jobs and load must be >= 0, got num_jobs={num_jobs}, load={load}")
+    rng = make_rng(seed)
+    stats = stats or default_philly_stats()
+    n = int(round(num_jobs * load))
+    if n == 0:
+        return []
+    wc = stats.window_counts(start_hour, window_hours)  # (W, 4)
+    n_buckets = wc.shape[1]
+    flat = wc.ravel()
+    pool = int(flat.sum())
+    if pool == 0:
+        raise ValueError(f"the Philly statistics hold no job in the window start={start_hour} h, +{window_hours} h")
+    if n <= pool:
+        per_cell = rng.multivariate_hypergeometric(flat, n)
+    else:
+        per_cell = rng.multinomial(n, flat / pool)
+    cells = np.repeat(np.arange(flat.size), per_cell)
+    minute, bucket = cells // n_buckets, cells % n_buckets
+    times = minute * 60 + rng.integers(0, 60, size=n)
+    coin = rng.random(n)
+    pick = rng.random(n)
+    apps = np.empty(n, dtype=object)
+    apps[bucket == 0] = np.where(coin[bucket == 0] < 0.5, "cifar10", "ncf")
+    apps[bucket == 1] = np.where(coin[bucket == 1] < 0.5, "deepspeech2", "bert")
+    apps[bucket == 2] = "yolov3"
+    apps[bucket == 3] = "imagenet"
+    order = np.argsort(times, kind="stable")
+    jobs = []
+    for idx, k in enumerate(order):
+        app = str(apps[k])
+        options = TUNED_JOBS[app]
+        reps, bsz = options[min(int(pick[k] * len(options)), len(options) - 1)]
+        jobs.append(
+            TrainingJobSpec(name=f"{app}-{idx}", arrival=float(times[k]), app=app, num_replicas=reps, batch_size=bsz)
+        )
+    return jobs
+
+
+# ----------------------------------------------------------------------------------------------
+# inference
+
+
+def inference_instances(instances_per_app: int | Mapping[str, int] = 1) -> list[tuple[str, str]]:
+    """(instance key, model) pairs ``("infer-<model>-<k>", model)``, k = 1.., models in APP_NAMES order."""
+    if isinstance(instances_per_app, Mapping):
+        unknown = [m for m in instances_per_app if m not in APP_NAMES]
+        if unknown:
+            raise ValueError(f"instances_per_app names unknown model(s) {unknown}; expected {', '.join(APP_NAMES)}")
+        counts = {m: int(instances_per_app.get(m, 0)) for m in APP_NAMES}
+    else:
+        counts = dict.fromkeys(APP_NAMES, int(instances_per_app))
+    if any(c < 0 for c in counts.values()):
+        raise ValueError(f"instances_per_app must be >= 0, got {instances_per_app!r}")
+    return [(f"infer-{m}-{k}", m) for m in APP_NAMES for k in range(1, counts[m] + 1)]
+
+
+def mean_busy_time_s(
+    model: str, duration_model: Mapping[str, tuple[int, int]] | None = None, cold_start_fraction: float = 1.0
+) -> float:
+    """Mean GPU-seconds one request of ``model`` is charged in the offered load."""
+    lo, hi = (duration_model or DEFAULT_SERVICE_TIME_S)[model]
+    return (lo + hi) / 2.0 + cold_start_fraction * COLD_START_DELAY_S[model]
+
+
+def rate_profile(t: np.ndarray | float, amplitude: float, period_s: float = DAY_S, phase_s: float = 0.0) -> np.ndarray:
+    """Relative arrival rate ``1 + amplitude * sin(2 pi (t - phase) / period)`` (mean 1 over a period)."""
+    return 1.0 + amplitude * np.sin(2.0 * np.pi * (np.asarray(t, dtype=float) - phase_s) / period_s)
+
+
+def generate_periodic_inference(
+    horizon_s: float = DAY_S,
+    instances_per_app: int | Mapping[str, int] = 1,
+    mean_gpus: float = DEFAULT_INFERENCE_MEAN_GPUS,
+    amplitude: float = DEFAULT_INFERENCE_AMPLITUDE,
+    period_s: float = DAY_S,
+    phase_s: float = 0.0,
+    seed: SeedLike = 0,
+    duration_model: Mapping[str, tuple[int, int]] | None = None,
+    cold_start_fraction: float = 1.0,
+) -> list[InferenceRequestSpec]:
+    """Periodic (day/night) inference requests: non-homogeneous Poisson arrivals per instance.
+
+    Args:
+        horizon_s: arrivals fall in ``[0, horizon_s)``.
+        instances_per_app: app instances per model (an int for all six, or a dict model -> count).
+        mean_gpus: mean offered load in GPUs over a period, split equally over the instances
+            (see the module docstring for the definition).
+        amplitude: relative amplitude in [0, 1] of the sinusoidal rate.
+        period_s: period of the rate, seconds.
+        phase_s: the rate is ``1 + amplitude * sin(2 pi (t - phase_s) / period_s)`` times its
+            mean: it rises through the mean at ``phase_s``, peaks at ``phase_s + period/4`` and
+            is lowest at ``phase_s + 3 period/4``.
+        seed: integer seed (or a Generator to draw from).
+        duration_model: model -> (low, high) uniform integer service seconds; defaults to
+            :data:`DEFAULT_SERVICE_TIME_S` (missing models fall back to it).
+        cold_start_fraction: share of the cold-start delay charged per request in the offered
+            load (1 = every request cold).
+
+    Returns:
+        Requests sorted by (integer) arrival, instance keys ``infer-<model>-<k>``, names
+        ``inference-<model>-<i>`` with ``i`` the request's index in arrival order.
+    """
+    if not 0.0 <= amplitude <= 1.0:
+        raise ValueError(f"amplitude must be in [0, 1], got {amplitude}")
+    if not (np.isfinite(horizon_s) and horizon_s > 0):
+        raise ValueError(f"horizon_s must be > 0, got {horizon_s}")
+    if not (np.isfinite(period_s) and period_s > 0):
+        raise ValueError(f"period_s must be > 0, got {period_s}")
+    if not (np.isfinite(mean_gpus) and mean_gpus >= 0):
+        raise ValueError(f"mean_gpus must be >= 0, got {mean_gpus}")
+    if not 0.0 <= cold_start_fraction <= 1.0:
+        raise ValueError(f"cold_start_fraction must be in [0, 1], got {cold_start_fraction}")
+    services = dict(DEFAULT_SERVICE_TIME_S)
+    services.update(duration_model or {})
+    for m, (lo, hi) in services.items():
+        if not (int(lo) == lo and int(hi) == hi and 1 <= lo <= hi):
+            raise ValueError(f"duration_model[{m!r}] must be integers 1 <= low <= high, got {(lo, hi)}")
+    rng = make_rng(seed)
+    instances = inference_instances(instances_per_app)
+    if not instances or mean_gpus == 0:
+        return []
+    per_instance_gpus = mean_gpus / len(instances)
+    times_l, inst_l, dur_l = [], [], []
+    for j, (_key, model) in enumerate(instances):
+        mean_rate = per_instance_gpus / mean_busy_time_s(model, services, cold_start_fraction)
+        max_rate = mean_rate * (1.0 + amplitude)
+        n = rng.poisson(max_rate * horizon_s)
+        t = np.sort(rng.uniform(0.0, horizon_s, size=n))
+        keep = rng.random(n) * (1.0 + amplitude) < rate_profile(t, amplitude, period_s, phase_s)
+        t = np.floor(t[keep])
+        lo, hi = services[model]
+        times_l.append(t)
+        inst_l.append(np.full(t.size, j))
+        dur_l.append(rng.integers(int(lo), int(hi) + 1, size=t.size).astype(float))
+    times = np.concatenate(times_l)
+    inst = np.concatenate(inst_l)
+    durs = np.concatenate(dur_l)
+    order = np.lexsort((inst, times))  # by time, then instance; within an instance draw order
+    out = []
+    for i, k in enumerate(order):
+        key, model = instances[int(inst[k])]
+        out.append(
+            InferenceRequestSpec(
+                name=f"inference-{model}-{i}", arrival=float(times[k]), instance=key, app=model, duration=float(durs[k])
+            )
+        )
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# workloads
+
+
+def generate_workload(
+    name: str,
+    seed: int = 0,
+    train: Mapping[str, object] | None = None,
+    inference: Mapping[str, object] | None = None,
+    stats: PhillyStats | None = None,
+) -> Workload:
+    """Training jobs plus (optionally) periodic inference, from one random generator.
+
+    Training is drawn first, so the jobs equal ``generate_training(**train, seed=seed)``.
+
+    Args:
+        name: workload name.
+        seed: seed of the single ``PCG64`` generator.
+        train: keyword arguments of :func:`generate_training` (``None`` = its defaults).
+        inference: keyword arguments of :func:`generate_periodic_inference` (``{}`` = its
+            defaults with a 24-h horizon, which covers any training window); ``None`` = no
+            inference requests.
+        stats: Philly statistics (default: shipped).
+    """
+    rng = make_rng(seed)
+    train_kw = dict(train or {})
+    jobs = generate_training(**train_kw, seed=rng, stats=stats)  # type: ignore[arg-type]
+    requests: list[InferenceRequestSpec] = []
+    inf_kw = None if inference is None else dict(inference)
+    if inf_kw is not None:
+        inf_kw.setdefault("horizon_s", DAY_S)
+        requests = generate_periodic_inference(**inf_kw, seed=rng)  # type: ignore[arg-type]
+    desc = {"seed": seed, "train": train_kw, "inference": inf_kw}
+    source = "traces.generate " + json.dumps(desc, sort_keys=True, default=str)
+    return Workload(name=name, jobs=tuple(jobs), requests=tuple(requests), source=source)
+
+
+def _fmt_number(x: float) -> str:
+    x = float(x)
+    return str(int(x)) if x.is_integer() and abs(x) < 2**53 else repr(x)
+
+
+def workload_csv_rows(workload: Workload) -> list[list[str]]:
+    """Rows (without header) of the DeepBoot-format CSV: merged by time, training first on ties."""
+    rows: list[tuple[float, int, int, list[str]]] = []
+    for i, j in enumerate(workload.jobs):
+        fields = [j.name, _fmt_number(j.arrival), j.app, str(j.num_replicas), str(j.batch_size), "-1.0", "-1"]
+        rows.append((j.arrival, 0, i, fields))
+    for i, r in enumerate(workload.requests):
+        fields = [r.name, _fmt_number(r.arrival), r.instance, "1", "1", repr(float(r.duration)), "-1"]
+        rows.append((r.arrival, 1, i, fields))
+    rows.sort(key=lambda v: v[:3])
+    return [v[3] for v in rows]
+
+
+def write_workload_csv(workload: Workload, path: str | Path) -> Path:
+    """Write ``workload`` in the DeepBoot format (reloads exactly with :func:`traces.loaders.load_workload`).
+
+    Columns ``name,time,application,num_replicas,batch_size,duration,num_task``; training rows
+    carry ``duration = -1.0`` and ``num_task = -1``; inference rows ``num_replicas = batch_size
+    = 1``, ``num_task = -1`` and ``application`` = the instance key.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(DEEPBOOT_OUTPUT_COLUMNS)
+        w.writerows(workload_csv_rows(workload))
+    return path
+
+
+# ----------------------------------------------------------------------------------------------
+# command line
+
+
+def build_generate_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    """Add the ``deepboot generate`` flags to ``parser`` (or a new one) and return it."""
+    if parser is None:
+        parser = argparse.ArgumentParser(
+            prog="deepboot generate",
+            description="Generate a workload: Philly-derived training jobs plus periodic inference (DeepBoot CSV).",
+        )
+    p = parser
+    p.add_argument("--out", metavar="FILE", default=None, help="output CSV (default: standard output)")
+    p.add_argument("--name", default=None, help="workload name (default: the output file stem)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--num-jobs", type=int, default=160, help="training jobs at load 1.0 (default 160)")
+    p.add_argument("--load", type=float, default=1.0, help="relative job load: round(num_jobs * load) jobs")
+    p.add_argument("--start-hour", type=float, default=2.0, help="Philly time of day of the window start (default 2)")
+    p.add_argument("--window-hours", type=float, default=8.0, help="arrival window length in hours (default 8)")
+    p.add_argument(
+        "--inference-mean-gpus",
+        type=float,
+        default=DEFAULT_INFERENCE_MEAN_GPUS,
+        help=f"mean offered inference load in GPUs (default {DEFAULT_INFERENCE_MEAN_GPUS:g})",
+    )
+    p.add_argument(
+        "--inference-amplitude",
+        type=float,
+        default=DEFAULT_INFERENCE_AMPLITUDE,
+        help=f"relative day/night amplitude in [0, 1] (default {DEFAULT_INFERENCE_AMPLITUDE:g})",
+    )
+    p.add_argument("--period-hours", type=float, default=DEFAULT_PERIOD_HOURS, help="period of the inference rate")
+    p.add_argument(
+        "--phase-hours",
+        type=float,
+        default=DEFAULT_PHASE_HOURS,
+        help=f"phase of the inference rate (default {DEFAULT_PHASE_HOURS:g}: trough at 2 h, peak at 14 h)",
+    )
+    p.add_argument(
+        "--horizon-hours", type=float, default=DEFAULT_HORIZON_HOURS, help="inference arrivals in [0, horizon)"
+    )
+    p.add_argument("--instances-per-app", type=int, default=1, help="inference app instances per model (default 1)")
+    p.add_argument("--no-inference", action="store_true", help="training jobs only")
+    p.add_argument("--stats", metavar="JSON", default=None, help="Philly statistics (default: shipped)")
+    return p
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    """Run ``deepboot generate`` with parsed arguments; returns the exit status."""
+    try:
+        stats = load_philly_stats(args.stats) if args.stats else None
+        train = {
+            "num_jobs": args.num_jobs,
+            "start_hour": args.start_hour,
+            "window_hours": args.window_hours,
+            "load": args.load,
+        }
+        inference = None
+        if not args.no_inference:
+            inference = {
+                "horizon_s": args.horizon_hours * 3600.0,
+                "instances_per_app": args.instances_per_app,
+                "mean_gpus": args.inference_mean_gpus,
+                "amplitude": args.inference_amplitude,
+                "period_s": args.period_hours * 3600.0,
+                "phase_s": args.phase_hours * 3600.0,
+            }
+        name = args.name or (Path(args.out).stem if args.out else f"generated-{args.seed}")
+        wl = generate_workload(name, args.seed, train=train, inference=inference, stats=stats)
+        if args.out:
+            path = write_workload_csv(wl, args.out)
+            s = wl.summary()
+            print(
+                f"wrote {path}: {s['training_jobs']} training jobs, {s['inference_requests']} inference requests "
+                f"on {s['inference_instances']} instances, last arrival {s['last_arrival_s']:g} s"
+            )
+        else:
+            w = csv.writer(sys.stdout, lineterminator="\n")
+            w.writerow(DEEPBOOT_OUTPUT_COLUMNS)
+            w.writerows(workload_csv_rows(wl))
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def generate_main(argv: list[str] | None = None) -> int:
+    """Entry point of ``deepboot generate`` (``argv`` without the sub-command)."""
+    return run_generate(build_generate_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(generate_main())
