@@ -41,3 +41,26 @@ def best_fit(need: int, free: np.ndarray, allowed: np.ndarray | None = None) -> 
         avail[node] -= take
         need -= take
     return out
+
+
+def most_free_fill(need: int, free: np.ndarray, allowed: np.ndarray | None = None) -> np.ndarray | None:
+    """Place ``need`` GPUs by repeatedly taking from the node with the most free GPUs.
+
+    The rule of the Pollux artifact's Optimus and Tiresias baselines: take as many GPUs as the
+    node with the most free GPUs has (first such node on ties), until ``need`` is met.
+
+    Returns:
+        GPUs per node, or None if fewer than ``need`` GPUs are free.
+    """
+    avail = np.where(allowed, free, 0) if allowed is not None else free.copy()
+    avail = np.maximum(avail, 0).astype(np.int64)
+    if avail.sum() < need:
+        return None
+    out = np.zeros_like(avail)
+    while need > 0:
+        node = int(np.argmax(avail))
+        take = min(need, int(avail[node]))
+        out[node] += take
+        avail[node] -= take
+        need -= take
+    return out

@@ -96,6 +96,10 @@ _BUILTIN: dict[str, str] = {
     "fifo": "baselines.fifo",
     "ats": "baselines.ats",
     "ats-nolend": "baselines.ats",
+    "tiresias": "baselines.tiresias",
+    "optimus": "baselines.optimus",
+    "afs": "baselines.afs",
+    "afs-lend": "baselines.afs",
 }
 """Built-in policies -> the module that registers them, imported on first use so the core does
 not depend on ``baselines``."""

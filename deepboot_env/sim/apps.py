@@ -125,6 +125,11 @@ class AppProfile:
         var = np.interp(x, self.traced_batch_sizes, self.grad_var[e])
         return sqr, var
 
+    def observed_stats(self, epoch: int) -> tuple[float, float]:
+        """(grad_sqr, grad_var) a job sees at ``epoch``, normalised to M0 (smallest traced batch)."""
+        e = min(max(int(epoch), 0), self.max_epochs - 1)
+        return float(self.grad_sqr[e, 0]), float(self.grad_var[e, 0])
+
     def max_useful_replicas(self) -> int:
         """GPUs beyond which the job cannot use more: Mmax // min local batch (Pollux cap 64)."""
         cap = min(64, self.max_batch_size // self.min_local_bsz)

@@ -9,10 +9,12 @@ All functions are vectorised over configurations. Notation (pollux-model.md §1)
 * Goodput = throughput x efficiency (examples/s at M0 worth); progress rate = gain / T
   (M0-equivalent iterations per second), which is what moves a job through its epochs.
 
-The environment's ground truth and the schedulers' model are the same calibrated model: a job's
-progress rate at (N, K, epoch) is the rate of the batch configuration :func:`optimize` picks, using
-the gradient statistics of that epoch interpolated at each candidate batch size. Only whether N > 1
-matters to the throughput model, so tables are indexed by (multi-node flag, K).
+The environment's ground truth and the schedulers' model share the calibrated throughput model.
+A job chooses its batch configuration at (N, K, epoch) with :func:`optimize` using the gradient
+statistics it observes, normalised to M0 (the epoch's statistics at the smallest traced batch, the
+view Pollux's agent has; pollux-model.md §5.6 uses the same); it then progresses at the *true*
+rate of that configuration, with the statistics interpolated at the batch it actually uses. Only
+whether N > 1 matters to the throughput model, so tables are indexed by (multi-node flag, K).
 """
 
 from __future__ import annotations
@@ -217,11 +219,11 @@ def optimize(
 
 
 class RateTable:
-    """Cached best progress rates of one application under one batch policy.
+    """Cached progress rates of one application under one batch policy.
 
-    ``rate(epoch, multi_node, replicas)`` is the progress rate (M0-iterations/s) of the best batch
-    configuration; tables are computed once per epoch for K = 1..max_replicas with one vectorised
-    :func:`optimize` call per node class.
+    ``rate(epoch, multi_node, replicas)`` is the true progress rate (M0-iterations/s) of the batch
+    configuration the job chooses from its observed statistics; tables are computed once per
+    epoch for K = 1..max_replicas with one vectorised :func:`optimize` call per node class.
     """
 
     def __init__(self, app: AppProfile, max_replicas: int, fixed_batch: int | None = None) -> None:
@@ -239,10 +241,15 @@ class RateTable:
             table = np.zeros((2, self.max_replicas + 1))
             goodput = np.zeros((2, self.max_replicas + 1))
             batch = np.zeros((2, self.max_replicas + 1))
+            observed = self.app.observed_stats(epoch)
             for flag in (0, 1):
-                choice = optimize(self.app, np.full_like(ks, 1.0 + flag), ks, epoch=epoch, fixed_batch=self.fixed_batch)
-                table[flag, 1:] = choice.rate
-                goodput[flag, 1:] = choice.goodput
+                nodes = np.full_like(ks, 1.0 + flag)
+                choice = optimize(self.app, nodes, ks, stats=observed, fixed_batch=self.fixed_batch)
+                true_goodput, true_rate = evaluate(
+                    self.app, nodes, ks, choice.local_bsz, choice.accum_steps, epoch=epoch
+                )
+                table[flag, 1:] = np.where(choice.goodput > 0, true_rate, 0.0)
+                goodput[flag, 1:] = np.where(choice.goodput > 0, true_goodput, 0.0)
                 batch[flag, 1:] = choice.total_batch
             self._rates[epoch] = table
             self._goodputs[epoch] = goodput

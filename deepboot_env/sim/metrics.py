@@ -50,10 +50,14 @@ class EpisodeMetrics:
     wall_seconds: float
     truncated: bool = False
     jcts: dict[str, float] = field(default_factory=dict)
+    timeline: list[tuple[float, ...]] = field(default_factory=list, repr=False)
+    """Per scheduling boundary: (time, training, lent, inference-running, protect, sleep, idle,
+    waiting requests, inference arrivals in the last interval); not part of the JSON."""
 
     def to_dict(self, include_jcts: bool = True) -> dict[str, object]:
-        """Plain dict for JSON (per-job JCTs under ``jcts`` when asked)."""
+        """Plain dict for JSON (per-job JCTs under ``jcts`` when asked; never the timeline)."""
         out = asdict(self)
+        out.pop("timeline")
         if not include_jcts:
             out.pop("jcts")
         return out

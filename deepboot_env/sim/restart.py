@@ -14,6 +14,10 @@ Models (``--restart``):
     DeepBoot's auto-fast-elastic rule (deepboot-model.md §3.5), with r_o / r_n the old / new GPU
     counts: first start (nothing held) -> full delay; scale-in -> fast delay NEXT; scale-out ->
     NEXT + floor((FULL - NEXT) * (r_n - r_o) / r_n); same count on other nodes -> full delay.
+``pollux``
+    The Pollux simulator's rule (pollux-model.md §4.5): every change to a non-empty placement
+    stalls the job for a flat 30 s, whatever the application. Used to reproduce Pollux's
+    reference results for Pollux, Tiresias and Optimus.
 ``stopfree``
     EDL-style stop-free scaling. Workers that keep their GPU (per node, min of old and new) go on
     training while joiners start: for ``FULL`` seconds the job trains at the rate of the kept
@@ -35,7 +39,10 @@ import numpy as np
 
 from deepboot_env.sim.apps import AppProfile
 
-RESTART_MODELS: tuple[str, ...] = ("full", "afe", "stopfree")
+RESTART_MODELS: tuple[str, ...] = ("full", "afe", "stopfree", "pollux")
+
+POLLUX_RESTART_DELAY_S = 30.0
+"""Flat restart delay of the Pollux simulator."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +95,7 @@ def plan_change(
     """Plan the cost of moving a job from placement ``old`` to ``new`` (GPUs per node).
 
     Args:
-        model: ``full``, ``afe`` or ``stopfree``.
+        model: ``full``, ``afe``, ``stopfree`` or ``pollux``.
         app: the job's application (delays).
         old: GPUs per node before the change.
         new: GPUs per node after the change.
@@ -99,6 +106,8 @@ def plan_change(
         return RestartPlan((), False)
     full, fast = app.full_restart_delay, app.fast_restart_delay
     counts = has_started
+    if model == "pollux":
+        return RestartPlan((Phase(POLLUX_RESTART_DELAY_S, 0, False),), counts)
     if r_old == 0 or model == "full":
         return RestartPlan((Phase(full, 0, False),), counts)
     if model == "afe":

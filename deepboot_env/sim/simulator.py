@@ -60,7 +60,7 @@ class SimConfig:
 
     Attributes:
         cluster: cluster shape.
-        restart: restart-cost model: ``full``, ``afe`` or ``stopfree``.
+        restart: restart-cost model: ``full``, ``afe``, ``stopfree`` or ``pollux`` (flat 30 s).
         protect_scale: P, the scale of the pod protect time (1 = 30..120 s).
         interval: seconds between scheduling boundaries.
         max_time: the episode is cut (``truncated``) at this simulated time (s).
@@ -74,10 +74,10 @@ class SimConfig:
 
     def __post_init__(self) -> None:
         validate_model(self.restart)
-        if not self.protect_scale > 0:
-            raise ValueError(f"protect_scale must be > 0, got {self.protect_scale}")
-        if not self.interval > 0:
-            raise ValueError(f"interval must be > 0, got {self.interval}")
+        if not (math.isfinite(self.protect_scale) and self.protect_scale > 0):
+            raise ValueError(f"protect_scale must be a finite number > 0, got {self.protect_scale}")
+        if not (math.isfinite(self.interval) and self.interval > 0):
+            raise ValueError(f"interval must be a finite number > 0, got {self.interval}")
 
 
 class Simulator:
@@ -466,6 +466,7 @@ class Simulator:
                     requested_replicas=job.spec.num_replicas,
                     requested_batch=job.spec.batch_size,
                     stalled_seconds=job.stalled_seconds_left,
+                    remaining_work=job.app.target_progress - job.progress,
                     rates=job.rates,
                 )
             )
@@ -573,4 +574,5 @@ class Simulator:
             wall_seconds=wallclock.perf_counter() - self._wall_start,
             truncated=self.truncated,
             jcts={j.spec.name: float(j.completion - j.spec.arrival) for j in done_jobs},
+            timeline=list(self.timeline),
         )

@@ -42,6 +42,9 @@ class JobView:
         requested_replicas: GPUs the submission asked for (gang schedulers).
         requested_batch: total batch the submission asked for (fixed-batch schedulers).
         stalled_seconds: restart stall still ahead of the job.
+        remaining_work: ORACLE progress (M0-equivalent iterations) still to do. Only policies
+            that the literature defines with an oracle (Optimus+Oracle) may read it; learned
+            agents and the other baselines are non-clairvoyant.
         rates: progress-rate table (speedups = ratios of its rates).
     """
 
@@ -59,6 +62,7 @@ class JobView:
     requested_replicas: int
     requested_batch: int
     stalled_seconds: float
+    remaining_work: float
     rates: RateTable = field(repr=False)
 
     @property
