@@ -16,11 +16,8 @@ arrival order; capacity is the training cluster (``afs``) or also idle inference
 
 from __future__ import annotations
 
-import numpy as np
-
-from deepboot_env.placement import best_fit
+from deepboot_env.placement import place_counts
 from deepboot_env.policy import Allocation, BasePolicy, ClusterState, JobView, register_policy
-from deepboot_env.sim.cluster import NODE_INFER
 
 
 def _rate(job: JobView, replicas: int, gpus_per_node: int) -> float:
@@ -71,27 +68,7 @@ class AfsPolicy(BasePolicy):
                 break
             counts[winner.id] += 1
             left -= 1
-        out: dict[int, np.ndarray] = {}
-        free = cap.copy()
-        by_id = {job.id: job for job in state.jobs}
-        moved = []
-        for job_id, k in counts.items():
-            job = by_id[job_id]
-            if k == job.replicas and k > 0:
-                out[job_id] = job.alloc.copy()
-                free -= job.alloc
-            elif k > 0:
-                moved.append((k, job_id))
-        own = state.node_kinds != NODE_INFER
-        for k, job_id in sorted(moved):
-            placement = best_fit(k, free, own)
-            if placement is None:
-                placement = best_fit(k, free)
-            if placement is None:  # pragma: no cover - counts respect the capacity
-                continue
-            out[job_id] = placement
-            free -= placement
-        return Allocation(out)
+        return Allocation(place_counts(state, counts, cap))
 
 
 register_policy("afs", lambda **kw: AfsPolicy(lend=False, **kw))

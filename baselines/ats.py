@@ -32,9 +32,8 @@ import math
 
 import numpy as np
 
-from deepboot_env.placement import best_fit
+from deepboot_env.placement import place_counts
 from deepboot_env.policy import Allocation, BasePolicy, ClusterState, JobView, register_policy
-from deepboot_env.sim.cluster import NODE_INFER
 from deepboot_env.sim.reclaim import job_priority_key
 
 RESTART_PENALTY_S = 10.0
@@ -118,31 +117,7 @@ class AtsPolicy(BasePolicy):
         g = state.gpus_per_node
         values = [option_values(j, fair, g, min(j.max_replicas, capacity)) for j in jobs]
         counts = knapsack(values, capacity)
-        return Allocation(self.place(state, jobs, counts, cap))
-
-    def place(
-        self, state: ClusterState, jobs: list[JobView], counts: list[int], cap: np.ndarray
-    ) -> dict[int, np.ndarray]:
-        """Keep unchanged jobs in place; best-fit the others, training cluster first."""
-        out: dict[int, np.ndarray] = {}
-        free = cap.copy()
-        moved = []
-        for job, w in zip(jobs, counts, strict=True):
-            if w == job.replicas and w > 0:
-                out[job.id] = job.alloc.copy()
-                free -= job.alloc
-            elif w > 0:
-                moved.append((w, job))
-        own = state.node_kinds != NODE_INFER
-        for w, job in sorted(moved, key=lambda x: x[0]):
-            placement = best_fit(w, free, own)
-            if placement is None:
-                placement = best_fit(w, free)
-            if placement is None:  # pragma: no cover - the knapsack respects the capacity
-                continue
-            out[job.id] = placement
-            free -= placement
-        return out
+        return Allocation(place_counts(state, {j.id: w for j, w in zip(jobs, counts, strict=True)}, cap))
 
 
 register_policy("ats", lambda **kw: AtsPolicy(lend=True, **kw))

@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import heapq
 
-import numpy as np
-
-from deepboot_env.placement import most_free_fill
+from deepboot_env.placement import place_counts
 from deepboot_env.policy import Allocation, BasePolicy, ClusterState, JobView, register_policy
 
 
@@ -71,20 +69,4 @@ class OptimusPolicy(BasePolicy):
             counts[job_id] += 1
             left -= 1
             push(by_id[job_id])
-        out: dict[int, np.ndarray] = {}
-        free = cap.copy()
-        moved = []
-        for job_id, k in counts.items():
-            job = by_id[job_id]
-            if job.replicas == k:
-                out[job_id] = job.alloc.copy()
-                free -= job.alloc
-            else:
-                moved.append((k, job_id))
-        for k, job_id in sorted(moved):
-            placement = most_free_fill(k, free)
-            if placement is None:  # pragma: no cover - counts respect the capacity
-                continue
-            out[job_id] = placement
-            free -= placement
-        return Allocation(out)
+        return Allocation(place_counts(state, counts, cap, rule="most_free"))

@@ -16,9 +16,7 @@ boundary, where it is restored or pre-empted like any other (the original let it
 
 from __future__ import annotations
 
-import numpy as np
-
-from deepboot_env.placement import most_free_fill
+from deepboot_env.placement import place_counts
 from deepboot_env.policy import Allocation, BasePolicy, ClusterState, register_policy
 
 DEMOTION_GPU_SECONDS = 57_600.0
@@ -57,19 +55,5 @@ class TiresiasPolicy(BasePolicy):
             if reserved + gang <= usable:
                 chosen.append((job, gang))
                 reserved += gang
-        out: dict[int, np.ndarray] = {}
-        free = cap.copy()
-        starting = []
-        for job, gang in chosen:
-            if job.replicas == gang:
-                out[job.id] = job.alloc.copy()
-                free -= job.alloc
-            else:
-                starting.append((job, gang))
-        for job, gang in starting:
-            placement = most_free_fill(gang, free)
-            if placement is None:  # pragma: no cover - reserved <= usable
-                continue
-            out[job.id] = placement
-            free -= placement
-        return Allocation(out)
+        counts = {job.id: gang for job, gang in chosen}
+        return Allocation(place_counts(state, counts, cap, rule="most_free", ascending=False))

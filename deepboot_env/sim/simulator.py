@@ -162,29 +162,24 @@ class Simulator:
         self._go_to_next_decision(first=True)
 
     # -------------------------------------------------------------- accounting
+    def _gpus_by_state(self) -> tuple[int, int, int, int, int, int]:
+        """GPUs now in each of :data:`GPU_STATES`."""
+        led = self.ledger
+        lent = int(led.train[led.kinds == NODE_INFER].sum())
+        training = int(led.train.sum()) - lent
+        running, protect, sleep = int(led.running.sum()), int(led.protect.sum()), int(led.sleep.sum())
+        idle = self.config.cluster.total_gpus - training - lent - running - protect - sleep
+        return training, lent, running, protect, sleep, idle
+
     def _account(self, t: float) -> None:
         dt = t - self._t_account
         if dt <= 0:
             return
-        led = self.ledger
-        infer_mask = led.kinds == NODE_INFER
-        lent = int(led.train[infer_mask].sum())
-        training = int(led.train.sum()) - lent
-        running, protect, sleep = int(led.running.sum()), int(led.protect.sum()), int(led.sleep.sum())
-        idle = self.config.cluster.total_gpus - training - lent - running - protect - sleep
-        self._gpu_seconds += dt * np.array([training, lent, running, protect, sleep, idle], dtype=float)
+        self._gpu_seconds += dt * np.array(self._gpus_by_state(), dtype=float)
         self._t_account = t
 
     def _record_timeline(self) -> None:
-        led = self.ledger
-        infer_mask = led.kinds == NODE_INFER
-        lent = int(led.train[infer_mask].sum())
-        training = int(led.train.sum()) - lent
-        running, protect, sleep = int(led.running.sum()), int(led.protect.sum()), int(led.sleep.sum())
-        idle = self.config.cluster.total_gpus - training - lent - running - protect - sleep
-        self.timeline.append(
-            (self.now, training, lent, running, protect, sleep, idle, len(self._waiting), self._recent[-1])
-        )
+        self.timeline.append((self.now, *self._gpus_by_state(), len(self._waiting), self._recent[-1]))
 
     # ------------------------------------------------------------ boundaries
     def _admit_arrivals(self) -> None:
