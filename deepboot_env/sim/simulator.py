@@ -133,6 +133,9 @@ class Simulator:
             self.jobs.append(TrainingJob(i, spec, app, self._table(app, fixed), cfg.cluster.num_nodes))
         self._next_arrival = 0
         self._active: list[int] = []
+        self._arrivals = np.array([spec.arrival for spec in self.workload.jobs], dtype=float)
+        self._completions = np.full(len(self.jobs), np.inf)
+        self.waiting_seconds = 0.0
         self.requests = [RequestRecord(i, r.arrival) for i, r in enumerate(self.workload.requests)]
         for i, req in enumerate(self.workload.requests):
             self.events.push(req.arrival, EventKind.REQUEST_ARRIVAL, i)
@@ -176,6 +179,7 @@ class Simulator:
         if dt <= 0:
             return
         self._gpu_seconds += dt * np.array(self._gpus_by_state(), dtype=float)
+        self.waiting_seconds += dt * len(self._waiting)
         self._t_account = t
 
     def _record_timeline(self) -> None:
@@ -268,6 +272,7 @@ class Simulator:
         self.ledger.change_training(-job.alloc, f"job {job.spec.name!r}")
         job.apply_change(np.zeros_like(job.alloc), RestartPlan((), False), self.now)
         self._active.remove(index)
+        self._completions[index] = job.completion
         if self._waiting:
             self._serve_waiting()
 
@@ -438,6 +443,17 @@ class Simulator:
         self._schedule_completion(job)
 
     # ------------------------------------------------------------ public API
+    @property
+    def active_jobs(self) -> list[TrainingJob]:
+        """Training jobs admitted at a boundary and not finished, in arrival order."""
+        return [self.jobs[i] for i in self._active]
+
+    def job_seconds(self, t0: float, t1: float) -> float:
+        """Training job-seconds spent in the system (arrived, not finished) during [t0, t1]."""
+        lo = np.maximum(self._arrivals, t0)
+        hi = np.minimum(self._completions, t1)
+        return float(np.clip(hi - lo, 0.0, None).sum())
+
     def observe(self) -> ClusterState:
         """The read-only state at the current time (jobs advanced to now)."""
         views = []

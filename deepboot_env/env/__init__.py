@@ -1,0 +1,5 @@
+"""Gymnasium adapter (``DeepBoot-v0``) over the gym-free simulator."""
+
+from deepboot_env.env.deepboot_env import DeepBootEnv
+
+__all__ = ["DeepBootEnv"]
