@@ -1,4 +1,4 @@
-"""Command line: ``deepboot simulate | generate | calibrate``.
+"""Command line: ``deepboot simulate | compare | generate | calibrate``.
 
 Every sub-command is a function of parsed arguments, so tests call :func:`main` with an argv list.
 Errors in user input (bad file, unknown policy, impossible cluster) are printed as one line and
@@ -111,6 +111,31 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Run policies x workloads x seeds; write results.csv, results.md and plots to ``--out``."""
+    from deepboot_env.compare import print_summary_table, run_comparison, write_results
+
+    config = sim_config_from_args(args)
+    seeds = args.seeds if args.seeds is not None else [args.seed]
+    comparison = run_comparison(
+        args.policies,
+        args.workloads,
+        seeds,
+        config,
+        jobs=args.jobs,
+        progress=not args.quiet,
+        timeline_policy=args.timeline_policy,
+        timeline_workload=args.timeline_workload,
+    )
+    paths = write_results(comparison, args.out)
+    if not args.quiet:
+        print_summary_table(
+            comparison.frame, title=f"policy comparison ({config.cluster.describe()}, restart={config.restart})"
+        )
+        print(f"wrote {', '.join(p.name for p in paths.values())} to {args.out}")
+    return 0
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     """Generate a workload (Philly-derived training jobs, periodic inference)."""
     from traces.generate import run_generate
@@ -143,6 +168,26 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--json", metavar="FILE", help="write the metrics as JSON")
     sim.add_argument("--quiet", action="store_true", help="print nothing")
     sim.set_defaults(func=cmd_simulate)
+
+    cmp = sub.add_parser("compare", help="run policies x workloads x seeds; write results.csv, results.md, plots")
+    cmp.add_argument(
+        "--workloads",
+        nargs="+",
+        required=True,
+        metavar="W",
+        help="CSV paths, directories of CSVs, shipped workload names, or a split: train, val, test",
+    )
+    cmp.add_argument("--policies", nargs="+", required=True, metavar="P", help="policy names")
+    add_sim_arguments(cmp)
+    cmp.add_argument("--seeds", nargs="+", type=int, metavar="S", help="policy seeds (default: --seed)")
+    cmp.add_argument("--jobs", "-j", type=int, default=1, help="worker processes (default 1)")
+    cmp.add_argument("--timeline-policy", metavar="P", help="policy of the run in timeline.png (default: the first)")
+    cmp.add_argument(
+        "--timeline-workload", metavar="W", help="workload of the run in timeline.png (default: the first)"
+    )
+    cmp.add_argument("--out", required=True, metavar="DIR", help="output folder (created)")
+    cmp.add_argument("--quiet", action="store_true", help="no progress bar or table")
+    cmp.set_defaults(func=cmd_compare)
 
     gen = sub.add_parser("generate", help="generate a workload CSV (Philly-derived jobs + periodic inference)")
     build_generate_parser(gen)

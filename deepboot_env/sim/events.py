@@ -60,6 +60,10 @@ class EventQueue:
         """Time of the earliest event, or None if empty."""
         return self._heap[0].time if self._heap else None
 
+    def peek(self) -> Event:
+        """The earliest event, left in the queue."""
+        return self._heap[0]
+
     def pop(self) -> Event:
         """Remove and return the earliest event."""
         return heapq.heappop(self._heap)

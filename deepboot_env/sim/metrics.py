@@ -51,7 +51,8 @@ class EpisodeMetrics:
     truncated: bool = False
     jcts: dict[str, float] = field(default_factory=dict)
     timeline: list[tuple[float, ...]] = field(default_factory=list, repr=False)
-    """Per scheduling boundary: (time, training, lent, inference-running, protect, sleep, idle,
+    """Per interval (each scheduling boundary, and every interval while inference drains): (time,
+    mean GPUs over the interval ending then in training, lent, inference-running, protect, sleep, idle,
     waiting requests, inference arrivals in the last interval); not part of the JSON."""
 
     def to_dict(self, include_jcts: bool = True) -> dict[str, object]:

@@ -31,7 +31,7 @@ import numpy as np
 
 from deepboot_env.sim.apps import COLD_START_DELAY_S, AppProfile, default_profiles
 from deepboot_env.sim.cluster import NODE_INFER, NODE_TRAIN, ClusterConfig, ClusterLedger
-from deepboot_env.sim.events import EventKind, EventQueue
+from deepboot_env.sim.events import Event, EventKind, EventQueue
 from deepboot_env.sim.goodput import RateTable
 from deepboot_env.sim.inference import PROTECT, RUNNING, SLEEP, Pod, RequestRecord, protect_time
 from deepboot_env.sim.jobs import TrainingJob
@@ -154,6 +154,7 @@ class Simulator:
         self._gpu_seconds = np.zeros(len(GPU_STATES))
         self._t_account = 0.0
         self.timeline: list[tuple[float, ...]] = []
+        self._sample_from: tuple[float, np.ndarray] = (0.0, self._gpu_seconds.copy())
         self._wall_start = wallclock.perf_counter()
         self._infer_nodes = np.flatnonzero(self.ledger.kinds != NODE_TRAIN)
         self._boundary = 0.0
@@ -182,8 +183,21 @@ class Simulator:
         self.waiting_seconds += dt * len(self._waiting)
         self._t_account = t
 
-    def _record_timeline(self) -> None:
-        self.timeline.append((self.now, *self._gpus_by_state(), len(self._waiting), self._recent[-1]))
+    def _close_interval(self, t: float) -> None:
+        """Account up to ``t``, move the clock there and record one timeline sample: the mean GPUs
+        per state over the interval that ends at ``t``, waiting requests now, and inference
+        arrivals during the interval."""
+        self._account(t)
+        self.now = t
+        self._recent.append(self._arrivals_now)
+        self._arrivals_now = 0
+        span = t - self._sample_from[0]
+        if span > 0:
+            mean = (self._gpu_seconds - self._sample_from[1]) / span
+        else:
+            mean = np.array(self._gpus_by_state(), dtype=float)
+        self.timeline.append((t, *(float(v) for v in mean), len(self._waiting), self._recent[-1]))
+        self._sample_from = (t, self._gpu_seconds.copy())
 
     # ------------------------------------------------------------ boundaries
     def _admit_arrivals(self) -> None:
@@ -210,25 +224,41 @@ class Simulator:
                 boundary = self._next_boundary()
             first = False
             if boundary is None or boundary > self.config.max_time:
-                self._run_events(self.config.max_time)
+                self._drain(self.config.max_time)
                 self.truncated = (
                     bool(self._active)
                     or self._next_arrival < len(self.jobs)
-                    or bool(self.events)
+                    or self._next_live_time() < math.inf
                     or bool(self._waiting)
                 )
                 self._finish()
                 return
             self._run_events(boundary)
-            self._account(boundary)
-            self.now = boundary
+            self._close_interval(boundary)
             self._boundary = boundary
-            self._recent.append(self._arrivals_now)
-            self._arrivals_now = 0
             self._admit_arrivals()
-            self._record_timeline()
             if self._active:
                 return
+
+    def _drain(self, limit: float) -> None:
+        """No training decision is left: run the remaining events (inference) up to ``limit``,
+        still sampling the timeline once per interval."""
+        interval = self.config.interval
+        t = self._boundary
+        while self._next_live_time() <= limit:
+            t = (math.floor(t / interval) + 1) * interval
+            self._run_events(min(t, limit))
+            if self._next_live_time() <= limit and t <= limit:
+                self._close_interval(t)
+
+    def _next_live_time(self) -> float:
+        """Time of the earliest event that is not stale (stale ones are dropped), inf if none."""
+        events = self.events
+        while events:
+            if not self._is_stale(events.peek()):
+                return events.peek().time
+            events.pop()
+        return math.inf
 
     def _finish(self) -> None:
         end = self.now
@@ -247,6 +277,8 @@ class Simulator:
         events = self.events
         while events and events.peek_time() <= until:
             ev = events.pop()
+            if self._is_stale(ev):
+                continue
             self.num_events += 1
             self._account(ev.time)
             self.now = ev.time
@@ -261,6 +293,16 @@ class Simulator:
                 self._pod_sleep(ev.target, ev.version)
             elif kind == EventKind.TRAIN_DONE:
                 self._train_done(ev.target, ev.version)
+
+    def _is_stale(self, ev: Event) -> bool:
+        """Whether ``ev`` was superseded (a job re-planned, a pod re-used or evicted)."""
+        if ev.kind == EventKind.TRAIN_DONE:
+            job = self.jobs[ev.target]
+            return job.version != ev.version or job.done
+        if ev.kind in (EventKind.REQUEST_DONE, EventKind.POD_SLEEP):
+            pod = self.pods.get(ev.target)
+            return pod is None or pod.version != ev.version
+        return False
 
     def _train_done(self, index: int, version: int) -> None:
         job = self.jobs[index]

@@ -1,0 +1,145 @@
+"""Tests of ``deepboot compare`` (deepboot_env.compare, deepboot_env.plots)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from deepboot_env.cli import main
+from deepboot_env.compare import RUN_COLUMNS, compare, expand_workloads, run_comparison
+from deepboot_env.plots import plot_timeline
+from deepboot_env.sim.metrics import GPU_STATES
+from traces.generate import generate_workload, write_workload_csv
+from traces.loaders import list_shipped_workloads
+
+POLICIES = ["fifo", "ats"]
+SEEDS = [0, 1]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+OUTPUTS = ("results.csv", "results.md", "jcts.csv", "timeline.csv", "jct_cdf.png", "avg_jct.png", "timeline.png")
+
+
+@pytest.fixture(scope="module")
+def workload_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    workload = generate_workload("t", 1, train={"num_jobs": 20}, inference={"horizon_s": 6 * 3600, "mean_gpus": 4})
+    return write_workload_csv(workload, tmp_path_factory.mktemp("wl") / "small-gen.csv")
+
+
+@pytest.fixture(scope="module")
+def serial(workload_csv: Path) -> pd.DataFrame:
+    return compare(POLICIES, [str(workload_csv)], SEEDS, jobs=1, progress=False)
+
+
+@pytest.fixture(scope="module")
+def parallel_dir(workload_csv: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[pd.DataFrame, Path]:
+    out = tmp_path_factory.mktemp("cmp")
+    frame = compare(POLICIES, [str(workload_csv)], SEEDS, jobs=2, out_dir=out, progress=False)
+    return frame, out
+
+
+def test_frame_has_one_row_per_run_and_every_metric(serial: pd.DataFrame) -> None:
+    assert len(serial) == len(POLICIES) * len(SEEDS)
+    assert list(serial.columns[: len(RUN_COLUMNS)]) == list(RUN_COLUMNS)
+    assert list(zip(serial["policy"], serial["seed"], strict=True)) == [(p, s) for p in POLICIES for s in SEEDS]
+    assert set(serial["workload"]) == {"small-gen"}
+    for key in ("train_jct_mean", "train_jct_p99", "makespan", "infer_latency_p99", "restarts", "reclaims"):
+        assert key in serial.columns
+    for key in ("lent_gpu_seconds", "jct_lower_bound_mean", "sim_events", "wall_seconds", "truncated"):
+        assert key in serial.columns
+    assert {f"gpu_s_{s}" for s in GPU_STATES} <= set(serial.columns)
+    assert "jcts" not in serial.columns and "gpu_seconds_by_state" not in serial.columns
+    assert (serial["train_jobs_done"] == 20).all()
+    assert (serial["train_jct_mean"] >= serial["jct_lower_bound_mean"]).all()
+
+
+def test_parallel_equals_serial(serial: pd.DataFrame, parallel_dir: tuple[pd.DataFrame, Path]) -> None:
+    frame, _ = parallel_dir
+    pd.testing.assert_frame_equal(serial.drop(columns="wall_seconds"), frame.drop(columns="wall_seconds"))
+
+
+def test_files_written(parallel_dir: tuple[pd.DataFrame, Path]) -> None:
+    frame, out = parallel_dir
+    for name in OUTPUTS:
+        assert (out / name).stat().st_size > 0, name
+    csv = pd.read_csv(out / "results.csv")
+    assert len(csv) == len(frame)
+    pd.testing.assert_series_equal(csv["train_jct_mean"], frame["train_jct_mean"])
+    md = (out / "results.md").read_text(encoding="utf-8")
+    for policy in POLICIES:
+        assert f"| {policy} |" in md
+    assert "JCT ÷ lower bound" in md and "small-gen" in md
+    jcts = pd.read_csv(out / "jcts.csv")
+    assert len(jcts) == 20 * len(frame)
+    timeline = pd.read_csv(out / "timeline.csv")
+    assert len(timeline) > 10
+    assert np.allclose(timeline[list(GPU_STATES)].sum(axis=1), 64)  # default 8x4 + 8x4 cluster
+
+
+def test_pngs_are_real_images(parallel_dir: tuple[pd.DataFrame, Path]) -> None:
+    _, out = parallel_dir
+    for name in ("jct_cdf.png", "avg_jct.png", "timeline.png"):
+        data = (out / name).read_bytes()
+        assert data[:8] == PNG_MAGIC, name
+        assert 10_000 < len(data) < 2_000_000, (name, len(data))
+
+
+def test_timeline_choice_and_plot_of_raw_rows(workload_csv: Path, tmp_path: Path) -> None:
+    comparison = run_comparison(POLICIES, [str(workload_csv)], [3], progress=False, timeline_policy="ats")
+    assert comparison.timeline_run == ("ats", "small-gen", 3)
+    rows = [tuple(r) for r in comparison.timeline.itertuples(index=False)]
+    path = plot_timeline(rows, tmp_path / "t.png", "raw rows", train_gpus=32)
+    assert path.read_bytes()[:8] == PNG_MAGIC
+    with pytest.raises(ValueError, match="timeline policy"):
+        run_comparison(POLICIES, [str(workload_csv)], [0], progress=False, timeline_policy="tiresias")
+
+
+def test_expand_workloads(workload_csv: Path) -> None:
+    test_split = [n for n in list_shipped_workloads() if n.startswith("test/")]
+    refs = expand_workloads(["test"])
+    assert [r.source for r in refs] == test_split and [r.label for r in refs] == test_split
+    from_dir = expand_workloads([workload_csv.parent, str(workload_csv)])  # directory + the same file: once
+    assert [r.label for r in from_dir] == ["small-gen"]
+    empty = workload_csv.parent / "empty"
+    empty.mkdir(exist_ok=True)
+    with pytest.raises(ValueError, match="holds no"):
+        expand_workloads([empty])
+
+
+def test_cli_compare_end_to_end(workload_csv: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "cli"
+    argv = ["compare", "--workloads", str(workload_csv), "--policies", "fifo", "ats", "--seeds", "0"]
+    assert main([*argv, "--shared-pool", "16x4", "--timeline-policy", "ats", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "policy comparison" in printed and "ats" in printed
+    for name in OUTPUTS:
+        assert (out / name).stat().st_size > 0, name
+    frame = pd.read_csv(out / "results.csv")
+    assert set(frame["cluster"]) == {"shared 16x4"}
+    assert "for ats on small-gen" in (out / "results.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--policies", "fifo", "no-such-policy"], "unknown policy 'no-such-policy'"),
+        (["--policies", "fifo", "--jobs", "0"], "jobs must be >= 1"),
+        (["--policies", "fifo", "--timeline-policy", "ats"], "timeline policy 'ats'"),
+    ],
+)
+def test_cli_user_errors_exit_2(
+    extra: list[str], message: str, workload_csv: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["compare", "--workloads", str(workload_csv), *extra, "--out", str(tmp_path / "x")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("deepboot compare: error:") and message in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "x").exists()
+
+
+def test_cli_missing_workload_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["compare", "--workloads", str(tmp_path / "missing.csv"), "--policies", "fifo", "--out", str(tmp_path)])
+    assert code == 2
+    assert "missing.csv" in capsys.readouterr().err
