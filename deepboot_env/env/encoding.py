@@ -187,10 +187,27 @@ def decode_action(action: np.ndarray, state: ClusterState, max_jobs: int, lend_l
         targets[job.id] = want
     excess = sum(targets.values()) - capacity
     if excess > 0:
-        by_id = {job.id: job for job in jobs}
-        while excess > 0:
-            victim = max(targets, key=lambda j: (targets[j], by_id[j].attained_service, by_id[j].arrival))
-            targets[victim] -= 1
-            excess -= 1
-            repaired += 1
+        repaired += excess
+        trim_to_capacity(targets, {job.id: job for job in jobs}, excess)
     return Allocation(place_counts(state, targets, cap)), repaired
+
+
+def trim_to_capacity(targets: dict[int, int], jobs: dict[int, JobView], excess: int) -> None:
+    """Remove ``excess`` GPUs, one at a time from the largest target (ties: most attained service,
+    then latest arrival), computed level by level instead of GPU by GPU."""
+    order = sorted(targets, key=lambda j: (-targets[j], -jobs[j].attained_service, -jobs[j].arrival))
+    while excess > 0:
+        top = targets[order[0]]
+        group = [j for j in order if targets[j] == top]
+        below = max((targets[j] for j in order if targets[j] < top), default=0)
+        per_job = top - below
+        if per_job * len(group) <= excess:
+            for j in group:
+                targets[j] = below
+            excess -= per_job * len(group)
+        else:
+            full, extra = divmod(excess, len(group))
+            for i, j in enumerate(group):
+                targets[j] = top - full - (1 if i < extra else 0)
+            excess = 0
+        order.sort(key=lambda j: (-targets[j], -jobs[j].attained_service, -jobs[j].arrival))

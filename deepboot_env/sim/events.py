@@ -42,10 +42,10 @@ class Event:
 
 
 class EventQueue:
-    """A binary heap of :class:`Event`."""
+    """A binary heap of plain tuples (fast comparisons), handed out as :class:`Event`."""
 
     def __init__(self) -> None:
-        self._heap: list[Event] = []
+        self._heap: list[tuple[float, int, int, int, int]] = []
         self._seq = 0
 
     def __len__(self) -> int:
@@ -54,16 +54,18 @@ class EventQueue:
     def push(self, time: float, kind: EventKind, target: int, version: int = 0) -> None:
         """Schedule an event."""
         self._seq += 1
-        heapq.heappush(self._heap, Event(time, kind, self._seq, target, version))
+        heapq.heappush(self._heap, (time, int(kind), self._seq, target, version))
 
     def peek_time(self) -> float | None:
         """Time of the earliest event, or None if empty."""
-        return self._heap[0].time if self._heap else None
+        return self._heap[0][0] if self._heap else None
 
     def peek(self) -> Event:
         """The earliest event, left in the queue."""
-        return self._heap[0]
+        t, kind, seq, target, version = self._heap[0]
+        return Event(t, EventKind(kind), seq, target, version)
 
     def pop(self) -> Event:
         """Remove and return the earliest event."""
-        return heapq.heappop(self._heap)
+        t, kind, seq, target, version = heapq.heappop(self._heap)
+        return Event(t, EventKind(kind), seq, target, version)

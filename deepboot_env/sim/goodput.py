@@ -233,6 +233,7 @@ class RateTable:
         self._rates: dict[int, np.ndarray] = {}
         self._goodputs: dict[int, np.ndarray] = {}
         self._batches: dict[int, np.ndarray] = {}
+        self._suffix: dict[tuple[int, int], np.ndarray] = {}
 
     def _table(self, epoch: int) -> np.ndarray:
         table = self._rates.get(epoch)
@@ -255,6 +256,39 @@ class RateTable:
             self._goodputs[epoch] = goodput
             self._batches[epoch] = batch
         return table
+
+    def finish_time(self, t: float, epoch: int, multi_node: bool, replicas: int) -> float | None:
+        """Completion time of a job starting ``epoch`` at time ``t`` on a constant placement, with
+        each epoch's duration rounded to whole seconds (None if some rate is 0). Adds the durations
+        one by one when ``t`` is fractional, so the float result equals a step-by-step advance."""
+        suffix = self._epoch_suffix(multi_node, replicas)
+        rest = float(suffix[epoch])
+        if rest == np.inf:
+            return None
+        if float(t).is_integer():
+            return t + rest
+        durations = suffix[:-1] - suffix[1:]
+        for d in durations[epoch:]:
+            t += float(d)
+        return t
+
+    def _epoch_suffix(self, multi_node: bool, replicas: int) -> np.ndarray:
+        """Suffix sums of the rounded per-epoch durations at a constant placement."""
+        key = (int(multi_node), min(int(replicas), self.max_replicas))
+        suffix = self._suffix.get(key)
+        if suffix is None:
+            thresholds = self.app.epoch_progress
+            n = len(thresholds)
+            durations = np.empty(n)
+            prev = 0.0
+            for e in range(n):
+                rate = self.rate(e, bool(key[0]), key[1])
+                target = thresholds[e]
+                durations[e] = round((target - prev) / rate) if rate > 0 else np.inf
+                prev = float(target)
+            suffix = np.append(np.cumsum(durations[::-1])[::-1], 0.0)
+            self._suffix[key] = suffix
+        return suffix
 
     def rate(self, epoch: int, multi_node: bool, replicas: int) -> float:
         """Progress rate at ``replicas`` GPUs (0 for 0 GPUs)."""

@@ -137,8 +137,10 @@ def _run(
     t = t0
     if job.replicas == 0:
         return epoch, progress, phases, None, None
+    projecting = t1 == np.inf
     while True:
         stretch_ends = False
+        final_stretch = not phases
         if phases:
             head = phases[0]
             seg_end = min(t + head.seconds, t1)
@@ -171,6 +173,9 @@ def _run(
             anchor = None
             if epoch >= last_epoch:
                 return epoch, progress, [], None, t
+            if projecting and final_stretch:
+                # Whole epochs at a constant rate: their rounded durations are cached per table.
+                return last_epoch, float(thresholds[-1]), [], None, rates.finish_time(t, epoch, multi, k)
         t = seg_end
         if k == 0 or stretch_ends:
             anchor = None
