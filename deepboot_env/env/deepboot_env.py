@@ -196,7 +196,7 @@ class DeepBootEnv(gym.Env):
         if self.sim.done:
             raise RuntimeError("the episode is over; call reset()")
         alloc, repaired = decode_action(np.asarray(action), self._state, self.max_jobs, self.lend_levels)
-        self.sim.apply(alloc, self._state, repair=True)
+        self.sim.apply(alloc, self._state)  # decode_action already repaired it; apply validates
         t0, waited0 = self._reward_from, self._waited_from
         self.sim.advance()
         t1 = self._reward_from = self.sim.now

@@ -152,6 +152,9 @@ class ClusterLedger:
         self.running = np.zeros(n, dtype=np.int64)
         self.protect = np.zeros(n, dtype=np.int64)
         self.sleep = np.zeros(n, dtype=np.int64)
+        self._infer_mask = self.kinds == NODE_INFER
+        self.totals = {"train": 0, "lent": 0, "running": 0, "protect": 0, "sleep": 0}
+        """Cluster-wide counts kept in step with the arrays (``lent`` = training on inference nodes)."""
 
     def used(self) -> np.ndarray:
         """GPUs held per node by anyone."""
@@ -180,17 +183,22 @@ class ClusterLedger:
             node = int(np.argmax(total > self.capacity))
             raise OverCapacityError(f"{who}: node {node} would hold {int(total[node])} GPUs but has {self.capacity}")
         self.train = new
+        self.totals["train"] += int(delta.sum())
+        self.totals["lent"] += int(delta[self._infer_mask].sum())
 
     def add_pod(self, node: int, state: str, who: str) -> None:
         """Count one more pod in ``state`` on ``node``."""
         if self.used()[node] + 1 > self.capacity:
             raise OverCapacityError(f"{who}: node {node} has no free GPU for a pod")
         getattr(self, state)[node] += 1
+        self.totals[state] += 1
 
     def move_pod(self, node: int, old: str, new: str) -> None:
         """A pod on ``node`` changes state."""
         getattr(self, old)[node] -= 1
         getattr(self, new)[node] += 1
+        self.totals[old] -= 1
+        self.totals[new] += 1
 
     def remove_pod(self, node: int, state: str) -> None:
         """A pod in ``state`` leaves ``node``."""
@@ -198,6 +206,7 @@ class ClusterLedger:
         if arr[node] <= 0:
             raise OverCapacityError(f"no {state} pod to remove on node {node}")
         arr[node] -= 1
+        self.totals[state] -= 1
 
     def check(self) -> None:
         """Assert the ledger is consistent (every count within [0, capacity])."""
@@ -207,3 +216,12 @@ class ClusterLedger:
         if np.any(self.used() > self.capacity):
             node = int(np.argmax(self.used() > self.capacity))
             raise OverCapacityError(f"node {node} over capacity")
+        expected = {
+            "train": int(self.train.sum()),
+            "lent": int(self.train[self._infer_mask].sum()),
+            "running": int(self.running.sum()),
+            "protect": int(self.protect.sum()),
+            "sleep": int(self.sleep.sum()),
+        }
+        if expected != self.totals:
+            raise OverCapacityError(f"ledger totals {self.totals} disagree with per-node counts {expected}")

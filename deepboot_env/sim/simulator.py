@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from deepboot_env.sim.apps import COLD_START_DELAY_S, AppProfile, default_profiles
-from deepboot_env.sim.cluster import NODE_INFER, NODE_TRAIN, ClusterConfig, ClusterLedger
+from deepboot_env.sim.cluster import NODE_TRAIN, ClusterConfig, ClusterLedger
 from deepboot_env.sim.events import Event, EventKind, EventQueue
 from deepboot_env.sim.goodput import RateTable
 from deepboot_env.sim.inference import PROTECT, RUNNING, SLEEP, Pod, RequestRecord, protect_time
@@ -168,10 +168,10 @@ class Simulator:
     # -------------------------------------------------------------- accounting
     def _gpus_by_state(self) -> tuple[int, int, int, int, int, int]:
         """GPUs now in each of :data:`GPU_STATES`."""
-        led = self.ledger
-        lent = int(led.train[led.kinds == NODE_INFER].sum())
-        training = int(led.train.sum()) - lent
-        running, protect, sleep = int(led.running.sum()), int(led.protect.sum()), int(led.sleep.sum())
+        tot = self.ledger.totals
+        lent = tot["lent"]
+        training = tot["train"] - lent
+        running, protect, sleep = tot["running"], tot["protect"], tot["sleep"]
         idle = self.config.cluster.total_gpus - training - lent - running - protect - sleep
         return training, lent, running, protect, sleep, idle
 
