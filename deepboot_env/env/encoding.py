@@ -84,12 +84,7 @@ def encode_job(job: JobView, state: ClusterState, out: np.ndarray) -> None:
     out[i + 3] = min(math.log1p(job.attained_service) / _LOG_SERVICE, 1.0)
     out[i + 4] = min(job.num_restarts / 20.0, 1.0)
     out[i + 5] = job.progress_fraction
-    table = job.rate_table()
-    k_max = table.shape[1] - 1
-    g = state.gpus_per_node
-    curve = np.array([table[int(k > g), min(k, k_max)] for k in SPEEDUP_POINTS])
-    peak = curve.max()
-    out[i + 6 : i + 6 + len(SPEEDUP_POINTS)] = curve / peak if peak > 0 else 0.0
+    out[i + 6 : i + 6 + len(SPEEDUP_POINTS)] = job.rates.speedup_curve(job.epoch, SPEEDUP_POINTS, state.gpus_per_node)
     j = i + 6 + len(SPEEDUP_POINTS)
     lent = int(job.alloc[state.node_kinds == NODE_INFER].sum())
     out[j] = lent / replicas if replicas else 0.0

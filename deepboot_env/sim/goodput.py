@@ -234,6 +234,7 @@ class RateTable:
         self._goodputs: dict[int, np.ndarray] = {}
         self._batches: dict[int, np.ndarray] = {}
         self._suffix: dict[tuple[int, int], np.ndarray] = {}
+        self._curves: dict[tuple[int, tuple[int, ...], int], np.ndarray] = {}
 
     def _table(self, epoch: int) -> np.ndarray:
         table = self._rates.get(epoch)
@@ -289,6 +290,21 @@ class RateTable:
             suffix = np.append(np.cumsum(durations[::-1])[::-1], 0.0)
             self._suffix[key] = suffix
         return suffix
+
+    def speedup_curve(self, epoch: int, points: tuple[int, ...], gpus_per_node: int) -> np.ndarray:
+        """Rates at ``points`` GPUs packed on nodes of ``gpus_per_node``, divided by their peak
+        (cached; a read-only array)."""
+        key = (epoch, points, gpus_per_node)
+        curve = self._curves.get(key)
+        if curve is None:
+            table = self._table(epoch)
+            k_max = table.shape[1] - 1
+            curve = np.array([table[int(k > gpus_per_node), min(k, k_max)] for k in points])
+            peak = curve.max()
+            curve = curve / peak if peak > 0 else np.zeros_like(curve)
+            curve.flags.writeable = False
+            self._curves[key] = curve
+        return curve
 
     def rate(self, epoch: int, multi_node: bool, replicas: int) -> float:
         """Progress rate at ``replicas`` GPUs (0 for 0 GPUs)."""
