@@ -100,6 +100,8 @@ _BUILTIN: dict[str, str] = {
     "optimus": "baselines.optimus",
     "afs": "baselines.afs",
     "afs-lend": "baselines.afs",
+    "pollux": "baselines.pollux",
+    "pollux-lend": "baselines.pollux",
 }
 """Built-in policies -> the module that registers them, imported on first use so the core does
 not depend on ``baselines``."""
