@@ -1,1 +1,13 @@
-"""agents package."""
+"""Learned agents for DeepBoot-v0: PPO / MaskablePPO construction, callbacks, policy adapter.
+
+* :mod:`agents.factory`: :func:`~agents.factory.make_vec_env_for`,
+  :func:`~agents.factory.build_model`, ``k:v`` hyperparameter parsing, device resolution.
+* :mod:`agents.callbacks`: :class:`~agents.callbacks.SchedMetricsCallback` (``sched/*`` and
+  ``reward/*`` TensorBoard scalars) and :class:`~agents.callbacks.WorkloadEvalCallback`
+  (validation episodes, ``evaluations.csv``, ``best_model.zip``).
+* :mod:`agents.policy_adapter`: a saved model as a :class:`~deepboot_env.policy.Policy`
+  (``make_policy("ppo:<path>")``).
+
+Training from the command line: ``python train_policy.py --help``. Importing this package is
+cheap; the submodules import stable-baselines3 / torch when used.
+"""

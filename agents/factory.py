@@ -1,0 +1,314 @@
+"""Build vectorised DeepBoot-v0 envs and PPO / MaskablePPO models with defaults for this env.
+
+* :func:`make_vec_env_for`: SB3 ``make_vec_env`` over ``DeepBoot-v0`` (``DummyVecEnv``, each
+  sub-env wrapped in ``Monitor``; sub-env ``i`` is seeded ``seed + i``).
+* :func:`build_model`: ``PPO`` or ``MaskablePPO`` with ``MultiInputPolicy`` and
+  :data:`DEFAULT_HYPERPARAMS` overridden by the caller's hyperparameters.
+* :func:`parse_kv` / :func:`parse_value`: RL-Zoo-style ``k:v`` overrides (Python literals,
+  ``lin_<x>`` linear schedules, ``policy_kwargs`` as a ``dict(...)`` expression).
+* :func:`resolve_device`: ``auto`` -> ``cuda`` when ``torch.cuda.is_available()`` else ``cpu``.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+ALGOS: tuple[str, ...] = ("ppo", "maskable_ppo")
+"""Algorithms :func:`build_model` accepts."""
+
+DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
+"""Values of ``--device``."""
+
+DEFAULT_HYPERPARAMS: dict[str, dict[str, Any]] = {
+    "ppo": {
+        "policy": "MultiInputPolicy",
+        "n_steps": 256,
+        "batch_size": 256,
+        "n_epochs": 10,
+        "gamma": 0.995,
+        "gae_lambda": 0.95,
+        "clip_range": 0.2,
+        "ent_coef": 0.01,
+        "vf_coef": 0.5,
+        "max_grad_norm": 0.5,
+        "learning_rate": 3e-4,
+        "policy_kwargs": {"net_arch": {"pi": [256, 256], "vf": [256, 256]}},
+    },
+}
+DEFAULT_HYPERPARAMS["maskable_ppo"] = copy.deepcopy(DEFAULT_HYPERPARAMS["ppo"])
+"""Starting hyperparameters per algorithm (ecosystem.md §5.7): ``n_steps`` is per env; long
+episodes (~1,000-3,000 decisions) call for gamma 0.995."""
+
+HYPERPARAM_TYPES: dict[str, type | tuple[type, ...]] = {
+    "policy": str,
+    "n_steps": int,
+    "batch_size": int,
+    "n_epochs": int,
+    "gamma": float,
+    "gae_lambda": float,
+    "ent_coef": float,
+    "vf_coef": float,
+    "max_grad_norm": float,
+    "normalize_advantage": bool,
+    "target_kl": (float, type(None)),
+    "stats_window_size": int,
+    "learning_rate": (float, str),
+    "clip_range": (float, str),
+    "clip_range_vf": (float, str, type(None)),
+    "policy_kwargs": (dict, str),
+}
+"""Hyperparameters accepted (and their raw types: schedules are ``lin_<x>`` strings)."""
+
+
+class ConfigError(ValueError):
+    """A bad flag value, ``k:v`` pair or configuration entry (one-line message)."""
+
+
+# ------------------------------------------------------------------------------------ k:v parsing
+def parse_value(text: str) -> Any:
+    """A ``k:v`` value: a Python literal (``3e-4``, ``[64, 64]``, ``True``, ``None``, ``{'a': 1}``)
+    or, failing that, the text itself (``lin_3e-4``, ``dict(net_arch=[64])``, ``afe``)."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return text
+
+
+def parse_kv(items: Sequence[str] | None, what: str = "--hyperparams") -> dict[str, Any]:
+    """Parse ``["k:v", ...]`` into a dict (values via :func:`parse_value`).
+
+    Raises:
+        ConfigError: for an item without ``:`` or with an empty key.
+    """
+    out: dict[str, Any] = {}
+    for item in items or ():
+        key, sep, value = str(item).partition(":")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"{what}: expected key:value, got {item!r}")
+        out[key] = parse_value(value.strip())
+    return out
+
+
+def linear_schedule(initial: float) -> Any:
+    """Linear decay from ``initial`` (start of training) to 0 (end), as SB3 schedules."""
+    from stable_baselines3.common.utils import LinearSchedule
+
+    return LinearSchedule(float(initial), 0.0, 1.0)
+
+
+def _schedule(key: str, value: Any) -> Any:
+    if isinstance(value, str):
+        try:  # YAML reads 3e-4 (no dot / exponent sign) as a string
+            return float(value)
+        except ValueError:
+            pass
+        if value.startswith("lin_"):
+            try:
+                return linear_schedule(float(value[4:]))
+            except ValueError:
+                raise ConfigError(f"{key}: bad linear schedule {value!r} (expected lin_<number>)") from None
+        raise ConfigError(f"{key}: expected a number or lin_<number>, got {value!r}")
+    return value
+
+
+def _policy_kwargs(value: Any) -> dict[str, Any]:
+    if isinstance(value, dict):
+        out = dict(value)
+    else:
+        import torch as th
+
+        try:  # RL-Zoo convention: a dict(...) expression with nn available
+            out = eval(str(value), {"__builtins__": {}}, {"dict": dict, "nn": th.nn, "th": th})  # noqa: S307
+        except Exception as exc:  # noqa: BLE001 - any parse error is a config error
+            raise ConfigError(f"policy_kwargs: cannot parse {value!r} ({exc})") from None
+        if not isinstance(out, dict):
+            raise ConfigError(f"policy_kwargs: expected a dict, got {value!r}")
+    act = out.get("activation_fn")
+    if isinstance(act, str):
+        import torch as th
+
+        name = act.split(".")[-1]
+        if not hasattr(th.nn, name):
+            raise ConfigError(f"policy_kwargs: unknown activation_fn {act!r}")
+        out["activation_fn"] = getattr(th.nn, name)
+    return out
+
+
+def check_hyperparams(hyperparams: Mapping[str, Any]) -> None:
+    """Reject unknown keys and values of the wrong type (before any model is built).
+
+    Raises:
+        ConfigError: naming the offending key.
+    """
+    for key, value in hyperparams.items():
+        if key not in HYPERPARAM_TYPES:
+            raise ConfigError(f"unknown hyperparameter {key!r}; known: {', '.join(sorted(HYPERPARAM_TYPES))}")
+        want = HYPERPARAM_TYPES[key]
+        ok = isinstance(value, want)
+        if want is float or (isinstance(want, tuple) and float in want):
+            ok = ok or (isinstance(value, int) and not isinstance(value, bool))
+        if want is int and isinstance(value, bool):
+            ok = False
+        if not ok:
+            raise ConfigError(f"hyperparameter {key}: bad value {value!r}")
+        if key in ("learning_rate", "clip_range", "clip_range_vf") and isinstance(value, str):
+            _schedule(key, value)
+
+
+def resolve_hyperparams(algo: str, *overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+    """:data:`DEFAULT_HYPERPARAMS` for ``algo`` updated by each mapping in turn (raw values).
+
+    ``policy_kwargs`` dicts are replaced, not merged.
+    """
+    check_algo(algo)
+    out = copy.deepcopy(DEFAULT_HYPERPARAMS[algo])
+    for mapping in overrides:
+        if mapping:
+            out.update(copy.deepcopy(dict(mapping)))
+    check_hyperparams(out)
+    return out
+
+
+def model_kwargs(hyperparams: Mapping[str, Any]) -> dict[str, Any]:
+    """Raw hyperparameters -> constructor keyword arguments (schedules and policy_kwargs built)."""
+    check_hyperparams(hyperparams)
+    out: dict[str, Any] = {}
+    for key, value in hyperparams.items():
+        if key in ("learning_rate", "clip_range", "clip_range_vf"):
+            out[key] = _schedule(key, value)
+        elif key == "policy_kwargs":
+            out[key] = _policy_kwargs(value)
+        else:
+            out[key] = value
+    return out
+
+
+# ---------------------------------------------------------------------------------- algo / device
+def check_algo(algo: str) -> str:
+    """Return ``algo`` if known.
+
+    Raises:
+        ConfigError: for an unknown algorithm, listing the known ones.
+    """
+    if algo not in ALGOS:
+        raise ConfigError(f"unknown algo {algo!r}; choose from {', '.join(ALGOS)}")
+    return algo
+
+
+def algo_class(algo: str) -> type:
+    """The SB3 class of ``algo`` (``PPO`` or sb3-contrib ``MaskablePPO``)."""
+    check_algo(algo)
+    if algo == "maskable_ppo":
+        from sb3_contrib import MaskablePPO
+
+        return MaskablePPO
+    from stable_baselines3 import PPO
+
+    return PPO
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda`` if available else ``cpu``; ``cuda`` without a GPU falls back to ``cpu``
+    with a warning.
+
+    Raises:
+        ConfigError: for anything but auto/cpu/cuda (or ``cuda:<n>``).
+    """
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        return "cpu"
+    if device == "cuda" or device.startswith("cuda:"):
+        if torch.cuda.is_available():
+            return device
+        warnings.warn("--device cuda asked for but CUDA is not available; using cpu", RuntimeWarning, stacklevel=2)
+        return "cpu"
+    raise ConfigError(f"unknown device {device!r}; choose from {', '.join(DEVICES)}")
+
+
+# ----------------------------------------------------------------------------------- env / model
+def make_vec_env_for(
+    workload: Any = "train",
+    n_envs: int = 1,
+    seed: int | None = 0,
+    env_kwargs: Mapping[str, Any] | None = None,
+    monitor_dir: str | None = None,
+    vec_env: str = "dummy",
+) -> Any:
+    """``n_envs`` copies of ``DeepBoot-v0`` in a ``DummyVecEnv``, each wrapped in ``Monitor``.
+
+    Args:
+        workload: the env's ``workload`` argument (split name, shipped name, CSV path,
+            :class:`~deepboot_env.sim.workload.Workload` or a list of them).
+        n_envs: number of sub-envs (DummyVecEnv: the fastest choice on small machines).
+        seed: sub-env ``i`` is reset with ``seed + i`` first.
+        env_kwargs: other :class:`~deepboot_env.env.DeepBootEnv` arguments (``max_jobs`` ...).
+        monitor_dir: where ``Monitor`` writes its CSVs (None: nowhere).
+        vec_env: ``dummy`` (default; fastest on small machines, ecosystem.md §3.6) or
+            ``subproc`` (one process per env; pays off only for slow steps).
+    """
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+    import deepboot_env  # noqa: F401  (registers DeepBoot-v0)
+
+    if int(n_envs) < 1:
+        raise ConfigError(f"n_envs must be >= 1, got {n_envs}")
+    if vec_env not in ("dummy", "subproc"):
+        raise ConfigError(f"unknown vec_env {vec_env!r}; choose from dummy, subproc")
+    kwargs = dict(env_kwargs or {})
+    kwargs["workload"] = workload
+    return make_vec_env(
+        "DeepBoot-v0",
+        n_envs=int(n_envs),
+        seed=seed,
+        env_kwargs=kwargs,
+        vec_env_cls=DummyVecEnv if vec_env == "dummy" else SubprocVecEnv,
+        monitor_dir=monitor_dir,
+    )
+
+
+def build_model(
+    algo: str,
+    env: Any,
+    device: str = "cpu",
+    seed: int | None = 0,
+    tensorboard_log: str | None = None,
+    hyperparams: Mapping[str, Any] | None = None,
+    verbose: int = 0,
+) -> Any:
+    """A new ``PPO`` / ``MaskablePPO`` on ``env``.
+
+    Args:
+        algo: ``ppo`` or ``maskable_ppo``.
+        env: a VecEnv (see :func:`make_vec_env_for`).
+        device: ``auto``, ``cpu`` or ``cuda`` (see :func:`resolve_device`).
+        seed: seeds torch, numpy and the action space.
+        tensorboard_log: TensorBoard root (None: no SB3-configured TensorBoard output).
+        hyperparams: raw overrides of :data:`DEFAULT_HYPERPARAMS` (``lin_<x>`` schedules,
+            ``policy_kwargs`` dict or ``dict(...)`` string).
+        verbose: SB3 verbosity.
+
+    Raises:
+        ConfigError: unknown algo, device or hyperparameter.
+    """
+    cls = algo_class(algo)
+    raw = resolve_hyperparams(algo, hyperparams)
+    kwargs = model_kwargs(raw)
+    policy = kwargs.pop("policy")
+    return cls(
+        policy,
+        env,
+        device=resolve_device(device),
+        seed=seed,
+        tensorboard_log=tensorboard_log,
+        verbose=verbose,
+        **kwargs,
+    )

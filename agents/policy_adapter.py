@@ -1,0 +1,219 @@
+"""A saved PPO / MaskablePPO model as a :class:`~deepboot_env.policy.Policy` (``ppo:<path>``).
+
+``make_policy("ppo:runs/maskable_ppo_1/best_model.zip")`` calls :func:`load_agent_policy`, so
+``deepboot simulate`` / ``deepboot compare`` run a trained agent through the same
+:func:`~deepboot_env.evaluation.run_episode` loop as the heuristics.
+
+At each decision :meth:`AgentPolicy.decide` encodes the :class:`ClusterState` exactly as
+``DeepBootEnv`` does (:func:`encode_observation`, built on the env's own
+:func:`~deepboot_env.env.encoding.encode_job` / :func:`~deepboot_env.env.encoding.encode_cluster`),
+asks the model for a deterministic action (passing :func:`~deepboot_env.env.encoding.action_mask`
+for MaskablePPO) and decodes it with :func:`~deepboot_env.env.encoding.decode_action`, which
+repairs targets that do not fit. Reclaim (ATS-I) and adaptive batch sizes are those of the env.
+
+The env arguments the model depends on (``max_jobs``, ``lend_levels``) are read from the model's
+action space; a ``config.yml`` next to the model (written by ``train_policy.py``) names the
+algorithm, otherwise it is read from the saved policy class.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from deepboot_env.env.encoding import (
+    CLUSTER_FEATURES,
+    GPU_BUCKETS,
+    JOB_FEATURES,
+    action_mask,
+    decode_action,
+    encode_cluster,
+    encode_job,
+)
+from deepboot_env.policy import Allocation, BasePolicy, ClusterState
+
+MODEL_FILES: tuple[str, ...] = ("best_model.zip", "final_model.zip")
+"""Files looked for, in order, when ``ppo:<path>`` names a run folder."""
+
+
+def encode_observation(state: ClusterState, max_jobs: int) -> dict[str, np.ndarray]:
+    """The ``DeepBoot-v0`` observation of ``state`` (same layout and values as the env's)."""
+    jobs = np.zeros((max_jobs, len(JOB_FEATURES)), dtype=np.float32)
+    for slot, job in enumerate(state.jobs[:max_jobs]):
+        encode_job(job, state, jobs[slot])
+    cluster = np.zeros(len(CLUSTER_FEATURES), dtype=np.float32)
+    encode_cluster(state, max_jobs, cluster)
+    return {"jobs": jobs.reshape(-1), "cluster": cluster}
+
+
+def env_shape_of(model: Any) -> dict[str, int]:
+    """``max_jobs`` and ``lend_levels`` of the env ``model`` was trained on (from its spaces).
+
+    Raises:
+        ValueError: if the spaces are not those of ``DeepBoot-v0``.
+    """
+    nvec = np.asarray(getattr(model.action_space, "nvec", []), dtype=np.int64).reshape(-1)
+    if nvec.size < 2 or np.any(nvec[:-1] != len(GPU_BUCKETS)):
+        raise ValueError(f"model action space {model.action_space} is not a DeepBoot-v0 action space")
+    max_jobs, lend_levels = int(nvec.size - 1), int(nvec[-1])
+    spaces = getattr(model.observation_space, "spaces", {})
+    jobs, cluster = spaces.get("jobs"), spaces.get("cluster")
+    if (
+        jobs is None
+        or cluster is None
+        or jobs.shape != (max_jobs * len(JOB_FEATURES),)
+        or cluster.shape != (len(CLUSTER_FEATURES),)
+    ):
+        raise ValueError(f"model observation space {model.observation_space} does not match DeepBoot-v0")
+    return {"max_jobs": max_jobs, "lend_levels": lend_levels}
+
+
+def uses_masks(model: Any) -> bool:
+    """Whether ``model`` is an sb3-contrib MaskablePPO (which takes ``action_masks``)."""
+    try:
+        from sb3_contrib import MaskablePPO
+    except ImportError:  # pragma: no cover - sb3-contrib is a dependency
+        return False
+    return isinstance(model, MaskablePPO)
+
+
+class AgentPolicy(BasePolicy):
+    """A trained SB3 model deciding the training allocation at each boundary.
+
+    Args:
+        model: a ``PPO`` or ``MaskablePPO`` trained on ``DeepBoot-v0``.
+        deterministic: take the most likely action (evaluation) instead of sampling.
+        name: the policy's name in results tables.
+
+    Attributes:
+        max_jobs, lend_levels: the env arguments read from the model's spaces.
+        masked: whether predictions pass action masks (MaskablePPO).
+        last_action, last_mask: the latest raw action and mask (for inspection and tests).
+        repaired_gpus: GPUs the decoding repair removed so far in this episode.
+    """
+
+    adaptive_batch = True
+
+    def __init__(self, model: Any, deterministic: bool = True, name: str = "ppo") -> None:
+        self.model = model
+        self.deterministic = bool(deterministic)
+        self.name = name
+        shape = env_shape_of(model)
+        self.max_jobs = shape["max_jobs"]
+        self.lend_levels = shape["lend_levels"]
+        self.masked = uses_masks(model)
+        self.last_action: np.ndarray | None = None
+        self.last_mask: np.ndarray | None = None
+        self.repaired_gpus = 0
+
+    def reset(self, seed: int | None = None) -> None:
+        """Forget the episode; seed torch's sampling when the policy is stochastic."""
+        self.last_action = self.last_mask = None
+        self.repaired_gpus = 0
+        if seed is not None and not self.deterministic:
+            import torch
+
+            torch.manual_seed(int(seed))
+
+    def predict(self, state: ClusterState) -> tuple[np.ndarray, np.ndarray]:
+        """The model's raw action for ``state`` and the mask it was given."""
+        obs = encode_observation(state, self.max_jobs)
+        mask = action_mask(state, self.max_jobs, self.lend_levels)
+        if self.masked:
+            action, _ = self.model.predict(obs, action_masks=mask, deterministic=self.deterministic)
+        else:
+            action, _ = self.model.predict(obs, deterministic=self.deterministic)
+        return np.asarray(action, dtype=np.int64).reshape(-1), mask
+
+    def decide(self, state: ClusterState) -> Allocation:
+        """Encode, predict (with masks for MaskablePPO), decode with the env's repair."""
+        action, mask = self.predict(state)
+        self.last_action, self.last_mask = action, mask
+        alloc, repaired = decode_action(action, state, self.max_jobs, self.lend_levels)
+        self.repaired_gpus += repaired
+        return alloc
+
+
+def resolve_model_path(path: str | Path) -> Path:
+    """A model zip from ``path``: the file itself (``.zip`` optional) or, for a run folder, its
+    ``best_model.zip``, else ``final_model.zip``.
+
+    Raises:
+        FileNotFoundError: naming what was looked for.
+    """
+    p = Path(path).expanduser()
+    if p.is_dir():
+        for name in MODEL_FILES:
+            if (p / name).is_file():
+                return p / name
+        raise FileNotFoundError(f"no {' or '.join(MODEL_FILES)} in {p}")
+    if p.is_file():
+        return p
+    if p.with_name(p.name + ".zip").is_file():
+        return p.with_name(p.name + ".zip")
+    raise FileNotFoundError(f"no saved model at {p}")
+
+
+def detect_algo(path: str | Path) -> str:
+    """``maskable_ppo`` or ``ppo`` for a saved model: ``config.yml`` beside it, else the saved
+    policy class's module."""
+    p = Path(path)
+    conf = p.parent / "config.yml"
+    if conf.is_file():
+        try:
+            import yaml
+
+            algo = (yaml.safe_load(conf.read_text(encoding="utf-8")) or {}).get("algo")
+        except Exception:  # noqa: BLE001 - fall back to the zip
+            algo = None
+        if algo in ("ppo", "maskable_ppo"):
+            return algo
+    try:
+        with zipfile.ZipFile(p) as zf:
+            data = json.loads(zf.read("data"))
+        module = str(data.get("policy_class", {}).get("__module__", ""))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
+        raise ValueError(f"{p} is not a stable-baselines3 model zip ({exc})") from None
+    return "maskable_ppo" if module.startswith("sb3_contrib.common.maskable") else "ppo"
+
+
+def load_model(path: str | Path, device: str = "cpu", algo: str | None = None) -> Any:
+    """Load a saved PPO / MaskablePPO (algorithm detected when ``algo`` is None)."""
+    from agents.factory import algo_class, resolve_device
+
+    p = resolve_model_path(path)
+    cls = algo_class(algo or detect_algo(p))
+    return cls.load(p, device=resolve_device(device))
+
+
+def load_agent_policy(
+    path: str | Path,
+    device: str = "cpu",
+    deterministic: bool = True,
+    algo: str | None = None,
+    num_threads: int | None = 1,
+    name: str | None = None,
+) -> AgentPolicy:
+    """The saved model at ``path`` as a :class:`AgentPolicy` (the ``ppo:<path>`` factory).
+
+    Args:
+        path: a model zip, or a run folder (its best model, else its final model).
+        device: torch device for inference (``cpu`` is fastest for these small MLPs).
+        deterministic: most likely action (True, for evaluation) or sampled.
+        algo: ``ppo`` / ``maskable_ppo`` (None: detected).
+        num_threads: ``torch.set_num_threads(num_threads)`` before loading (process-wide; None
+            leaves it alone). The default 1 is ~2x faster for these small networks and keeps
+            ``deepboot compare --jobs N`` from hanging: workers forked after the parent ran torch
+            ops with several OpenMP threads deadlock on their first parallel op.
+        name: policy name in results (default ``ppo:<path>``).
+    """
+    if num_threads is not None:
+        import torch
+
+        torch.set_num_threads(int(num_threads))
+    model = load_model(path, device=device, algo=algo)
+    return AgentPolicy(model, deterministic=deterministic, name=name or f"ppo:{path}")

@@ -1,0 +1,199 @@
+"""agents/: the ppo:<path> policy adapter, hyperparameter parsing, model construction."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+import deepboot_env  # noqa: F401  (registers DeepBoot-v0)
+from agents.factory import (
+    DEFAULT_HYPERPARAMS,
+    ConfigError,
+    build_model,
+    make_vec_env_for,
+    model_kwargs,
+    parse_kv,
+    resolve_device,
+    resolve_hyperparams,
+)
+from agents.policy_adapter import AgentPolicy, encode_observation, env_shape_of, resolve_model_path
+from deepboot_env.env import DeepBootEnv
+from deepboot_env.env.encoding import GPU_BUCKETS
+from deepboot_env.evaluation import run_episode
+from deepboot_env.policy import Policy, make_policy, validate_allocation
+from deepboot_env.sim.simulator import SimConfig
+from traces.generate import generate_workload
+
+MAX_JOBS = 8
+SMALL_NET = {"n_steps": 64, "batch_size": 64, "policy_kwargs": {"net_arch": [32, 32]}}
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return generate_workload("tiny", 1, train={"num_jobs": 10}, inference={"horizon_s": 4 * 3600.0, "mean_gpus": 3.0})
+
+
+def _save_untrained(algo: str, workload, path: Path) -> Path:
+    env = make_vec_env_for(workload, 1, 0, {"max_jobs": MAX_JOBS})
+    model = build_model(algo, env, device="cpu", seed=0, hyperparams=SMALL_NET)
+    model.save(path)
+    env.close()
+    return path
+
+
+def _chosen_ok(mask: np.ndarray, action: np.ndarray, max_jobs: int) -> bool:
+    nb = len(GPU_BUCKETS)
+    slots = all(mask[d * nb + int(action[d])] for d in range(max_jobs))
+    return slots and bool(mask[max_jobs * nb + int(action[max_jobs])])
+
+
+def test_encode_observation_matches_env(tiny) -> None:
+    env = DeepBootEnv(workload=tiny, max_jobs=MAX_JOBS)
+    obs, _ = env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    nb = len(GPU_BUCKETS)
+    for _ in range(60):
+        mine = encode_observation(env.sim.observe(), MAX_JOBS)
+        for key in ("jobs", "cluster"):
+            np.testing.assert_array_equal(mine[key], obs[key])
+            assert mine[key].dtype == obs[key].dtype
+        mask = env.action_masks()
+        action = [rng.choice(np.flatnonzero(mask[i * nb : (i + 1) * nb])) for i in range(MAX_JOBS)]
+        action.append(rng.choice(np.flatnonzero(mask[MAX_JOBS * nb :])))
+        obs, _, terminated, truncated, _ = env.step(np.array(action))
+        assert not (terminated or truncated)
+
+
+def test_maskable_adapter_runs_an_episode_with_masks(tiny, tmp_path) -> None:
+    path = _save_untrained("maskable_ppo", tiny, tmp_path / "maskable.zip")
+    policy = make_policy(f"ppo:{path}")
+    assert isinstance(policy, AgentPolicy) and isinstance(policy, Policy)
+    assert policy.masked and (policy.max_jobs, policy.lend_levels) == (MAX_JOBS, 5)
+    decisions, unmasked_violations = [], 0
+    decide = policy.decide
+
+    def checked(state):
+        alloc = decide(state)
+        validate_allocation(state, alloc)  # raises on an invalid allocation
+        decisions.append(_chosen_ok(policy.last_mask, policy.last_action, MAX_JOBS))
+        nonlocal unmasked_violations
+        raw, _ = policy.model.predict(encode_observation(state, MAX_JOBS), deterministic=True)
+        unmasked_violations += not _chosen_ok(policy.last_mask, raw, MAX_JOBS)
+        return alloc
+
+    policy.decide = checked
+    # an untrained agent may starve a job forever: bound the simulated time (arrivals end by 8 h)
+    metrics = run_episode(policy, tiny, SimConfig(max_time=10 * 3600.0), seed=0)
+    assert len(decisions) > 100 and all(decisions)
+    assert unmasked_violations > 0  # the same net without masks would pick masked-out buckets
+    assert metrics.train_jobs == 10 and metrics.train_jobs_done >= 1
+
+
+def test_ppo_adapter_and_run_folder(tiny, tmp_path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    _save_untrained("ppo", tiny, run / "final_model.zip")
+    assert resolve_model_path(run) == run / "final_model.zip"
+    (run / "config.yml").write_text(yaml.safe_dump({"algo": "ppo"}))
+    policy = make_policy(f"ppo:{run}")
+    assert isinstance(policy, AgentPolicy) and not policy.masked
+    metrics = run_episode(policy, tiny, SimConfig(max_time=9 * 3600.0), seed=0)
+    assert metrics.train_jobs == 10
+    with pytest.raises(FileNotFoundError, match="no saved model"):
+        make_policy(f"ppo:{tmp_path / 'missing.zip'}")
+
+
+def test_env_shape_from_model(tiny) -> None:
+    env = make_vec_env_for(tiny, 1, 0, {"max_jobs": 4, "lend_levels": 3})
+    model = build_model("maskable_ppo", env, hyperparams=SMALL_NET)
+    assert env_shape_of(model) == {"max_jobs": 4, "lend_levels": 3}
+    policy = AgentPolicy(model)
+    small = DeepBootEnv(workload=tiny, max_jobs=4, lend_levels=3)
+    small.reset(seed=0)
+    state = small.sim.observe()
+    validate_allocation(state, policy.decide(state))
+    assert len(policy.last_action) == 5
+
+
+def test_parse_kv_and_hyperparams() -> None:
+    parsed = parse_kv(["n_steps:128", "learning_rate:lin_1e-3", "gamma:0.99", "policy_kwargs:dict(net_arch=[8])"])
+    assert parsed["n_steps"] == 128 and parsed["gamma"] == 0.99
+    kwargs = model_kwargs(resolve_hyperparams("ppo", parsed))
+    assert kwargs["learning_rate"](1.0) == pytest.approx(1e-3) and kwargs["learning_rate"](0.0) == 0.0
+    assert kwargs["policy_kwargs"] == {"net_arch": [8]}
+    assert model_kwargs({"learning_rate": "3e-4"})["learning_rate"] == pytest.approx(3e-4)
+    with pytest.raises(ConfigError, match="expected key:value"):
+        parse_kv(["n_steps"])
+    with pytest.raises(ConfigError, match="unknown hyperparameter 'n_step'"):
+        resolve_hyperparams("ppo", {"n_step": 3})
+    with pytest.raises(ConfigError, match="bad value"):
+        resolve_hyperparams("ppo", {"n_steps": "many"})
+    with pytest.raises(ConfigError, match="lin_"):
+        model_kwargs({"learning_rate": "fast"})
+    with pytest.raises(ConfigError, match="unknown algo 'dqn'"):
+        resolve_hyperparams("dqn")
+
+
+def test_device_resolution() -> None:
+    assert resolve_device("cpu") == "cpu"
+    assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():
+        with pytest.warns(RuntimeWarning, match="CUDA is not available"):
+            assert resolve_device("cuda") == "cpu"
+    with pytest.raises(ConfigError, match="unknown device"):
+        resolve_device("tpu")
+
+
+def test_conf_default_preset_matches_builtin_defaults() -> None:
+    conf = yaml.safe_load((REPO / "conf" / "deepboot.yml").read_text())
+    run_keys = {"n_timesteps", "n_envs", "eval_freq", "eval_episodes", "save_freq", "env_kwargs"}
+    for algo, defaults in DEFAULT_HYPERPARAMS.items():
+        merged = {**conf["default"]["common"], **(conf["default"].get(algo) or {})}
+        assert {k: v for k, v in merged.items() if k not in run_keys} == defaults
+        smoke = {**conf["smoke"]["common"], **(conf["smoke"].get(algo) or {})}
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            resolve_hyperparams(algo, {k: v for k, v in smoke.items() if k not in run_keys})
+
+
+def test_compare_runs_agent_in_worker_processes(tiny, tmp_path) -> None:
+    """``run_comparison`` with jobs > 1 forks workers after the parent loaded the model; with
+    several torch threads used in the parent, forked workers used to deadlock."""
+    import subprocess
+    import sys
+
+    from traces.generate import write_workload_csv
+
+    model = _save_untrained("maskable_ppo", tiny, tmp_path / "agent.zip")
+    csv_path = write_workload_csv(tiny, tmp_path / "tiny.csv")
+    script = (
+        "import torch\n"
+        "torch.set_num_threads(2)\n"
+        "x = torch.randn(256, 256)\n"
+        "(x @ x).sum()\n"
+        "from deepboot_env.compare import run_comparison\n"
+        "from deepboot_env.sim.simulator import SimConfig\n"
+        f"c = run_comparison(['ppo:{model}'], [r'{csv_path}'], seeds=[0, 1], jobs=2, progress=False,\n"
+        "                    config=SimConfig(max_time=10 * 3600.0))\n"
+        "print(sorted(c.frame['train_jct_mean'].round(3).tolist()))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120, check=True
+    )
+    values = eval(out.stdout.strip().splitlines()[-1])  # noqa: S307 - our own printed list
+    expected = run_episode(make_policy(f"ppo:{model}"), tiny, SimConfig(max_time=10 * 3600.0)).train_jct_mean
+    assert values == [pytest.approx(expected, abs=1e-3)] * 2

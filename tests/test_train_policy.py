@@ -1,0 +1,142 @@
+"""train_policy.py: smoke trainings (MaskablePPO, PPO, --resume), run folder, TensorBoard tags."""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # train_policy.py is a script at the repository root
+
+import train_policy  # noqa: E402
+from traces.generate import generate_workload, write_workload_csv  # noqa: E402
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)  # train_policy sets 1 (--num-threads default)
+
+
+@pytest.fixture(scope="module")
+def tiny_csv(tmp_path_factory) -> Path:
+    wl = generate_workload("tiny", 1, train={"num_jobs": 10}, inference={"horizon_s": 4 * 3600.0, "mean_gpus": 3.0})
+    return write_workload_csv(wl, tmp_path_factory.mktemp("wl") / "tiny.csv")
+
+
+def _common(tiny_csv: Path, log_folder: Path) -> list[str]:
+    return [
+        "--preset",
+        "smoke",
+        "--workload",
+        str(tiny_csv),
+        "--eval-workload",
+        str(tiny_csv),
+        "--log-folder",
+        str(log_folder),
+        "--no-progress",
+        "--verbose",
+        "0",
+    ]
+
+
+def _scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    assert list(folder.glob("events.out.tfevents.*")), f"no event files in {folder}"
+    acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def test_smoke_maskable_ppo(tiny_csv, tmp_path) -> None:
+    argv = ["--algo", "maskable_ppo", "--n-timesteps", "2048", "--n-envs", "2", "--seed", "3", "--eval-freq", "1024"]
+    run = train_policy.run(argv + _common(tiny_csv, tmp_path / "runs"))
+    assert run == tmp_path / "runs" / "maskable_ppo_1"
+    for name in ("config.yml", "final_model.zip", "best_model.zip", "evaluations.csv", "progress.csv"):
+        assert (run / name).is_file(), name
+
+    config = yaml.safe_load((run / "config.yml").read_text())
+    assert config["algo"] == "maskable_ppo" and config["seed"] == 3 and config["n_envs"] == 2
+    assert config["env_kwargs"] == {"max_jobs": 8, "max_rounds": 1000}
+    assert config["hyperparams"]["n_steps"] == 128 and config["hyperparams"]["gamma"] == 0.995
+    assert config["versions"]["Stable-Baselines3"] and config["versions"]["sb3-contrib"]
+    assert config["results"]["total_timesteps"] == 2048 and config["results"]["steps_per_second"] > 0
+
+    with open(run / "evaluations.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [int(r["timesteps"]) for r in rows] == [1024, 2048]
+    assert {"workload", "train_jct_mean", "infer_latency_p99", "lent_gpu_hours"} <= set(rows[0])
+
+    scalars = _scalars(run / "tb")
+    for tag in ("sched/train_jct_mean", "sched/makespan", "sched/lent_gpu_hours", "sched/reclaims", "sched/restarts"):
+        assert tag in scalars, tag
+    assert "sched/infer_latency_p99" in scalars and "sched/repaired_gpus" in scalars
+    assert "reward/jct" in scalars and "reward/infer" in scalars
+    assert "eval/train_jct_mean" in scalars and "rollout/ep_rew_mean" in scalars
+    assert all(v > 0 for _, v in scalars["sched/train_jct_mean"])
+    assert all(v <= 0 for _, v in scalars["reward/jct"])
+
+    from deepboot_env.evaluation import run_episode
+    from deepboot_env.policy import make_policy
+    from traces.loaders import load_workload
+
+    policy = make_policy(f"ppo:{run}")  # the run folder -> its best model
+    assert policy.masked and policy.max_jobs == 8
+    best = min(rows, key=lambda r: float(r["censored_jct_mean"]))
+    if best["truncated"] == "0":  # evaluation during training == evaluation by deepboot compare
+        metrics = run_episode(policy, load_workload(tiny_csv))
+        assert metrics.train_jct_mean == pytest.approx(float(best["train_jct_mean"]), abs=1e-3)
+
+
+def test_ppo_tensorboard_log_and_resume(tiny_csv, tmp_path) -> None:
+    tb = tmp_path / "tb"
+    first = train_policy.run(
+        ["--algo", "ppo", "-n", "512", "--eval-freq", "0", "-tb", str(tb)] + _common(tiny_csv, tmp_path / "runs")
+    )
+    assert first.name == "ppo_1" and (first / "final_model.zip").is_file()
+    assert not (first / "best_model.zip").exists()  # evaluation disabled
+    assert list((tb / "ppo_1").glob("events.out.tfevents.*"))
+
+    second = train_policy.run(
+        ["--resume", str(first / "final_model.zip"), "-n", "256", "--eval-freq", "256", "--hyperparams", "n_epochs:1"]
+        + _common(tiny_csv, tmp_path / "runs")
+    )
+    assert second.name == "ppo_2"
+    config = yaml.safe_load((second / "config.yml").read_text())
+    assert config["algo"] == "ppo" and config["resumed_from"] == str(first / "final_model.zip")
+    assert config["results"]["total_timesteps"] == 768
+
+    from stable_baselines3 import PPO
+
+    model = PPO.load(second / "final_model.zip", device="cpu")
+    assert model.num_timesteps == 768 and model.n_epochs == 1
+    assert (second / "best_model.zip").is_file()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--algo", "dqn"], "unknown algo 'dqn'"),
+        (["--hyperparams", "n_steps"], "expected key:value"),
+        (["--hyperparams", "n_stepz:3"], "unknown hyperparameter 'n_stepz'"),
+        (["--env-kwargs", "max_job:3"], "unknown env argument 'max_job'"),
+        (["--env-kwargs", "max_jobs:0"], "max_jobs"),
+        (["--device", "tpu"], "unknown device"),
+        (["--resume", "nowhere.zip"], "no saved model"),
+        (["--workload", "no-such-workload"], "no-such-workload"),
+        (["--preset", "nope"], "no preset 'nope'"),
+    ],
+)
+def test_bad_flags_give_one_line_errors(argv, message, tmp_path, capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        train_policy.main(["--log-folder", str(tmp_path), "--no-progress", "--verbose", "0", *argv])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
