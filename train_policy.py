@@ -58,6 +58,13 @@ RUN_KEYS: dict[str, Any] = {
 }
 """Run settings a configuration preset may default, with their built-in defaults."""
 
+PRETRAIN_KEYS: dict[str, Any] = {
+    "pretrain_expert": None,
+    "pretrain_epochs": 15,
+    "pretrain_noise": [0.0, 0.05],
+}
+"""Behaviour-cloning warm start (:mod:`agents.imitation`) settings and their defaults."""
+
 FIXED_ENV_KWARGS = ("workload", "render_mode")
 """Env arguments that ``--env-kwargs`` may not set (``workload`` comes from ``--workload``)."""
 
@@ -96,6 +103,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-conf", "--conf-file", default=None, help="YAML of defaults (default: conf/deepboot.yml)")
     p.add_argument("--preset", default="default", help="preset of the configuration file (default: default)")
     p.add_argument("--resume", default=None, metavar="PATH", help="continue training a saved model (zip or run)")
+    p.add_argument(
+        "--pretrain-expert",
+        default=None,
+        metavar="POLICY",
+        help="clone this registered policy (e.g. ats) on the training workloads before PPO (preset; none: skip)",
+    )
+    p.add_argument("--pretrain-epochs", type=int, default=None, help="behaviour-cloning epochs (preset: 15)")
+    p.add_argument(
+        "--pretrain-noise",
+        type=float,
+        nargs="+",
+        default=None,
+        metavar="P",
+        help="one demonstration pass per noise level (DART-style action noise; preset: 0 0.05)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
         "--distribution-checks",
@@ -182,6 +204,7 @@ def resolve_settings(args: argparse.Namespace, algo: str) -> dict[str, Any]:
         raise ConfigError(f"--n-envs must be >= 1, got {settings['n_envs']}")
     if settings["eval_episodes"] < 0:
         raise ConfigError(f"--eval-episodes must be >= 0, got {settings['eval_episodes']}")
+    settings.update(resolve_pretrain(args, conf))
     env_kwargs = dict(conf.pop("env_kwargs", {}) or {})
     env_kwargs.update(parse_kv(args.env_kwargs, "--env-kwargs"))
     check_env_kwargs(env_kwargs)
@@ -191,6 +214,66 @@ def resolve_settings(args: argparse.Namespace, algo: str) -> dict[str, Any]:
     settings["cli_hyperparams"] = cli
     settings["hyperparams"] = resolve_hyperparams(algo, conf, cli)
     return settings
+
+
+def resolve_pretrain(args: argparse.Namespace, conf: dict[str, Any]) -> dict[str, Any]:
+    """The behaviour-cloning settings (``conf`` entries are consumed): built-in < preset < flags.
+
+    Raises:
+        ConfigError: an unknown expert policy, negative epochs or a noise level outside [0, 1).
+    """
+    from deepboot_env.policy import available_policies
+
+    out: dict[str, Any] = {}
+    for key, default in PRETRAIN_KEYS.items():
+        value = conf.pop(key, default)
+        if getattr(args, key) is not None:
+            value = getattr(args, key)
+        out[key] = value
+    expert = out["pretrain_expert"]
+    if expert in ("", "none", None):
+        out["pretrain_expert"] = None
+    elif expert not in available_policies():
+        raise ConfigError(f"--pretrain-expert: unknown policy {expert!r}; available: {', '.join(available_policies())}")
+    epochs = out["pretrain_epochs"]
+    if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 0:
+        raise ConfigError(f"--pretrain-epochs must be an integer >= 0, got {epochs!r}")
+    noise = out["pretrain_noise"]
+    noise = [noise] if isinstance(noise, int | float) else list(noise or [])
+    if not noise or any(not isinstance(p, int | float) or not 0.0 <= p < 1.0 for p in noise):
+        raise ConfigError(f"--pretrain-noise needs levels in [0, 1), got {out['pretrain_noise']!r}")
+    out["pretrain_noise"] = [float(p) for p in noise]
+    return out
+
+
+def warm_start(model: Any, settings: Mapping[str, Any], workloads: Sequence[Any], seed: int) -> dict[str, Any]:
+    """Clone ``settings["pretrain_expert"]`` into ``model`` (see :mod:`agents.imitation`);
+    returns what to record in ``config.yml``, and logs ``pretrain/*`` scalars."""
+    from agents.imitation import collect_demonstrations, pretrain
+
+    t0 = time.perf_counter()
+    demos = collect_demonstrations(
+        settings["pretrain_expert"],
+        workloads,
+        env_kwargs=settings["env_kwargs"],
+        gamma=float(model.gamma),
+        noise=settings["pretrain_noise"],
+        seed=seed,
+    )
+    history = pretrain(model, demos, epochs=settings["pretrain_epochs"], seed=seed)
+    for epoch, losses in enumerate(history):
+        for key, value in losses.items():
+            model.logger.record(f"pretrain/{key}", value)
+        model.logger.dump(epoch)
+    return {
+        "expert": settings["pretrain_expert"],
+        "transitions": len(demos),
+        "expert_jct_mean": round(float(sum(demos.episode_jct) / len(demos.episode_jct)), 1),
+        "epochs": settings["pretrain_epochs"],
+        "noise": settings["pretrain_noise"],
+        "final_losses": {k: round(v, 5) for k, v in history[-1].items()} if history else {},
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
 
 
 def next_run_dir(log_folder: str | Path, algo: str) -> Path:
@@ -306,6 +389,7 @@ def train(args: argparse.Namespace) -> Path:
         "env_kwargs": env_kwargs,
         "hyperparams": settings["cli_hyperparams"] if resume else settings["hyperparams"],
         "resumed_from": str(resume) if resume else None,
+        **{k: settings[k] for k in PRETRAIN_KEYS},
         "conf_file": str(args.conf_file or (DEFAULT_CONF if DEFAULT_CONF.is_file() else "")),
         "preset": args.preset,
         "args": vars(args),
@@ -324,6 +408,10 @@ def train(args: argparse.Namespace) -> Path:
     if args.verbose >= 1:
         formats.append(make_output_format("stdout", str(run_dir)))
     model.set_logger(Logger(str(run_dir), formats))
+    pretrained = resume is None and settings["pretrain_expert"] is not None
+    if pretrained:
+        config["pretrain"] = warm_start(model, settings, train_workloads, args.seed)
+        write_config(run_dir / "config.yml", config)
 
     sched = SchedMetricsCallback()
     callbacks: list[Any] = [sched]
@@ -338,6 +426,7 @@ def train(args: argparse.Namespace) -> Path:
             n_episodes=settings["eval_episodes"],
             log_dir=run_dir,
             max_rounds=int(env_kwargs.get("max_rounds", _env_default("max_rounds"))),
+            eval_at_start=pretrained,
             verbose=args.verbose,
         )
         callbacks.append(evaluator)

@@ -165,6 +165,8 @@ class WorkloadEvalCallback(BaseCallback):
         deterministic: most likely actions (True) or sampled.
         eval_at_end: evaluate once more when training ends, unless the last evaluation was at
             the final timestep.
+        eval_at_start: evaluate before the first update too (a pretrained model's score, so
+            ``best_model.zip`` is never worse than the starting point).
 
     Attributes:
         best_score: best mean censored JCT so far (lower is better).
@@ -183,6 +185,7 @@ class WorkloadEvalCallback(BaseCallback):
         max_rounds: int = 3000,
         deterministic: bool = True,
         eval_at_end: bool = True,
+        eval_at_start: bool = False,
         verbose: int = 0,
     ) -> None:
         super().__init__(verbose)
@@ -196,6 +199,7 @@ class WorkloadEvalCallback(BaseCallback):
         self.max_rounds = int(max_rounds)
         self.deterministic = deterministic
         self.eval_at_end = eval_at_end
+        self.eval_at_start = eval_at_start
         self.best_score = math.inf
         self.history: list[tuple[int, float, float]] = []
         self.last_rows: list[dict[str, Any]] = []
@@ -309,6 +313,10 @@ class WorkloadEvalCallback(BaseCallback):
             print(f"eval @ {self.num_timesteps} steps: val JCT mean {jct:,.0f} s, censored {score:,.0f} s{flag}")
         self.logger.record("time/total_timesteps", self.num_timesteps, exclude="tensorboard")
         self.logger.dump(self.num_timesteps)
+
+    def _on_training_start(self) -> None:
+        if self.eval_at_start:
+            self.evaluate()
 
     def _on_step(self) -> bool:
         if self.eval_freq > 0 and self.num_timesteps >= self._next_eval:

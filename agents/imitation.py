@@ -1,0 +1,202 @@
+"""Warm-starting PPO from an expert scheduler: demonstrations and behaviour cloning.
+
+Learning per-slot GPU targets from scratch takes far more than the hour of CPU a user should
+need, so ``train_policy.py --pretrain-expert ats`` first clones a heuristic (DeepBoot's ATS by
+default) and only then lets PPO improve on it, the usual warm start of RL schedulers.
+
+* :func:`encode_allocation`: the inverse of :func:`~deepboot_env.env.encoding.decode_action`: an
+  :class:`~deepboot_env.sim.state.Allocation` as an env action. Each job's GPU count is rounded
+  *down* to a bucket of :data:`~deepboot_env.env.encoding.GPU_BUCKETS` (so the action never asks
+  for more than the expert held) and the lending level is the smallest level whose budget covers
+  the inference GPUs the expert borrowed. On the validation workloads ATS passed through this
+  encoding reaches within a few percent of ATS itself (both directions), so little is lost.
+* :func:`collect_demonstrations`: run the expert through ``DeepBootEnv`` episodes and record
+  (observation, expert action, action mask, discounted return). With ``noise > 0`` each slot's
+  executed action is replaced, with that probability, by a random valid choice while the label
+  stays the expert's (DART-style noise injection: the clone sees the states its own small errors
+  lead to and learns to recover from them).
+* :func:`pretrain`: maximum likelihood of the expert actions under the masked policy (cross-entropy
+  per action dimension) plus a value-function regression on the returns, so PPO starts with a
+  critic that already matches the cloned policy and its first updates do not undo the cloning.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from deepboot_env.env.encoding import GPU_BUCKETS
+from deepboot_env.sim.state import Allocation, ClusterState
+
+_BUCKETS = np.asarray(GPU_BUCKETS)
+
+
+def encode_allocation(alloc: Allocation, state: ClusterState, max_jobs: int, lend_levels: int) -> np.ndarray:
+    """The env action closest to ``alloc`` from below (see the module docstring)."""
+    action = np.zeros(max_jobs + 1, dtype=np.int64)
+    for slot, job in enumerate(state.jobs[:max_jobs]):
+        action[slot] = int(np.searchsorted(_BUCKETS, alloc.replicas(job.id), side="right") - 1)
+    infer = state.inference_nodes()
+    if lend_levels > 1 and infer.any():
+        lent = sum(int(np.asarray(g)[infer].sum()) for g in alloc.gpus.values())
+        lendable = int(state.training_capacity(lend=True)[infer].sum())
+        if lendable > 0 and lent > 0:
+            level = math.ceil(min(lent / lendable, 1.0) * (lend_levels - 1) - 1e-9)
+            action[-1] = min(max(level, 1), lend_levels - 1)
+    return action
+
+
+@dataclass
+class Demonstrations:
+    """Expert transitions: observations (dict of stacked arrays), actions, masks and returns."""
+
+    obs: dict[str, np.ndarray]
+    actions: np.ndarray
+    masks: np.ndarray
+    returns: np.ndarray
+    episode_jct: list[float]
+
+    def __len__(self) -> int:
+        return len(self.actions)
+
+
+def discounted_returns(rewards: Sequence[float], gamma: float) -> np.ndarray:
+    """Return-to-go of every step of one episode."""
+    out = np.zeros(len(rewards), dtype=np.float64)
+    acc = 0.0
+    for i in range(len(rewards) - 1, -1, -1):
+        acc = rewards[i] + gamma * acc
+        out[i] = acc
+    return out
+
+
+def collect_demonstrations(
+    expert: str,
+    workloads: Sequence[Any],
+    env_kwargs: dict[str, Any] | None = None,
+    gamma: float = 0.995,
+    noise: Sequence[float] = (0.0,),
+    seed: int = 0,
+) -> Demonstrations:
+    """Run ``expert`` (a registry name) on every workload once per noise level.
+
+    Raises:
+        ValueError: unknown expert, or a noise level outside [0, 1).
+    """
+    from deepboot_env.env import DeepBootEnv
+    from deepboot_env.policy import make_policy
+
+    for p in noise:
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"demonstration noise must lie in [0, 1), got {p}")
+    rng = np.random.default_rng(seed)
+    obs_parts: dict[str, list[np.ndarray]] = {}
+    actions, masks, returns, jcts = [], [], [], []
+    for p in noise:
+        for workload in workloads:
+            policy = make_policy(expert)
+            env = DeepBootEnv(workload=[workload], **(env_kwargs or {}))
+            obs, _ = env.reset(seed=seed)
+            rewards: list[float] = []
+            done = False
+            while not done:
+                mask = env.action_masks()
+                label = encode_allocation(policy.decide(env._state), env._state, env.max_jobs, env.lend_levels)
+                for key, value in obs.items():
+                    obs_parts.setdefault(key, []).append(value)
+                actions.append(label)
+                masks.append(mask)
+                executed = perturb(label, mask, env.action_space.nvec, p, rng) if p > 0 else label
+                obs, reward, terminated, truncated, info = env.step(executed)
+                rewards.append(reward)
+                done = terminated or truncated
+            returns.append(discounted_returns(rewards, gamma))
+            jcts.append(float(info["episode_metrics"]["train_jct_mean"]))
+    return Demonstrations(
+        obs={k: np.stack(v) for k, v in obs_parts.items()},
+        actions=np.stack(actions),
+        masks=np.stack(masks),
+        returns=np.concatenate(returns).astype(np.float32),
+        episode_jct=jcts,
+    )
+
+
+def perturb(action: np.ndarray, mask: np.ndarray, nvec: np.ndarray, p: float, rng: np.random.Generator) -> np.ndarray:
+    """``action`` with each dimension replaced, with probability ``p``, by a random valid choice."""
+    out = action.copy()
+    offsets = np.concatenate([[0], np.cumsum(nvec)])
+    for d in np.flatnonzero(rng.random(len(action)) < p):
+        valid = np.flatnonzero(mask[offsets[d] : offsets[d + 1]])
+        if len(valid) > 1:
+            out[d] = int(rng.choice(valid))
+    return out
+
+
+def pretrain(
+    model: Any,
+    demos: Demonstrations,
+    epochs: int = 10,
+    batch_size: int = 256,
+    learning_rate: float = 1e-3,
+    vf_coef: float = 0.5,
+    seed: int = 0,
+) -> list[dict[str, float]]:
+    """Behaviour cloning of ``demos`` into ``model.policy`` (PPO or MaskablePPO); per-epoch losses.
+
+    The value head regresses the (scaled) returns; the scale is the returns' RMS so both losses
+    have comparable magnitudes, and it is undone exactly (the head's last layer is rescaled
+    afterwards) so PPO sees values in reward units.
+    """
+    import torch
+
+    if epochs < 0 or batch_size < 1:
+        raise ValueError(f"pretrain needs epochs >= 0 and batch_size >= 1, got {epochs}, {batch_size}")
+    policy = model.policy
+    device = policy.device
+    masked = "action_masks" in policy.evaluate_actions.__code__.co_varnames
+    obs_t = {k: torch.as_tensor(v, device=device) for k, v in demos.obs.items()}
+    act_t = torch.as_tensor(demos.actions, device=device)
+    mask_t = torch.as_tensor(demos.masks, device=device)
+    scale = float(np.sqrt(np.mean(demos.returns.astype(np.float64) ** 2))) or 1.0
+    ret_t = torch.as_tensor(demos.returns / scale, device=device)
+    value_layer = policy.value_net
+    with torch.no_grad():  # predict returns / scale during cloning
+        value_layer.weight.div_(scale)
+        value_layer.bias.div_(scale)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=learning_rate)
+    gen = torch.Generator().manual_seed(seed)
+    history = []
+    policy.set_training_mode(True)
+    try:
+        for _ in range(epochs):
+            order = torch.randperm(len(demos), generator=gen).to(device)
+            sums = {"bc_loss": 0.0, "value_loss": 0.0, "mean_prob": 0.0}
+            for start in range(0, len(demos), batch_size):
+                idx = order[start : start + batch_size]
+                batch_obs = {k: v[idx] for k, v in obs_t.items()}
+                if masked:
+                    values, log_prob, _ = policy.evaluate_actions(batch_obs, act_t[idx], action_masks=mask_t[idx])
+                else:
+                    values, log_prob, _ = policy.evaluate_actions(batch_obs, act_t[idx])
+                bc_loss = -log_prob.mean() / act_t.shape[1]
+                value_loss = torch.nn.functional.mse_loss(values.flatten(), ret_t[idx])
+                loss = bc_loss + vf_coef * value_loss
+                optimizer.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+                optimizer.step()
+                n = len(idx)
+                sums["bc_loss"] += bc_loss.item() * n
+                sums["value_loss"] += value_loss.item() * n
+                sums["mean_prob"] += torch.exp(log_prob.detach() / act_t.shape[1]).sum().item()
+            history.append({k: v / len(demos) for k, v in sums.items()})
+    finally:
+        policy.set_training_mode(False)
+        with torch.no_grad():
+            value_layer.weight.mul_(scale)
+            value_layer.bias.mul_(scale)
+    return history

@@ -1,0 +1,139 @@
+"""Behaviour-cloning warm start (agents.imitation) and train_policy.py --pretrain-expert."""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from agents.factory import build_model, make_vec_env_for
+from agents.imitation import (
+    collect_demonstrations,
+    discounted_returns,
+    encode_allocation,
+    perturb,
+    pretrain,
+)
+from deepboot_env.env import DeepBootEnv
+from deepboot_env.env.encoding import GPU_BUCKETS, JOB_FEATURES, decode_action
+from deepboot_env.policy import make_policy
+from traces.generate import generate_workload, write_workload_csv
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import train_policy  # noqa: E402
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return generate_workload("tiny", 2, train={"num_jobs": 8}, inference={"horizon_s": 3 * 3600.0, "mean_gpus": 3.0})
+
+
+def _env_mid_episode(tiny, steps: int = 30) -> DeepBootEnv:
+    env = DeepBootEnv(workload=[tiny], max_jobs=8)
+    env.reset(seed=0)
+    ats = make_policy("ats")
+    for _ in range(steps):
+        env.step(encode_allocation(ats.decide(env._state), env._state, env.max_jobs, env.lend_levels))
+    return env
+
+
+def test_encode_allocation_rounds_down_and_decodes_back(tiny) -> None:
+    env = _env_mid_episode(tiny)
+    state = env._state
+    alloc = make_policy("ats").decide(state)
+    action = encode_allocation(alloc, state, env.max_jobs, env.lend_levels)
+    assert action.shape == (env.max_jobs + 1,)
+    for slot, job in enumerate(state.jobs[: env.max_jobs]):
+        want = alloc.replicas(job.id)
+        got = GPU_BUCKETS[action[slot]]
+        assert got <= want and (action[slot] == len(GPU_BUCKETS) - 1 or GPU_BUCKETS[action[slot] + 1] > want)
+    decoded, repaired = decode_action(action, state, env.max_jobs, env.lend_levels)
+    assert repaired == 0  # rounding down never asks for more than the expert held
+    for slot, job in enumerate(state.jobs[: env.max_jobs]):
+        assert decoded.replicas(job.id) == GPU_BUCKETS[action[slot]]
+
+
+def test_discounted_returns_by_hand() -> None:
+    np.testing.assert_allclose(discounted_returns([-1.0, -2.0, -3.0], 0.5), [-1 - 1 - 0.75, -2 - 1.5, -3.0])
+
+
+def test_perturb_keeps_masked_choices() -> None:
+    nvec = np.array([7, 7, 5])
+    mask = np.zeros(nvec.sum(), dtype=bool)
+    mask[[0, 1, 2]] = True  # slot 0: buckets 0..2
+    mask[7] = True  # slot 1: empty, only 0
+    mask[14:] = True
+    rng = np.random.default_rng(0)
+    seen = set()
+    for _ in range(200):
+        out = perturb(np.array([1, 0, 2]), mask, nvec, 0.9, rng)
+        assert out[0] in (0, 1, 2) and out[1] == 0 and 0 <= out[2] < 5
+        seen.add(int(out[0]))
+    assert seen == {0, 1, 2}
+
+
+def test_collect_demonstrations_labels_are_valid(tiny) -> None:
+    demos = collect_demonstrations("ats", [tiny], env_kwargs={"max_jobs": 8}, noise=(0.0, 0.1))
+    n = len(demos)
+    assert n > 20 and demos.obs["jobs"].shape == (n, 8 * len(JOB_FEATURES)) and demos.masks.shape[0] == n
+    assert demos.returns.shape == (n,) and np.all(demos.returns <= 0)
+    offsets = np.concatenate([[0], np.cumsum([7] * 8 + [5])])
+    for action, mask in zip(demos.actions, demos.masks, strict=True):
+        for d, choice in enumerate(action):
+            assert mask[offsets[d] + choice], "expert label outside the action mask"
+    assert len(demos.episode_jct) == 2 and all(j > 0 for j in demos.episode_jct)
+    with pytest.raises(ValueError, match="noise"):
+        collect_demonstrations("ats", [tiny], noise=(1.5,))
+
+
+def test_pretrain_fits_the_expert_and_keeps_value_units(tiny) -> None:
+    demos = collect_demonstrations("ats", [tiny], env_kwargs={"max_jobs": 8})
+    venv = make_vec_env_for([tiny], 1, 0, {"max_jobs": 8})
+    model = build_model(
+        "maskable_ppo", venv, hyperparams={"policy_kwargs": {"net_arch": {"pi": [64, 64], "vf": [64, 64]}}}
+    )
+    history = pretrain(model, demos, epochs=25, batch_size=64, learning_rate=3e-3)
+    assert history[-1]["bc_loss"] < 0.5 * history[0]["bc_loss"]
+    assert history[-1]["mean_prob"] > 0.8
+    obs = {k: torch.as_tensor(v) for k, v in demos.obs.items()}
+    with torch.no_grad():
+        values = model.policy.predict_values(obs).numpy().ravel()
+    # the value head predicts returns in reward units (the scaling used while cloning is undone)
+    assert np.corrcoef(values, demos.returns)[0, 1] > 0.5
+    assert abs(np.mean(values) - np.mean(demos.returns)) < 0.5 * abs(np.mean(demos.returns))
+    with pytest.raises(ValueError):
+        pretrain(model, demos, epochs=-1)
+
+
+def test_train_policy_pretrain_smoke(tiny, tmp_path) -> None:
+    csv_path = write_workload_csv(tiny, tmp_path / "tiny.csv")
+    argv = [
+        "--algo", "maskable_ppo", "--preset", "smoke", "--n-timesteps", "256", "--n-envs", "1",
+        "--workload", str(csv_path), "--eval-workload", str(csv_path), "--eval-freq", "1024",
+        "--pretrain-expert", "ats", "--pretrain-epochs", "2", "--pretrain-noise", "0",
+        "--log-folder", str(tmp_path / "runs"), "--no-progress", "--verbose", "0",
+    ]  # fmt: skip
+    run = train_policy.run(argv)
+    config = yaml.safe_load((run / "config.yml").read_text())
+    assert config["pretrain"]["expert"] == "ats" and config["pretrain"]["epochs"] == 2
+    assert config["pretrain"]["transitions"] > 0
+    with open(run / "evaluations.csv", encoding="utf-8") as fh:
+        steps = [int(r["timesteps"]) for r in csv.DictReader(fh)]
+    assert steps[0] == 0  # the clone is evaluated before the first PPO update
+    with pytest.raises(SystemExit):
+        train_policy.main(argv[:-8] + ["--pretrain-expert", "no-such-policy", "--log-folder", str(tmp_path / "r2")])
