@@ -4,12 +4,12 @@
 ``deepboot simulate`` / ``deepboot compare`` run a trained agent through the same
 :func:`~deepboot_env.evaluation.run_episode` loop as the heuristics.
 
-At each decision :meth:`AgentPolicy.decide` encodes the :class:`ClusterState` exactly as
-``DeepBootEnv`` does (:func:`encode_observation`, built on the env's own
-:func:`~deepboot_env.env.encoding.encode_job` / :func:`~deepboot_env.env.encoding.encode_cluster`),
-asks the model for a deterministic action (passing :func:`~deepboot_env.env.encoding.action_mask`
-for MaskablePPO) and decodes it with :func:`~deepboot_env.env.encoding.decode_action`, which
-repairs targets that do not fit. Reclaim (ATS-I) and adaptive batch sizes are those of the env.
+At each decision :meth:`AgentPolicy.decide` encodes the :class:`ClusterState` with the env's own
+:func:`~deepboot_env.env.encoding.encode_observation` (the one encoder: ``DeepBootEnv`` calls it
+too), asks the model for a deterministic action (passing the env's
+:func:`~deepboot_env.env.encoding.action_mask` for MaskablePPO) and decodes it with
+:func:`~deepboot_env.env.encoding.decode_action`, which repairs targets that do not fit. Reclaim
+(ATS-I) and adaptive batch sizes are those of the env.
 
 The env arguments the model depends on (``max_jobs``, ``lend_levels``) are read from the model's
 action space; a ``config.yml`` next to the model (written by ``train_policy.py``) names the
@@ -31,23 +31,24 @@ from deepboot_env.env.encoding import (
     JOB_FEATURES,
     action_mask,
     decode_action,
-    encode_cluster,
-    encode_job,
+    encode_observation,
 )
 from deepboot_env.policy import Allocation, BasePolicy, ClusterState
 
+__all__ = [
+    "MODEL_FILES",
+    "AgentPolicy",
+    "detect_algo",
+    "encode_observation",
+    "env_shape_of",
+    "load_agent_policy",
+    "load_model",
+    "resolve_model_path",
+    "uses_masks",
+]
+
 MODEL_FILES: tuple[str, ...] = ("best_model.zip", "final_model.zip")
 """Files looked for, in order, when ``ppo:<path>`` names a run folder."""
-
-
-def encode_observation(state: ClusterState, max_jobs: int) -> dict[str, np.ndarray]:
-    """The ``DeepBoot-v0`` observation of ``state`` (same layout and values as the env's)."""
-    jobs = np.zeros((max_jobs, len(JOB_FEATURES)), dtype=np.float32)
-    for slot, job in enumerate(state.jobs[:max_jobs]):
-        encode_job(job, state, jobs[slot])
-    cluster = np.zeros(len(CLUSTER_FEATURES), dtype=np.float32)
-    encode_cluster(state, max_jobs, cluster)
-    return {"jobs": jobs.reshape(-1), "cluster": cluster}
 
 
 def env_shape_of(model: Any) -> dict[str, int]:

@@ -5,7 +5,10 @@ Re-implementation of pollux-model.md §3 (and deepboot-model.md §4.4). Two regi
 * ``pollux``: the training cluster only (``state.training_capacity(lend=False)``; in a shared
   pool that is every GPU not held by a RUNNING/PROTECT pod);
 * ``pollux-lend``: also idle and SLEEP inference GPUs (``training_capacity(lend=True)``); lent
-  GPUs are reclaimed by inference through the inherited ATS-I hook.
+  GPUs are reclaimed by inference through the inherited ATS-I hook;
+* ``pollux-noavoid``: ``pollux`` without the interference-avoidance repair
+  (``avoid_interference=False``), the "noavoid" runs of Pollux's interference sweep
+  (pollux-model.md §7.4); with it (the default) no node ever holds two distributed jobs.
 
 One round (one call of :meth:`PolluxPolicy.decide`):
 
@@ -186,6 +189,7 @@ class PolluxProblem:
         kdim: replica dimension of the table (max K + 1).
         scale: d * nodes, the objective's scale factor.
         phi: per-job restart factors.
+        avoid: apply the interference-avoidance repair (at most one distributed job per node).
     """
 
     job_ids: np.ndarray
@@ -197,6 +201,7 @@ class PolluxProblem:
     kdim: int
     scale: float
     phi: np.ndarray
+    avoid: bool = True
 
     def __post_init__(self) -> None:
         self.num_jobs = len(self.job_ids)
@@ -244,10 +249,11 @@ class PolluxProblem:
         """Hard constraints in the original order (§3.6); modifies and returns ``pop``."""
         # Interference avoidance: on each node only the first distributed job (in job order)
         # keeps its replicas; `earlier` counts the distributed jobs before it on the node.
-        pos = pop > 0
-        m = pos & (count_over_nodes(pos) > 1)[:, :, None]
-        earlier = self._strict @ m.astype(float)
-        pop *= ~(m & (earlier > 0))
+        if self.avoid:
+            pos = pop > 0
+            m = pos & (count_over_nodes(pos) > 1)[:, :, None]
+            earlier = self._strict @ m.astype(float)
+            pop *= ~(m & (earlier > 0))
         n = self.num_nodes
         flat = pop.reshape(-1, n)
         over = np.flatnonzero((np.einsum("mjn->mj", pop) > self.max_replicas).ravel())
@@ -339,7 +345,9 @@ class PolluxProblem:
         return pop
 
 
-def build_problem(state: ClusterState, lend: bool, restart_delay: float = RESTART_DELAY_S) -> PolluxProblem | None:
+def build_problem(
+    state: ClusterState, lend: bool, restart_delay: float = RESTART_DELAY_S, avoid: bool = True
+) -> PolluxProblem | None:
     """The round's problem, or None when there is nothing to allocate."""
     jobs = sorted(state.jobs, key=job_priority_key)
     if not jobs:
@@ -376,6 +384,7 @@ def build_problem(state: ClusterState, lend: bool, restart_delay: float = RESTAR
         kdim=kdim,
         scale=scale,
         phi=phi,
+        avoid=avoid,
     )
 
 
@@ -391,6 +400,8 @@ class PolluxPolicy(BasePolicy):
         restart_delay: assumed restart delay (s) of the restart factor (Pollux 30; DeepBoot's
             copy of Pollux, deepboot-model.md §4.4, uses ATS's 10 with population 50 and 50
             generations).
+        avoid_interference: repair solutions so that no node holds two distributed jobs
+            (Pollux's default; False: the "noavoid" variant).
     """
 
     name = "pollux"
@@ -403,13 +414,15 @@ class PolluxPolicy(BasePolicy):
         generations: int = 100,
         patience: int | None = None,
         restart_delay: float = RESTART_DELAY_S,
+        avoid_interference: bool = True,
     ) -> None:
         if population < 2:
             raise ValueError(f"population must be >= 2, got {population}")
         if generations < 0:
             raise ValueError(f"generations must be >= 0, got {generations}")
         self.lend = lend
-        self.name = "pollux-lend" if lend else "pollux"
+        self.avoid_interference = bool(avoid_interference)
+        self.name = ("pollux-lend" if lend else "pollux") + ("" if self.avoid_interference else "-noavoid")
         self.population = population
         self.generations = generations
         self.patience = patience
@@ -487,7 +500,7 @@ class PolluxPolicy(BasePolicy):
 
     def decide(self, state: ClusterState) -> Allocation:
         """Evolve this round's allocation matrices and apply the best one."""
-        prob = build_problem(state, self.lend, self.restart_delay)
+        prob = build_problem(state, self.lend, self.restart_delay, self.avoid_interference)
         if prob is None:
             return Allocation({})
         pop, fit, _ = self.evolve(prob)
@@ -509,3 +522,4 @@ def to_allocation(state: ClusterState, prob: PolluxProblem, solution: np.ndarray
 
 register_policy("pollux", lambda **kw: PolluxPolicy(lend=False, **kw))
 register_policy("pollux-lend", lambda **kw: PolluxPolicy(lend=True, **kw))
+register_policy("pollux-noavoid", lambda **kw: PolluxPolicy(lend=False, avoid_interference=False, **kw))

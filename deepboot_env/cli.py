@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from deepboot_env.sim.cluster import ClusterConfig, ClusterConfigError
+from deepboot_env.sim.interference import InterferenceError, InterferenceModel
 from deepboot_env.sim.metrics import EpisodeMetrics
 from deepboot_env.sim.restart import RESTART_MODELS
 from deepboot_env.sim.simulator import SimConfig
@@ -32,6 +33,22 @@ def cluster_from_args(args: argparse.Namespace) -> ClusterConfig:
     return ClusterConfig.parse(args.cluster or "8x4+8x4")
 
 
+def interference_from_args(args: argparse.Namespace) -> InterferenceModel | None:
+    """The co-location interference model of ``--interference`` / ``--interference-matrix``."""
+    flat = getattr(args, "interference", None)
+    matrix = getattr(args, "interference_matrix", None)
+    if flat is not None and matrix is not None:
+        raise InterferenceError("give either --interference or --interference-matrix, not both")
+    if matrix is not None:
+        return InterferenceModel.from_file(matrix)
+    if flat is None:
+        return None
+    try:
+        return InterferenceModel.flat(flat)
+    except InterferenceError as exc:
+        raise InterferenceError(f"--interference: {exc}") from None
+
+
 def sim_config_from_args(args: argparse.Namespace) -> SimConfig:
     """Simulation settings from the common flags."""
     return SimConfig(
@@ -39,7 +56,16 @@ def sim_config_from_args(args: argparse.Namespace) -> SimConfig:
         restart=args.restart,
         protect_scale=args.protect_scale,
         interval=args.interval,
+        interference=interference_from_args(args),
     )
+
+
+def config_title(config: SimConfig) -> str:
+    """``cluster, restart=...[, interference=...]`` for report titles."""
+    text = f"{config.cluster.describe()}, restart={config.restart}"
+    if config.interference is not None:
+        text += f", interference={config.interference.describe()}"
+    return text
 
 
 def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,6 +75,17 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--restart", choices=RESTART_MODELS, default="afe", help="restart-cost model (default afe)")
     parser.add_argument("--protect-scale", type=float, default=1.0, help="P: pod protect time scale (default 1)")
     parser.add_argument("--interval", type=float, default=60.0, help="seconds between scheduling boundaries")
+    parser.add_argument(
+        "--interference",
+        type=float,
+        metavar="F",
+        help="co-location slowdown (Pollux's rule): distributed jobs sharing a node run at 1 - F (default off)",
+    )
+    parser.add_argument(
+        "--interference-matrix",
+        metavar="FILE",
+        help="per-application-pair slowdowns (CSV/JSON, or 'default'); see deepboot_env/sim/interference.py",
+    )
     parser.add_argument("--seed", type=int, default=0, help="policy seed (default 0)")
 
 
@@ -101,9 +138,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     policy = make_policy(args.policy)
     metrics = run_episode(policy, workload, config, seed=args.seed)
     if not args.quiet:
-        print_summary(
-            f"{args.policy} on {workload.name} ({config.cluster.describe()}, restart={config.restart})", metrics
-        )
+        print_summary(f"{args.policy} on {workload.name} ({config_title(config)})", metrics)
     if args.json:
         metrics.to_json(args.json)
         if not args.quiet:
@@ -129,9 +164,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     )
     paths = write_results(comparison, args.out)
     if not args.quiet:
-        print_summary_table(
-            comparison.frame, title=f"policy comparison ({config.cluster.describe()}, restart={config.restart})"
-        )
+        print_summary_table(comparison.frame, title=f"policy comparison ({config_title(config)})")
         print(f"wrote {', '.join(p.name for p in paths.values())} to {args.out}")
     return 0
 

@@ -166,6 +166,8 @@ def _row(task: _Task, metrics: dict[str, object]) -> dict[str, object]:
         "restart": task.config.restart,
         "protect_scale": task.config.protect_scale,
     }
+    if task.config.interference is not None:  # the column exists only when interference is on
+        row["interference"] = task.config.interference.describe()
     for key, value in metrics.items():
         if key == "gpu_seconds_by_state":
             assert isinstance(value, dict)
@@ -461,7 +463,8 @@ def results_markdown(comparison: Comparison) -> str:
         "# Policy comparison",
         "",
         f"- cluster: {cfg.cluster.describe()}; restart model: {cfg.restart}; protect scale P = "
-        f"{cfg.protect_scale:g}; scheduling interval {cfg.interval:g} s",
+        f"{cfg.protect_scale:g}; scheduling interval {cfg.interval:g} s"
+        + (f"; interference: {cfg.interference.describe()}" if cfg.interference is not None else ""),
         f"- workloads ({len(workloads)}): {', '.join(map(str, workloads))}",
         f"- seeds: {' '.join(map(str, seeds))}; runs: {len(frame)}",
         "",
@@ -591,7 +594,8 @@ def compare(
         timeline_workload: workload of that run (default: the first); the seed is the first.
 
     Returns:
-        Columns :data:`RUN_COLUMNS`, then every scalar key of
+        Columns :data:`RUN_COLUMNS` (then ``interference`` when the config has co-location
+        interference), then every scalar key of
         :meth:`EpisodeMetrics.to_dict` (``include_jcts=False``) with ``gpu_seconds_by_state``
         flattened into ``gpu_s_<state>``; rows ordered by policy, workload, seed as given.
     """

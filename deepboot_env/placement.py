@@ -13,6 +13,67 @@ if TYPE_CHECKING:
     from deepboot_env.sim.state import ClusterState
 
 
+def _available(free: np.ndarray | list[int], allowed: np.ndarray | list[bool] | None) -> list[int]:
+    """Free GPUs per node as Python ints, 0 where not ``allowed`` or negative."""
+    if isinstance(free, np.ndarray):
+        free = free.tolist()
+    if allowed is None:
+        return [int(f) if f > 0 else 0 for f in free]
+    if isinstance(allowed, np.ndarray):
+        allowed = allowed.tolist()
+    return [int(f) if ok and f > 0 else 0 for f, ok in zip(free, allowed, strict=True)]
+
+
+def _best_fit_takes(need: int, avail: list[int]) -> list[tuple[int, int]] | None:
+    """:func:`best_fit` on plain lists: the (node, GPUs) taken, in order, or None if fewer than
+    ``need`` are available (``avail`` is modified: the GPUs taken are removed)."""
+    if need <= 0:
+        return []
+    if sum(avail) < need:
+        return None
+    takes = []
+    while need > 0:
+        f_max = max(avail)
+        if need > f_max:
+            node = avail.index(f_max)
+            take = f_max
+        else:  # the first node with the fewest free GPUs among those with enough
+            fit = need
+            while fit not in avail:
+                fit += 1
+            node = avail.index(fit)
+            take = need
+        takes.append((node, take))
+        avail[node] -= take
+        need -= take
+    return takes
+
+
+def _most_free_takes(need: int, avail: list[int]) -> list[tuple[int, int]] | None:
+    """:func:`most_free_fill` on plain lists, as :func:`_best_fit_takes`."""
+    if sum(avail) < need:
+        return None
+    takes = []
+    while need > 0:
+        f_max = max(avail)
+        node = avail.index(f_max)
+        take = min(need, f_max)
+        takes.append((node, take))
+        avail[node] -= take
+        need -= take
+    return takes
+
+
+def _counts(takes: list[tuple[int, int]] | None, num_nodes: int) -> np.ndarray | None:
+    """GPUs per node of ``takes`` (None stays None)."""
+    if takes is None:
+        return None
+    out = [0] * num_nodes
+    for node, take in takes:
+        out[node] += take
+    return np.array(out, dtype=np.int64)
+
+
 def best_fit(need: int, free: np.ndarray, allowed: np.ndarray | None = None) -> np.ndarray | None:
     """Place ``need`` GPUs on nodes with ``free`` GPUs using DeepBoot's best-fit rule.
 
@@ -29,26 +90,8 @@ def best_fit(need: int, free: np.ndarray, allowed: np.ndarray | None = None) -> 
     Returns:
         GPUs per node, or None if fewer than ``need`` GPUs are free.
     """
-    avail = np.where(allowed, free, 0) if allowed is not None else free.copy()
-    avail = np.maximum(avail, 0).astype(np.int64)
-    if need <= 0:
-        return np.zeros_like(avail)
-    if avail.sum() < need:
-        return None
-    out = np.zeros_like(avail)
-    while need > 0:
-        f_max = int(avail.max())
-        if need > f_max:
-            node = int(np.argmax(avail))
-            take = f_max
-        else:
-            candidates = np.flatnonzero(avail >= need)
-            node = int(candidates[np.argmin(avail[candidates])])
-            take = need
-        out[node] += take
-        avail[node] -= take
-        need -= take
-    return out
+    avail = _available(free, allowed)
+    return _counts(_best_fit_takes(need, avail), len(avail))
 
 
 def most_free_fill(need: int, free: np.ndarray, allowed: np.ndarray | None = None) -> np.ndarray | None:
@@ -60,18 +103,8 @@ def most_free_fill(need: int, free: np.ndarray, allowed: np.ndarray | None = Non
     Returns:
         GPUs per node, or None if fewer than ``need`` GPUs are free.
     """
-    avail = np.where(allowed, free, 0) if allowed is not None else free.copy()
-    avail = np.maximum(avail, 0).astype(np.int64)
-    if avail.sum() < need:
-        return None
-    out = np.zeros_like(avail)
-    while need > 0:
-        node = int(np.argmax(avail))
-        take = min(need, int(avail[node]))
-        out[node] += take
-        avail[node] -= take
-        need -= take
-    return out
+    avail = _available(free, allowed)
+    return _counts(_most_free_takes(need, avail), len(avail))
 
 
 PLACEMENT_RULES = {"best_fit": best_fit, "most_free": most_free_fill}
@@ -98,27 +131,37 @@ def place_counts(
         rule: placement rule for moved jobs.
         ascending: place moved jobs smallest first.
     """
-    place = PLACEMENT_RULES[rule]
+    if rule not in PLACEMENT_RULES:
+        raise KeyError(rule)
+    place = _best_fit_takes if rule == "best_fit" else _most_free_takes
     by_id = {job.id: job for job in state.jobs}
     out: dict[int, np.ndarray] = {}
-    free = capacity.copy()
+    free = np.asarray(capacity).tolist()  # plain ints: a few nodes, many small steps
     moved: list[tuple[int, int]] = []
     for job_id, k in counts.items():
         job = by_id[job_id]
         if k > 0 and k == job.replicas:
             out[job_id] = job.alloc.copy()
-            free -= job.alloc
+            free = [f - a for f, a in zip(free, job.alloc.tolist(), strict=True)]
         elif k > 0:
             moved.append((k, job_id))
+    if not moved:
+        return out
     if ascending:
         moved.sort(key=lambda m: m[0])
-    own = state.node_kinds != NODE_INFER
+    own = (state.node_kinds != NODE_INFER).tolist()
+    avail_own = _available(free, own)  # kept in step with free below
+    avail_all = _available(free, None)
     for k, job_id in moved:
-        placement = place(k, free, own)
-        if placement is None:
-            placement = place(k, free)
-        if placement is None:
-            raise ValueError(f"cannot place {k} GPUs for job id {job_id}: only {int(free.sum())} free")
-        out[job_id] = placement
-        free -= placement
+        takes = place(k, avail_own.copy())
+        if takes is None:
+            takes = place(k, avail_all.copy())
+        if takes is None:
+            raise ValueError(f"cannot place {k} GPUs for job id {job_id}: only {int(sum(free))} free")
+        out[job_id] = _counts(takes, len(free))
+        for node, taken in takes:
+            left = free[node] = free[node] - taken
+            avail_all[node] = left = int(left) if left > 0 else 0
+            if own[node]:
+                avail_own[node] = left
     return out

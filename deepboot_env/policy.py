@@ -12,7 +12,8 @@ It also declares ``adaptive_batch``: whether its jobs re-choose their batch size
 (Pollux, DeepBoot) or keep the submitted batch size (FIFO, Tiresias, Optimus). The simulator
 never branches on a policy's name.
 
-Policies are built by name with :func:`make_policy`; ``ppo:<path>`` loads a trained agent.
+Policies are built by name with :func:`make_policy`; ``ppo:<path>`` loads a trained agent and
+``ia:<name>`` gives policy ``name`` interference-aware placement (:mod:`baselines.interference_aware`).
 """
 
 from __future__ import annotations
@@ -102,6 +103,10 @@ _BUILTIN: dict[str, str] = {
     "afs-lend": "baselines.afs",
     "pollux": "baselines.pollux",
     "pollux-lend": "baselines.pollux",
+    "pollux-noavoid": "baselines.pollux",
+    "ones": "baselines.ones",
+    "ones-lend": "baselines.ones",
+    "interference-aware": "baselines.interference_aware",
 }
 """Built-in policies -> the module that registers them, imported on first use so the core does
 not depend on ``baselines``."""
@@ -120,12 +125,13 @@ def register_policy(name: str, factory: PolicyFactory | None = None) -> Callable
 
 
 def available_policies() -> list[str]:
-    """Names :func:`make_policy` accepts (plus ``ppo:<path>``)."""
+    """Names :func:`make_policy` accepts (plus ``ppo:<path>`` and ``ia:<name>``)."""
     return sorted(set(_REGISTRY) | set(_BUILTIN))
 
 
 def make_policy(name: str, **kwargs: object) -> Policy:
-    """Build a policy by registry name, or ``ppo:<path>`` for a saved agent.
+    """Build a policy by registry name, ``ppo:<path>`` for a saved agent, or ``ia:<name>`` for
+    policy ``name``'s allocation with interference-aware placement.
 
     Raises:
         ValueError: for an unknown name, listing the known ones.
@@ -133,11 +139,15 @@ def make_policy(name: str, **kwargs: object) -> Policy:
     if name.startswith("ppo:"):
         module = importlib.import_module("agents.policy_adapter")
         return module.load_agent_policy(name[4:], **kwargs)
+    if name.startswith("ia:"):
+        module = importlib.import_module("baselines.interference_aware")
+        return module.wrap(name[3:], **kwargs)
     if name not in _REGISTRY and name in _BUILTIN:
         importlib.import_module(_BUILTIN[name])
     factory = _REGISTRY.get(name)
     if factory is None:
-        raise ValueError(f"unknown policy {name!r}; available: {', '.join(available_policies())}, ppo:<path>")
+        known = ", ".join(available_policies())
+        raise ValueError(f"unknown policy {name!r}; available: {known}, ppo:<path>, ia:<name>")
     policy = factory(**kwargs)
     if not isinstance(policy, Policy):
         raise TypeError(f"policy {name!r} does not implement the Policy protocol")

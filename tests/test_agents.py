@@ -197,3 +197,39 @@ def test_compare_runs_agent_in_worker_processes(tiny, tmp_path) -> None:
     values = eval(out.stdout.strip().splitlines()[-1])  # noqa: S307 - our own printed list
     expected = run_episode(make_policy(f"ppo:{model}"), tiny, SimConfig(max_time=10 * 3600.0)).train_jct_mean
     assert values == [pytest.approx(expected, abs=1e-3)] * 2
+
+
+class _RecordingModel:
+    """Stands in for a saved model: records what it is given, answers a fixed action."""
+
+    def __init__(self, env: DeepBootEnv) -> None:
+        self.action_space, self.observation_space = env.action_space, env.observation_space
+        self.seen: list[tuple[dict, np.ndarray | None]] = []
+
+    def predict(self, obs, action_masks=None, deterministic=True):
+        self.seen.append((obs, action_masks))
+        return np.array([1] * MAX_JOBS + [2]), None
+
+
+def test_adapter_gives_the_model_the_env_observation_and_mask(tiny) -> None:
+    """The ppo:<path> adapter and the env encode a state the same way (one encoder, one mask)."""
+    env = DeepBootEnv(workload=tiny, max_jobs=MAX_JOBS)
+    obs, _ = env.reset(seed=1)
+    model = _RecordingModel(env)
+    policy = AgentPolicy(model)
+    policy.masked = True  # as for a MaskablePPO
+    rng = np.random.default_rng(1)
+    nb = len(GPU_BUCKETS)
+    for _ in range(40):
+        state = env._state  # the state behind obs
+        validate_allocation(state, policy.decide(state))
+        seen_obs, seen_mask = model.seen[-1]
+        assert seen_obs.keys() == obs.keys()
+        for key in obs:
+            assert seen_obs[key].dtype == obs[key].dtype and seen_obs[key].tobytes() == obs[key].tobytes()
+        np.testing.assert_array_equal(seen_mask, env.action_masks())
+        mask = env.action_masks()
+        action = [rng.choice(np.flatnonzero(mask[i * nb : (i + 1) * nb])) for i in range(MAX_JOBS)]
+        action.append(rng.choice(np.flatnonzero(mask[MAX_JOBS * nb :])))
+        obs, _, terminated, truncated, _ = env.step(np.array(action))
+        assert not (terminated or truncated)

@@ -146,3 +146,97 @@ def test_render_modes(small_workload) -> None:
     frame = env.render()
     assert frame.dtype == np.uint8 and frame.ndim == 3 and frame.shape[2] == 3
     assert frame.std() > 0  # not a blank image
+
+
+# ------------------------------------------------------------- fast paths = reference encodings
+
+
+def _reference_cluster(state, max_jobs: int) -> np.ndarray:
+    """The cluster features as first written (numpy, node by node)."""
+    import math
+
+    from deepboot_env.sim.cluster import NODE_INFER
+
+    out = np.zeros(len(CLUSTER_FEATURES), dtype=np.float32)
+    infer = state.node_kinds == NODE_INFER
+    g = state.gpus_per_node
+    train_total = max(int((~infer).sum()) * g, 1)
+    infer_total = max(int(infer.sum()) * g, 1)
+    free = g - state.train_used - (state.running + state.protect + state.sleeping)
+    out[0] = free[~infer].sum() / train_total
+    out[1] = free[infer].sum() / infer_total if infer.any() else 0.0
+    all_gpus = state.config.total_gpus
+    out[2] = state.sleeping.sum() / all_gpus
+    out[3] = state.protect.sum() / all_gpus
+    out[4] = state.running.sum() / all_gpus
+    out[5] = state.train_used[infer].sum() / infer_total if infer.any() else 0.0
+    out[6] = min(state.waiting_requests / all_gpus, 1.0)
+    recent = state.recent_arrivals
+    out[7] = min(recent[-1] / 60.0, 1.0) if recent else 0.0
+    out[8] = min(float(np.mean(recent)) / 60.0, 1.0) if recent else 0.0
+    phase = 2 * math.pi * (state.time % 86400.0) / 86400.0
+    out[9] = 0.5 + 0.5 * math.sin(phase)
+    out[10] = 0.5 + 0.5 * math.cos(phase)
+    out[11] = min(len(state.jobs) / max_jobs, 1.0)
+    out[12] = min(max(len(state.jobs) - max_jobs, 0) / max_jobs, 1.0)
+    return out
+
+
+@pytest.mark.parametrize("cluster", ["8x4+8x4", "shared:8x4"])
+def test_observation_equals_the_per_job_reference(small_workload, cluster) -> None:
+    """encode_observation (all slots in one pass) == encode_job slot by slot + the numpy cluster
+    features, bit for bit, and the env returns exactly encode_observation of its state."""
+    from dataclasses import fields
+
+    from deepboot_env.env.encoding import encode_job, encode_observation
+    from deepboot_env.sim.state import JobView
+
+    kwargs = {"shared_pool": "8x4"} if cluster.startswith("shared") else {"cluster": cluster}
+    env = DeepBootEnv(workload=small_workload, max_jobs=4, **kwargs)
+    rng = np.random.default_rng(3)
+    obs, _ = env.reset(seed=3)
+    for _ in range(150):
+        state = env._state
+        jobs = np.zeros((4, len(JOB_FEATURES)), dtype=np.float32)
+        for slot, job in enumerate(state.jobs[:4]):
+            encode_job(job, state, jobs[slot])
+        mine = encode_observation(state, 4)
+        assert mine["jobs"].tobytes() == jobs.reshape(-1).tobytes() == obs["jobs"].tobytes()
+        assert mine["cluster"].tobytes() == _reference_cluster(state, 4).tobytes() == obs["cluster"].tobytes()
+        for view in state.jobs:  # the simulator builds views without JobView.__init__
+            rebuilt = JobView(**{f.name: getattr(view, f.name) for f in fields(JobView)})
+            assert view == rebuilt and set(vars(rebuilt)) <= set(vars(view))
+            assert view.replicas == int(view.alloc.sum()) and view.nodes == int(np.count_nonzero(view.alloc))
+        obs, _, terminated, truncated, _ = env.step(masked_random_action(env, rng))
+        if terminated or truncated:
+            break
+
+
+def test_encoding_works_without_gymnasium() -> None:
+    """encode_observation / action_mask / decode_action need only the simulator (the policy adapter
+    runs a saved model through them); importing them does not import gymnasium."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import sys\n"
+        "for m in ('gymnasium', 'stable_baselines3', 'sb3_contrib'): sys.modules[m] = None\n"
+        "import numpy as np\n"
+        "from deepboot_env.sim.workload import TrainingJobSpec, Workload\n"
+        "from deepboot_env.sim.simulator import SimConfig, Simulator\n"
+        "from deepboot_env.sim.cluster import ClusterConfig\n"
+        "from deepboot_env.env.encoding import JOB_FEATURES, action_mask, decode_action, encode_observation\n"
+        "sim = Simulator(Workload('w', (TrainingJobSpec('a', 0.0, 'ncf', 1, 32768),)), "
+        "SimConfig(cluster=ClusterConfig(1, 0, 1)))\n"
+        "state = sim.observe()\n"
+        "obs = encode_observation(state, 2)\n"
+        "assert obs['jobs'].shape == (2 * len(JOB_FEATURES),) and obs['jobs'][0] == 1.0\n"
+        "assert obs['cluster'].shape == (13,) and 'gymnasium' not in [m for m in sys.modules if sys.modules[m]]\n"
+        "assert action_mask(state, 2, 3).sum() == 2 + 1 + 1\n"
+        "alloc, repaired = decode_action(np.array([1, 0, 0]), state, 2, 3)\n"
+        "assert alloc.gpus[0].tolist() == [1] and repaired == 0\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr

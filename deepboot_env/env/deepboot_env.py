@@ -16,8 +16,7 @@ from deepboot_env.env.encoding import (
     JOB_FEATURES,
     action_mask,
     decode_action,
-    encode_cluster,
-    encode_job,
+    encode_observation,
 )
 from deepboot_env.policy import BasePolicy
 from deepboot_env.sim.cluster import ClusterConfig
@@ -60,8 +59,8 @@ class DeepBootEnv(gym.Env):
     completions). Jobs progress at their Pollux goodput; changes pay the restart model's cost.
 
     ## Observation Space
-    ``Dict(jobs=Box(0, 1, (max_jobs * 20,)), cluster=Box(0, 1, (13,)))``, float32; ``jobs`` is the
-    (max_jobs, 20) slot matrix flattened row by row (SB3 wants 1-D vectors). Slot i holds the
+    ``Dict(jobs=Box(0, 1, (max_jobs * 21,)), cluster=Box(0, 1, (13,)))``, float32; ``jobs`` is the
+    (max_jobs, 21) slot matrix flattened row by row (SB3 wants 1-D vectors). Slot i holds the
     i-th active job in arrival order (features :data:`~deepboot_env.env.encoding.JOB_FEATURES`:
     present, application one-hot, current and maximum GPUs, log age, log attained service,
     restarts, epoch fraction, speedup curve at 1..32 GPUs normalised to its peak, share on lent
@@ -160,12 +159,7 @@ class DeepBootEnv(gym.Env):
     def _observe(self) -> dict[str, np.ndarray]:
         assert self.sim is not None
         self._state = self.sim.observe()
-        jobs = np.zeros((self.max_jobs, len(JOB_FEATURES)), dtype=np.float32)
-        for slot, job in enumerate(self._state.jobs[: self.max_jobs]):
-            encode_job(job, self._state, jobs[slot])
-        cluster = np.zeros(len(CLUSTER_FEATURES), dtype=np.float32)
-        encode_cluster(self._state, self.max_jobs, cluster)
-        return {"jobs": jobs.reshape(-1), "cluster": cluster}
+        return encode_observation(self._state, self.max_jobs)
 
     # --------------------------------------------------------------- Gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):

@@ -8,11 +8,18 @@ Action: per slot an index into :data:`GPU_BUCKETS` (the job's GPU target) plus o
 ``l`` in 0..L-1: training may use ``l / (L - 1)`` of the lendable (idle or SLEEP) inference GPUs.
 :func:`decode_action` turns it into an :class:`~deepboot_env.sim.state.Allocation` with a
 documented deterministic repair when the targets exceed the capacity.
+
+:func:`encode_observation` and :func:`action_mask` are the one way to turn a
+:class:`~deepboot_env.sim.state.ClusterState` into what an agent sees; ``DeepBootEnv`` and the
+``ppo:<path>`` policy adapter both call them. :func:`encode_observation` builds every slot in one
+pass over plain Python floats and casts them to float32 once; :func:`encode_job` is the same
+encoding for a single job (the reference the tests compare it with).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -64,6 +71,22 @@ _LOG_SERVICE = math.log1p(1e7)
 _ARRIVAL_SCALE = 60.0
 """Inference arrivals per interval that map to 1.0."""
 
+_APP_ONE_HOT = {name: tuple(1.0 if other == name else 0.0 for other in APP_NAMES) for name in APP_NAMES}
+_BUCKETS = np.array(GPU_BUCKETS)
+
+
+_INFER_NODES: dict[bytes, tuple[int, ...]] = {}
+
+
+def _inference_nodes(state: ClusterState) -> tuple[int, ...]:
+    """Indices of the inference-cluster nodes (cached per node layout)."""
+    kinds = state.node_kinds
+    key = kinds.tobytes() + kinds.dtype.str.encode()
+    nodes = _INFER_NODES.get(key)
+    if nodes is None:
+        nodes = _INFER_NODES[key] = tuple(np.flatnonzero(kinds == NODE_INFER).tolist())
+    return nodes
+
 
 def slot_jobs(state: ClusterState, max_jobs: int) -> list[JobView]:
     """Jobs in slots: the first ``max_jobs`` active jobs in arrival order."""
@@ -91,25 +114,66 @@ def encode_job(job: JobView, state: ClusterState, out: np.ndarray) -> None:
     out[j + 1] = min(job.stalled_seconds / 120.0, 1.0)
 
 
+def _job_rows(jobs: Sequence[JobView], state: ClusterState) -> list[float]:
+    """The features of ``jobs``, row after row, as one flat list: each row equals
+    :func:`encode_job` (same Python float operations) before the cast to float32."""
+    total = state.config.total_gpus
+    g = state.gpus_per_node
+    infer = _inference_nodes(state)
+    contiguous = infer == tuple(range(infer[0], infer[-1] + 1)) if infer else True
+    lo, hi = (infer[0], infer[-1] + 1) if infer else (0, 0)
+    log1p = math.log1p
+    flat: list[float] = []
+    extend = flat.extend
+    for job in jobs:
+        replicas = job.replicas
+        counts = job.alloc.tolist()
+        lent = sum(counts[lo:hi]) if contiguous else sum(counts[node] for node in infer)
+        extend(
+            (
+                1.0,
+                *_APP_ONE_HOT[job.app],
+                min(replicas / total, 1.0),
+                min(job.max_replicas / total, 1.0),
+                min(log1p(max(job.age, 0.0)) / _LOG_AGE, 1.0),
+                min(log1p(job.attained_service) / _LOG_SERVICE, 1.0),
+                min(job.num_restarts / 20.0, 1.0),
+                job.progress_fraction,
+                *job.rates.speedup_values(job.epoch, SPEEDUP_POINTS, g),
+                lent / replicas if replicas else 0.0,
+                min(job.stalled_seconds / 120.0, 1.0),
+            )
+        )
+    return flat
+
+
 def encode_cluster(state: ClusterState, max_jobs: int, out: np.ndarray) -> None:
     """Write the cluster features into ``out`` (length ``len(CLUSTER_FEATURES)``)."""
-    infer = state.node_kinds == NODE_INFER
     g = state.gpus_per_node
-    train_total = max(int((~infer).sum()) * g, 1)
-    infer_total = max(int(infer.sum()) * g, 1)
-    pods = state.running + state.protect + state.sleeping
-    free = g - state.train_used - pods
-    out[0] = free[~infer].sum() / train_total
-    out[1] = free[infer].sum() / infer_total if infer.any() else 0.0
+    infer = _inference_nodes(state)
+    n_nodes, n_infer = len(state.node_kinds), len(infer)
+    train_total = max((n_nodes - n_infer) * g, 1)
+    infer_total = max(n_infer * g, 1)
+    train_used = state.train_used.tolist()
+    running = state.running.tolist()
+    protect = state.protect.tolist()
+    sleeping = state.sleeping.tolist()
+    # held GPUs (training + pods) on each side; free = nodes x g - held (exact integer sums)
+    lent = sum(train_used[node] for node in infer)
+    held_infer = lent + sum(running[node] + protect[node] + sleeping[node] for node in infer)
+    held_train = sum(train_used) + sum(running) + sum(protect) + sum(sleeping) - held_infer
+    out[0] = ((n_nodes - n_infer) * g - held_train) / train_total
+    out[1] = (n_infer * g - held_infer) / infer_total if n_infer else 0.0
     all_gpus = state.config.total_gpus
-    out[2] = state.sleeping.sum() / all_gpus
-    out[3] = state.protect.sum() / all_gpus
-    out[4] = state.running.sum() / all_gpus
-    out[5] = state.train_used[infer].sum() / infer_total if infer.any() else 0.0
+    out[2] = sum(sleeping) / all_gpus
+    out[3] = sum(protect) / all_gpus
+    out[4] = sum(running) / all_gpus
+    out[5] = lent / infer_total if n_infer else 0.0
     out[6] = min(state.waiting_requests / all_gpus, 1.0)
     recent = state.recent_arrivals
     out[7] = min(recent[-1] / _ARRIVAL_SCALE, 1.0) if recent else 0.0
-    out[8] = min(float(np.mean(recent)) / _ARRIVAL_SCALE, 1.0) if recent else 0.0
+    # the mean of small integer counts: the float sum is exact, as in np.mean
+    out[8] = min(float(sum(recent)) / len(recent) / _ARRIVAL_SCALE, 1.0) if recent else 0.0
     phase = 2 * math.pi * (state.time % 86400.0) / 86400.0
     out[9] = 0.5 + 0.5 * math.sin(phase)
     out[10] = 0.5 + 0.5 * math.cos(phase)
@@ -117,18 +181,61 @@ def encode_cluster(state: ClusterState, max_jobs: int, out: np.ndarray) -> None:
     out[12] = min(max(len(state.jobs) - max_jobs, 0) / max_jobs, 1.0)
 
 
+def encode_observation(state: ClusterState, max_jobs: int) -> dict[str, np.ndarray]:
+    """The ``DeepBoot-v0`` observation of ``state``: ``{"jobs": (max_jobs * len(JOB_FEATURES),),
+    "cluster": (len(CLUSTER_FEATURES),)}``, float32, every value in [0, 1].
+
+    The env's observation and the ``ppo:<path>`` policy adapter's input are this function's output;
+    empty slots are all zero.
+    """
+    slots = slot_jobs(state, max_jobs)
+    jobs = np.zeros(max_jobs * len(JOB_FEATURES), dtype=np.float32)
+    if slots:  # Python floats cast to float32 once, as encode_job's element stores
+        jobs[: len(slots) * len(JOB_FEATURES)] = np.array(_job_rows(slots, state), dtype=np.float32)
+    cluster = np.zeros(len(CLUSTER_FEATURES), dtype=np.float32)
+    encode_cluster(state, max_jobs, cluster)
+    return {"jobs": jobs, "cluster": cluster}
+
+
 def action_mask(state: ClusterState, max_jobs: int, lend_levels: int) -> np.ndarray:
     """Boolean mask over the flattened MultiDiscrete choices (slot by slot, then lending)."""
     nb = len(GPU_BUCKETS)
     mask = np.zeros(max_jobs * nb + lend_levels, dtype=bool)
-    buckets = np.array(GPU_BUCKETS)
-    for slot, job in enumerate(slot_jobs(state, max_jobs)):
-        mask[slot * nb : (slot + 1) * nb] = buckets <= job.max_replicas
-    for slot in range(len(state.jobs[:max_jobs]), max_jobs):
-        mask[slot * nb] = True
-    lendable = bool(np.any(state.node_kinds == NODE_INFER))
-    mask[max_jobs * nb :] = True if lendable else np.arange(lend_levels) == 0
+    slots = mask[: max_jobs * nb].reshape(max_jobs, nb)
+    jobs = slot_jobs(state, max_jobs)
+    n = len(jobs)
+    if n:
+        slots[:n] = _BUCKETS[None, :] <= np.array([job.max_replicas for job in jobs])[:, None]
+    slots[n:, 0] = True
+    if _inference_nodes(state):
+        mask[max_jobs * nb :] = True
+    else:
+        mask[max_jobs * nb] = True
     return mask
+
+
+def _lending_capacity(state: ClusterState, fraction: float) -> list[int]:
+    """:func:`lending_capacity` as a list of ints."""
+    g = state.gpus_per_node
+    cap = [g - pinned for pinned in state.pinned().tolist()]
+    infer = _inference_nodes(state)
+    if not infer:
+        return cap
+    lendable = sum(cap[node] for node in infer)
+    budget = int(math.floor(fraction * lendable + 1e-9))
+    if budget >= lendable:  # every inference node lends all it can: the order does not matter
+        return cap
+    out = cap.copy()
+    for node in infer:
+        out[node] = 0
+    if budget == 0:
+        return out
+    used = state.train_used.tolist()
+    for node in sorted(infer, key=lambda n: (-used[n], -cap[n], n)):
+        take = min(budget, cap[node])
+        out[node] = take
+        budget -= take
+    return out
 
 
 def lending_capacity(state: ClusterState, fraction: float) -> np.ndarray:
@@ -138,19 +245,7 @@ def lending_capacity(state: ClusterState, fraction: float) -> np.ndarray:
     floor(fraction x lendable) is spread over inference nodes, the nodes training already uses
     first, then the ones with most lendable GPUs (fewer nodes to reclaim from).
     """
-    cap = state.training_capacity(lend=True)
-    infer = np.flatnonzero(state.node_kinds == NODE_INFER)
-    if len(infer) == 0:
-        return cap
-    out = cap.copy()
-    out[infer] = 0
-    budget = int(math.floor(fraction * cap[infer].sum() + 1e-9))
-    order = sorted(infer, key=lambda n: (-state.train_used[n], -cap[n], n))
-    for node in order:
-        take = min(budget, int(cap[node]))
-        out[node] = take
-        budget -= take
-    return out
+    return np.array(_lending_capacity(state, fraction), dtype=np.int64)
 
 
 def decode_action(action: np.ndarray, state: ClusterState, max_jobs: int, lend_levels: int) -> tuple[Allocation, int]:
@@ -165,22 +260,23 @@ def decode_action(action: np.ndarray, state: ClusterState, max_jobs: int, lend_l
     action = np.asarray(action, dtype=np.int64).reshape(-1)
     if action.shape != (max_jobs + 1,):
         raise ValueError(f"action must have {max_jobs + 1} entries, got shape {action.shape}")
-    nb = len(GPU_BUCKETS)
-    if np.any(action[:max_jobs] < 0) or np.any(action[:max_jobs] >= nb) or not 0 <= action[-1] < lend_levels:
+    choices = action.tolist()
+    lend = choices.pop()
+    if not (0 <= lend < lend_levels and 0 <= min(choices) and max(choices) < len(GPU_BUCKETS)):
         raise ValueError(f"action {action.tolist()} outside the action space")
     jobs = slot_jobs(state, max_jobs)
-    fraction = action[-1] / (lend_levels - 1) if lend_levels > 1 else 0.0
-    cap = lending_capacity(state, float(fraction))
-    capacity = int(cap.sum())
+    fraction = lend / (lend_levels - 1) if lend_levels > 1 else 0.0
+    cap = _lending_capacity(state, fraction)
     repaired = 0
     targets: dict[int, int] = {}
-    for slot, job in enumerate(jobs):
-        want = GPU_BUCKETS[int(action[slot])]
-        if want > job.max_replicas:
-            repaired += want - job.max_replicas
-            want = job.max_replicas
+    for job, choice in zip(jobs, choices, strict=False):
+        want = GPU_BUCKETS[choice]
+        limit = job.max_replicas
+        if want > limit:
+            repaired += want - limit
+            want = limit
         targets[job.id] = want
-    excess = sum(targets.values()) - capacity
+    excess = sum(targets.values()) - sum(cap)
     if excess > 0:
         repaired += excess
         trim_to_capacity(targets, {job.id: job for job in jobs}, excess)
@@ -190,19 +286,28 @@ def decode_action(action: np.ndarray, state: ClusterState, max_jobs: int, lend_l
 def trim_to_capacity(targets: dict[int, int], jobs: dict[int, JobView], excess: int) -> None:
     """Remove ``excess`` GPUs, one at a time from the largest target (ties: most attained service,
     then latest arrival), computed level by level instead of GPU by GPU."""
-    order = sorted(targets, key=lambda j: (-targets[j], -jobs[j].attained_service, -jobs[j].arrival))
+    ties = {j: (-jobs[j].attained_service, -jobs[j].arrival) for j in targets}
+
+    def key(j: int) -> tuple[int, float, float]:
+        return (-targets[j], *ties[j])
+
+    order = sorted(targets, key=key)
     while excess > 0:
+        # order is sorted by decreasing target: the largest targets are a prefix of it
         top = targets[order[0]]
-        group = [j for j in order if targets[j] == top]
-        below = max((targets[j] for j in order if targets[j] < top), default=0)
+        size = 1
+        while size < len(order) and targets[order[size]] == top:
+            size += 1
+        group = order[:size]
+        below = targets[order[size]] if size < len(order) else 0
         per_job = top - below
-        if per_job * len(group) <= excess:
+        if per_job * size <= excess:
             for j in group:
                 targets[j] = below
-            excess -= per_job * len(group)
+            excess -= per_job * size
         else:
-            full, extra = divmod(excess, len(group))
+            full, extra = divmod(excess, size)
             for i, j in enumerate(group):
                 targets[j] = top - full - (1 if i < extra else 0)
             excess = 0
-        order.sort(key=lambda j: (-targets[j], -jobs[j].attained_service, -jobs[j].arrival))
+        order.sort(key=key)

@@ -175,11 +175,11 @@ class ClusterLedger:
             OverCapacityError: naming the node and ``who``.
         """
         new = self.train + delta
-        if np.any(new < 0):
+        if (new < 0).any():
             node = int(np.argmax(new < 0))
             raise OverCapacityError(f"{who}: releases more GPUs than it holds on node {node}")
         total = new + self.running + self.protect + self.sleep
-        if np.any(total > self.capacity):
+        if (total > self.capacity).any():
             node = int(np.argmax(total > self.capacity))
             raise OverCapacityError(f"{who}: node {node} would hold {int(total[node])} GPUs but has {self.capacity}")
         self.train = new

@@ -69,3 +69,10 @@ class EventQueue:
         """Remove and return the earliest event."""
         t, kind, seq, target, version = heapq.heappop(self._heap)
         return Event(t, EventKind(kind), seq, target, version)
+
+    @property
+    def heap(self) -> list[tuple[float, int, int, int, int]]:
+        """The heap itself: ``(time, kind, seq, target, version)`` tuples, earliest first (the
+        simulator's inner loop pops them with :func:`heapq.heappop`, without :class:`Event`
+        objects)."""
+        return self._heap

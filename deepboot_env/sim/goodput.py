@@ -19,6 +19,8 @@ whether N > 1 matters to the throughput model, so tables are indexed by (multi-n
 
 from __future__ import annotations
 
+import math
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -234,7 +236,11 @@ class RateTable:
         self._goodputs: dict[int, np.ndarray] = {}
         self._batches: dict[int, np.ndarray] = {}
         self._suffix: dict[tuple[int, int], np.ndarray] = {}
+        self._suffix_lists: dict[tuple[int, int], list[float]] = {}
         self._curves: dict[tuple[int, tuple[int, ...], int], np.ndarray] = {}
+        self._curve_values: dict[tuple[int, tuple[int, ...], int], tuple[float, ...]] = {}
+        self._rows: dict[int, tuple[list[float], list[float]]] = {}
+        """Per epoch, the two rows of its rate table as Python floats (fast scalar look-ups)."""
 
     def _table(self, epoch: int) -> np.ndarray:
         table = self._rates.get(epoch)
@@ -262,15 +268,17 @@ class RateTable:
         """Completion time of a job starting ``epoch`` at time ``t`` on a constant placement, with
         each epoch's duration rounded to whole seconds (None if some rate is 0). Adds the durations
         one by one when ``t`` is fractional, so the float result equals a step-by-step advance."""
-        suffix = self._epoch_suffix(multi_node, replicas)
-        rest = float(suffix[epoch])
-        if rest == np.inf:
+        key = (int(multi_node), min(int(replicas), self.max_replicas))
+        suffix = self._suffix_lists.get(key)
+        if suffix is None:
+            suffix = self._suffix_lists[key] = self._epoch_suffix(multi_node, replicas).tolist()
+        rest = suffix[epoch]
+        if rest == math.inf:
             return None
         if float(t).is_integer():
             return t + rest
-        durations = suffix[:-1] - suffix[1:]
-        for d in durations[epoch:]:
-            t += float(d)
+        for e in range(epoch, len(suffix) - 1):
+            t += suffix[e] - suffix[e + 1]
         return t
 
     def _epoch_suffix(self, multi_node: bool, replicas: int) -> np.ndarray:
@@ -306,12 +314,23 @@ class RateTable:
             self._curves[key] = curve
         return curve
 
+    def speedup_values(self, epoch: int, points: tuple[int, ...], gpus_per_node: int) -> tuple[float, ...]:
+        """:meth:`speedup_curve` as a tuple of Python floats (cached)."""
+        key = (epoch, points, gpus_per_node)
+        values = self._curve_values.get(key)
+        if values is None:
+            values = self._curve_values[key] = tuple(self.speedup_curve(epoch, points, gpus_per_node).tolist())
+        return values
+
     def rate(self, epoch: int, multi_node: bool, replicas: int) -> float:
         """Progress rate at ``replicas`` GPUs (0 for 0 GPUs)."""
         if replicas <= 0:
             return 0.0
-        k = min(int(replicas), self.max_replicas)
-        return float(self._table(epoch)[int(multi_node), k])
+        rows = self._rows.get(epoch)
+        if rows is None:
+            table = self._table(epoch)
+            rows = self._rows[epoch] = (table[0].tolist(), table[1].tolist())
+        return rows[1 if multi_node else 0][min(int(replicas), self.max_replicas)]
 
     def rates(self, epoch: int) -> np.ndarray:
         """Array (2, max_replicas + 1): rate by [multi-node flag, K]; column 0 is 0."""
@@ -328,3 +347,20 @@ class RateTable:
             return 0.0
         self._table(epoch)
         return float(self._batches[epoch][int(multi_node), min(int(replicas), self.max_replicas)])
+
+
+_SHARED_TABLES: weakref.WeakKeyDictionary[AppProfile, dict[tuple[int, int | None], RateTable]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def shared_rate_table(app: AppProfile, max_replicas: int, fixed_batch: int | None = None) -> RateTable:
+    """The process-wide :class:`RateTable` of ``app`` (by identity) for ``max_replicas`` and
+    ``fixed_batch``: a table is a pure cache of deterministic values, so every simulator of the
+    process shares it and an episode after the first computes no rate again."""
+    tables = _SHARED_TABLES.setdefault(app, {})
+    key = (max(int(max_replicas), 1), fixed_batch)
+    table = tables.get(key)
+    if table is None:
+        table = tables[key] = RateTable(app, max_replicas, fixed_batch=fixed_batch)
+    return table

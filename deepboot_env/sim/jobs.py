@@ -34,6 +34,8 @@ class TrainingJob:
         completion: completion time, or None.
         first_start: time it first received GPUs, or None.
         version: bumped at every placement change (invalidates scheduled completions).
+        speed: co-location interference factor multiplying the progress rate (1 = undisturbed;
+            set by the simulator from every job's placement, :mod:`deepboot_env.sim.interference`).
     """
 
     def __init__(self, index: int, spec: TrainingJobSpec, app: AppProfile, rates: RateTable, num_nodes: int) -> None:
@@ -52,10 +54,15 @@ class TrainingJob:
         self.completion: float | None = None
         self.first_start: float | None = None
         self.version = 0
+        self.speed = 1.0
         self._phases: list[Phase] = []
         self._anchor: tuple[float, float] | None = None
         self._t = spec.arrival
-        self._thresholds = app.epoch_progress
+        self._settled = -1
+        """Version at which the job was last advanced to ``_t`` (advancing again is then a no-op)."""
+        self._thresholds = app.epoch_progress.tolist()
+        self.target_progress = self._thresholds[-1]
+        """Progress at which the job completes (``app.target_progress``)."""
 
     @property
     def done(self) -> bool:
@@ -70,7 +77,10 @@ class TrainingJob:
     @property
     def stalled_seconds_left(self) -> float:
         """Seconds of restart stall still ahead of the job."""
-        return sum(p.seconds for p in self._phases if p.replicas == 0)
+        phases = self._phases
+        if not phases:
+            return 0
+        return sum(p.seconds for p in phases if p.replicas == 0)
 
     def progress_fraction(self) -> float:
         """Fraction of the target progress reached."""
@@ -87,11 +97,14 @@ class TrainingJob:
         if self.done:
             self._t = t
             return
+        if t == self._t and self._settled == self.version:
+            return  # already advanced to t since the last change: _run(t, t) would change nothing
         self.attained_service += self.replicas * (t - self._t)
         self.epoch, self.progress, self._phases, self._anchor, completion = _run(self, self._t, t)
         if completion is not None:
             self.completion = completion
         self._t = t
+        self._settled = self.version
 
     def time_of_completion(self) -> float | None:
         """When the job completes if its placement does not change (None if it holds no GPU)."""
@@ -104,8 +117,9 @@ class TrainingJob:
     def apply_change(self, new_alloc: np.ndarray, plan: RestartPlan, now: float) -> None:
         """Switch to ``new_alloc`` at ``now`` (the job must already be advanced to ``now``)."""
         self.alloc = new_alloc.astype(np.int64, copy=True)
-        self.replicas = int(new_alloc.sum())
-        self.multi_node = int(np.count_nonzero(new_alloc)) > 1
+        counts = self.alloc.tolist()  # a few nodes: Python ints beat numpy reductions
+        self.replicas = sum(counts)
+        self.multi_node = len(counts) - counts.count(0) > 1
         self._phases = list(plan.phases)
         self._anchor = None
         if plan.counts_as_restart:
@@ -113,6 +127,13 @@ class TrainingJob:
         if self.replicas > 0 and self.first_start is None:
             self.first_start = now
         self.max_profiled = max(self.max_profiled, self.replicas)
+        self.version += 1
+
+    def set_speed(self, speed: float) -> None:
+        """Change the interference speed factor (the job must already be advanced to now); the
+        current constant-rate stretch ends here, as at a placement change."""
+        self.speed = float(speed)
+        self._anchor = None
         self.version += 1
 
 
@@ -129,15 +150,45 @@ def _run(
     beginning at ``t1``) are taken, so a job advanced to its projected completion is done.
     """
     epoch, progress = job.epoch, job.progress
-    phases = list(job._phases)
     anchor = job._anchor
     thresholds = job._thresholds
-    last_epoch = len(thresholds)
     rates = job.rates
-    t = t0
+    speed = job.speed
     if job.replicas == 0:
-        return epoch, progress, phases, None, None
+        return epoch, progress, list(job._phases), None, None
     projecting = t1 == np.inf
+    # Fast paths for the commonest calls (each is the general loop below, unrolled):
+    if job._phases:
+        head = job._phases[0]
+        if head.replicas == 0 and t0 + head.seconds > t1:  # [t0, t1] lies inside a restart stall
+            phases = list(job._phases)
+            phases[0] = Phase(head.seconds - (t1 - t0), head.replicas, head.multi_node)
+            return epoch, progress, phases, None, None
+        if projecting and speed == 1.0 and head.replicas == 0 and len(job._phases) == 1:
+            # the projection after a change: one stall, then the final stretch
+            t = t0 + head.seconds
+            k, multi = job.replicas, job.multi_node
+            rate = rates.rate(epoch, multi, k)
+            if rate <= 0:
+                return epoch, progress, [], None, None
+            target = thresholds[epoch]
+            t = max(t + round((target - progress) / rate), t)
+            epoch += 1
+            if epoch >= len(thresholds):
+                return epoch, float(target), [], None, t
+            return len(thresholds), float(thresholds[-1]), [], None, rates.finish_time(t, epoch, multi, k)
+    elif not projecting:  # constant rate and no epoch end in (t0, t1]
+        rate = rates.rate(epoch, job.multi_node, job.replicas) * speed
+        if rate > 0:
+            target = thresholds[epoch]
+            t_anchor, p_anchor = (t0, progress) if anchor is None else anchor
+            if t_anchor + round((target - p_anchor) / rate) > t1:
+                if t1 > t0:
+                    progress = min(p_anchor + rate * (t1 - t_anchor), float(target))
+                return epoch, progress, [], (t_anchor, p_anchor), None
+    phases = list(job._phases)
+    last_epoch = len(thresholds)
+    t = t0
     while True:
         stretch_ends = False
         final_stretch = not phases
@@ -154,7 +205,7 @@ def _run(
             seg_end = t1
             k, multi = job.replicas, job.multi_node
         while k > 0:
-            rate = rates.rate(epoch, multi, k)
+            rate = rates.rate(epoch, multi, k) * speed
             if rate <= 0:
                 anchor = None
                 break
@@ -173,7 +224,7 @@ def _run(
             anchor = None
             if epoch >= last_epoch:
                 return epoch, progress, [], None, t
-            if projecting and final_stretch:
+            if projecting and final_stretch and speed == 1.0:
                 # Whole epochs at a constant rate: their rounded durations are cached per table.
                 return last_epoch, float(thresholds[-1]), [], None, rates.finish_time(t, epoch, multi, k)
         t = seg_end

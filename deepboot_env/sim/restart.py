@@ -85,12 +85,19 @@ def validate_model(model: str) -> str:
     return model
 
 
+_PLANS: dict[tuple[str, str, int, int, bool], RestartPlan] = {}
+"""Plans that depend only on the GPU counts (every model but ``stopfree`` after the first start),
+by (model, app, old count, new count, has_started); plans are immutable, so they are shared."""
+
+
 def plan_change(
     model: str,
     app: AppProfile,
     old: np.ndarray,
     new: np.ndarray,
     has_started: bool,
+    *,
+    replicas: tuple[int, int] | None = None,
 ) -> RestartPlan:
     """Plan the cost of moving a job from placement ``old`` to ``new`` (GPUs per node).
 
@@ -100,24 +107,39 @@ def plan_change(
         old: GPUs per node before the change.
         new: GPUs per node after the change.
         has_started: whether the job ever held GPUs before (restarts count only after that).
+        replicas: ``(old.sum(), new.sum())`` when the caller knows them already.
     """
-    r_old, r_new = int(old.sum()), int(new.sum())
+    r_old, r_new = (int(old.sum()), int(new.sum())) if replicas is None else replicas
     if r_new == 0:
         return RestartPlan((), False)
+    if r_old > 0 and model not in ("full", "afe", "pollux"):
+        return _plan_by_placement(app, old, new, r_new, has_started)
+    key = (model, app.name, r_old, r_new, has_started)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _PLANS[key] = _plan_by_counts(model, app, r_old, r_new, has_started)
+    return plan
+
+
+def _plan_by_counts(model: str, app: AppProfile, r_old: int, r_new: int, counts: bool) -> RestartPlan:
     full, fast = app.full_restart_delay, app.fast_restart_delay
-    counts = has_started
     if model == "pollux":
         return RestartPlan((Phase(POLLUX_RESTART_DELAY_S, 0, False),), counts)
     if r_old == 0 or model == "full":
         return RestartPlan((Phase(full, 0, False),), counts)
-    if model == "afe":
-        if r_new < r_old:
-            delay = fast
-        elif r_new > r_old:
-            delay = fast + math.floor((full - fast) * (r_new - r_old) / r_new)
-        else:
-            delay = full
-        return RestartPlan((Phase(delay, 0, False),), counts)
+    # afe
+    if r_new < r_old:
+        delay = fast
+    elif r_new > r_old:
+        delay = fast + math.floor((full - fast) * (r_new - r_old) / r_new)
+    else:
+        delay = full
+    return RestartPlan((Phase(delay, 0, False),), counts)
+
+
+def _plan_by_placement(app: AppProfile, old: np.ndarray, new: np.ndarray, r_new: int, counts: bool) -> RestartPlan:
+    """``stopfree`` after the first start: who keeps a GPU matters."""
+    full, fast = app.full_restart_delay, app.fast_restart_delay
     kept_per_node = np.minimum(old, new)
     kept = int(kept_per_node.sum())
     if kept == 0:

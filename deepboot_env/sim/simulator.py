@@ -26,14 +26,16 @@ import math
 import time as wallclock
 from collections import deque
 from dataclasses import dataclass
+from heapq import heappop
 
 import numpy as np
 
 from deepboot_env.sim.apps import COLD_START_DELAY_S, AppProfile, default_profiles
 from deepboot_env.sim.cluster import NODE_TRAIN, ClusterConfig, ClusterLedger
 from deepboot_env.sim.events import Event, EventKind, EventQueue
-from deepboot_env.sim.goodput import RateTable
+from deepboot_env.sim.goodput import RateTable, shared_rate_table
 from deepboot_env.sim.inference import PROTECT, RUNNING, SLEEP, Pod, RequestRecord, protect_time
+from deepboot_env.sim.interference import InterferenceModel, as_model
 from deepboot_env.sim.jobs import TrainingJob
 from deepboot_env.sim.metrics import GPU_STATES, EpisodeMetrics, lower_bound_seconds, percentile
 from deepboot_env.sim.reclaim import ats_i_victim
@@ -50,6 +52,13 @@ from deepboot_env.sim.state import (
 )
 from deepboot_env.sim.workload import Workload
 
+_REQUEST_DONE, _POD_SLEEP, _TRAIN_DONE, _REQUEST_ARRIVAL = (
+    int(EventKind.REQUEST_DONE),
+    int(EventKind.POD_SLEEP),
+    int(EventKind.TRAIN_DONE),
+    int(EventKind.REQUEST_ARRIVAL),
+)
+
 RECENT_INTERVALS = 10
 """Intervals of inference-arrival history in :attr:`ClusterState.recent_arrivals`."""
 
@@ -64,6 +73,10 @@ class SimConfig:
         protect_scale: P, the scale of the pod protect time (1 = 30..120 s).
         interval: seconds between scheduling boundaries.
         max_time: the episode is cut (``truncated``) at this simulated time (s).
+        interference: co-location interference between training jobs: None (off, the default),
+            a number F (Pollux's flat rule: distributed jobs sharing a node run at 1 - F) or an
+            :class:`~deepboot_env.sim.interference.InterferenceModel`; stored normalised (a model
+            or None).
     """
 
     cluster: ClusterConfig = ClusterConfig()
@@ -71,9 +84,11 @@ class SimConfig:
     protect_scale: float = 1.0
     interval: float = 60.0
     max_time: float = 30 * 86400.0
+    interference: InterferenceModel | float | None = None
 
     def __post_init__(self) -> None:
         validate_model(self.restart)
+        object.__setattr__(self, "interference", as_model(self.interference))
         if not (math.isfinite(self.protect_scale) and self.protect_scale > 0):
             raise ValueError(f"protect_scale must be a finite number > 0, got {self.protect_scale}")
         if not (math.isfinite(self.interval) and self.interval > 0):
@@ -104,6 +119,7 @@ class Simulator:
         self.profiles = profiles or default_profiles()
         self.adaptive = bool(getattr(policy, "adaptive_batch", True))
         self._tables: dict[tuple[str, int | None], RateTable] = {}
+        self._total_gpus = self.config.cluster.total_gpus
         self.reset()
 
     # ------------------------------------------------------------------ setup
@@ -116,7 +132,7 @@ class Simulator:
                 cap = app.max_useful_replicas()
             else:
                 cap = max(1, fixed_batch // app.min_local_bsz)
-            table = RateTable(app, min(cap, usable), fixed_batch=fixed_batch)
+            table = shared_rate_table(app, min(cap, usable), fixed_batch)
             self._tables[key] = table
         return table
 
@@ -133,6 +149,7 @@ class Simulator:
             self.jobs.append(TrainingJob(i, spec, app, self._table(app, fixed), cfg.cluster.num_nodes))
         self._next_arrival = 0
         self._active: list[int] = []
+        self._view_fields: dict[int, tuple[int, dict[str, object]]] = {}
         self._arrivals = np.array([spec.arrival for spec in self.workload.jobs], dtype=float)
         self._completions = np.full(len(self.jobs), np.inf)
         self.waiting_seconds = 0.0
@@ -151,10 +168,10 @@ class Simulator:
         self.repaired_gpus = 0
         self.truncated = False
         self.done = False
-        self._gpu_seconds = np.zeros(len(GPU_STATES))
+        self._gpu_seconds = [0.0] * len(GPU_STATES)
         self._t_account = 0.0
         self.timeline: list[tuple[float, ...]] = []
-        self._sample_from: tuple[float, np.ndarray] = (0.0, self._gpu_seconds.copy())
+        self._sample_from: tuple[float, list[float]] = (0.0, self._gpu_seconds.copy())
         self._wall_start = wallclock.perf_counter()
         self._infer_nodes = np.flatnonzero(self.ledger.kinds != NODE_TRAIN)
         self._boundary = 0.0
@@ -172,14 +189,21 @@ class Simulator:
         lent = tot["lent"]
         training = tot["train"] - lent
         running, protect, sleep = tot["running"], tot["protect"], tot["sleep"]
-        idle = self.config.cluster.total_gpus - training - lent - running - protect - sleep
+        idle = self._total_gpus - training - lent - running - protect - sleep
         return training, lent, running, protect, sleep, idle
 
     def _account(self, t: float) -> None:
         dt = t - self._t_account
         if dt <= 0:
             return
-        self._gpu_seconds += dt * np.array(self._gpus_by_state(), dtype=float)
+        gs = self._gpu_seconds  # a list of floats: same IEEE operations as the array it replaced
+        training, lent, running, protect, sleep, idle = self._gpus_by_state()
+        gs[0] += dt * training
+        gs[1] += dt * lent
+        gs[2] += dt * running
+        gs[3] += dt * protect
+        gs[4] += dt * sleep
+        gs[5] += dt * idle
         self.waiting_seconds += dt * len(self._waiting)
         self._t_account = t
 
@@ -193,10 +217,10 @@ class Simulator:
         self._arrivals_now = 0
         span = t - self._sample_from[0]
         if span > 0:
-            mean = (self._gpu_seconds - self._sample_from[1]) / span
+            mean = [(now - then) / span for now, then in zip(self._gpu_seconds, self._sample_from[1], strict=True)]
         else:
-            mean = np.array(self._gpus_by_state(), dtype=float)
-        self.timeline.append((t, *(float(v) for v in mean), len(self._waiting), self._recent[-1]))
+            mean = [float(v) for v in self._gpus_by_state()]
+        self.timeline.append((t, *mean, len(self._waiting), self._recent[-1]))
         self._sample_from = (t, self._gpu_seconds.copy())
 
     # ------------------------------------------------------------ boundaries
@@ -274,25 +298,32 @@ class Simulator:
 
     # -------------------------------------------------------------- events
     def _run_events(self, until: float) -> None:
-        events = self.events
-        while events and events.peek_time() <= until:
-            ev = events.pop()
-            if self._is_stale(ev):
-                continue
+        heap = self.events.heap
+        jobs, pods = self.jobs, self.pods
+        while heap and heap[0][0] <= until:
+            t, kind, _, target, version = heappop(heap)
+            # stale events (see _is_stale) are dropped
+            if kind == _TRAIN_DONE:
+                job = jobs[target]
+                if job.version != version or job.completion is not None:
+                    continue
+            elif kind != _REQUEST_ARRIVAL:
+                pod = pods.get(target)
+                if pod is None or pod.version != version:
+                    continue
             self.num_events += 1
-            self._account(ev.time)
-            self.now = ev.time
-            kind = ev.kind
-            if kind == EventKind.REQUEST_ARRIVAL:
+            self._account(t)
+            self.now = t
+            if kind == _REQUEST_ARRIVAL:
                 self._arrivals_now += 1
-                self._waiting.append(ev.target)
+                self._waiting.append(target)
                 self._serve_waiting()
-            elif kind == EventKind.REQUEST_DONE:
-                self._request_done(ev.target, ev.version)
-            elif kind == EventKind.POD_SLEEP:
-                self._pod_sleep(ev.target, ev.version)
-            elif kind == EventKind.TRAIN_DONE:
-                self._train_done(ev.target, ev.version)
+            elif kind == _REQUEST_DONE:
+                self._request_done(target, version)
+            elif kind == _POD_SLEEP:
+                self._pod_sleep(target, version)
+            else:
+                self._train_done(target, version)
 
     def _is_stale(self, ev: Event) -> bool:
         """Whether ``ev`` was superseded (a job re-planned, a pod re-used or evicted)."""
@@ -315,6 +346,8 @@ class Simulator:
         job.apply_change(np.zeros_like(job.alloc), RestartPlan((), False), self.now)
         self._active.remove(index)
         self._completions[index] = job.completion
+        if self.config.interference is not None:
+            self._refresh_interference()
         if self._waiting:
             self._serve_waiting()
 
@@ -325,6 +358,12 @@ class Simulator:
 
     # ------------------------------------------------------------ inference
     def _serve_waiting(self) -> None:
+        waiting = self._waiting
+        if len(waiting) == 1:  # the common case, without a new deque
+            idx = waiting.popleft()
+            if not self._place_request(idx):
+                waiting.append(idx)
+            return
         still: deque[int] = deque()
         while self._waiting:
             idx = self._waiting.popleft()
@@ -415,6 +454,8 @@ class Simulator:
         new = job.alloc.copy()
         new[ref.node] -= 1
         self._change_job(job, new)
+        if self.config.interference is not None:
+            self._refresh_interference()
 
     def _new_pod(self, instance: str, app: str, node: int) -> Pod:
         self._pod_seq += 1
@@ -476,13 +517,33 @@ class Simulator:
 
     def _change_job(self, job: TrainingJob, new: np.ndarray, update_ledger: bool = True) -> None:
         job.advance(self.now)
-        plan = plan_change(self.config.restart, job.app, job.alloc, new, job.first_start is not None)
+        r_new = sum(new.tolist())
+        plan = plan_change(
+            self.config.restart, job.app, job.alloc, new, job.first_start is not None, replicas=(job.replicas, r_new)
+        )
         if update_ledger:
             self.ledger.change_training(new - job.alloc, f"job {job.spec.name!r}")
         job.apply_change(new, plan, self.now)
         if plan.counts_as_restart:
             self.restarts += 1
         self._schedule_completion(job)
+
+    def _refresh_interference(self) -> None:
+        """Recompute every placed job's interference speed factor from the current placements;
+        jobs whose factor changes are advanced to now, re-anchored and re-projected."""
+        model = self.config.interference
+        placed = [self.jobs[i] for i in self._active if self.jobs[i].replicas > 0]
+        if not placed:
+            return
+        factors = model.speed_factors(np.stack([j.alloc for j in placed]), [j.app.name for j in placed])
+        for job, factor in zip(placed, factors, strict=True):
+            if factor != job.speed:
+                due = job.time_of_completion()
+                if due is not None and due <= self.now:
+                    continue  # completes at this instant: its pending TRAIN_DONE event finishes it
+                job.advance(self.now)
+                job.set_speed(float(factor))
+                self._schedule_completion(job)
 
     # ------------------------------------------------------------ public API
     @property
@@ -494,35 +555,51 @@ class Simulator:
         """Training job-seconds spent in the system (arrived, not finished) during [t0, t1]."""
         lo = np.maximum(self._arrivals, t0)
         hi = np.minimum(self._completions, t1)
-        return float(np.clip(hi - lo, 0.0, None).sum())
+        return float(np.maximum(hi - lo, 0.0).sum())
 
     def observe(self) -> ClusterState:
         """The read-only state at the current time (jobs advanced to now)."""
         views = []
+        now = self.now
+        fixed = self._view_fields
+        new_view = object.__new__
         for index in self._active:
             job = self.jobs[index]
-            job.advance(self.now)
-            frac = job.epoch / job.app.max_epochs
-            views.append(
-                JobView(
-                    id=index,
-                    name=job.spec.name,
-                    app=job.app.name,
-                    arrival=job.spec.arrival,
-                    age=self.now - job.spec.arrival,
-                    attained_service=job.attained_service,
-                    num_restarts=job.num_restarts,
-                    alloc=job.alloc.copy(),
-                    epoch=job.epoch,
-                    progress_fraction=frac,
-                    max_replicas=self._max_replicas(job),
-                    requested_replicas=job.spec.num_replicas,
-                    requested_batch=job.spec.batch_size,
-                    stalled_seconds=job.stalled_seconds_left,
-                    remaining_work=job.app.target_progress - job.progress,
-                    rates=job.rates,
+            job.advance(now)
+            app = job.app
+            # Fields that change only with the job's version (a change of placement or speed).
+            cached = fixed.get(index)
+            if cached is None or cached[0] != job.version:
+                spec = job.spec
+                cached = fixed[index] = (
+                    job.version,
+                    {
+                        "id": index,
+                        "name": spec.name,
+                        "app": app.name,
+                        "arrival": spec.arrival,
+                        "num_restarts": job.num_restarts,
+                        "max_replicas": self._max_replicas(job),
+                        "requested_replicas": spec.num_replicas,
+                        "requested_batch": spec.batch_size,
+                        "rates": job.rates,
+                        "replicas": job.replicas,  # JobView.replicas, precomputed
+                    },
                 )
-            )
+            # A JobView without its frozen-dataclass __init__ (several times slower): the same
+            # instance dict, filled directly. tests/test_env.py checks every field is set.
+            view = new_view(JobView)
+            values = view.__dict__
+            values.update(cached[1])
+            values["age"] = now - job.spec.arrival
+            values["attained_service"] = job.attained_service
+            values["alloc"] = job.alloc.copy()
+            values["epoch"] = job.epoch
+            values["progress_fraction"] = job.epoch / app.max_epochs
+            values["stalled_seconds"] = job.stalled_seconds_left
+            values["remaining_work"] = job.target_progress - job.progress
+            values["throughput_ratio"] = job.speed if job.replicas > 0 else 1.0
+            views.append(view)
         led = self.ledger
         return ClusterState(
             time=self.now,
@@ -564,20 +641,30 @@ class Simulator:
         self._account(self.now)
         zeros = np.zeros(self.config.cluster.num_nodes, dtype=np.int64)
         changes = []
-        total = np.zeros_like(zeros)
+        kept = []
         for index in self._active:
-            new = wanted.get(index, zeros)
-            total += new
-            if not np.array_equal(new, self.jobs[index].alloc):
-                changes.append((self.jobs[index], new))
+            job = self.jobs[index]
+            new = wanted.get(index)
+            if new is None:
+                if job.replicas:
+                    changes.append((job, zeros))
+                continue
+            kept.append(new)
+            # validated / repaired counts are int64 arrays like job.alloc: equal iff same bytes
+            if new.tobytes() != job.alloc.tobytes():
+                changes.append((job, new))
+        total = np.array(kept).sum(axis=0) if kept else zeros
         led = self.ledger
         over = total + led.running + led.protect + led.sleep - led.capacity
-        for node in np.flatnonzero(over > 0):
-            for _ in range(int(over[node])):
-                self._evict_one_sleeper(int(node))
+        if (over > 0).any():
+            for node in np.flatnonzero(over > 0):
+                for _ in range(int(over[node])):
+                    self._evict_one_sleeper(int(node))
         led.change_training(total - led.train, "allocation")
         for job, new in changes:
             self._change_job(job, new, update_ledger=False)
+        if changes and self.config.interference is not None:
+            self._refresh_interference()
         if self._waiting:  # the allocation may have given lent inference GPUs back
             self._serve_waiting()
         return repaired

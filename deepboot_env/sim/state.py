@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -46,6 +47,10 @@ class JobView:
             that the literature defines with an oracle (Optimus+Oracle) may read it; learned
             agents and the other baselines are non-clairvoyant.
         rates: progress-rate table (speedups = ratios of its rates).
+        throughput_ratio: measured throughput over the throughput its placement gives alone
+            (1 = no co-location interference; < 1 = slowed by jobs sharing its nodes, see
+            :mod:`deepboot_env.sim.interference`). What a real scheduler measures (during a
+            restart stall: the factor it will train at); 1 while it holds no GPU.
     """
 
     id: int
@@ -64,15 +69,16 @@ class JobView:
     stalled_seconds: float
     remaining_work: float
     rates: RateTable = field(repr=False)
+    throughput_ratio: float = 1.0
 
-    @property
+    @cached_property
     def replicas(self) -> int:
-        """GPUs held now."""
+        """GPUs held now (computed once: the view and its ``alloc`` are read-only)."""
         return int(self.alloc.sum())
 
-    @property
+    @cached_property
     def nodes(self) -> int:
-        """Nodes on which the job holds GPUs."""
+        """Nodes on which the job holds GPUs (computed once)."""
         return int(np.count_nonzero(self.alloc))
 
     def rate(self, nodes: int, replicas: int) -> float:
@@ -222,6 +228,32 @@ def validate_allocation(state: ClusterState, alloc: Allocation) -> dict[int, np.
     Raises:
         AllocationError: naming the job and node at fault.
     """
+    # Fast path: int64 arrays of the right shape, checked all at once; anything else (or any
+    # violation) goes through the job-by-job checks below, which name the culprit.
+    n = state.num_nodes
+    active = {job.id: job for job in state.jobs}
+    ids: list[int] = []
+    rows: list[np.ndarray] = []
+    limits: list[int] = []
+    for job_id, value in alloc.gpus.items():
+        job = active.get(int(job_id))
+        if job is None or type(value) is not np.ndarray or value.dtype != np.int64 or value.shape != (n,):
+            return _validate_each(state, alloc)
+        ids.append(job.id)
+        rows.append(value)
+        limits.append(job.max_replicas)
+    if not rows:
+        return {}
+    counts = np.array(rows)
+    if counts.min() < 0 or (counts.sum(axis=1) > limits).any():
+        return _validate_each(state, alloc)
+    if (counts.sum(axis=0) > state.training_capacity(lend=True)).any():
+        return _validate_each(state, alloc)
+    return dict(zip(ids, counts, strict=True))
+
+
+def _validate_each(state: ClusterState, alloc: Allocation) -> dict[int, np.ndarray]:
+    """:func:`validate_allocation` job by job (raises on the first violation)."""
     n = state.num_nodes
     active = {job.id: job for job in state.jobs}
     out: dict[int, np.ndarray] = {}
