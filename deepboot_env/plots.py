@@ -58,6 +58,13 @@ def policy_colors(policies: Sequence[str]) -> dict[str, str]:
     return {p: _PALETTE[i % len(_PALETTE)] for i, p in enumerate(policies)}
 
 
+def display_name(policy: str) -> str:
+    """A policy's label in plots: ``ppo:<path>`` shortened to ``ppo:<file stem>``."""
+    if policy.startswith("ppo:"):
+        return "ppo:" + Path(policy[4:]).stem
+    return policy
+
+
 def _new_figure(width: float = 8.0, height: float = 4.8) -> Figure:
     fig = Figure(figsize=(width, height), dpi=_DPI, layout="constrained")
     FigureCanvasAgg(fig)
@@ -177,8 +184,8 @@ def plot_avg_jct_bars(
                 zorder=3,
                 label=f"JCT lower bound ({_hours_label(bound)})",
             )
-            ax.legend(loc="upper right", fontsize=9)
-    ax.set_xticks(x, policies)
+            ax.legend(loc="upper left", fontsize=9)
+    ax.set_xticks(x, [display_name(p) for p in policies])
     ax.set_xlim(-0.6, len(policies) - 0.4)
     ax.set_ylim(0, top * 1.12 if top > 0 else 1.0)
     ax.set_ylabel("mean training JCT (hours)")
@@ -293,4 +300,28 @@ def plot_timeline(
         labels.append("inference arrivals / min")
     ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.08, 1.0), fontsize=8, frameon=False)
     ax.set_title(f"GPUs by state: {title}" if title else "GPUs by state", fontsize=11)
+    return _save(fig, path)
+
+
+def plot_learning_curves(
+    runs: Mapping[str, Sequence[tuple[float, float]]],
+    path: str | Path,
+    references: Mapping[str, float] | None = None,
+    title: str = "Validation: mean training JCT",
+) -> Path:
+    """Validation mean JCT against training timesteps for each run, with reference policies as
+    horizontal lines (e.g. ATS on the same workloads)."""
+    fig = _new_figure()
+    ax = fig.add_subplot()
+    colors = policy_colors([*runs, *(references or {})])
+    for label, points in runs.items():
+        xs, ys = zip(*sorted(points), strict=True) if points else ((), ())
+        ax.plot(xs, ys, marker="o", markersize=3, color=colors[label], label=label)
+    for name, value in (references or {}).items():
+        ax.axhline(value, linestyle="--", linewidth=1, color=colors[name], label=f"{name} ({value:,.0f} s)")
+    ax.set_xlabel("training timesteps")
+    ax.set_ylabel("mean training JCT (s)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
     return _save(fig, path)

@@ -137,3 +137,19 @@ def test_train_policy_pretrain_smoke(tiny, tmp_path) -> None:
     assert steps[0] == 0  # the clone is evaluated before the first PPO update
     with pytest.raises(SystemExit):
         train_policy.main(argv[:-8] + ["--pretrain-expert", "no-such-policy", "--log-folder", str(tmp_path / "r2")])
+
+
+def test_learning_curve_png_from_evaluations(tmp_path) -> None:
+    from agents.curves import evaluation_curve, main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "evaluations.csv").write_text(
+        "timesteps,workload,train_jct_mean\n0,a,100\n0,b,300\n50,a,90\n50,b,210\n", encoding="utf-8"
+    )
+    assert evaluation_curve(run) == [(0.0, 200.0), (50.0, 150.0)]
+    out = tmp_path / "curve.png"
+    assert main([str(run), "--reference", "ats=120", "--out", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(FileNotFoundError, match="evaluations.csv"):
+        evaluation_curve(tmp_path / "missing")

@@ -1,0 +1,67 @@
+"""Learning-curve PNG from ``train_policy.py`` run folders (their ``evaluations.csv``)::
+
+    python -m agents.curves runs/maskable_ppo_2 runs/maskable_ppo_1 --labels "ATS clone + PPO" "PPO from scratch" \
+        --reference ats=2476.6 ats-nolend=4547.2 --out docs/learning-curve.png
+
+Each point is the mean validation training JCT of one evaluation (all workloads of that
+evaluation); ``--reference name=value`` draws a policy's score on the same workloads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def evaluation_curve(run: str | Path) -> list[tuple[float, float]]:
+    """``(timesteps, mean train JCT)`` per evaluation of a run folder (or its evaluations.csv).
+
+    Raises:
+        FileNotFoundError: no evaluations.csv there.
+    """
+    path = Path(run)
+    if path.is_dir():
+        path = path / "evaluations.csv"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no evaluations.csv (was the run trained with --eval-freq > 0?)")
+    by_step: dict[float, list[float]] = defaultdict(list)
+    with open(path, newline="", encoding="utf-8") as fh:
+        for row in csv.DictReader(fh):
+            by_step[float(row["timesteps"])].append(float(row["train_jct_mean"]))
+    return [(step, sum(v) / len(v)) for step, v in sorted(by_step.items())]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point."""
+    from deepboot_env.plots import plot_learning_curves
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", help="run folders")
+    parser.add_argument("--labels", nargs="+", default=None, help="legend labels (default: folder names)")
+    parser.add_argument("--reference", nargs="*", default=[], metavar="NAME=JCT", help="horizontal reference lines")
+    parser.add_argument("--out", required=True, help="PNG path")
+    args = parser.parse_args(argv)
+    labels = args.labels or [Path(r).name for r in args.runs]
+    if len(labels) != len(args.runs):
+        parser.error("--labels needs one label per run")
+    refs = {}
+    for item in args.reference:
+        name, _, value = item.partition("=")
+        try:
+            refs[name] = float(value)
+        except ValueError:
+            parser.error(f"--reference {item!r}: expected NAME=JCT")
+    try:
+        runs = {label: evaluation_curve(run) for label, run in zip(labels, args.runs, strict=True)}
+    except FileNotFoundError as exc:
+        parser.error(str(exc))
+    print(plot_learning_curves(runs, args.out, refs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
