@@ -1,11 +1,15 @@
-"""Benchmark: one full Pollux GA episode; prints wall and CPU time, GA generations and avg JCT.
+"""Benchmark: one full episode of an evolutionary policy (Pollux's GA or ONES); prints wall and
+CPU time, generations per round and avg JCT.
 
 Default: Pollux workload-1 at load 1.0 (160 jobs) on the 16x4 training cluster with the Pollux
-restart model (flat 30 s), the setting of pollux-model.md §7.2 (reference avg JCT 2,089 s).
-Target: <= 60 s CPU with the default GA settings. Usage::
+restart model (flat 30 s), the setting of pollux-model.md §7.2 (reference avg JCT: Pollux 2,089 s,
+Tiresias 2,474 s). Target: <= 60 s CPU per episode with each policy's default settings. Usage::
 
-    python benchmarks/bench_pollux.py [--workload W] [--cluster 16x4] [--restart pollux] [--lend]
-        [--population 100] [--generations 100] [--patience none | --patience 20] [--seed 0]
+    python benchmarks/bench_evolutionary.py [--policy pollux|ones] [--workload W] [--cluster 16x4]
+        [--restart pollux] [--lend] [--population N] [--generations N] [--patience K | none] [--seed 0]
+
+Defaults per policy: pollux population 100, 100 generations, no patience; ones population 64,
+40 generations, patience 10.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from baselines.ones import OnesPolicy
 from baselines.pollux import PolluxPolicy
 from deepboot_env.evaluation import run_episode
 from deepboot_env.sim.cluster import ClusterConfig
@@ -26,6 +31,13 @@ from traces.loaders import load_workload
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 REFERENCE = SHARED / "data" / "workloads" / "pollux" / "load-1.0" / "workload-1.csv"
+
+
+POLICIES = {
+    "pollux": (PolluxPolicy, {"population": 100, "generations": 100, "patience": None}),
+    "ones": (OnesPolicy, {"population": 64, "generations": 40, "patience": 10}),
+}
+"""Policy class and default search settings per ``--policy``."""
 
 
 def _patience(text: str) -> int | None:
@@ -37,10 +49,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workload", default=str(REFERENCE))
     parser.add_argument("--cluster", default="16x4", help="e.g. 16x4 (training only) or 8x4+8x4")
     parser.add_argument("--restart", default="pollux")
-    parser.add_argument("--lend", action="store_true", help="pollux-lend instead of pollux")
-    parser.add_argument("--population", type=int, default=100)
-    parser.add_argument("--generations", type=int, default=100)
-    parser.add_argument("--patience", type=_patience, default=None, help="generations without improvement (none: off)")
+    parser.add_argument("--policy", choices=sorted(POLICIES), default="pollux")
+    parser.add_argument("--lend", action="store_true", help="the lending variant (pollux-lend, ones-lend)")
+    parser.add_argument("--population", type=int, default=argparse.SUPPRESS)
+    parser.add_argument("--generations", type=int, default=argparse.SUPPRESS)
+    parser.add_argument(
+        "--patience", type=_patience, default=argparse.SUPPRESS, help="generations without improvement (none: off)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.workload == str(REFERENCE) and not REFERENCE.exists():
@@ -48,9 +63,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     workload = load_workload(args.workload)
     config = SimConfig(cluster=ClusterConfig.parse(args.cluster), restart=args.restart)
-    policy = PolluxPolicy(
-        lend=args.lend, population=args.population, generations=args.generations, patience=args.patience
-    )
+    cls, defaults = POLICIES[args.policy]
+    for key, value in defaults.items():
+        if not hasattr(args, key):  # not given: the policy's default
+            setattr(args, key, value)
+    policy = cls(lend=args.lend, population=args.population, generations=args.generations, patience=args.patience)
     generations: list[int] = []
     jobs: list[int] = []
     decide = policy.decide
@@ -64,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     policy.decide = counted  # type: ignore[method-assign]
     print(
         f"{policy.name} on {workload.name} ({config.cluster.describe()}, restart={config.restart}), "
-        f"GA population {args.population}, generations {args.generations}, patience {args.patience}"
+        f"population {args.population}, generations {args.generations}, patience {args.patience}"
     )
     wall0, cpu0 = time.perf_counter(), time.process_time()
     metrics = run_episode(policy, workload, config, seed=args.seed)
