@@ -153,11 +153,13 @@ def pretrain(
     """
     import torch
 
+    from agents.policy_adapter import uses_masks
+
     if epochs < 0 or batch_size < 1:
         raise ValueError(f"pretrain needs epochs >= 0 and batch_size >= 1, got {epochs}, {batch_size}")
     policy = model.policy
     device = policy.device
-    masked = "action_masks" in policy.evaluate_actions.__code__.co_varnames
+    masked = uses_masks(model)
     obs_t = {k: torch.as_tensor(v, device=device) for k, v in demos.obs.items()}
     act_t = torch.as_tensor(demos.actions, device=device)
     mask_t = torch.as_tensor(demos.masks, device=device)

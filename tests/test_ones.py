@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+from builders import lending_requests
 
 from baselines.ats import knapsack
 from baselines.ones import (
@@ -23,7 +24,7 @@ from deepboot_env.sim.cluster import NODE_INFER, ClusterConfig
 from deepboot_env.sim.goodput import RateTable
 from deepboot_env.sim.simulator import SimConfig
 from deepboot_env.sim.state import ClusterState, JobView, validate_allocation
-from deepboot_env.sim.workload import InferenceRequestSpec, TrainingJobSpec, Workload
+from deepboot_env.sim.workload import TrainingJobSpec, Workload
 
 SMALL = {"population": 16, "generations": 8, "patience": 4}
 """Small evolution settings keep the episodes fast."""
@@ -132,14 +133,7 @@ def test_tiny_workload_golden_ish_against_tiresias():
 
 def test_lending_episode_with_inference_reclaims_and_stays_valid():
     train = _workload(6, gap=10.0).jobs
-    apps = ["ncf", "bert", "cifar10", "yolov3"]
-    requests = tuple(
-        InferenceRequestSpec(
-            name=f"r{i}", arrival=300.0 + 40.0 * i, instance=f"infer-{apps[i % 4]}-1", app=apps[i % 4], duration=200.0
-        )
-        for i in range(12)
-    )
-    workload = Workload(name="tiny-mixed", jobs=train, requests=requests)
+    workload = Workload(name="tiny-mixed", jobs=train, requests=lending_requests(12))
     cfg = SimConfig(cluster=ClusterConfig.parse("1x4+1x4"), restart="afe")
     runs = []
     for _ in range(2):

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -16,12 +15,7 @@ sys.path.insert(0, str(REPO))  # train_policy.py is a script at the repository r
 import train_policy  # noqa: E402
 from traces.generate import generate_workload, write_workload_csv  # noqa: E402
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    yield
-    torch.set_num_threads(before)  # train_policy sets 1 (--num-threads default)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")  # train_policy sets 1 (--num-threads default)
 
 
 @pytest.fixture(scope="module")
