@@ -25,10 +25,22 @@ _RATES = RateTable(get_app("cifar10"), 16)
 
 def make_job(job_id: int, max_replicas: int, attained: float = 0.0, arrival: float = 0.0, nodes: int = 4) -> JobView:
     return JobView(
-        id=job_id, name=f"j{job_id}", app="cifar10", arrival=arrival, age=1000.0 - arrival,
-        attained_service=attained, num_restarts=0, alloc=np.zeros(nodes, dtype=np.int64), epoch=0,
-        progress_fraction=0.0, max_replicas=max_replicas, requested_replicas=1, requested_batch=128,
-        stalled_seconds=0.0, remaining_work=1000.0, rates=_RATES,
+        id=job_id,
+        name=f"j{job_id}",
+        app="cifar10",
+        arrival=arrival,
+        age=1000.0 - arrival,
+        attained_service=attained,
+        num_restarts=0,
+        alloc=np.zeros(nodes, dtype=np.int64),
+        epoch=0,
+        progress_fraction=0.0,
+        max_replicas=max_replicas,
+        requested_replicas=1,
+        requested_batch=128,
+        stalled_seconds=0.0,
+        remaining_work=1000.0,
+        rates=_RATES,
     )
 
 
@@ -36,11 +48,18 @@ def make_state(config: ClusterConfig, jobs, running=None, protect=None, sleeping
     n = config.num_nodes
     zeros = np.zeros(n, dtype=np.int64)
     return ClusterState(
-        time=1000.0, interval=60.0, config=config, node_kinds=config.node_kinds(), train_used=zeros.copy(),
+        time=1000.0,
+        interval=60.0,
+        config=config,
+        node_kinds=config.node_kinds(),
+        train_used=zeros.copy(),
         running=zeros.copy() if running is None else np.asarray(running, dtype=np.int64),
         protect=zeros.copy() if protect is None else np.asarray(protect, dtype=np.int64),
         sleeping=zeros.copy() if sleeping is None else np.asarray(sleeping, dtype=np.int64),
-        jobs=tuple(jobs), waiting_requests=0, recent_arrivals=(0,) * 10, restart_model="afe",
+        jobs=tuple(jobs),
+        waiting_requests=0,
+        recent_arrivals=(0,) * 10,
+        restart_model="afe",
     )
 
 

@@ -6,8 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+from builders import assert_same_calibration
 
 from deepboot_env.cli import main
+from deepboot_env.sim.apps import load_profiles
 from traces.loaders import load_workload
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -94,5 +96,4 @@ def test_calibrate_reports_missing_folder(tmp_path: Path, capsys: pytest.Capture
 def test_calibrate_reproduces_the_shipped_profiles(tmp_path: Path) -> None:
     out = tmp_path / "apps.json"
     assert main(["calibrate", "--apps", str(SHARED / "apps"), "--out", str(out)]) == 0
-    shipped = Path(__file__).resolve().parents[1] / "deepboot_env" / "sim" / "data" / "apps.json"
-    assert json.loads(out.read_text())["apps"] == json.loads(shipped.read_text())["apps"]
+    assert_same_calibration(load_profiles(out), load_profiles(), SHARED / "apps")

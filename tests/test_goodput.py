@@ -427,8 +427,15 @@ def test_speedup_anchors_approximately(app: str, epoch: int) -> None:
 
 def test_speedup_anchor_base_batches() -> None:
     """(1, 1) batches chosen (pollux-model.md §5.6 footnote): exact except ncf (ours 22,052 vs 19,974)."""
-    expected = {("bert", 0): 12, ("cifar10", 0): 128, ("cifar10", 50): 492, ("deepspeech2", 0): 20,
-                ("deepspeech2", 40): 240, ("imagenet", 0): 200, ("yolov3", 0): 8}
+    expected = {
+        ("bert", 0): 12,
+        ("cifar10", 0): 128,
+        ("cifar10", 50): 492,
+        ("deepspeech2", 0): 20,
+        ("deepspeech2", 40): 240,
+        ("imagenet", 0): 200,
+        ("yolov3", 0): 8,
+    }
     for (app, epoch), batch in expected.items():
         prof = get_app(app)
         stats = (float(prof.grad_sqr[epoch, 0]), float(prof.grad_var[epoch, 0]))

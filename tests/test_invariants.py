@@ -120,8 +120,9 @@ def scenarios(draw):
         batch = draw(st.sampled_from(BATCHES[app]))
         jobs.append(TrainingJobSpec(f"j{i}", t, app, draw(st.integers(1, 8)), batch))
     n_req = draw(st.integers(0, 25))
-    req_times = sorted(draw(st.lists(st.one_of(st.integers(0, 4000).map(float), st.floats(0, 4000)), min_size=n_req,
-                                     max_size=n_req)))
+    req_times = sorted(
+        draw(st.lists(st.one_of(st.integers(0, 4000).map(float), st.floats(0, 4000)), min_size=n_req, max_size=n_req))
+    )
     requests = []
     for i, t in enumerate(req_times):
         model = draw(st.sampled_from(MODELS))
