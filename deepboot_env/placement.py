@@ -110,6 +110,18 @@ def most_free_fill(need: int, free: np.ndarray, allowed: np.ndarray | None = Non
 PLACEMENT_RULES = {"best_fit": best_fit, "most_free": most_free_fill}
 
 
+_OWN: dict[bytes, list[bool]] = {}
+
+
+def _own_nodes(kinds: np.ndarray) -> list[bool]:
+    """Per node, whether it is not an inference node (cached per node layout; a fresh list)."""
+    key = kinds.tobytes() + kinds.dtype.str.encode()
+    own = _OWN.get(key)
+    if own is None:
+        own = _OWN[key] = (kinds != NODE_INFER).tolist()
+    return own.copy()
+
+
 def place_counts(
     state: ClusterState,
     counts: Mapping[int, int],
@@ -149,7 +161,7 @@ def place_counts(
         return out
     if ascending:
         moved.sort(key=lambda m: m[0])
-    own = (state.node_kinds != NODE_INFER).tolist()
+    own = _own_nodes(state.node_kinds)
     avail_own = _available(free, own)  # kept in step with free below
     avail_all = _available(free, None)
     for k, job_id in moved:

@@ -125,23 +125,36 @@ def _job_rows(jobs: Sequence[JobView], state: ClusterState) -> list[float]:
     log1p = math.log1p
     flat: list[float] = []
     extend = flat.extend
+    # min(x, 1.0) is written `1.0 if x > 1.0 else x` and max(x, 0.0) `0.0 if 0.0 > x else x`:
+    # the same comparisons and results (NaN included), without the calls
     for job in jobs:
         replicas = job.replicas
-        counts = job.alloc.tolist()
-        lent = sum(counts[lo:hi]) if contiguous else sum(counts[node] for node in infer)
+        if replicas:
+            counts = job.alloc.tolist()
+            lent = sum(counts[lo:hi]) if contiguous else sum([counts[node] for node in infer])
+            lent_share = lent / replicas
+        else:
+            lent_share = 0.0
+        gpus = replicas / total
+        max_gpus = job.max_replicas / total
+        age = job.age
+        age = log1p(0.0 if 0.0 > age else age) / _LOG_AGE
+        service = log1p(job.attained_service) / _LOG_SERVICE
+        restarts = job.num_restarts / 20.0
+        stalled = job.stalled_seconds / 120.0
         extend(
             (
                 1.0,
                 *_APP_ONE_HOT[job.app],
-                min(replicas / total, 1.0),
-                min(job.max_replicas / total, 1.0),
-                min(log1p(max(job.age, 0.0)) / _LOG_AGE, 1.0),
-                min(log1p(job.attained_service) / _LOG_SERVICE, 1.0),
-                min(job.num_restarts / 20.0, 1.0),
+                1.0 if gpus > 1.0 else gpus,
+                1.0 if max_gpus > 1.0 else max_gpus,
+                1.0 if age > 1.0 else age,
+                1.0 if service > 1.0 else service,
+                1.0 if restarts > 1.0 else restarts,
                 job.progress_fraction,
                 *job.rates.speedup_values(job.epoch, SPEEDUP_POINTS, g),
-                lent / replicas if replicas else 0.0,
-                min(job.stalled_seconds / 120.0, 1.0),
+                lent_share,
+                1.0 if stalled > 1.0 else stalled,
             )
         )
     return flat
@@ -159,8 +172,8 @@ def encode_cluster(state: ClusterState, max_jobs: int, out: np.ndarray) -> None:
     protect = state.protect.tolist()
     sleeping = state.sleeping.tolist()
     # held GPUs (training + pods) on each side; free = nodes x g - held (exact integer sums)
-    lent = sum(train_used[node] for node in infer)
-    held_infer = lent + sum(running[node] + protect[node] + sleeping[node] for node in infer)
+    lent = sum([train_used[node] for node in infer])
+    held_infer = lent + sum([running[node] + protect[node] + sleeping[node] for node in infer])
     held_train = sum(train_used) + sum(running) + sum(protect) + sum(sleeping) - held_infer
     out[0] = ((n_nodes - n_infer) * g - held_train) / train_total
     out[1] = (n_infer * g - held_infer) / infer_total if n_infer else 0.0
@@ -197,31 +210,39 @@ def encode_observation(state: ClusterState, max_jobs: int) -> dict[str, np.ndarr
     return {"jobs": jobs, "cluster": cluster}
 
 
+_MASK_ROWS: dict[int, bytes] = {}
+"""Mask row (one byte per GPU bucket) of a slot whose job may get at most the key GPUs."""
+_EMPTY_SLOT = bytes(i == 0 for i in range(len(GPU_BUCKETS)))
+"""Mask row of an empty slot: only target 0."""
+
+
 def action_mask(state: ClusterState, max_jobs: int, lend_levels: int) -> np.ndarray:
     """Boolean mask over the flattened MultiDiscrete choices (slot by slot, then lending)."""
-    nb = len(GPU_BUCKETS)
-    mask = np.zeros(max_jobs * nb + lend_levels, dtype=bool)
-    slots = mask[: max_jobs * nb].reshape(max_jobs, nb)
-    jobs = slot_jobs(state, max_jobs)
-    n = len(jobs)
-    if n:
-        slots[:n] = _BUCKETS[None, :] <= np.array([job.max_replicas for job in jobs])[:, None]
-    slots[n:, 0] = True
+    # one bytes row per slot (cached per job limit), joined and read as bools once
+    rows = _MASK_ROWS
+    parts = []
+    for job in state.jobs[:max_jobs]:
+        limit = job.max_replicas
+        row = rows.get(limit)
+        if row is None:
+            row = rows[limit] = bytes(bucket <= limit for bucket in GPU_BUCKETS)
+        parts.append(row)
+    parts.append(_EMPTY_SLOT * (max_jobs - len(parts)))
     if _inference_nodes(state):
-        mask[max_jobs * nb :] = True
+        parts.append(b"\x01" * lend_levels)
     else:
-        mask[max_jobs * nb] = True
-    return mask
+        parts.append(b"\x01" + b"\x00" * (lend_levels - 1))
+    return np.frombuffer(b"".join(parts), dtype=bool).copy()
 
 
 def _lending_capacity(state: ClusterState, fraction: float) -> list[int]:
     """:func:`lending_capacity` as a list of ints."""
-    g = state.gpus_per_node
-    cap = [g - pinned for pinned in state.pinned().tolist()]
+    g = state.config.gpus_per_node
+    cap = [g - pinned for pinned in (state.running + state.protect).tolist()]
     infer = _inference_nodes(state)
     if not infer:
         return cap
-    lendable = sum(cap[node] for node in infer)
+    lendable = sum([cap[node] for node in infer])
     budget = int(math.floor(fraction * lendable + 1e-9))
     if budget >= lendable:  # every inference node lends all it can: the order does not matter
         return cap
@@ -231,10 +252,12 @@ def _lending_capacity(state: ClusterState, fraction: float) -> list[int]:
     if budget == 0:
         return out
     used = state.train_used.tolist()
-    for node in sorted(infer, key=lambda n: (-used[n], -cap[n], n)):
+    for _, _, node in sorted([(-used[n], -cap[n], n) for n in infer]):
         take = min(budget, cap[node])
         out[node] = take
         budget -= take
+        if budget == 0:  # the nodes left lend nothing (out is 0 there already)
+            break
     return out
 
 
@@ -310,4 +333,5 @@ def trim_to_capacity(targets: dict[int, int], jobs: dict[int, JobView], excess: 
             for i, j in enumerate(group):
                 targets[j] = top - full - (1 if i < extra else 0)
             excess = 0
-        order.sort(key=key)
+        if excess:  # (the order is not needed once the excess is gone)
+            order.sort(key=key)

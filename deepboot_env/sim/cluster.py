@@ -16,6 +16,7 @@ change goes through it and it refuses to over-commit a node.
 
 from __future__ import annotations
 
+import operator
 import re
 from dataclasses import dataclass
 
@@ -153,6 +154,7 @@ class ClusterLedger:
         self.protect = np.zeros(n, dtype=np.int64)
         self.sleep = np.zeros(n, dtype=np.int64)
         self._infer_mask = self.kinds == NODE_INFER
+        self._infer_nodes = np.flatnonzero(self._infer_mask).tolist()
         self.totals = {"train": 0, "lent": 0, "running": 0, "protect": 0, "sleep": 0}
         """Cluster-wide counts kept in step with the arrays (``lent`` = training on inference nodes)."""
 
@@ -186,9 +188,33 @@ class ClusterLedger:
         self.totals["train"] += int(delta.sum())
         self.totals["lent"] += int(delta[self._infer_mask].sum())
 
+    def pod_counts(self) -> list[int]:
+        """Pods (RUNNING, PROTECT or SLEEP) per node, as Python ints."""
+        return (self.running + self.protect + self.sleep).tolist()
+
+    def set_training(self, counts: list[int], who: str, pods: list[int] | None = None) -> None:
+        """Set the training GPUs per node to ``counts``, refusing to over-commit (the list form
+        of :meth:`change_training` with ``delta = counts - train``); ``pods`` is
+        :meth:`pod_counts` when the caller has it already.
+
+        Raises:
+            OverCapacityError: naming the node and ``who``.
+        """
+        if pods is None:
+            pods = self.pod_counts()
+        if min(counts) < 0 or max(map(operator.add, counts, pods)) > self.capacity:
+            for node, (k, held) in enumerate(zip(counts, pods, strict=True)):
+                if k < 0:
+                    raise OverCapacityError(f"{who}: releases more GPUs than it holds on node {node}")
+                if k + held > self.capacity:
+                    raise OverCapacityError(f"{who}: node {node} would hold {k + held} GPUs but has {self.capacity}")
+        self.train = np.array(counts, dtype=np.int64)
+        self.totals["train"] = sum(counts)
+        self.totals["lent"] = sum([counts[node] for node in self._infer_nodes])
+
     def add_pod(self, node: int, state: str, who: str) -> None:
         """Count one more pod in ``state`` on ``node``."""
-        if self.used()[node] + 1 > self.capacity:
+        if int(self.train[node] + self.running[node] + self.protect[node] + self.sleep[node]) >= self.capacity:
             raise OverCapacityError(f"{who}: node {node} has no free GPU for a pod")
         getattr(self, state)[node] += 1
         self.totals[state] += 1

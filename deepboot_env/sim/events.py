@@ -56,6 +56,16 @@ class EventQueue:
         self._seq += 1
         heapq.heappush(self._heap, (time, int(kind), self._seq, target, version))
 
+    def reserve(self) -> int:
+        """The sequence number the next :meth:`push` would take, taken now: an event pushed later
+        with :meth:`push_reserved` sorts as if it had been pushed at this call."""
+        self._seq += 1
+        return self._seq
+
+    def push_reserved(self, time: float, kind: EventKind, seq: int, target: int, version: int = 0) -> None:
+        """Schedule an event with a sequence number from :meth:`reserve`."""
+        heapq.heappush(self._heap, (time, int(kind), seq, target, version))
+
     def peek_time(self) -> float | None:
         """Time of the earliest event, or None if empty."""
         return self._heap[0][0] if self._heap else None

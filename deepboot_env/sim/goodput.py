@@ -241,6 +241,7 @@ class RateTable:
         self._curve_values: dict[tuple[int, tuple[int, ...], int], tuple[float, ...]] = {}
         self._rows: dict[int, tuple[list[float], list[float]]] = {}
         """Per epoch, the two rows of its rate table as Python floats (fast scalar look-ups)."""
+        self._min_after: list[float] | None = None
 
     def _table(self, epoch: int) -> np.ndarray:
         table = self._rates.get(epoch)
@@ -298,6 +299,28 @@ class RateTable:
             suffix = np.append(np.cumsum(durations[::-1])[::-1], 0.0)
             self._suffix[key] = suffix
         return suffix
+
+    def min_seconds_after(self, epoch: int) -> float:
+        """A lower bound on the seconds any job of this table needs, from the end of ``epoch``,
+        to finish the epochs after it: each epoch's work at the fastest rate of the whole table
+        (any epoch, placement and GPU count), less half a second for the rounding of its end to
+        whole seconds (an epoch that ends in several constant-rate stretches has only its last
+        one rounded). Computes the rates of every epoch once."""
+        bounds = self._min_after
+        if bounds is None:
+            thresholds = self.app.epoch_progress.tolist()
+            n = len(thresholds)
+            peak = max(float(self._table(e).max()) for e in range(n))
+            bounds = [0.0] * n
+            acc = 0.0
+            for e in range(n - 1, 0, -1):
+                if peak > 0:
+                    acc += max((thresholds[e] - thresholds[e - 1]) / peak - 0.5, 0.0)
+                else:
+                    acc = math.inf  # no placement makes progress: the job never completes
+                bounds[e - 1] = acc
+            self._min_after = bounds
+        return bounds[epoch]
 
     def speedup_curve(self, epoch: int, points: tuple[int, ...], gpus_per_node: int) -> np.ndarray:
         """Rates at ``points`` GPUs packed on nodes of ``gpus_per_node``, divided by their peak

@@ -16,6 +16,9 @@ from deepboot_env.sim.goodput import RateTable
 from deepboot_env.sim.restart import Phase, RestartPlan
 from deepboot_env.sim.workload import TrainingJobSpec
 
+ProjectionState = tuple[float, int, float, list[Phase], tuple[float, float] | None]
+"""(time, epoch, progress, phases, anchor) of a job: see :meth:`TrainingJob.projection_state`."""
+
 
 class TrainingJob:
     """Mutable state of one training job during an episode.
@@ -92,15 +95,16 @@ class TrainingJob:
         Advancing to the current time still takes an epoch end due exactly now (a change of
         placement can leave a job whose remaining work rounds to zero seconds).
         """
-        if t < self._t:
+        t_last = self._t
+        if t < t_last:
             return
-        if self.done:
+        if self.completion is not None:
             self._t = t
             return
-        if t == self._t and self._settled == self.version:
+        if t == t_last and self._settled == self.version:
             return  # already advanced to t since the last change: _run(t, t) would change nothing
-        self.attained_service += self.replicas * (t - self._t)
-        self.epoch, self.progress, self._phases, self._anchor, completion = _run(self, self._t, t)
+        self.attained_service += self.replicas * (t - t_last)
+        self.epoch, self.progress, self._phases, self._anchor, completion = _run(self, t_last, t)
         if completion is not None:
             self.completion = completion
         self._t = t
@@ -114,10 +118,43 @@ class TrainingJob:
             return None
         return _run(self, self._t, np.inf)[4]
 
-    def apply_change(self, new_alloc: np.ndarray, plan: RestartPlan, now: float) -> None:
-        """Switch to ``new_alloc`` at ``now`` (the job must already be advanced to ``now``)."""
+    def projection_state(self) -> ProjectionState:
+        """What :meth:`time_of_completion` reads that advancing the job changes; with
+        :meth:`completion_from`, the projection can be computed later, exactly as it is now
+        (while :attr:`version` is unchanged)."""
+        return (self._t, self.epoch, self.progress, self._phases, self._anchor)
+
+    def completion_from(self, state: ProjectionState) -> float | None:
+        """:meth:`time_of_completion` of the job as it was when ``state`` was taken (same
+        version: the same placement and speed)."""
+        if self.done:
+            return self.completion
+        if self.replicas == 0:
+            return None
+        t0, epoch, progress, phases, anchor = state
+        return _run(self, t0, np.inf, (epoch, progress, phases, anchor))[4]
+
+    def completion_lower_bound(self) -> float:
+        """A time before which the job cannot complete at its current version (a cheap bound
+        on :meth:`time_of_completion`: its restart stalls plus the epochs after the current one
+        at the fastest rate of any placement, each rounded down by half a second, minus a second
+        for float rounding); -inf where no such bound is cheap (a speed factor above 1)."""
+        if self.speed > 1.0:
+            return -np.inf
+        stall = 0.0
+        for phase in self._phases:
+            if phase.replicas == 0:
+                stall += phase.seconds
+        return self._t + stall + self.rates.min_seconds_after(self.epoch) - 1.0
+
+    def apply_change(
+        self, new_alloc: np.ndarray, plan: RestartPlan, now: float, counts: list[int] | None = None
+    ) -> None:
+        """Switch to ``new_alloc`` at ``now`` (the job must already be advanced to ``now``);
+        ``counts`` is ``new_alloc.tolist()`` when the caller has it already."""
         self.alloc = new_alloc.astype(np.int64, copy=True)
-        counts = self.alloc.tolist()  # a few nodes: Python ints beat numpy reductions
+        if counts is None:
+            counts = self.alloc.tolist()  # a few nodes: Python ints beat numpy reductions
         self.replicas = sum(counts)
         self.multi_node = len(counts) - counts.count(0) > 1
         self._phases = list(plan.phases)
@@ -138,9 +175,13 @@ class TrainingJob:
 
 
 def _run(
-    job: TrainingJob, t0: float, t1: float
+    job: TrainingJob,
+    t0: float,
+    t1: float,
+    state: tuple[int, float, list[Phase], tuple[float, float] | None] | None = None,
 ) -> tuple[int, float, list[Phase], tuple[float, float] | None, float | None]:
-    """Progress of ``job`` from ``t0`` to ``t1`` without mutating it.
+    """Progress of ``job`` from ``t0`` to ``t1`` without mutating it (from ``state``, the job's
+    (epoch, progress, phases, anchor) at ``t0``, when given instead of its current ones).
 
     Returns (epoch, progress, remaining phases, anchor, completion time or None). An epoch ends at
     the time its remaining work needs at the current rate, rounded to whole seconds from the moment
@@ -149,22 +190,24 @@ def _run(
     Epoch ends that fall exactly on ``t1`` (including zero-length ones at the start of a stretch
     beginning at ``t1``) are taken, so a job advanced to its projected completion is done.
     """
-    epoch, progress = job.epoch, job.progress
-    anchor = job._anchor
+    if state is None:
+        epoch, progress, job_phases, anchor = job.epoch, job.progress, job._phases, job._anchor
+    else:
+        epoch, progress, job_phases, anchor = state
     thresholds = job._thresholds
     rates = job.rates
     speed = job.speed
     if job.replicas == 0:
-        return epoch, progress, list(job._phases), None, None
+        return epoch, progress, list(job_phases), None, None
     projecting = t1 == np.inf
     # Fast paths for the commonest calls (each is the general loop below, unrolled):
-    if job._phases:
-        head = job._phases[0]
+    if job_phases:
+        head = job_phases[0]
         if head.replicas == 0 and t0 + head.seconds > t1:  # [t0, t1] lies inside a restart stall
-            phases = list(job._phases)
+            phases = list(job_phases)
             phases[0] = Phase(head.seconds - (t1 - t0), head.replicas, head.multi_node)
             return epoch, progress, phases, None, None
-        if projecting and speed == 1.0 and head.replicas == 0 and len(job._phases) == 1:
+        if projecting and speed == 1.0 and head.replicas == 0 and len(job_phases) == 1:
             # the projection after a change: one stall, then the final stretch
             t = t0 + head.seconds
             k, multi = job.replicas, job.multi_node
@@ -177,6 +220,17 @@ def _run(
             if epoch >= len(thresholds):
                 return epoch, float(target), [], None, t
             return len(thresholds), float(thresholds[-1]), [], None, rates.finish_time(t, epoch, multi, k)
+        if not projecting and head.replicas == 0 and len(job_phases) == 1:
+            # the advance after a change: the stall ends by t1, then no epoch end by t1
+            t_anchor = t0 + head.seconds
+            rate = rates.rate(epoch, job.multi_node, job.replicas) * speed
+            if rate > 0:
+                target = thresholds[epoch]
+                if t_anchor + round((target - progress) / rate) > t1:
+                    p_anchor = progress
+                    if t1 > t_anchor:
+                        progress = min(p_anchor + rate * (t1 - t_anchor), float(target))
+                    return epoch, progress, [], (t_anchor, p_anchor), None
     elif not projecting:  # constant rate and no epoch end in (t0, t1]
         rate = rates.rate(epoch, job.multi_node, job.replicas) * speed
         if rate > 0:
@@ -186,7 +240,7 @@ def _run(
                 if t1 > t0:
                     progress = min(p_anchor + rate * (t1 - t_anchor), float(target))
                 return epoch, progress, [], (t_anchor, p_anchor), None
-    phases = list(job._phases)
+    phases = list(job_phases)
     last_epoch = len(thresholds)
     t = t0
     while True:

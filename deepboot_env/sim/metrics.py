@@ -10,7 +10,8 @@ boundary, no restart cost), a bound no policy can beat.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+import weakref
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -57,10 +58,15 @@ class EpisodeMetrics:
 
     def to_dict(self, include_jcts: bool = True) -> dict[str, object]:
         """Plain dict for JSON (per-job JCTs under ``jcts`` when asked; never the timeline)."""
-        out = asdict(self)
-        out.pop("timeline")
-        if not include_jcts:
-            out.pop("jcts")
+        # What dataclasses.asdict gives (field order, copied dicts), without deep-copying the
+        # timeline only to drop it: its thousands of tuples dominated the cost of an episode end.
+        out: dict[str, object] = {}
+        for f in fields(self):
+            name = f.name
+            if name == "timeline" or (name == "jcts" and not include_jcts):
+                continue
+            value = getattr(self, name)
+            out[name] = dict(value) if isinstance(value, dict) else value
         return out
 
     def to_json(self, path: str | Path | None = None, include_jcts: bool = True) -> str:
@@ -82,8 +88,20 @@ def percentile(values: np.ndarray, q: float) -> float:
     return float(np.percentile(values, q)) if len(values) else float("nan")
 
 
+_LOWER_BOUNDS: weakref.WeakKeyDictionary[RateTable, dict[tuple[AppProfile, int], float]] = weakref.WeakKeyDictionary()
+"""lower_bound_seconds by rate table (a pure cache of deterministic values, like the tables)."""
+
+
 def lower_bound_seconds(app: AppProfile, rates: RateTable, gpus_per_node: int) -> float:
     """Seconds ``app`` needs alone with its best GPU count at every epoch (packed on nodes)."""
+    cache = _LOWER_BOUNDS.setdefault(rates, {})
+    key = (app, gpus_per_node)
+    if key not in cache:
+        cache[key] = _lower_bound_seconds(app, rates, gpus_per_node)
+    return cache[key]
+
+
+def _lower_bound_seconds(app: AppProfile, rates: RateTable, gpus_per_node: int) -> float:
     total = 0.0
     prev = 0.0
     ks = np.arange(1, rates.max_replicas + 1)

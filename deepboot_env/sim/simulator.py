@@ -23,20 +23,23 @@ Deliberate differences from the original DeepBoot simulator (deepboot-model.md Â
 from __future__ import annotations
 
 import math
+import operator
 import time as wallclock
+from bisect import bisect_right, insort
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from heapq import heappop
 
 import numpy as np
 
 from deepboot_env.sim.apps import COLD_START_DELAY_S, AppProfile, default_profiles
-from deepboot_env.sim.cluster import NODE_TRAIN, ClusterConfig, ClusterLedger
+from deepboot_env.sim.cluster import NODE_INFER, NODE_TRAIN, ClusterConfig, ClusterLedger
 from deepboot_env.sim.events import Event, EventKind, EventQueue
 from deepboot_env.sim.goodput import RateTable, shared_rate_table
 from deepboot_env.sim.inference import PROTECT, RUNNING, SLEEP, Pod, RequestRecord, protect_time
 from deepboot_env.sim.interference import InterferenceModel, as_model
-from deepboot_env.sim.jobs import TrainingJob
+from deepboot_env.sim.jobs import ProjectionState, TrainingJob
 from deepboot_env.sim.metrics import GPU_STATES, EpisodeMetrics, lower_bound_seconds, percentile
 from deepboot_env.sim.reclaim import ats_i_victim
 from deepboot_env.sim.restart import RestartPlan, plan_change, validate_model
@@ -152,10 +155,18 @@ class Simulator:
         self._view_fields: dict[int, tuple[int, dict[str, object]]] = {}
         self._arrivals = np.array([spec.arrival for spec in self.workload.jobs], dtype=float)
         self._completions = np.full(len(self.jobs), np.inf)
+        self._done_spans: list[tuple[float, float]] = []
+        """(completion, arrival) of the finished jobs, sorted (see :meth:`job_seconds`)."""
         self.waiting_seconds = 0.0
         self.requests = [RequestRecord(i, r.arrival) for i, r in enumerate(self.workload.requests)]
-        for i, req in enumerate(self.workload.requests):
-            self.events.push(req.arrival, EventKind.REQUEST_ARRIVAL, i)
+        # Request arrivals are known in advance: a sorted stream merged with the event heap (which
+        # holds only what the simulation schedules) instead of thousands of heap entries. They are
+        # ordered as if pushed first, in order: by arrival, then index.
+        times = [req.arrival for req in self.workload.requests]
+        self._arrival_order = sorted(range(len(times)), key=times.__getitem__)
+        self._arrival_times = [times[i] for i in self._arrival_order]
+        self._next_request = 0
+        """Position in the arrival stream of the next request to arrive."""
         self.pods: dict[int, Pod] = {}
         self._pods_by_instance: dict[str, list[int]] = {}
         self._pod_seq = 0
@@ -173,8 +184,22 @@ class Simulator:
         self.timeline: list[tuple[float, ...]] = []
         self._sample_from: tuple[float, list[float]] = (0.0, self._gpu_seconds.copy())
         self._wall_start = wallclock.perf_counter()
-        self._infer_nodes = np.flatnonzero(self.ledger.kinds != NODE_TRAIN)
+        self._infer_nodes = np.flatnonzero(self.ledger.kinds != NODE_TRAIN).tolist()
+        # the ledger total that counts the training GPUs inference may reclaim (every node that
+        # is not a training node is an inference node, or every node is a shared one)
+        kinds = self.ledger.kinds.tolist()
+        if all(kinds[node] == NODE_INFER for node in self._infer_nodes):
+            self._reclaimable_total: str | None = "lent"
+        elif len(self._infer_nodes) == len(kinds):
+            self._reclaimable_total = "train"
+        else:
+            self._reclaimable_total = None
         self._boundary = 0.0
+        self._horizon = 0.0
+        """No deferred completion may be due by this time (the end of the current event run)."""
+        self._deferred: dict[int, tuple[float, int, int, ProjectionState]] = {}
+        """Job index -> (completion lower bound, reserved event sequence number, job version,
+        job state) of TRAIN_DONE events not pushed yet (see :meth:`_schedule_completion`)."""
         if self.workload.requests and len(self._infer_nodes) == 0:
             raise ValueError(
                 f"workload {self.workload.name!r} has {len(self.workload.requests)} inference requests but the "
@@ -197,7 +222,11 @@ class Simulator:
         if dt <= 0:
             return
         gs = self._gpu_seconds  # a list of floats: same IEEE operations as the array it replaced
-        training, lent, running, protect, sleep, idle = self._gpus_by_state()
+        tot = self.ledger.totals  # _gpus_by_state(), inlined
+        lent = tot["lent"]
+        training = tot["train"] - lent
+        running, protect, sleep = tot["running"], tot["protect"], tot["sleep"]
+        idle = self._total_gpus - training - lent - running - protect - sleep
         gs[0] += dt * training
         gs[1] += dt * lent
         gs[2] += dt * running
@@ -248,6 +277,8 @@ class Simulator:
                 boundary = self._next_boundary()
             first = False
             if boundary is None or boundary > self.config.max_time:
+                self._release_deferred(math.inf)
+                self._horizon = math.inf
                 self._drain(self.config.max_time)
                 self.truncated = (
                     bool(self._active)
@@ -257,6 +288,8 @@ class Simulator:
                 )
                 self._finish()
                 return
+            self._release_deferred(boundary)
+            self._horizon = boundary
             self._run_events(boundary)
             self._close_interval(boundary)
             self._boundary = boundary
@@ -277,12 +310,13 @@ class Simulator:
 
     def _next_live_time(self) -> float:
         """Time of the earliest event that is not stale (stale ones are dropped), inf if none."""
+        arrival = self._arrival_times[self._next_request] if self._next_request < len(self._arrival_times) else math.inf
         events = self.events
         while events:
             if not self._is_stale(events.peek()):
-                return events.peek().time
+                return min(events.peek().time, arrival)
             events.pop()
-        return math.inf
+        return arrival
 
     def _finish(self) -> None:
         end = self.now
@@ -298,10 +332,23 @@ class Simulator:
 
     # -------------------------------------------------------------- events
     def _run_events(self, until: float) -> None:
+        """Process every event up to ``until``: the heap's and the request arrivals, merged in
+        (time, kind, sequence) order (an arrival sorts after every heap event of its second:
+        REQUEST_ARRIVAL is the last kind and only arrivals have it)."""
         heap = self.events.heap
         jobs, pods = self.jobs, self.pods
-        while heap and heap[0][0] <= until:
-            t, kind, _, target, version = heappop(heap)
+        arrival_times = self._arrival_times
+        n_requests = len(arrival_times)
+        while True:
+            nxt = self._next_request
+            arrival = arrival_times[nxt] if nxt < n_requests else math.inf
+            if heap and heap[0][0] <= until and heap[0][0] <= arrival:
+                t, kind, _, target, version = heappop(heap)
+            elif arrival <= until:
+                t, kind, target, version = arrival, _REQUEST_ARRIVAL, self._arrival_order[nxt], 0
+                self._next_request = nxt + 1
+            else:
+                break
             # stale events (see _is_stale) are dropped
             if kind == _TRAIN_DONE:
                 job = jobs[target]
@@ -346,15 +393,46 @@ class Simulator:
         job.apply_change(np.zeros_like(job.alloc), RestartPlan((), False), self.now)
         self._active.remove(index)
         self._completions[index] = job.completion
+        insort(self._done_spans, (job.completion, job.spec.arrival))
         if self.config.interference is not None:
             self._refresh_interference()
         if self._waiting:
             self._serve_waiting()
 
     def _schedule_completion(self, job: TrainingJob) -> None:
+        """Schedule the TRAIN_DONE event of ``job`` at its projected completion.
+
+        Most jobs cannot complete before the horizon (the end of the event run in progress or
+        about to start: the next boundary) and most are re-planned before they complete, so the
+        projection is deferred: the event's sequence number is reserved now and the job's state
+        kept, and :meth:`_release_deferred` pushes the very same event once the horizon reaches
+        the job's lower bound on its completion.
+        """
+        if job.replicas == 0 and not job.done:
+            return  # time_of_completion() is None: nothing to schedule
+        seq = self.events.reserve()
+        bound = job.completion_lower_bound()
+        if bound > self._horizon:
+            self._deferred[job.index] = (bound, seq, job.version, job.projection_state())
+            return
         t = job.time_of_completion()
         if t is not None:
-            self.events.push(max(t, self.now), EventKind.TRAIN_DONE, job.index, job.version)
+            self.events.push_reserved(max(t, self.now), EventKind.TRAIN_DONE, seq, job.index, job.version)
+
+    def _release_deferred(self, horizon: float) -> None:
+        """Push the deferred TRAIN_DONE events of the jobs that may complete by ``horizon`` (those
+        of jobs re-planned since are dropped: their events would be stale)."""
+        deferred = self._deferred
+        due = [index for index, entry in deferred.items() if entry[0] <= horizon]
+        for index in due:
+            _, seq, version, state = deferred.pop(index)
+            job = self.jobs[index]
+            if job.version != version:
+                continue
+            t = job.completion_from(state)
+            if t is not None:
+                # t >= bound > every earlier horizon >= now: max(t, now) as at the deferral
+                self.events.push_reserved(max(t, self.now), EventKind.TRAIN_DONE, seq, index, version)
 
     # ------------------------------------------------------------ inference
     def _serve_waiting(self) -> None:
@@ -399,29 +477,34 @@ class Simulator:
                 best = pod
         return best
 
-    def _inference_node_order(self) -> np.ndarray:
-        nodes = self._infer_nodes
-        return nodes[np.argsort(self.ledger.train[nodes], kind="stable")]
+    def _inference_node_order(self) -> list[int]:
+        """Inference nodes, those with the fewest lent training GPUs first (stable)."""
+        train = self.ledger.train.tolist()
+        return sorted(self._infer_nodes, key=train.__getitem__)
 
     def _free_inference_gpu(self) -> int | None:
-        free = self.ledger.free()
+        free = self.ledger.free().tolist()
         for node in self._inference_node_order():
             if free[node] > 0:
-                return int(node)
+                return node
         return None
 
     def _evict_sleep_pod(self) -> int | None:
+        sleep = self.ledger.sleep.tolist()
         for node in self._inference_node_order():
-            if self.ledger.sleep[node] > 0:
-                self._evict_one_sleeper(int(node))
-                return int(node)
+            if sleep[node] > 0:
+                self._evict_one_sleeper(node)
+                return node
         return None
 
     def _evict_one_sleeper(self, node: int) -> None:
-        victim = min(
-            (p for p in self.pods.values() if p.node == node and p.status == SLEEP),
-            key=lambda p: (p.since, p.pid),
-        )
+        victim: Pod | None = None  # the SLEEP pod on the node asleep the longest (then lowest pid)
+        for pod in self.pods.values():
+            if pod.node == node and pod.status == SLEEP:
+                if victim is None or (pod.since, pod.pid) < (victim.since, victim.pid):
+                    victim = pod
+        if victim is None:
+            raise ValueError(f"no SLEEP pod on node {node}")
         self.ledger.remove_pod(node, SLEEP)
         self._drop_pod(victim)
 
@@ -430,7 +513,11 @@ class Simulator:
         self._pods_by_instance[pod.instance].remove(pod.pid)
 
     def _reclaim(self, idx: int) -> int | None:
-        if not np.any(self.ledger.train[self._infer_nodes] > 0):
+        key = self._reclaimable_total
+        if key is not None:
+            if self.ledger.totals[key] <= 0:
+                return None
+        elif not np.any(self.ledger.train[self._infer_nodes] > 0):
             return None
         state = self.observe()
         spec = self.workload.requests[idx]
@@ -515,15 +602,24 @@ class Simulator:
             return max(1, min(cap, max(2 * job.max_profiled, 1)))
         return cap
 
-    def _change_job(self, job: TrainingJob, new: np.ndarray, update_ledger: bool = True) -> None:
+    def _change_job(
+        self, job: TrainingJob, new: np.ndarray, update_ledger: bool = True, counts: list[int] | None = None
+    ) -> None:
+        """Move ``job`` to ``new`` (GPUs per node; ``counts``: the same as a list, when known)."""
         job.advance(self.now)
-        r_new = sum(new.tolist())
+        if counts is None:
+            counts = new.tolist()
         plan = plan_change(
-            self.config.restart, job.app, job.alloc, new, job.first_start is not None, replicas=(job.replicas, r_new)
+            self.config.restart,
+            job.app,
+            job.alloc,
+            new,
+            job.first_start is not None,
+            replicas=(job.replicas, sum(counts)),
         )
         if update_ledger:
             self.ledger.change_training(new - job.alloc, f"job {job.spec.name!r}")
-        job.apply_change(new, plan, self.now)
+        job.apply_change(new, plan, self.now, counts)
         if plan.counts_as_restart:
             self.restarts += 1
         self._schedule_completion(job)
@@ -553,6 +649,28 @@ class Simulator:
 
     def job_seconds(self, t0: float, t1: float) -> float:
         """Training job-seconds spent in the system (arrived, not finished) during [t0, t1]."""
+        # Fast path: the jobs that can count (active, finished after t0, arriving before t1).
+        # Their terms are those of the array expression below; when every one is a whole number
+        # of seconds the sum is exact in any order, so it equals numpy's.
+        jobs = self.jobs
+        spans = [(math.inf, jobs[i].spec.arrival) for i in self._active]
+        done = self._done_spans
+        spans += done[bisect_right(done, (t0, math.inf)) :]
+        for i in range(self._next_arrival, len(jobs)):
+            arrival = jobs[i].spec.arrival
+            if arrival >= t1:
+                break
+            spans.append((math.inf, arrival))
+        total = 0.0
+        for completion, arrival in spans:
+            term = min(completion, t1) - max(arrival, t0)
+            if term > 0:
+                if not float(term).is_integer():
+                    break
+                total += term
+        else:
+            if total < 2.0**53:
+                return float(total)
         lo = np.maximum(self._arrivals, t0)
         hi = np.minimum(self._completions, t1)
         return float(np.maximum(hi - lo, 0.0).sum())
@@ -588,17 +706,21 @@ class Simulator:
                 )
             # A JobView without its frozen-dataclass __init__ (several times slower): the same
             # instance dict, filled directly. tests/test_env.py checks every field is set.
+            stalled = 0  # job.stalled_seconds_left, inlined
+            if job._phases:
+                stalled = sum(p.seconds for p in job._phases if p.replicas == 0)
             view = new_view(JobView)
-            values = view.__dict__
-            values.update(cached[1])
-            values["age"] = now - job.spec.arrival
-            values["attained_service"] = job.attained_service
-            values["alloc"] = job.alloc.copy()
-            values["epoch"] = job.epoch
-            values["progress_fraction"] = job.epoch / app.max_epochs
-            values["stalled_seconds"] = job.stalled_seconds_left
-            values["remaining_work"] = job.target_progress - job.progress
-            values["throughput_ratio"] = job.speed if job.replicas > 0 else 1.0
+            view.__dict__.update(
+                cached[1],
+                age=now - job.spec.arrival,
+                attained_service=job.attained_service,
+                alloc=job.alloc.copy(),
+                epoch=job.epoch,
+                progress_fraction=job.epoch / app.max_epochs,
+                stalled_seconds=stalled,
+                remaining_work=job.target_progress - job.progress,
+                throughput_ratio=job.speed if job.replicas > 0 else 1.0,
+            )
             views.append(view)
         led = self.ledger
         return ClusterState(
@@ -638,36 +760,60 @@ class Simulator:
         else:
             wanted, repaired = validate_allocation(state, allocation), 0
         self.repaired_gpus += repaired
+        self._apply_counts(wanted)
+        return repaired
+
+    def apply_valid(self, gpus: Mapping[int, np.ndarray]) -> None:
+        """Apply an allocation that is valid by construction, without checking it again.
+
+        The fast path of the Gymnasium env: :func:`~deepboot_env.env.encoding.decode_action`
+        builds its allocation from the state just observed, and it already meets every constraint
+        of :func:`~deepboot_env.sim.state.validate_allocation`. ``gpus`` maps active job ids to
+        int64 arrays of GPUs per node (absent jobs get none); the result is exactly that of
+        :meth:`apply` on the same allocation. Anything else must go through :meth:`apply` (the
+        ledger still refuses to over-commit a node, but nothing else is checked here).
+        """
+        if self.done:
+            raise RuntimeError("the episode is over; call reset()")
+        self._apply_counts(gpus)
+
+    def _apply_counts(self, wanted: Mapping[int, np.ndarray]) -> None:
+        """Apply a checked allocation: evict the SLEEP pods in the way, update the ledger, then
+        re-plan every job whose placement changes (in arrival order)."""
         self._account(self.now)
-        zeros = np.zeros(self.config.cluster.num_nodes, dtype=np.int64)
-        changes = []
-        kept = []
+        n = self.config.cluster.num_nodes
+        changes: list[tuple[TrainingJob, np.ndarray, list[int]]] = []
+        rows = [[0] * n]  # plain ints: a few nodes
+        jobs = self.jobs
         for index in self._active:
-            job = self.jobs[index]
+            job = jobs[index]
             new = wanted.get(index)
             if new is None:
                 if job.replicas:
-                    changes.append((job, zeros))
+                    changes.append((job, np.zeros(n, dtype=np.int64), [0] * n))
                 continue
-            kept.append(new)
-            # validated / repaired counts are int64 arrays like job.alloc: equal iff same bytes
+            counts = new.tolist()
+            rows.append(counts)
+            # checked counts are int64 arrays like job.alloc: equal iff same bytes
             if new.tobytes() != job.alloc.tobytes():
-                changes.append((job, new))
-        total = np.array(kept).sum(axis=0) if kept else zeros
+                changes.append((job, new, counts))
+        total = list(map(sum, zip(*rows, strict=True)))
         led = self.ledger
-        over = total + led.running + led.protect + led.sleep - led.capacity
-        if (over > 0).any():
-            for node in np.flatnonzero(over > 0):
-                for _ in range(int(over[node])):
-                    self._evict_one_sleeper(int(node))
-        led.change_training(total - led.train, "allocation")
-        for job, new in changes:
-            self._change_job(job, new, update_ledger=False)
+        pods = led.pod_counts()
+        cap = led.capacity
+        used = list(map(operator.add, total, pods))
+        if max(used) > cap:  # SLEEP pods in the way are evicted (validation left room for them)
+            for node, held in enumerate(used):
+                for _ in range(held - cap):
+                    self._evict_one_sleeper(node)
+            pods = led.pod_counts()
+        led.set_training(total, "allocation", pods)
+        for job, new, counts in changes:
+            self._change_job(job, new, update_ledger=False, counts=counts)
         if changes and self.config.interference is not None:
             self._refresh_interference()
         if self._waiting:  # the allocation may have given lent inference GPUs back
             self._serve_waiting()
-        return repaired
 
     def advance(self) -> None:
         """Run every event up to the next decision (or to the end of the episode)."""

@@ -1,0 +1,141 @@
+"""The simulator's and the env's fast paths give exactly what the checked / eager paths give.
+
+* ``DeepBootEnv.step`` applies ``decode_action``'s allocation with ``Simulator.apply_valid`` (no
+  second validation): every decoded allocation passes ``validate_allocation`` unchanged, and a
+  twin driven through the validating ``Simulator.apply`` stays identical.
+* TRAIN_DONE events are projected lazily (``Simulator._schedule_completion``): an episode with
+  every projection made eagerly (no lower bound) is the same episode.
+* ``Simulator.job_seconds`` sums only the jobs that can count: it equals the array formula.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from deepboot_env.env import DeepBootEnv
+from deepboot_env.env.encoding import GPU_BUCKETS, decode_action, encode_observation
+from deepboot_env.evaluation import run_episode
+from deepboot_env.sim.cluster import ClusterConfig
+from deepboot_env.sim.jobs import TrainingJob
+from deepboot_env.sim.simulator import SimConfig, Simulator
+from deepboot_env.sim.state import validate_allocation
+from traces.generate import generate_workload
+
+
+@pytest.fixture(scope="module")
+def workload():
+    return generate_workload(
+        "fast-paths", 11, train={"num_jobs": 14}, inference={"horizon_s": 6 * 3600.0, "mean_gpus": 4.0}
+    )
+
+
+def _random_action(env: DeepBootEnv, rng: np.random.Generator) -> np.ndarray:
+    mask = env.action_masks()
+    nb = len(GPU_BUCKETS)
+    action = [rng.choice(np.flatnonzero(mask[i * nb : (i + 1) * nb])) for i in range(env.max_jobs)]
+    action.append(rng.choice(np.flatnonzero(mask[env.max_jobs * nb :])))
+    return np.array(action)
+
+
+@pytest.mark.parametrize("restart, shared", [("afe", None), ("stopfree", None), ("full", "8x4")])
+def test_step_without_revalidation_equals_validating_apply(workload, restart: str, shared: str | None) -> None:
+    kwargs = {"workload": workload, "restart": restart, "max_jobs": 8, "shared_pool": shared}
+    fast, checked = DeepBootEnv(**kwargs), DeepBootEnv(**kwargs)
+    fast.reset(seed=2)
+    checked.reset(seed=2)
+    rng = np.random.default_rng(2)
+    for _ in range(600):
+        action = _random_action(fast, rng)
+        state = checked._state
+        alloc, _ = decode_action(action, state, checked.max_jobs, checked.lend_levels)
+        validated = validate_allocation(state, alloc)  # raises if the decoded allocation were invalid
+        assert validated.keys() == alloc.gpus.keys()
+        assert all(np.array_equal(validated[j], alloc.gpus[j]) for j in validated)
+        checked.sim.apply(alloc, state)
+        checked.sim.advance()
+        obs, _, terminated, _, _ = fast.step(action)
+        sim, twin = fast.sim, checked.sim
+        assert (sim.now, sim.restarts, sim.reclaims, sim.num_events) == (
+            twin.now,
+            twin.restarts,
+            twin.reclaims,
+            twin.num_events,
+        )
+        assert sim._gpu_seconds == twin._gpu_seconds and sim.waiting_seconds == twin.waiting_seconds
+        assert np.array_equal(sim.ledger.train, twin.ledger.train) and sim.ledger.totals == twin.ledger.totals
+        sim.ledger.check()
+        if terminated:
+            assert twin.done
+            break
+        checked._state = twin.observe()
+        expected = encode_observation(checked._state, checked.max_jobs)
+        assert all(np.array_equal(obs[k], expected[k]) for k in obs)
+
+
+@pytest.mark.parametrize("policy", ["ats", "optimus"])
+@pytest.mark.parametrize(
+    "config",
+    [
+        SimConfig(),
+        SimConfig(restart="stopfree"),
+        SimConfig(restart="full", interference=0.3),
+        SimConfig(cluster=ClusterConfig.parse_shared("8x4"), restart="pollux"),
+    ],
+)
+def test_lazy_completion_projection_equals_eager(workload, policy: str, config: SimConfig, monkeypatch) -> None:
+    lazy = run_episode(policy, workload, config)
+    monkeypatch.setattr(TrainingJob, "completion_lower_bound", lambda self: -np.inf)  # project at once
+    eager = run_episode(policy, workload, config)
+    assert json.dumps(lazy.deterministic_dict(), sort_keys=True) == json.dumps(
+        eager.deterministic_dict(), sort_keys=True
+    )
+    assert lazy.timeline == eager.timeline
+
+
+def test_completion_lower_bound_never_exceeds_the_projection(workload) -> None:
+    env = DeepBootEnv(workload=workload, restart="stopfree", max_jobs=8)
+    env.reset(seed=4)
+    rng = np.random.default_rng(4)
+    checked = 0
+    for _ in range(400):
+        for job in env.sim.active_jobs:
+            due = job.time_of_completion()
+            if due is not None:
+                assert job.completion_lower_bound() <= due
+                checked += 1
+        _, _, terminated, _, _ = env.step(_random_action(env, rng))
+        if terminated:
+            break
+    assert checked > 100
+
+
+def test_job_seconds_equals_the_array_formula(workload) -> None:
+    sim = Simulator(workload, SimConfig(restart="full"))
+
+    def reference(t0: float, t1: float) -> float:
+        lo = np.maximum(sim._arrivals, t0)
+        hi = np.minimum(sim._completions, t1)
+        return float(np.maximum(hi - lo, 0.0).sum())
+
+    rng = np.random.default_rng(0)
+    windows = 0
+    while not sim.done:
+        state = sim.observe()
+        sim.apply(
+            decode_action(np.array([rng.integers(0, 4) for _ in range(8)] + [4]), state, max_jobs=8, lend_levels=5)[0],
+            state,
+        )
+        t_prev = sim.now
+        sim.advance()
+        for t0, t1 in [
+            (t_prev, sim.now),
+            (0.0, sim.now),
+            (rng.uniform(0, sim.now), rng.uniform(0, 2 * sim.now + 1)),  # fractional: the numpy path
+            (float(rng.integers(0, sim.now + 1)), float(rng.integers(0, sim.now + 600))),
+        ]:
+            assert sim.job_seconds(t0, t1) == reference(t0, t1)
+            windows += 1
+    assert windows > 100
