@@ -62,6 +62,7 @@ PRETRAIN_KEYS: dict[str, Any] = {
     "pretrain_expert": None,
     "pretrain_epochs": 15,
     "pretrain_noise": [0.0, 0.05],
+    "residual_neutral_prob": 0.9,
 }
 """Behaviour-cloning warm start (:mod:`agents.imitation`) settings and their defaults."""
 
@@ -117,6 +118,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="P",
         help="one demonstration pass per noise level (DART-style action noise; preset: 0 0.05)",
+    )
+    p.add_argument(
+        "--residual-neutral-prob",
+        type=float,
+        default=None,
+        metavar="P",
+        help="residual env: after the warm start, each slot keeps the base policy's count with "
+        "probability P (preset: 0.9)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
@@ -243,6 +252,9 @@ def resolve_pretrain(args: argparse.Namespace, conf: dict[str, Any]) -> dict[str
     if not noise or any(not isinstance(p, int | float) or not 0.0 <= p < 1.0 for p in noise):
         raise ConfigError(f"--pretrain-noise needs levels in [0, 1), got {out['pretrain_noise']!r}")
     out["pretrain_noise"] = [float(p) for p in noise]
+    prob = out["residual_neutral_prob"]
+    if not isinstance(prob, int | float) or not 0.0 < prob < 1.0:
+        raise ConfigError(f"--residual-neutral-prob must lie in (0, 1), got {prob!r}")
     return out
 
 
@@ -358,11 +370,11 @@ def train(args: argparse.Namespace) -> Path:
     settings = resolve_settings(args, algo)
     env_kwargs = settings["env_kwargs"]
     cls = algo_class(algo)
-    saved_shape: dict[str, int] = {}
+    saved_shape: dict[str, Any] = {}
     if resume is not None:
         saved_shape = env_shape_of(cls.load(resume, device="cpu"))
         for key, value in saved_shape.items():
-            if key in env_kwargs and int(env_kwargs[key]) != value:
+            if key in env_kwargs and type(value)(env_kwargs[key]) != value:
                 raise ConfigError(f"--resume model was trained with {key}={value}, not {env_kwargs[key]}")
             env_kwargs[key] = value
         for key in ("policy", "policy_kwargs"):
@@ -411,6 +423,13 @@ def train(args: argparse.Namespace) -> Path:
     pretrained = resume is None and settings["pretrain_expert"] is not None
     if pretrained:
         config["pretrain"] = warm_start(model, settings, train_workloads, args.seed)
+    residual_start = resume is None and env_kwargs.get("action_mode") == "residual"
+    if residual_start:  # start at the base policy (after cloning, whose critic it keeps)
+        from agents.imitation import init_residual_policy
+
+        init_residual_policy(model, float(settings["residual_neutral_prob"]))
+        config["residual_neutral_prob"] = settings["residual_neutral_prob"]
+    if pretrained or residual_start:
         write_config(run_dir / "config.yml", config)
 
     sched = SchedMetricsCallback()
@@ -426,7 +445,8 @@ def train(args: argparse.Namespace) -> Path:
             n_episodes=settings["eval_episodes"],
             log_dir=run_dir,
             max_rounds=int(env_kwargs.get("max_rounds", _env_default("max_rounds"))),
-            eval_at_start=pretrained,
+            eval_at_start=pretrained or residual_start,
+            base_policy=str(env_kwargs.get("base_policy", "ats")),
             verbose=args.verbose,
         )
         callbacks.append(evaluator)

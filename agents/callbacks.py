@@ -167,6 +167,7 @@ class WorkloadEvalCallback(BaseCallback):
             the final timestep.
         eval_at_start: evaluate before the first update too (a pretrained model's score, so
             ``best_model.zip`` is never worse than the starting point).
+        base_policy: the base policy of a residual model (env ``base_policy``).
 
     Attributes:
         best_score: best mean censored JCT so far (lower is better).
@@ -186,6 +187,7 @@ class WorkloadEvalCallback(BaseCallback):
         deterministic: bool = True,
         eval_at_end: bool = True,
         eval_at_start: bool = False,
+        base_policy: str = "ats",
         verbose: int = 0,
     ) -> None:
         super().__init__(verbose)
@@ -200,6 +202,7 @@ class WorkloadEvalCallback(BaseCallback):
         self.deterministic = deterministic
         self.eval_at_end = eval_at_end
         self.eval_at_start = eval_at_start
+        self.base_policy = base_policy
         self.best_score = math.inf
         self.history: list[tuple[int, float, float]] = []
         self.last_rows: list[dict[str, Any]] = []
@@ -235,7 +238,7 @@ class WorkloadEvalCallback(BaseCallback):
         from deepboot_env.evaluation import run_episode
 
         start = time.perf_counter()
-        policy = AgentPolicy(self.model, deterministic=self.deterministic, name="eval")
+        policy = AgentPolicy(self.model, deterministic=self.deterministic, name="eval", base_policy=self.base_policy)
         rows = []
         for k in range(self.n_episodes):
             label, workload = self.workloads[k % len(self.workloads)]

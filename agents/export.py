@@ -2,7 +2,9 @@
 
 Adam keeps two moments per weight, twice the size of the network; a checkpoint meant for
 ``--policy ppo:<path>`` does not need them. The exported model loads with ``MaskablePPO.load`` /
-``PPO.load`` as usual (a fresh optimizer state if training is resumed from it)::
+``PPO.load`` as usual (a fresh optimizer state if training is resumed from it). The env arguments
+of the run (``config.yml``'s ``env_kwargs``: e.g. the base policy of a residual model) are stored
+in the zip as ``deepboot_env.json``, so the exported file is self-contained::
 
     python -m agents.export runs/maskable_ppo_2/best_model.zip agents/pretrained/deepboot-v0.zip
 """
@@ -10,21 +12,28 @@ Adam keeps two moments per weight, twice the size of the network; a checkpoint m
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
 
 def export_model(src: str | Path, dst: str | Path) -> Path:
-    """Write ``src`` to ``dst`` with an empty optimizer state; returns ``dst``."""
-    from agents.policy_adapter import load_model
+    """Write ``src`` to ``dst`` with an empty optimizer state and the run's env arguments;
+    returns ``dst``."""
+    from agents.policy_adapter import METADATA_FILE, load_model, model_env_kwargs, resolve_model_path
 
+    src = resolve_model_path(src)
+    env_kwargs = model_env_kwargs(src)
     model = load_model(src)
     policy = model.policy
     policy.optimizer = type(policy.optimizer)(policy.parameters(), **policy.optimizer.defaults)
     dst = Path(dst)
     dst.parent.mkdir(parents=True, exist_ok=True)
     model.save(dst)
+    with zipfile.ZipFile(dst, "a") as zf:
+        zf.writestr(METADATA_FILE, json.dumps({"env_kwargs": env_kwargs}, sort_keys=True))
     return dst
 
 

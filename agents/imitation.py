@@ -18,6 +18,12 @@ default) and only then lets PPO improve on it, the usual warm start of RL schedu
 * :func:`pretrain`: maximum likelihood of the expert actions under the masked policy (cross-entropy
   per action dimension) plus a value-function regression on the returns, so PPO starts with a
   critic that already matches the cloned policy and its first updates do not undo the cloning.
+* Residual env (``action_mode="residual"``): the expert must be the env's base policy, whose
+  action is exactly the neutral one (:meth:`~deepboot_env.env.DeepBootEnv.neutral_action`), so the
+  demonstrations are exact; after cloning, :func:`init_residual_policy` makes the actor
+  state-independent again: the neutral correction with probability ``neutral_prob`` per slot, the
+  rest spread over the other valid corrections. The deterministic policy is then exactly the base
+  policy while sampling explores small corrections around it; the critic keeps what it learnt.
 """
 
 from __future__ import annotations
@@ -103,9 +109,16 @@ def collect_demonstrations(
             obs, _ = env.reset(seed=seed)
             rewards: list[float] = []
             done = False
+            if env.residual is not None and expert != env.residual.base_name:
+                raise ValueError(
+                    f"in residual mode the expert must be the base policy {env.residual.base_name!r}, got {expert!r}"
+                )
             while not done:
                 mask = env.action_masks()
-                label = encode_allocation(policy.decide(env._state), env._state, env.max_jobs, env.lend_levels)
+                if env.residual is not None:
+                    label = env.neutral_action()
+                else:
+                    label = encode_allocation(policy.decide(env._state), env._state, env.max_jobs, env.lend_levels)
                 for key, value in obs.items():
                     obs_parts.setdefault(key, []).append(value)
                 actions.append(label)
@@ -202,3 +215,32 @@ def pretrain(
             value_layer.weight.mul_(scale)
             value_layer.bias.mul_(scale)
     return history
+
+
+def init_residual_policy(model: Any, neutral_prob: float = 0.9) -> None:
+    """Make the actor of a residual model state-independent: in every action dimension the
+    neutral choice (zero correction; the top lending level) gets probability ``neutral_prob`` when
+    all choices are valid, the others share the rest equally (masked choices drop out).
+
+    Raises:
+        ValueError: if ``neutral_prob`` is not in (0, 1) or the model is not a residual one.
+    """
+    import torch
+
+    from deepboot_env.env.residual import NEUTRAL, RESIDUAL_DELTAS
+
+    if not 0.0 < neutral_prob < 1.0:
+        raise ValueError(f"neutral_prob must lie in (0, 1), got {neutral_prob}")
+    nvec = np.asarray(model.action_space.nvec, dtype=np.int64).reshape(-1)
+    if nvec.size < 2 or np.any(nvec[:-1] != len(RESIDUAL_DELTAS)):
+        raise ValueError(f"{model.action_space} is not a residual DeepBoot-v0 action space")
+    bias = np.zeros(int(nvec.sum()), dtype=np.float32)
+    offsets = np.concatenate([[0], np.cumsum(nvec)])
+    for d, n in enumerate(nvec):
+        favoured = NEUTRAL if d < len(nvec) - 1 else n - 1
+        if n > 1:
+            bias[offsets[d] + favoured] = math.log(neutral_prob * (n - 1) / (1.0 - neutral_prob))
+    layer = model.policy.action_net
+    with torch.no_grad():
+        layer.weight.zero_()
+        layer.bias.copy_(torch.as_tensor(bias, device=layer.bias.device))

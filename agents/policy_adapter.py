@@ -11,9 +11,13 @@ too), asks the model for a deterministic action (passing the env's
 :func:`~deepboot_env.env.encoding.decode_action`, which repairs targets that do not fit. Reclaim
 (ATS-I) and adaptive batch sizes are those of the env.
 
-The env arguments the model depends on (``max_jobs``, ``lend_levels``) are read from the model's
-action space; a ``config.yml`` next to the model (written by ``train_policy.py``) names the
-algorithm, otherwise it is read from the saved policy class.
+The env arguments the model depends on (``max_jobs``, ``lend_levels``, the action mode) are read
+from the model's spaces; a ``config.yml`` next to the model (written by ``train_policy.py``) names
+the algorithm, otherwise it is read from the saved policy class. A residual model
+(``action_mode="residual"``) corrects a base policy's allocation with the env's own
+:class:`~deepboot_env.env.residual.ResidualCodec`; the base policy's name is read from
+``deepboot_env.json`` inside the zip (written by :mod:`agents.export`), else from ``config.yml``'s
+``env_kwargs``, else it is ``ats``.
 """
 
 from __future__ import annotations
@@ -33,9 +37,11 @@ from deepboot_env.env.encoding import (
     decode_action,
     encode_observation,
 )
+from deepboot_env.env.residual import RESIDUAL_DELTAS, ResidualCodec
 from deepboot_env.policy import Allocation, BasePolicy, ClusterState
 
 __all__ = [
+    "METADATA_FILE",
     "MODEL_FILES",
     "AgentPolicy",
     "detect_algo",
@@ -43,6 +49,7 @@ __all__ = [
     "env_shape_of",
     "load_agent_policy",
     "load_model",
+    "model_env_kwargs",
     "resolve_model_path",
     "uses_masks",
 ]
@@ -50,27 +57,36 @@ __all__ = [
 MODEL_FILES: tuple[str, ...] = ("best_model.zip", "final_model.zip")
 """Files looked for, in order, when ``ppo:<path>`` names a run folder."""
 
+METADATA_FILE = "deepboot_env.json"
+"""Entry of an exported model zip holding the env arguments it was trained with."""
 
-def env_shape_of(model: Any) -> dict[str, int]:
-    """``max_jobs`` and ``lend_levels`` of the env ``model`` was trained on (from its spaces).
+_CHOICES = {len(GPU_BUCKETS): "target", len(RESIDUAL_DELTAS): "residual"}
+
+
+def env_shape_of(model: Any) -> dict[str, Any]:
+    """``max_jobs``, ``lend_levels`` and ``action_mode`` of the env ``model`` was trained on (from
+    its spaces).
 
     Raises:
         ValueError: if the spaces are not those of ``DeepBoot-v0``.
     """
     nvec = np.asarray(getattr(model.action_space, "nvec", []), dtype=np.int64).reshape(-1)
-    if nvec.size < 2 or np.any(nvec[:-1] != len(GPU_BUCKETS)):
+    mode = _CHOICES.get(int(nvec[0])) if nvec.size >= 2 else None
+    if mode is None or np.any(nvec[:-1] != nvec[0]):
         raise ValueError(f"model action space {model.action_space} is not a DeepBoot-v0 action space")
     max_jobs, lend_levels = int(nvec.size - 1), int(nvec[-1])
     spaces = getattr(model.observation_space, "spaces", {})
-    jobs, cluster = spaces.get("jobs"), spaces.get("cluster")
+    jobs, cluster, base = spaces.get("jobs"), spaces.get("cluster"), spaces.get("base")
     if (
         jobs is None
         or cluster is None
         or jobs.shape != (max_jobs * len(JOB_FEATURES),)
         or cluster.shape != (len(CLUSTER_FEATURES),)
+        or (base is not None) != (mode == "residual")
+        or (base is not None and base.shape != (max_jobs,))
     ):
         raise ValueError(f"model observation space {model.observation_space} does not match DeepBoot-v0")
-    return {"max_jobs": max_jobs, "lend_levels": lend_levels}
+    return {"max_jobs": max_jobs, "lend_levels": lend_levels, "action_mode": mode}
 
 
 def uses_masks(model: Any) -> bool:
@@ -89,9 +105,11 @@ class AgentPolicy(BasePolicy):
         model: a ``PPO`` or ``MaskablePPO`` trained on ``DeepBoot-v0``.
         deterministic: take the most likely action (evaluation) instead of sampling.
         name: the policy's name in results tables.
+        base_policy: the base policy a residual model corrects (ignored for target models).
 
     Attributes:
-        max_jobs, lend_levels: the env arguments read from the model's spaces.
+        max_jobs, lend_levels, action_mode: the env arguments read from the model's spaces.
+        residual: the residual codec (residual models only).
         masked: whether predictions pass action masks (MaskablePPO).
         last_action, last_mask: the latest raw action and mask (for inspection and tests).
         repaired_gpus: GPUs the decoding repair removed so far in this episode.
@@ -99,13 +117,17 @@ class AgentPolicy(BasePolicy):
 
     adaptive_batch = True
 
-    def __init__(self, model: Any, deterministic: bool = True, name: str = "ppo") -> None:
+    def __init__(self, model: Any, deterministic: bool = True, name: str = "ppo", base_policy: str = "ats") -> None:
         self.model = model
         self.deterministic = bool(deterministic)
         self.name = name
         shape = env_shape_of(model)
         self.max_jobs = shape["max_jobs"]
         self.lend_levels = shape["lend_levels"]
+        self.action_mode = shape["action_mode"]
+        self.residual = (
+            ResidualCodec(base_policy, self.max_jobs, self.lend_levels) if self.action_mode == "residual" else None
+        )
         self.masked = uses_masks(model)
         self.last_action: np.ndarray | None = None
         self.last_mask: np.ndarray | None = None
@@ -115,6 +137,8 @@ class AgentPolicy(BasePolicy):
         """Forget the episode; seed torch's sampling when the policy is stochastic."""
         self.last_action = self.last_mask = None
         self.repaired_gpus = 0
+        if self.residual is not None:
+            self.residual.reset(seed)
         if seed is not None and not self.deterministic:
             import torch
 
@@ -123,7 +147,12 @@ class AgentPolicy(BasePolicy):
     def predict(self, state: ClusterState) -> tuple[np.ndarray, np.ndarray]:
         """The model's raw action for ``state`` and the mask it was given."""
         obs = encode_observation(state, self.max_jobs)
-        mask = action_mask(state, self.max_jobs, self.lend_levels)
+        if self.residual is not None:
+            self.residual.propose(state)
+            obs["base"] = self.residual.base_counts(state)
+            mask = self.residual.mask(state)
+        else:
+            mask = action_mask(state, self.max_jobs, self.lend_levels)
         if self.masked:
             action, _ = self.model.predict(obs, action_masks=mask, deterministic=self.deterministic)
         else:
@@ -134,7 +163,10 @@ class AgentPolicy(BasePolicy):
         """Encode, predict (with masks for MaskablePPO), decode with the env's repair."""
         action, mask = self.predict(state)
         self.last_action, self.last_mask = action, mask
-        alloc, repaired = decode_action(action, state, self.max_jobs, self.lend_levels)
+        if self.residual is not None:
+            alloc, repaired = self.residual.decode(action, state)
+        else:
+            alloc, repaired = decode_action(action, state, self.max_jobs, self.lend_levels)
         self.repaired_gpus += repaired
         return alloc
 
@@ -159,20 +191,42 @@ def resolve_model_path(path: str | Path) -> Path:
     raise FileNotFoundError(f"no saved model at {p}")
 
 
+def run_config(path: str | Path) -> dict[str, Any]:
+    """The ``config.yml`` that ``train_policy.py`` wrote beside a saved model ({} if none or
+    unreadable)."""
+    conf = Path(path).parent / "config.yml"
+    if not conf.is_file():
+        return {}
+    try:
+        import yaml
+
+        data = yaml.safe_load(conf.read_text(encoding="utf-8"))
+    except Exception:  # noqa: BLE001 - callers fall back to the zip
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def model_env_kwargs(path: str | Path) -> dict[str, Any]:
+    """The env arguments a saved model was trained with: the zip's :data:`METADATA_FILE`, else
+    ``config.yml``'s ``env_kwargs`` ({} if neither)."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            if METADATA_FILE in zf.namelist():
+                data = json.loads(zf.read(METADATA_FILE))
+                return dict(data.get("env_kwargs", {}))
+    except (OSError, ValueError, zipfile.BadZipFile):
+        pass
+    kwargs = run_config(path).get("env_kwargs")
+    return dict(kwargs) if isinstance(kwargs, dict) else {}
+
+
 def detect_algo(path: str | Path) -> str:
     """``maskable_ppo`` or ``ppo`` for a saved model: ``config.yml`` beside it, else the saved
     policy class's module."""
     p = Path(path)
-    conf = p.parent / "config.yml"
-    if conf.is_file():
-        try:
-            import yaml
-
-            algo = (yaml.safe_load(conf.read_text(encoding="utf-8")) or {}).get("algo")
-        except Exception:  # noqa: BLE001 - fall back to the zip
-            algo = None
-        if algo in ("ppo", "maskable_ppo"):
-            return algo
+    algo = run_config(p).get("algo")
+    if algo in ("ppo", "maskable_ppo"):
+        return algo
     try:
         with zipfile.ZipFile(p) as zf:
             data = json.loads(zf.read("data"))
@@ -217,4 +271,5 @@ def load_agent_policy(
 
         torch.set_num_threads(int(num_threads))
     model = load_model(path, device=device, algo=algo)
-    return AgentPolicy(model, deterministic=deterministic, name=name or f"ppo:{path}")
+    base = str(model_env_kwargs(resolve_model_path(path)).get("base_policy", "ats"))
+    return AgentPolicy(model, deterministic=deterministic, name=name or f"ppo:{path}", base_policy=base)

@@ -115,7 +115,7 @@ def test_ppo_adapter_and_run_folder(tiny, tmp_path) -> None:
 def test_env_shape_from_model(tiny) -> None:
     env = make_vec_env_for(tiny, 1, 0, {"max_jobs": 4, "lend_levels": 3})
     model = build_model("maskable_ppo", env, hyperparams=SMALL_NET)
-    assert env_shape_of(model) == {"max_jobs": 4, "lend_levels": 3}
+    assert env_shape_of(model) == {"max_jobs": 4, "lend_levels": 3, "action_mode": "target"}
     policy = AgentPolicy(model)
     small = DeepBootEnv(workload=tiny, max_jobs=4, lend_levels=3)
     small.reset(seed=0)

@@ -18,12 +18,16 @@ from deepboot_env.env.encoding import (
     decode_action,
     encode_observation,
 )
+from deepboot_env.env.residual import NEUTRAL, RESIDUAL_DELTAS, ResidualCodec
 from deepboot_env.policy import BasePolicy
 from deepboot_env.sim.cluster import ClusterConfig
 from deepboot_env.sim.simulator import SimConfig, Simulator
 from deepboot_env.sim.workload import Workload
 
 WorkloadSource = str | Path | Workload
+
+ACTION_MODES: tuple[str, ...] = ("target", "residual")
+"""``target``: per-slot GPU targets; ``residual``: per-slot corrections to a base policy."""
 
 
 class _EnvReclaim(BasePolicy):
@@ -77,6 +81,14 @@ class DeepBootEnv(gym.Env):
     (for MaskablePPO). Targets that do not fit are repaired deterministically
     (:func:`~deepboot_env.env.encoding.decode_action`); ``info["repaired_gpus"]`` counts them.
 
+    With ``action_mode="residual"`` (residual policy learning) a base scheduler (``base_policy``,
+    ATS by default) proposes an allocation at every boundary; the action is
+    ``MultiDiscrete([9] * max_jobs + [lend_levels])``, per slot a correction from
+    :data:`~deepboot_env.env.residual.RESIDUAL_DELTAS` (-8..+8 GPUs) to the proposed count, then
+    the lending level. All-zero corrections at the top lending level reproduce the base policy
+    exactly. The observation gains ``base=Box(0, 1, (max_jobs,))``: the proposed GPUs per slot over
+    the cluster's GPUs. Decoding: :class:`~deepboot_env.env.residual.ResidualCodec`.
+
     ## Rewards
     ``reward = jct + infer`` with the named terms in ``info``:
 
@@ -96,7 +108,8 @@ class DeepBootEnv(gym.Env):
     one is drawn per reset with the env's RNG, or chosen by ``reset(options={"workload": ...})``),
     ``cluster`` ("8x4+8x4"), ``shared_pool`` (e.g. "16x4", overrides cluster), ``restart``
     ("afe"), ``protect_scale`` (1.0), ``max_jobs`` (32), ``lend_levels`` (5), ``jct_scale`` (10),
-    ``infer_weight`` (1.0), ``max_rounds`` (3000), ``render_mode`` ("ansi" or "rgb_array").
+    ``infer_weight`` (1.0), ``max_rounds`` (3000), ``render_mode`` ("ansi" or "rgb_array"),
+    ``action_mode`` ("target" or "residual"), ``base_policy`` ("ats", residual mode only).
 
     ## Version History
     * v0: initial version.
@@ -120,11 +133,15 @@ class DeepBootEnv(gym.Env):
         infer_weight: float = 1.0,
         max_rounds: int = 3000,
         render_mode: str | None = None,
+        action_mode: str = "target",
+        base_policy: str = "ats",
     ) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
         if max_jobs < 1 or lend_levels < 1 or max_rounds < 1:
             raise ValueError("max_jobs, lend_levels and max_rounds must be >= 1")
+        if action_mode not in ACTION_MODES:
+            raise ValueError(f"action_mode must be one of {ACTION_MODES}, got {action_mode!r}")
         self.cluster = ClusterConfig.parse_shared(shared_pool) if shared_pool else ClusterConfig.parse(cluster)
         self.sim_config = SimConfig(cluster=self.cluster, restart=restart, protect_scale=protect_scale)
         self.workloads = resolve_workloads(workload)
@@ -135,13 +152,18 @@ class DeepBootEnv(gym.Env):
         self.infer_weight = infer_weight
         self.max_rounds = max_rounds
         self.render_mode = render_mode
-        self.observation_space = spaces.Dict(
-            {
-                "jobs": spaces.Box(0.0, 1.0, (max_jobs * len(JOB_FEATURES),), dtype=np.float32),
-                "cluster": spaces.Box(0.0, 1.0, (len(CLUSTER_FEATURES),), dtype=np.float32),
-            }
-        )
-        self.action_space = spaces.MultiDiscrete([len(GPU_BUCKETS)] * max_jobs + [lend_levels])
+        self.action_mode = action_mode
+        self.residual = ResidualCodec(base_policy, max_jobs, lend_levels) if action_mode == "residual" else None
+        obs_spaces = {
+            "jobs": spaces.Box(0.0, 1.0, (max_jobs * len(JOB_FEATURES),), dtype=np.float32),
+            "cluster": spaces.Box(0.0, 1.0, (len(CLUSTER_FEATURES),), dtype=np.float32),
+        }
+        choices = len(GPU_BUCKETS)
+        if self.residual is not None:
+            obs_spaces["base"] = spaces.Box(0.0, 1.0, (max_jobs,), dtype=np.float32)
+            choices = len(RESIDUAL_DELTAS)
+        self.observation_space = spaces.Dict(obs_spaces)
+        self.action_space = spaces.MultiDiscrete([choices] * max_jobs + [lend_levels])
         self.sim: Simulator | None = None
         self._state = None
 
@@ -159,7 +181,18 @@ class DeepBootEnv(gym.Env):
     def _observe(self) -> dict[str, np.ndarray]:
         assert self.sim is not None
         self._state = self.sim.observe()
-        return encode_observation(self._state, self.max_jobs)
+        obs = encode_observation(self._state, self.max_jobs)
+        if self.residual is not None:
+            self.residual.propose(self._state)
+            obs["base"] = self.residual.base_counts(self._state)
+        return obs
+
+    def neutral_action(self) -> np.ndarray:
+        """Residual mode: the action that reproduces the base policy (zero corrections, top
+        lending level)."""
+        action = np.full(self.max_jobs + 1, NEUTRAL, dtype=np.int64)
+        action[-1] = self.lend_levels - 1
+        return action
 
     # --------------------------------------------------------------- Gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -171,6 +204,8 @@ class DeepBootEnv(gym.Env):
         else:
             source = self.workloads[int(self.np_random.integers(len(self.workloads)))]
         self.sim = Simulator(self._workload(source), self.sim_config, _EnvReclaim())
+        if self.residual is not None:
+            self.residual.reset(seed)
         self.rounds = 0
         self._reward_from = 0.0
         self._waited_from = 0.0
@@ -181,6 +216,8 @@ class DeepBootEnv(gym.Env):
         """Valid choices per action dimension, flattened (for sb3-contrib MaskablePPO)."""
         if self._state is None:
             raise RuntimeError("call reset() before action_masks()")
+        if self.residual is not None:
+            return self.residual.mask(self._state)
         return action_mask(self._state, self.max_jobs, self.lend_levels)
 
     def step(self, action):
@@ -189,8 +226,13 @@ class DeepBootEnv(gym.Env):
             raise RuntimeError("call reset() before step()")
         if self.sim.done:
             raise RuntimeError("the episode is over; call reset()")
-        alloc, repaired = decode_action(np.asarray(action), self._state, self.max_jobs, self.lend_levels)
-        self.sim.apply(alloc, self._state)  # decode_action already repaired it; apply validates
+        if self.residual is not None:
+            alloc, repaired = self.residual.decode(np.asarray(action), self._state)
+            self.sim.apply(alloc, self._state)  # validated
+        else:
+            alloc, repaired = decode_action(np.asarray(action), self._state, self.max_jobs, self.lend_levels)
+            # decode_action built a valid allocation from the state just observed: no second check
+            self.sim.apply_valid(alloc.gpus)
         t0, waited0 = self._reward_from, self._waited_from
         self.sim.advance()
         t1 = self._reward_from = self.sim.now
@@ -214,10 +256,7 @@ class DeepBootEnv(gym.Env):
         return obs, float(r_jct + r_infer), terminated, truncated, info
 
     def _empty_obs(self) -> dict[str, np.ndarray]:
-        return {
-            "jobs": np.zeros(self.max_jobs * len(JOB_FEATURES), dtype=np.float32),
-            "cluster": np.zeros(len(CLUSTER_FEATURES), dtype=np.float32),
-        }
+        return {key: np.zeros(space.shape, dtype=np.float32) for key, space in self.observation_space.spaces.items()}
 
     def render(self):
         """``ansi``: a text summary; ``rgb_array``: the GPU-state timeline so far."""

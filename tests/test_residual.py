@@ -1,0 +1,158 @@
+"""Residual actions over a base policy (env action_mode="residual", agents in residual mode)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from agents.export import export_model
+from agents.factory import build_model, make_vec_env_for
+from agents.imitation import collect_demonstrations, init_residual_policy
+from agents.policy_adapter import METADATA_FILE, AgentPolicy, env_shape_of, load_agent_policy
+from deepboot_env.env import DeepBootEnv
+from deepboot_env.env.residual import NEUTRAL, RESIDUAL_DELTAS, ResidualCodec
+from deepboot_env.evaluation import run_episode
+from deepboot_env.policy import make_policy
+from deepboot_env.sim.state import validate_allocation
+from traces.generate import generate_workload, write_workload_csv
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import train_policy  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+MAX_JOBS = 8
+SMALL_NET = {"n_steps": 64, "batch_size": 64, "policy_kwargs": {"net_arch": {"pi": [16], "vf": [16]}}}
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return generate_workload("tiny", 3, train={"num_jobs": 10}, inference={"horizon_s": 4 * 3600.0, "mean_gpus": 3.0})
+
+
+def _residual_env(workload, **kwargs) -> DeepBootEnv:
+    return DeepBootEnv(workload=workload, max_jobs=MAX_JOBS, action_mode="residual", **kwargs)
+
+
+def _episode(env: DeepBootEnv, choose) -> dict:
+    env.reset(seed=0)
+    while True:
+        _, _, terminated, truncated, info = env.step(choose(env))
+        if terminated or truncated:
+            return info["episode_metrics"]
+
+
+def test_neutral_actions_reproduce_the_base_policy(tiny) -> None:
+    env = _residual_env(tiny)
+    assert env.action_space.nvec.tolist() == [len(RESIDUAL_DELTAS)] * MAX_JOBS + [env.lend_levels]
+    assert env.observation_space["base"].shape == (MAX_JOBS,)
+    neutral = _episode(env, lambda e: e.neutral_action())
+    ats = run_episode(make_policy("ats"), tiny, env.sim_config, seed=0)
+    assert neutral["train_jct_mean"] == ats.train_jct_mean
+    assert neutral["restarts"] == ats.restarts and neutral["lent_gpu_seconds"] == ats.lent_gpu_seconds
+
+
+def test_random_masked_corrections_are_valid_and_change_the_outcome(tiny) -> None:
+    env = _residual_env(tiny)
+    rng = np.random.default_rng(1)
+    nd = len(RESIDUAL_DELTAS)
+    seen_repairs = []
+
+    def choose(e: DeepBootEnv) -> np.ndarray:
+        mask = e.action_masks()
+        slots = mask[: MAX_JOBS * nd].reshape(MAX_JOBS, nd)
+        base = e.observation_space["base"]
+        assert base.contains(e._observe()["base"])
+        # every job's base count plus a valid correction stays within [0, max_replicas]
+        for job, row in zip(e._state.jobs[:MAX_JOBS], slots, strict=False):
+            base_count = e.residual._counts.get(job.id, 0)
+            for k in np.flatnonzero(row):
+                assert 0 <= base_count + RESIDUAL_DELTAS[k] <= job.max_replicas
+        assert slots[len(e._state.jobs) :].sum() == MAX_JOBS - min(len(e._state.jobs), MAX_JOBS)
+        action = np.array([rng.choice(np.flatnonzero(row)) for row in slots] + [rng.integers(e.lend_levels)])
+        alloc, repaired = e.residual.decode(action, e._state)
+        validate_allocation(e._state, alloc)  # raises on any over-allocation
+        seen_repairs.append(repaired)
+        return action
+
+    metrics = _episode(env, choose)
+    ats = run_episode(make_policy("ats"), tiny, env.sim_config, seed=0)
+    assert metrics["train_jobs_done"] == metrics["train_jobs"]
+    assert metrics["train_jct_mean"] != ats.train_jct_mean
+    assert all(r >= 0 for r in seen_repairs)
+
+
+def test_decode_rejects_bad_actions_and_needs_a_proposal(tiny) -> None:
+    codec = ResidualCodec("ats", MAX_JOBS, 5)
+    env = _residual_env(tiny)
+    env.reset(seed=0)
+    with pytest.raises(RuntimeError, match="propose"):
+        codec.decode(env.neutral_action(), env._state)
+    codec.propose(env._state)
+    with pytest.raises(ValueError, match="entries"):
+        codec.decode(np.zeros(3, dtype=int), env._state)
+    bad = env.neutral_action()
+    bad[0] = len(RESIDUAL_DELTAS)
+    with pytest.raises(ValueError, match="outside the action space"):
+        codec.decode(bad, env._state)
+    with pytest.raises(ValueError, match="action_mode"):
+        DeepBootEnv(workload=tiny, action_mode="bogus")
+
+
+def test_demonstrations_in_residual_mode_are_neutral(tiny) -> None:
+    demos = collect_demonstrations("ats", [tiny], env_kwargs={"max_jobs": MAX_JOBS, "action_mode": "residual"})
+    assert np.all(demos.actions[:, :-1] == NEUTRAL) and np.all(demos.actions[:, -1] == 4)
+    assert "base" in demos.obs
+    with pytest.raises(ValueError, match="base policy"):
+        collect_demonstrations("fifo", [tiny], env_kwargs={"max_jobs": MAX_JOBS, "action_mode": "residual"})
+
+
+def test_initialised_residual_agent_is_the_base_policy_and_exports_its_base(tiny, tmp_path) -> None:
+    vec = make_vec_env_for(tiny, 1, 0, {"max_jobs": MAX_JOBS, "action_mode": "residual"})
+    model = build_model("maskable_ppo", vec, device="cpu", seed=0, hyperparams=SMALL_NET)
+    vec.close()
+    assert env_shape_of(model)["action_mode"] == "residual"
+    init_residual_policy(model, 0.9)
+    config = _residual_env(tiny).sim_config
+    agent = run_episode(AgentPolicy(model), tiny, config, seed=0)
+    ats = run_episode(make_policy("ats"), tiny, config, seed=0)
+    assert agent.train_jct_mean == ats.train_jct_mean
+    with pytest.raises(ValueError, match="neutral_prob"):
+        init_residual_policy(model, 1.0)
+
+    run = tmp_path / "run"
+    run.mkdir()
+    model.save(run / "best_model.zip")
+    (run / "config.yml").write_text(yaml.safe_dump({"algo": "maskable_ppo", "env_kwargs": {"base_policy": "fifo"}}))
+    assert load_agent_policy(run).residual.base_name == "fifo"
+    out = export_model(run, tmp_path / "exported.zip")
+    with zipfile.ZipFile(out) as zf:
+        assert json.loads(zf.read(METADATA_FILE))["env_kwargs"]["base_policy"] == "fifo"
+    assert load_agent_policy(out).residual.base_name == "fifo"
+
+
+def test_train_policy_residual_starts_at_the_base_policy(tiny, tmp_path) -> None:
+    csv_path = write_workload_csv(tiny, tmp_path / "tiny.csv")
+    argv = [
+        "--algo", "maskable_ppo", "--preset", "smoke", "--n-timesteps", "256", "--n-envs", "1",
+        "--workload", str(csv_path), "--eval-workload", str(csv_path), "--eval-freq", "1024",
+        "--env-kwargs", "action_mode:residual", "--residual-neutral-prob", "0.8",
+        "--log-folder", str(tmp_path / "runs"), "--no-progress", "--verbose", "0",
+    ]  # fmt: skip
+    run = train_policy.run(argv)
+    config = yaml.safe_load((run / "config.yml").read_text())
+    assert config["residual_neutral_prob"] == 0.8
+    with open(run / "evaluations.csv", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    ats = run_episode(make_policy("ats"), tiny, _residual_env(tiny).sim_config, seed=0)
+    assert int(rows[0]["timesteps"]) == 0
+    assert float(rows[0]["train_jct_mean"]) == pytest.approx(ats.train_jct_mean)
