@@ -4,7 +4,9 @@
         --reference ats=2476.6 ats-nolend=4547.2 --out docs/learning-curve.png
 
 Each point is the mean validation training JCT of one evaluation (all workloads of that
-evaluation); ``--reference name=value`` draws a policy's score on the same workloads.
+evaluation); ``--reference name=value`` draws a policy's score on the same workloads. A run given
+as ``folder1,folder2,...`` is one curve made of a run and the runs resumed from it (``--resume``
+keeps counting timesteps, so their evaluations follow each other).
 """
 
 from __future__ import annotations
@@ -35,12 +37,21 @@ def evaluation_curve(run: str | Path) -> list[tuple[float, float]]:
     return [(step, sum(v) / len(v)) for step, v in sorted(by_step.items())]
 
 
+def chained_curve(runs: str) -> list[tuple[float, float]]:
+    """The curves of comma-separated run folders (a run and its resumptions), one after another;
+    an evaluation repeated at a resumption's first step is kept once."""
+    points: dict[float, float] = {}
+    for run in runs.split(","):
+        points.update(evaluation_curve(run))
+    return sorted(points.items())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point."""
     from deepboot_env.plots import plot_learning_curves
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("runs", nargs="+", help="run folders")
+    parser.add_argument("runs", nargs="+", help="run folders (a,b,c: a run and its resumptions as one curve)")
     parser.add_argument("--labels", nargs="+", default=None, help="legend labels (default: folder names)")
     parser.add_argument("--reference", nargs="*", default=[], metavar="NAME=JCT", help="horizontal reference lines")
     parser.add_argument("--out", required=True, help="PNG path")
@@ -56,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError:
             parser.error(f"--reference {item!r}: expected NAME=JCT")
     try:
-        runs = {label: evaluation_curve(run) for label, run in zip(labels, args.runs, strict=True)}
+        runs = {label: chained_curve(run) for label, run in zip(labels, args.runs, strict=True)}
     except FileNotFoundError as exc:
         parser.error(str(exc))
     print(plot_learning_curves(runs, args.out, refs))

@@ -41,3 +41,72 @@ def assert_same_calibration(computed: dict, shipped: dict, apps_dir) -> None:
         shape = (table.nodes, table.replicas, table.local_bsz)
         times = [cal.sync_step_time(p.throughput_params, *shape) for p in (new, prof)]
         np.testing.assert_allclose(times[0], times[1], rtol=FIT_RTOL, err_msg=name)
+
+
+def job_view(
+    job_id: int,
+    app: str,
+    alloc,
+    max_replicas: int = 16,
+    *,
+    epoch: int = 0,
+    age: float = 600.0,
+    service: float | None = None,
+    restarts: int = 0,
+    stalled: float = 0.0,
+    req: tuple[int, int] = (4, 512),
+    arrival: float | None = None,
+):
+    """A hand-made :class:`JobView` of ``app`` holding ``alloc`` (GPUs per node): arrival
+    100 + id and attained service 100 x id unless given, the profile's full rate table."""
+    import numpy as np
+
+    from deepboot_env.sim.apps import get_app
+    from deepboot_env.sim.goodput import RateTable
+    from deepboot_env.sim.state import JobView
+
+    profile = get_app(app)
+    return JobView(
+        id=job_id,
+        name=f"{app}-{job_id}",
+        app=app,
+        arrival=100.0 + job_id if arrival is None else arrival,
+        age=age,
+        attained_service=float(job_id * 100 if service is None else service),
+        num_restarts=restarts,
+        alloc=np.asarray(alloc, dtype=np.int64),
+        epoch=epoch,
+        progress_fraction=epoch / profile.max_epochs,
+        max_replicas=max_replicas,
+        requested_replicas=req[0],
+        requested_batch=req[1],
+        stalled_seconds=stalled,
+        remaining_work=1e6,
+        rates=RateTable(profile, profile.max_useful_replicas()),
+    )
+
+
+def cluster_state(cluster: str, jobs, running=None, restart: str = "pollux", time: float = 1000.0):
+    """A hand-made :class:`ClusterState` of ``cluster`` (e.g. "4x4", "1x4+1x4") whose training
+    GPUs are the jobs' allocations, with ``running`` inference pods per node (none by default)."""
+    import numpy as np
+
+    from deepboot_env.sim.cluster import ClusterConfig
+    from deepboot_env.sim.state import ClusterState
+
+    cfg = ClusterConfig.parse(cluster)
+    zeros = np.zeros(cfg.num_nodes, dtype=np.int64)
+    return ClusterState(
+        time=time,
+        interval=60.0,
+        config=cfg,
+        node_kinds=cfg.node_kinds(),
+        train_used=sum((j.alloc for j in jobs), zeros.copy()),
+        running=zeros.copy() if running is None else np.asarray(running, dtype=np.int64),
+        protect=zeros.copy(),
+        sleeping=zeros.copy(),
+        jobs=tuple(jobs),
+        waiting_requests=0,
+        recent_arrivals=(0,) * 10,
+        restart_model=restart,
+    )

@@ -134,7 +134,7 @@ def test_train_policy_pretrain_smoke(tiny, tmp_path) -> None:
 
 
 def test_learning_curve_png_from_evaluations(tmp_path) -> None:
-    from agents.curves import evaluation_curve, main
+    from agents.curves import chained_curve, evaluation_curve, main
 
     run = tmp_path / "run"
     run.mkdir()
@@ -147,3 +147,7 @@ def test_learning_curve_png_from_evaluations(tmp_path) -> None:
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(FileNotFoundError, match="evaluations.csv"):
         evaluation_curve(tmp_path / "missing")
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    (resumed / "evaluations.csv").write_text("timesteps,workload,train_jct_mean\n50,a,150\n80,a,70\n", encoding="utf-8")
+    assert chained_curve(f"{run},{resumed}") == [(0.0, 200.0), (50.0, 150.0), (80.0, 70.0)]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from builders import cluster_state, job_view
 
 from baselines.interference_aware import InterferenceAwarePlacer, InterferenceAwarePolicy
 from baselines.pollux import PolluxProblem
@@ -344,44 +345,11 @@ def test_predictor_learns_from_observed_states() -> None:
 
 
 def _job(job_id: int, app: str, alloc, max_replicas: int = 16) -> JobView:
-    profile = get_app(app)
-    return JobView(
-        id=job_id,
-        name=f"{app}-{job_id}",
-        app=app,
-        arrival=float(job_id),
-        age=600.0,
-        attained_service=100.0 * job_id,
-        num_restarts=0,
-        alloc=np.asarray(alloc, dtype=np.int64),
-        epoch=0,
-        progress_fraction=0.0,
-        max_replicas=max_replicas,
-        requested_replicas=4,
-        requested_batch=512,
-        stalled_seconds=0.0,
-        remaining_work=1e6,
-        rates=RateTable(profile, profile.max_useful_replicas()),
-    )
+    return job_view(job_id, app, alloc, max_replicas, arrival=float(job_id))
 
 
 def _state(cluster: str, jobs) -> ClusterState:
-    cfg = ClusterConfig.parse(cluster)
-    zeros = np.zeros(cfg.num_nodes, dtype=np.int64)
-    return ClusterState(
-        time=600.0,
-        interval=60.0,
-        config=cfg,
-        node_kinds=cfg.node_kinds(),
-        train_used=sum((j.alloc for j in jobs), zeros.copy()),
-        running=zeros.copy(),
-        protect=zeros.copy(),
-        sleeping=zeros.copy(),
-        jobs=tuple(jobs),
-        waiting_requests=0,
-        recent_arrivals=(0,) * 10,
-        restart_model="pollux",
-    )
+    return cluster_state(cluster, jobs, time=600.0)
 
 
 def test_placement_separates_distributed_jobs_when_it_can() -> None:

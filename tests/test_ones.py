@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from builders import lending_requests
+from builders import cluster_state, job_view, lending_requests
 
 from baselines.ats import knapsack
 from baselines.ones import (
@@ -21,9 +21,8 @@ from deepboot_env.evaluation import run_episode
 from deepboot_env.policy import make_policy
 from deepboot_env.sim.apps import FAST_RESTART_DELAY_S, FULL_RESTART_DELAY_S, get_app
 from deepboot_env.sim.cluster import NODE_INFER, ClusterConfig
-from deepboot_env.sim.goodput import RateTable
 from deepboot_env.sim.simulator import SimConfig
-from deepboot_env.sim.state import ClusterState, JobView, validate_allocation
+from deepboot_env.sim.state import ClusterState, validate_allocation
 from deepboot_env.sim.workload import TrainingJobSpec, Workload
 
 SMALL = {"population": 16, "generations": 8, "patience": 4}
@@ -156,45 +155,11 @@ def test_lending_episode_with_inference_reclaims_and_stays_valid():
 # ------------------------------------------------------------------ hand-made states
 
 
-def _job(job_id, app, alloc, max_replicas, epoch=0, service=None, restarts=0, stalled=0.0, req=(4, 512)):
-    profile = get_app(app)
-    return JobView(
-        id=job_id,
-        name=f"{app}-{job_id}",
-        app=app,
-        arrival=100.0 + job_id,
-        age=600.0,
-        attained_service=float(job_id * 100 if service is None else service),
-        num_restarts=restarts,
-        alloc=np.asarray(alloc, dtype=np.int64),
-        epoch=epoch,
-        progress_fraction=epoch / profile.max_epochs,
-        max_replicas=max_replicas,
-        requested_replicas=req[0],
-        requested_batch=req[1],
-        stalled_seconds=stalled,
-        remaining_work=1e6,
-        rates=RateTable(profile, profile.max_useful_replicas()),
-    )
+_job = job_view
 
 
 def _state(cluster: str, jobs, running=None, restart: str = "afe") -> ClusterState:
-    cfg = ClusterConfig.parse(cluster)
-    zeros = np.zeros(cfg.num_nodes, dtype=np.int64)
-    return ClusterState(
-        time=1000.0,
-        interval=60.0,
-        config=cfg,
-        node_kinds=cfg.node_kinds(),
-        train_used=sum((j.alloc for j in jobs), zeros.copy()),
-        running=zeros.copy() if running is None else np.asarray(running),
-        protect=zeros.copy(),
-        sleeping=zeros.copy(),
-        jobs=tuple(jobs),
-        waiting_requests=0,
-        recent_arrivals=(0,) * 10,
-        restart_model=restart,
-    )
+    return cluster_state(cluster, jobs, running, restart)
 
 
 def _crowded() -> ClusterState:

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from builders import lending_requests
+from builders import cluster_state, job_view, lending_requests
 
 from baselines.pollux import (
     PolluxPolicy,
@@ -18,11 +18,9 @@ from baselines.pollux import (
 )
 from deepboot_env.evaluation import run_episode
 from deepboot_env.policy import make_policy
-from deepboot_env.sim.apps import get_app
 from deepboot_env.sim.cluster import NODE_INFER, ClusterConfig
-from deepboot_env.sim.goodput import RateTable
 from deepboot_env.sim.simulator import SimConfig, Simulator
-from deepboot_env.sim.state import ClusterState, JobView, validate_allocation
+from deepboot_env.sim.state import ClusterState, validate_allocation
 from deepboot_env.sim.workload import TrainingJobSpec, Workload
 
 SMALL = {"population": 16, "generations": 6}
@@ -135,49 +133,8 @@ def test_decide_is_reproducible_after_reset():
 # ------------------------------------------------------------------ hand-made states
 
 
-def _job(job_id: int, app: str, alloc, max_replicas: int, age: float = 600.0, restarts: int = 0, service=None):
-    profile = get_app(app)
-    table = RateTable(profile, profile.max_useful_replicas())
-    alloc = np.asarray(alloc, dtype=np.int64)
-    return JobView(
-        id=job_id,
-        name=f"{app}-{job_id}",
-        app=app,
-        arrival=100.0 + job_id,
-        age=age,
-        attained_service=float(job_id * 100 if service is None else service),
-        num_restarts=restarts,
-        alloc=alloc,
-        epoch=0,
-        progress_fraction=0.0,
-        max_replicas=max_replicas,
-        requested_replicas=4,
-        requested_batch=512,
-        stalled_seconds=0.0,
-        remaining_work=1e6,
-        rates=table,
-    )
-
-
-def _state(cluster: str, jobs, running=None) -> ClusterState:
-    cfg = ClusterConfig.parse(cluster)
-    n = cfg.num_nodes
-    zeros = np.zeros(n, dtype=np.int64)
-    train = sum((j.alloc for j in jobs), zeros.copy())
-    return ClusterState(
-        time=1000.0,
-        interval=60.0,
-        config=cfg,
-        node_kinds=cfg.node_kinds(),
-        train_used=train,
-        running=zeros.copy() if running is None else np.asarray(running),
-        protect=zeros.copy(),
-        sleeping=zeros.copy(),
-        jobs=tuple(jobs),
-        waiting_requests=0,
-        recent_arrivals=(0,) * 10,
-        restart_model="pollux",
-    )
+_job = job_view
+_state = cluster_state
 
 
 def test_lending_uses_idle_inference_node_only_when_lending():
