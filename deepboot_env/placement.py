@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -111,21 +112,26 @@ PLACEMENT_RULES = {"best_fit": best_fit, "most_free": most_free_fill}
 
 
 _OWN: dict[bytes, list[bool]] = {}
+_LAST_LAYOUT: list = [None, []]
+"""The node-kinds array seen last (held, so its id is not reused) and its :func:`_own_nodes`."""
 
 
 def _own_nodes(kinds: np.ndarray) -> list[bool]:
     """Per node, whether it is not an inference node (cached per node layout; a fresh list)."""
+    if kinds is _LAST_LAYOUT[0]:
+        return _LAST_LAYOUT[1].copy()
     key = kinds.tobytes() + kinds.dtype.str.encode()
     own = _OWN.get(key)
     if own is None:
         own = _OWN[key] = (kinds != NODE_INFER).tolist()
+    _LAST_LAYOUT[:] = (kinds, own)
     return own.copy()
 
 
 def place_counts(
     state: ClusterState,
     counts: Mapping[int, int],
-    capacity: np.ndarray,
+    capacity: np.ndarray | list[int],
     rule: str = "best_fit",
     ascending: bool = True,
 ) -> dict[int, np.ndarray]:
@@ -143,18 +149,32 @@ def place_counts(
         rule: placement rule for moved jobs.
         ascending: place moved jobs smallest first.
     """
+    placed = place_count_lists(state, counts, capacity, rule, ascending)
+    return {job_id: np.array(row, dtype=np.int64) for job_id, row in placed.items()}
+
+
+def place_count_lists(
+    state: ClusterState,
+    counts: Mapping[int, int],
+    capacity: np.ndarray | list[int],
+    rule: str = "best_fit",
+    ascending: bool = True,
+) -> dict[int, list[int]]:
+    """:func:`place_counts` with the GPUs per node of each job as a list of ints (the same
+    placements, in the same order)."""
     if rule not in PLACEMENT_RULES:
         raise KeyError(rule)
     place = _best_fit_takes if rule == "best_fit" else _most_free_takes
     by_id = {job.id: job for job in state.jobs}
-    out: dict[int, np.ndarray] = {}
-    free = np.asarray(capacity).tolist()  # plain ints: a few nodes, many small steps
+    out: dict[int, list[int]] = {}
+    # plain ints: a few nodes, many small steps
+    free = list(capacity) if isinstance(capacity, list) else np.asarray(capacity).tolist()
     moved: list[tuple[int, int]] = []
     for job_id, k in counts.items():
         job = by_id[job_id]
         if k > 0 and k == job.replicas:
-            out[job_id] = job.alloc.copy()
-            free = [f - a for f, a in zip(free, job.alloc.tolist(), strict=True)]
+            held = out[job_id] = job.alloc.tolist()
+            free = list(map(operator.sub, free, held))
         elif k > 0:
             moved.append((k, job_id))
     if not moved:
@@ -164,14 +184,16 @@ def place_counts(
     own = _own_nodes(state.node_kinds)
     avail_own = _available(free, own)  # kept in step with free below
     avail_all = _available(free, None)
+    n = len(free)
     for k, job_id in moved:
         takes = place(k, avail_own.copy())
         if takes is None:
             takes = place(k, avail_all.copy())
         if takes is None:
             raise ValueError(f"cannot place {k} GPUs for job id {job_id}: only {int(sum(free))} free")
-        out[job_id] = _counts(takes, len(free))
+        row = out[job_id] = [0] * n
         for node, taken in takes:
+            row[node] += taken
             left = free[node] = free[node] - taken
             avail_all[node] = left = int(left) if left > 0 else 0
             if own[node]:

@@ -15,7 +15,7 @@ from deepboot_env.env.encoding import (
     GPU_BUCKETS,
     JOB_FEATURES,
     action_mask,
-    decode_action,
+    decode_action_counts,
     encode_observation,
 )
 from deepboot_env.env.residual import NEUTRAL, RESIDUAL_DELTAS, ResidualCodec
@@ -230,9 +230,9 @@ class DeepBootEnv(gym.Env):
             alloc, repaired = self.residual.decode(np.asarray(action), self._state)
             self.sim.apply(alloc, self._state)  # validated
         else:
-            alloc, repaired = decode_action(np.asarray(action), self._state, self.max_jobs, self.lend_levels)
-            # decode_action built a valid allocation from the state just observed: no second check
-            self.sim.apply_valid(alloc.gpus)
+            placed, repaired = decode_action_counts(action, self._state, self.max_jobs, self.lend_levels)
+            # decode_action_counts built a valid allocation from the state just observed: no second check
+            self.sim.apply_valid_counts(placed)
         t0, waited0 = self._reward_from, self._waited_from
         self.sim.advance()
         t1 = self._reward_from = self.sim.now

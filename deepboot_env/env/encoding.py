@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from deepboot_env.placement import place_counts
+from deepboot_env.placement import place_count_lists
 from deepboot_env.sim.apps import APP_NAMES
 from deepboot_env.sim.cluster import NODE_INFER
 from deepboot_env.sim.state import Allocation, ClusterState, JobView
@@ -76,15 +76,21 @@ _BUCKETS = np.array(GPU_BUCKETS)
 
 
 _INFER_NODES: dict[bytes, tuple[int, ...]] = {}
+_LAST_LAYOUT: list = [None, ()]
+"""The node-kinds array seen last (held, so its id is not reused) and its inference nodes: a
+simulator hands the same array to every state (node kinds never change during an episode)."""
 
 
 def _inference_nodes(state: ClusterState) -> tuple[int, ...]:
     """Indices of the inference-cluster nodes (cached per node layout)."""
     kinds = state.node_kinds
+    if kinds is _LAST_LAYOUT[0]:
+        return _LAST_LAYOUT[1]
     key = kinds.tobytes() + kinds.dtype.str.encode()
     nodes = _INFER_NODES.get(key)
     if nodes is None:
         nodes = _INFER_NODES[key] = tuple(np.flatnonzero(kinds == NODE_INFER).tolist())
+    _LAST_LAYOUT[:] = (kinds, nodes)
     return nodes
 
 
@@ -238,7 +244,8 @@ def action_mask(state: ClusterState, max_jobs: int, lend_levels: int) -> np.ndar
 def _lending_capacity(state: ClusterState, fraction: float) -> list[int]:
     """:func:`lending_capacity` as a list of ints."""
     g = state.config.gpus_per_node
-    cap = [g - pinned for pinned in (state.running + state.protect).tolist()]
+    pinned = zip(state.running.tolist(), state.protect.tolist(), strict=True)
+    cap = [g - running - protect for running, protect in pinned]
     infer = _inference_nodes(state)
     if not infer:
         return cap
@@ -273,6 +280,16 @@ def lending_capacity(state: ClusterState, fraction: float) -> np.ndarray:
 
 def decode_action(action: np.ndarray, state: ClusterState, max_jobs: int, lend_levels: int) -> tuple[Allocation, int]:
     """Turn an action into an allocation; returns it and the number of GPUs the repair removed.
+    (:func:`decode_action_counts` documents the rule.)"""
+    placed, repaired = decode_action_counts(action, state, max_jobs, lend_levels)
+    return Allocation({job_id: np.array(row, dtype=np.int64) for job_id, row in placed.items()}), repaired
+
+
+def decode_action_counts(
+    action: np.ndarray, state: ClusterState, max_jobs: int, lend_levels: int
+) -> tuple[dict[int, list[int]], int]:
+    """:func:`decode_action` with the GPUs per node of each job as a list of ints (what
+    :meth:`~deepboot_env.sim.simulator.Simulator.apply_valid_counts` takes).
 
     Repair (deterministic): each slot's target is capped at the job's ``max_replicas`` (masked
     choices repaired the same way); empty slots are ignored; while the targets exceed the
@@ -303,7 +320,7 @@ def decode_action(action: np.ndarray, state: ClusterState, max_jobs: int, lend_l
     if excess > 0:
         repaired += excess
         trim_to_capacity(targets, {job.id: job for job in jobs}, excess)
-    return Allocation(place_counts(state, targets, cap)), repaired
+    return place_count_lists(state, targets, cap), repaired
 
 
 def trim_to_capacity(targets: dict[int, int], jobs: dict[int, JobView], excess: int) -> None:

@@ -137,11 +137,13 @@ class ClusterConfig:
 class ClusterLedger:
     """GPUs held per node by training jobs and by inference pods (by pod state).
 
+    The counts are kept as Python lists (:attr:`counts`; a few nodes, changed one element at a
+    time by every inference event); the array attributes are numpy copies of them.
+
     Attributes:
-        train: training GPUs per node.
-        running: RUNNING pods per node.
-        protect: PROTECT pods per node.
-        sleep: SLEEP pods per node.
+        counts: ``{"train" | "running" | "protect" | "sleep": GPUs per node}`` as lists of ints
+            (read them, never change them: every change goes through the methods).
+        totals: cluster-wide sums of :attr:`counts`, plus ``lent`` (training on inference nodes).
     """
 
     def __init__(self, config: ClusterConfig) -> None:
@@ -149,22 +151,49 @@ class ClusterLedger:
         n = config.num_nodes
         self.capacity = config.gpus_per_node
         self.kinds = config.node_kinds()
-        self.train = np.zeros(n, dtype=np.int64)
-        self.running = np.zeros(n, dtype=np.int64)
-        self.protect = np.zeros(n, dtype=np.int64)
-        self.sleep = np.zeros(n, dtype=np.int64)
+        self.counts: dict[str, list[int]] = {name: [0] * n for name in ("train", "running", "protect", "sleep")}
         self._infer_mask = self.kinds == NODE_INFER
         self._infer_nodes = np.flatnonzero(self._infer_mask).tolist()
         self.totals = {"train": 0, "lent": 0, "running": 0, "protect": 0, "sleep": 0}
-        """Cluster-wide counts kept in step with the arrays (``lent`` = training on inference nodes)."""
+        """Cluster-wide counts kept in step with the per-node ones (``lent`` = training on inference nodes)."""
+
+    @property
+    def train(self) -> np.ndarray:
+        """Training GPUs per node (a copy)."""
+        return np.array(self.counts["train"], dtype=np.int64)
+
+    @property
+    def running(self) -> np.ndarray:
+        """RUNNING pods per node (a copy)."""
+        return np.array(self.counts["running"], dtype=np.int64)
+
+    @property
+    def protect(self) -> np.ndarray:
+        """PROTECT pods per node (a copy)."""
+        return np.array(self.counts["protect"], dtype=np.int64)
+
+    @property
+    def sleep(self) -> np.ndarray:
+        """SLEEP pods per node (a copy)."""
+        return np.array(self.counts["sleep"], dtype=np.int64)
 
     def used(self) -> np.ndarray:
         """GPUs held per node by anyone."""
-        return self.train + self.running + self.protect + self.sleep
+        return np.array(self.used_list(), dtype=np.int64)
+
+    def used_list(self) -> list[int]:
+        """:meth:`used` as a list of ints."""
+        c = self.counts
+        return [a + b + d + e for a, b, d, e in zip(c["train"], c["running"], c["protect"], c["sleep"], strict=True)]
 
     def free(self) -> np.ndarray:
         """Empty GPUs per node."""
-        return self.capacity - self.used()
+        return np.array(self.free_list(), dtype=np.int64)
+
+    def free_list(self) -> list[int]:
+        """:meth:`free` as a list of ints."""
+        cap = self.capacity
+        return [cap - held for held in self.used_list()]
 
     def pinned(self) -> np.ndarray:
         """GPUs per node held by RUNNING or PROTECT pods (never pre-empted)."""
@@ -176,21 +205,23 @@ class ClusterLedger:
         Raises:
             OverCapacityError: naming the node and ``who``.
         """
-        new = self.train + delta
-        if (new < 0).any():
-            node = int(np.argmax(new < 0))
+        change = np.asarray(delta).tolist()
+        new = list(map(operator.add, self.counts["train"], change))
+        if min(new) < 0:
+            node = next(i for i, k in enumerate(new) if k < 0)
             raise OverCapacityError(f"{who}: releases more GPUs than it holds on node {node}")
-        total = new + self.running + self.protect + self.sleep
-        if (total > self.capacity).any():
-            node = int(np.argmax(total > self.capacity))
-            raise OverCapacityError(f"{who}: node {node} would hold {int(total[node])} GPUs but has {self.capacity}")
-        self.train = new
-        self.totals["train"] += int(delta.sum())
-        self.totals["lent"] += int(delta[self._infer_mask].sum())
+        pods = self.pod_counts()
+        for node, (k, held) in enumerate(zip(new, pods, strict=True)):
+            if k + held > self.capacity:
+                raise OverCapacityError(f"{who}: node {node} would hold {k + held} GPUs but has {self.capacity}")
+        self.counts["train"] = new
+        self.totals["train"] += sum(change)
+        self.totals["lent"] += sum([change[node] for node in self._infer_nodes])
 
     def pod_counts(self) -> list[int]:
         """Pods (RUNNING, PROTECT or SLEEP) per node, as Python ints."""
-        return (self.running + self.protect + self.sleep).tolist()
+        c = self.counts
+        return [a + b + d for a, b, d in zip(c["running"], c["protect"], c["sleep"], strict=True)]
 
     def set_training(self, counts: list[int], who: str, pods: list[int] | None = None) -> None:
         """Set the training GPUs per node to ``counts``, refusing to over-commit (the list form
@@ -208,46 +239,51 @@ class ClusterLedger:
                     raise OverCapacityError(f"{who}: releases more GPUs than it holds on node {node}")
                 if k + held > self.capacity:
                     raise OverCapacityError(f"{who}: node {node} would hold {k + held} GPUs but has {self.capacity}")
-        self.train = np.array(counts, dtype=np.int64)
+        self.counts["train"] = list(counts)
         self.totals["train"] = sum(counts)
         self.totals["lent"] = sum([counts[node] for node in self._infer_nodes])
 
     def add_pod(self, node: int, state: str, who: str) -> None:
         """Count one more pod in ``state`` on ``node``."""
-        if int(self.train[node] + self.running[node] + self.protect[node] + self.sleep[node]) >= self.capacity:
+        c = self.counts
+        if c["train"][node] + c["running"][node] + c["protect"][node] + c["sleep"][node] >= self.capacity:
             raise OverCapacityError(f"{who}: node {node} has no free GPU for a pod")
-        getattr(self, state)[node] += 1
+        c[state][node] += 1
         self.totals[state] += 1
 
     def move_pod(self, node: int, old: str, new: str) -> None:
         """A pod on ``node`` changes state."""
-        getattr(self, old)[node] -= 1
-        getattr(self, new)[node] += 1
-        self.totals[old] -= 1
-        self.totals[new] += 1
+        c = self.counts
+        c[old][node] -= 1
+        c[new][node] += 1
+        totals = self.totals
+        totals[old] -= 1
+        totals[new] += 1
 
     def remove_pod(self, node: int, state: str) -> None:
         """A pod in ``state`` leaves ``node``."""
-        arr = getattr(self, state)
-        if arr[node] <= 0:
+        counts = self.counts[state]
+        if counts[node] <= 0:
             raise OverCapacityError(f"no {state} pod to remove on node {node}")
-        arr[node] -= 1
+        counts[node] -= 1
         self.totals[state] -= 1
 
     def check(self) -> None:
         """Assert the ledger is consistent (every count within [0, capacity])."""
         for name in ("train", "running", "protect", "sleep"):
-            if np.any(getattr(self, name) < 0):
+            if min(self.counts[name]) < 0:
                 raise OverCapacityError(f"negative {name} count on some node")
-        if np.any(self.used() > self.capacity):
-            node = int(np.argmax(self.used() > self.capacity))
+        used = self.used_list()
+        if max(used) > self.capacity:
+            node = next(i for i, k in enumerate(used) if k > self.capacity)
             raise OverCapacityError(f"node {node} over capacity")
+        c = self.counts
         expected = {
-            "train": int(self.train.sum()),
-            "lent": int(self.train[self._infer_mask].sum()),
-            "running": int(self.running.sum()),
-            "protect": int(self.protect.sum()),
-            "sleep": int(self.sleep.sum()),
+            "train": sum(c["train"]),
+            "lent": sum([c["train"][node] for node in self._infer_nodes]),
+            "running": sum(c["running"]),
+            "protect": sum(c["protect"]),
+            "sleep": sum(c["sleep"]),
         }
         if expected != self.totals:
             raise OverCapacityError(f"ledger totals {self.totals} disagree with per-node counts {expected}")

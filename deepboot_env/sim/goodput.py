@@ -269,10 +269,7 @@ class RateTable:
         """Completion time of a job starting ``epoch`` at time ``t`` on a constant placement, with
         each epoch's duration rounded to whole seconds (None if some rate is 0). Adds the durations
         one by one when ``t`` is fractional, so the float result equals a step-by-step advance."""
-        key = (int(multi_node), min(int(replicas), self.max_replicas))
-        suffix = self._suffix_lists.get(key)
-        if suffix is None:
-            suffix = self._suffix_lists[key] = self._epoch_suffix(multi_node, replicas).tolist()
+        suffix = self.epoch_suffix_list(multi_node, replicas)
         rest = suffix[epoch]
         if rest == math.inf:
             return None
@@ -281,6 +278,16 @@ class RateTable:
         for e in range(epoch, len(suffix) - 1):
             t += suffix[e] - suffix[e + 1]
         return t
+
+    def epoch_suffix_list(self, multi_node: bool, replicas: int) -> list[float]:
+        """Suffix sums of the rounded per-epoch durations at a constant placement, as Python
+        floats (cached): entry ``e`` is the seconds a job starting epoch ``e`` needs to finish
+        (inf if some rate is 0); the last entry is 0."""
+        key = (int(multi_node), min(int(replicas), self.max_replicas))
+        suffix = self._suffix_lists.get(key)
+        if suffix is None:
+            suffix = self._suffix_lists[key] = self._epoch_suffix(multi_node, replicas).tolist()
+        return suffix
 
     def _epoch_suffix(self, multi_node: bool, replicas: int) -> np.ndarray:
         """Suffix sums of the rounded per-epoch durations at a constant placement."""

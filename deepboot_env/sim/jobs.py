@@ -47,6 +47,8 @@ class TrainingJob:
         self.app = app
         self.rates = rates
         self.alloc = np.zeros(num_nodes, dtype=np.int64)
+        self.counts = [0] * num_nodes
+        """:attr:`alloc` as a list of ints (kept in step with it)."""
         self.replicas = 0
         self.multi_node = False
         self.epoch = 0
@@ -152,9 +154,14 @@ class TrainingJob:
     ) -> None:
         """Switch to ``new_alloc`` at ``now`` (the job must already be advanced to ``now``);
         ``counts`` is ``new_alloc.tolist()`` when the caller has it already."""
-        self.alloc = new_alloc.astype(np.int64, copy=True)
-        if counts is None:
-            counts = self.alloc.tolist()  # a few nodes: Python ints beat numpy reductions
+        alloc = new_alloc.astype(np.int64, copy=True)
+        self.adopt_change(alloc, alloc.tolist() if counts is None else list(counts), plan, now)
+
+    def adopt_change(self, alloc: np.ndarray, counts: list[int], plan: RestartPlan, now: float) -> None:
+        """:meth:`apply_change` that takes ``alloc`` (an int64 array) and ``counts`` (the same as a
+        list of ints) as they are: the caller hands them over and keeps no reference to them."""
+        self.alloc = alloc
+        self.counts = counts
         self.replicas = sum(counts)
         self.multi_node = len(counts) - counts.count(0) > 1
         self._phases = list(plan.phases)
@@ -278,12 +285,47 @@ def _run(
             anchor = None
             if epoch >= last_epoch:
                 return epoch, progress, [], None, t
-            if projecting and final_stretch and speed == 1.0:
-                # Whole epochs at a constant rate: their rounded durations are cached per table.
-                return last_epoch, float(thresholds[-1]), [], None, rates.finish_time(t, epoch, multi, k)
+            if speed == 1.0:
+                if projecting and final_stretch:
+                    # Whole epochs at a constant rate: their rounded durations are cached per table.
+                    return last_epoch, float(thresholds[-1]), [], None, rates.finish_time(t, epoch, multi, k)
+                skipped = _whole_epochs(rates, t, epoch, multi, k, seg_end)
+                if skipped:
+                    t, epoch = skipped
+                    progress = float(thresholds[epoch - 1])
+                    if epoch >= last_epoch:
+                        return epoch, progress, [], None, t
         t = seg_end
         if k == 0 or stretch_ends:
             anchor = None
         if t >= t1 and not stretch_ends:
             break
     return epoch, progress, phases, anchor, None
+
+
+_EXACT = 2.0**53
+"""Whole numbers of seconds below this are exact floats (their sums are exact too)."""
+
+
+def _whole_epochs(
+    rates: RateTable, t: float, epoch: int, multi: bool, k: int, seg_end: float
+) -> tuple[float, int] | None:
+    """Jump over the epochs a job that starts ``epoch`` at ``t`` on a constant placement
+    (``k`` replicas, ``multi`` node, speed 1) completes by ``seg_end``: (time, epoch) after the
+    last of them, or None if it completes none or ``t`` is not a whole number of seconds.
+
+    Each epoch then lasts its rounded duration of :meth:`RateTable.epoch_suffix_list`, exactly as
+    the step-by-step loop of :func:`_run` computes it; from a whole ``t`` every partial sum is a
+    whole number below 2**53, so the sum of several durations at once is the same float.
+    """
+    suffix = rates.epoch_suffix_list(multi, k)
+    rest = suffix[epoch]
+    if not (float(t).is_integer() and t + rest < _EXACT):  # also false for an infinite rest
+        return None
+    last = len(suffix) - 1
+    end = epoch
+    while end < last and t + (rest - suffix[end + 1]) <= seg_end:
+        end += 1
+    if end == epoch:
+        return None
+    return t + (rest - suffix[end]), end

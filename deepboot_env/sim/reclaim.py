@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from deepboot_env.sim.cluster import NODE_TRAIN
 from deepboot_env.sim.state import ClusterState, GpuRef, JobView
 
@@ -40,24 +38,27 @@ def ats_i_victim(state: ClusterState) -> GpuRef | None:
     Reclaimable GPUs are training GPUs on inference nodes (two clusters) or on any node (shared
     pool): training-cluster GPUs are never taken by inference.
     """
-    reclaimable = state.node_kinds != NODE_TRAIN
-    pods = int(state.running.sum() + state.protect.sum() + state.sleeping.sum())
+    reclaimable = (state.node_kinds != NODE_TRAIN).tolist()
+    pods = sum(state.running.tolist()) + sum(state.protect.tolist()) + sum(state.sleeping.tolist())
     j_all = max(len(state.jobs) + pods, 1)
     fair = math.ceil(state.config.total_gpus / j_all)
+    # (job, GPUs per node, nodes with a reclaimable GPU) of the jobs that hold one, as lists
+    candidates = []
+    for job in state.jobs:
+        counts = job.alloc.tolist()
+        nodes = [node for node, k in enumerate(counts) if k > 0 and reclaimable[node]]
+        if nodes:
+            candidates.append((job, counts, nodes))
     best: tuple[float, GpuRef] | None = None
-    for job in sorted(state.jobs, key=job_priority_key):
-        alloc = job.alloc
-        mask = (alloc > 0) & reclaimable
-        if not mask.any():
-            continue
+    for job, counts, nodes in sorted(candidates, key=lambda c: job_priority_key(c[0])):
         base = fair_share_base(job, fair)
-        k = int(alloc.sum())
-        n = int(np.count_nonzero(alloc))
+        k = sum(counts)
+        n = len(counts) - counts.count(0)
         before = job.rates.rate(job.epoch, n > 1, k)
-        for node in np.flatnonzero(mask):
-            n_after = n - 1 if alloc[node] == 1 else n
+        for node in nodes:
+            n_after = n - 1 if counts[node] == 1 else n
             after = job.rates.rate(job.epoch, n_after > 1, k - 1)
             loss = (before - after) / base
             if best is None or loss < best[0] - 1e-12:
-                best = (loss, GpuRef(job.id, int(node)))
+                best = (loss, GpuRef(job.id, node))
     return None if best is None else best[1]

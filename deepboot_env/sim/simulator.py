@@ -479,18 +479,21 @@ class Simulator:
 
     def _inference_node_order(self) -> list[int]:
         """Inference nodes, those with the fewest lent training GPUs first (stable)."""
-        train = self.ledger.train.tolist()
+        train = self.ledger.counts["train"]
         return sorted(self._infer_nodes, key=train.__getitem__)
 
     def _free_inference_gpu(self) -> int | None:
-        free = self.ledger.free().tolist()
+        led = self.ledger
+        c = led.counts
+        train, running, protect, sleep = c["train"], c["running"], c["protect"], c["sleep"]
+        cap = led.capacity
         for node in self._inference_node_order():
-            if free[node] > 0:
+            if train[node] + running[node] + protect[node] + sleep[node] < cap:
                 return node
         return None
 
     def _evict_sleep_pod(self) -> int | None:
-        sleep = self.ledger.sleep.tolist()
+        sleep = self.ledger.counts["sleep"]
         for node in self._inference_node_order():
             if sleep[node] > 0:
                 self._evict_one_sleeper(node)
@@ -517,7 +520,7 @@ class Simulator:
         if key is not None:
             if self.ledger.totals[key] <= 0:
                 return None
-        elif not np.any(self.ledger.train[self._infer_nodes] > 0):
+        elif not any(self.ledger.counts["train"][node] > 0 for node in self._infer_nodes):
             return None
         state = self.observe()
         spec = self.workload.requests[idx]
@@ -538,9 +541,9 @@ class Simulator:
             raise AllocationError(f"reclaim: job {job.spec.name!r} holds no GPU on node {ref.node}")
         if self.ledger.kinds[ref.node] == NODE_TRAIN:
             raise AllocationError(f"reclaim: node {ref.node} is a training node; inference may not take it")
-        new = job.alloc.copy()
-        new[ref.node] -= 1
-        self._change_job(job, new)
+        counts = job.counts.copy()
+        counts[ref.node] -= 1
+        self._change_job(job, counts)
         if self.config.interference is not None:
             self._refresh_interference()
 
@@ -602,13 +605,10 @@ class Simulator:
             return max(1, min(cap, max(2 * job.max_profiled, 1)))
         return cap
 
-    def _change_job(
-        self, job: TrainingJob, new: np.ndarray, update_ledger: bool = True, counts: list[int] | None = None
-    ) -> None:
-        """Move ``job`` to ``new`` (GPUs per node; ``counts``: the same as a list, when known)."""
+    def _change_job(self, job: TrainingJob, counts: list[int], update_ledger: bool = True) -> None:
+        """Move ``job`` to ``counts`` GPUs per node (a list of ints the job takes over)."""
         job.advance(self.now)
-        if counts is None:
-            counts = new.tolist()
+        new = np.array(counts, dtype=np.int64)
         plan = plan_change(
             self.config.restart,
             job.app,
@@ -619,7 +619,7 @@ class Simulator:
         )
         if update_ledger:
             self.ledger.change_training(new - job.alloc, f"job {job.spec.name!r}")
-        job.apply_change(new, plan, self.now, counts)
+        job.adopt_change(new, counts, plan, self.now)
         if plan.counts_as_restart:
             self.restarts += 1
         self._schedule_completion(job)
@@ -710,33 +710,35 @@ class Simulator:
             if job._phases:
                 stalled = sum(p.seconds for p in job._phases if p.replicas == 0)
             view = new_view(JobView)
-            view.__dict__.update(
-                cached[1],
-                age=now - job.spec.arrival,
-                attained_service=job.attained_service,
-                alloc=job.alloc.copy(),
-                epoch=job.epoch,
-                progress_fraction=job.epoch / app.max_epochs,
-                stalled_seconds=stalled,
-                remaining_work=job.target_progress - job.progress,
-                throughput_ratio=job.speed if job.replicas > 0 else 1.0,
-            )
+            fields = view.__dict__
+            fields.update(cached[1])
+            fields["age"] = now - job.spec.arrival
+            fields["attained_service"] = job.attained_service
+            fields["alloc"] = job.alloc.copy()
+            fields["epoch"] = epoch = job.epoch
+            fields["progress_fraction"] = epoch / app.max_epochs
+            fields["stalled_seconds"] = stalled
+            fields["remaining_work"] = job.target_progress - job.progress
+            fields["throughput_ratio"] = job.speed if job.replicas > 0 else 1.0
             views.append(view)
-        led = self.ledger
-        return ClusterState(
+        counts = self.ledger.counts
+        # filled like the views (every field of ClusterState, set once, without its __init__)
+        state = object.__new__(ClusterState)
+        state.__dict__.update(
             time=self.now,
             interval=self.config.interval,
             config=self.config.cluster,
-            node_kinds=led.kinds,
-            train_used=led.train.copy(),
-            running=led.running.copy(),
-            protect=led.protect.copy(),
-            sleeping=led.sleep.copy(),
+            node_kinds=self.ledger.kinds,
+            train_used=np.array(counts["train"], dtype=np.int64),
+            running=np.array(counts["running"], dtype=np.int64),
+            protect=np.array(counts["protect"], dtype=np.int64),
+            sleeping=np.array(counts["sleep"], dtype=np.int64),
             jobs=tuple(views),
             waiting_requests=len(self._waiting),
             recent_arrivals=tuple(self._recent),
             restart_model=self.config.restart,
         )
+        return state
 
     def apply(self, allocation: Allocation, state: ClusterState | None = None, repair: bool = False) -> int:
         """Apply a policy's allocation at the current boundary.
@@ -760,43 +762,53 @@ class Simulator:
         else:
             wanted, repaired = validate_allocation(state, allocation), 0
         self.repaired_gpus += repaired
-        self._apply_counts(wanted)
+        self._apply_counts({job_id: arr.tolist() for job_id, arr in wanted.items()})
         return repaired
 
     def apply_valid(self, gpus: Mapping[int, np.ndarray]) -> None:
         """Apply an allocation that is valid by construction, without checking it again.
 
-        The fast path of the Gymnasium env: :func:`~deepboot_env.env.encoding.decode_action`
-        builds its allocation from the state just observed, and it already meets every constraint
-        of :func:`~deepboot_env.sim.state.validate_allocation`. ``gpus`` maps active job ids to
-        int64 arrays of GPUs per node (absent jobs get none); the result is exactly that of
-        :meth:`apply` on the same allocation. Anything else must go through :meth:`apply` (the
-        ledger still refuses to over-commit a node, but nothing else is checked here).
+        The fast path of policies that build their allocation from the state just observed so
+        that it meets every constraint of :func:`~deepboot_env.sim.state.validate_allocation`.
+        ``gpus`` maps active job ids to int64 arrays of GPUs per node (absent jobs get none); the
+        result is exactly that of :meth:`apply` on the same allocation. Anything else must go
+        through :meth:`apply` (the ledger still refuses to over-commit a node, but nothing else is
+        checked here).
         """
         if self.done:
             raise RuntimeError("the episode is over; call reset()")
-        self._apply_counts(gpus)
+        self._apply_counts({job_id: arr.tolist() for job_id, arr in gpus.items()})
 
-    def _apply_counts(self, wanted: Mapping[int, np.ndarray]) -> None:
-        """Apply a checked allocation: evict the SLEEP pods in the way, update the ledger, then
-        re-plan every job whose placement changes (in arrival order)."""
+    def apply_valid_counts(self, counts: Mapping[int, list[int]]) -> None:
+        """:meth:`apply_valid` with the GPUs per node of each job as a list of ints, which the
+        simulator takes over (the caller must not change them afterwards).
+
+        The Gymnasium env's fast path: :func:`~deepboot_env.env.encoding.decode_action_counts`
+        builds these lists from the state just observed, valid by construction.
+        """
+        if self.done:
+            raise RuntimeError("the episode is over; call reset()")
+        self._apply_counts(counts)
+
+    def _apply_counts(self, wanted: Mapping[int, list[int]]) -> None:
+        """Apply a checked allocation (GPUs per node as lists of ints): evict the SLEEP pods in
+        the way, update the ledger, then re-plan every job whose placement changes (in arrival
+        order)."""
         self._account(self.now)
         n = self.config.cluster.num_nodes
-        changes: list[tuple[TrainingJob, np.ndarray, list[int]]] = []
+        changes: list[tuple[TrainingJob, list[int]]] = []
         rows = [[0] * n]  # plain ints: a few nodes
         jobs = self.jobs
         for index in self._active:
             job = jobs[index]
-            new = wanted.get(index)
-            if new is None:
+            counts = wanted.get(index)
+            if counts is None:
                 if job.replicas:
-                    changes.append((job, np.zeros(n, dtype=np.int64), [0] * n))
+                    changes.append((job, [0] * n))
                 continue
-            counts = new.tolist()
             rows.append(counts)
-            # checked counts are int64 arrays like job.alloc: equal iff same bytes
-            if new.tobytes() != job.alloc.tobytes():
-                changes.append((job, new, counts))
+            if counts != job.counts:
+                changes.append((job, counts))
         total = list(map(sum, zip(*rows, strict=True)))
         led = self.ledger
         pods = led.pod_counts()
@@ -808,8 +820,8 @@ class Simulator:
                     self._evict_one_sleeper(node)
             pods = led.pod_counts()
         led.set_training(total, "allocation", pods)
-        for job, new, counts in changes:
-            self._change_job(job, new, update_ledger=False, counts=counts)
+        for job, counts in changes:
+            self._change_job(job, counts, update_ledger=False)
         if changes and self.config.interference is not None:
             self._refresh_interference()
         if self._waiting:  # the allocation may have given lent inference GPUs back
