@@ -156,3 +156,20 @@ def test_train_policy_residual_starts_at_the_base_policy(tiny, tmp_path) -> None
     ats = run_episode(make_policy("ats"), tiny, _residual_env(tiny).sim_config, seed=0)
     assert int(rows[0]["timesteps"]) == 0
     assert float(rows[0]["train_jct_mean"]) == pytest.approx(ats.train_jct_mean)
+
+
+def test_shipped_checkpoint_is_a_small_residual_agent_that_beats_fifo_and_nolend() -> None:
+    path = REPO / "agents" / "pretrained" / "deepboot-v0.zip"
+    assert path.stat().st_size < 5e6
+    agent = make_policy(f"ppo:{path}")
+    assert agent.action_mode == "residual" and agent.residual.base_name == "ats"
+    from traces.loaders import load_workload
+
+    workload = load_workload("test/test-03")
+    config = DeepBootEnv(workload=workload).sim_config
+    ppo = run_episode(agent, workload, config, seed=0)
+    nolend = run_episode(make_policy("ats-nolend"), workload, config, seed=0)
+    fifo = run_episode(make_policy("fifo"), workload, config, seed=0)
+    assert ppo.train_jobs_done == ppo.train_jobs
+    assert ppo.train_jct_mean < nolend.train_jct_mean < fifo.train_jct_mean
+    assert ppo.infer_latency_p99 <= 8.0
