@@ -1,14 +1,15 @@
 """Benchmark: DeepBoot-v0 steps per second with random masked actions.
 
     python benchmarks/bench_env.py [--workload test/test-01] [--cluster 8x4+8x4] [--steps 3000]
-                                   [--policy-like] [--warmup 0]
+                                   [--policy-like] [--warmup 0] [--repeat 1]
 
 Each step samples a uniformly random valid choice in every action dimension from
 ``env.action_masks()`` (the random masked actions of the acceptance criterion) and calls
 ``env.step``. ``--policy-like`` keeps each job's target for 10 steps instead of redrawing it every
 step (a random action redrawn every minute resizes every job every boundary, the costliest case).
 ``--warmup N`` runs N untimed steps first (the per-application rate tables are process-wide caches,
-so a training run only pays for them in its first episode).
+so a training run only pays for them in its first episode). ``--repeat N`` times the same steps N
+times (a shared machine's noise is ~10% per run) and reports the best and the median.
 
 Reported: steps/s over the whole loop (wall clock and CPU time: ``time.process_time``, steadier on
 a shared machine) and steps per CPU-second spent inside the env alone (``env.step`` plus
@@ -82,23 +83,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=0, help="untimed steps first")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--policy-like", action="store_true")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="timed repeats of the same steps; the best and the median are reported"
+    )
     args = parser.parse_args(argv)
     env = DeepBootEnv(workload=args.workload, cluster=args.cluster, max_jobs=args.max_jobs)
-    rng = np.random.default_rng(args.seed)
-    env.reset(seed=args.seed)
     if args.warmup:
-        run(env, args.warmup, args.policy_like, rng)
-        rng = np.random.default_rng(args.seed)
         env.reset(seed=args.seed)
-    r = run(env, args.steps, args.policy_like, rng)
+        run(env, args.warmup, args.policy_like, np.random.default_rng(args.seed))
+    results = []
+    for _ in range(max(args.repeat, 1)):
+        env.reset(seed=args.seed)
+        results.append(run(env, args.steps, args.policy_like, np.random.default_rng(args.seed)))
     kind = "policy-like actions (kept 10 steps)" if args.policy_like else "random masked actions"
     print(
         f"DeepBoot-v0, {kind}, workload {args.workload}, cluster {args.cluster}, max_jobs {args.max_jobs}: "
-        f"{args.steps} steps ({r['episodes']} episodes finished, warm-up {args.warmup})\n"
-        f"  {args.steps / r['wall']:,.0f} steps/s wall, {args.steps / r['cpu']:,.0f} steps/CPU-s "
-        f"(env alone: {args.steps / r['in_env']:,.0f} steps/CPU-s)"
+        f"{args.steps} steps ({results[0]['episodes']} episodes finished, warm-up {args.warmup})"
     )
+    for label, r in _best_and_median(results):
+        print(
+            f"  {label}{args.steps / r['wall']:,.0f} steps/s wall, {args.steps / r['cpu']:,.0f} steps/CPU-s "
+            f"(env alone: {args.steps / r['in_env']:,.0f} steps/CPU-s)"
+        )
     return 0
+
+
+def _best_and_median(results: list[dict[str, float]]) -> list[tuple[str, dict[str, float]]]:
+    """The run itself, or (of several repeats, ranked by in-env CPU time) the best and the median."""
+    if len(results) == 1:
+        return [("", results[0])]
+    ranked = sorted(results, key=lambda r: r["in_env"])
+    return [(f"best of {len(results)}: ", ranked[0]), ("median:     ", ranked[len(ranked) // 2])]
 
 
 if __name__ == "__main__":
