@@ -204,6 +204,9 @@ def test_observation_equals_the_per_job_reference(small_workload, cluster) -> No
         mine = encode_observation(state, 4)
         assert mine["jobs"].tobytes() == jobs.reshape(-1).tobytes() == obs["jobs"].tobytes()
         assert mine["cluster"].tobytes() == _reference_cluster(state, 4).tobytes() == obs["cluster"].tobytes()
+        assert state.node_counts == tuple(
+            a.tolist() for a in (state.train_used, state.running, state.protect, state.sleeping)
+        )
         for view in state.jobs:  # the simulator builds views without JobView.__init__
             rebuilt = JobView(**{f.name: getattr(view, f.name) for f in fields(JobView)})
             assert view == rebuilt and set(vars(rebuilt)) <= set(vars(view))
@@ -241,3 +244,37 @@ def test_encoding_works_without_gymnasium() -> None:
     root = Path(__file__).resolve().parents[1]
     result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def _trim_one_gpu_at_a_time(targets: dict[int, int], jobs: dict, excess: int) -> None:
+    """The documented repair rule, literally: one GPU at a time from the largest target (ties:
+    most attained service, then latest arrival)."""
+    order = sorted(targets, key=lambda j: (-targets[j], -jobs[j].attained_service, -jobs[j].arrival))
+    for _ in range(excess):
+        j = order[0]
+        targets[j] -= 1
+        order.sort(key=lambda j: (-targets[j], -jobs[j].attained_service, -jobs[j].arrival))
+
+
+def test_trim_to_capacity_equals_the_gpu_by_gpu_rule() -> None:
+    import random
+    from types import SimpleNamespace
+
+    from deepboot_env.env.encoding import trim_to_capacity
+
+    rng = random.Random(0)
+    for _ in range(3000):
+        ids = rng.sample(range(100), rng.randint(1, 15))
+        # equal services are common (0 before a first start); equal (service, arrival) pairs are
+        # left out: the rule does not order them
+        pairs = rng.sample([(service, arrival) for service in (0.0, 60.0, 120.0) for arrival in range(5)], len(ids))
+        jobs = {j: SimpleNamespace(attained_service=s, arrival=float(a)) for j, (s, a) in zip(ids, pairs, strict=True)}
+        targets = {j: rng.choice([0, 1, 2, 3, 4, 8, 16, 32]) for j in ids}
+        if not sum(targets.values()):
+            continue
+        excess = rng.randint(1, sum(targets.values()))
+        fast, slow = dict(targets), dict(targets)
+        trim_to_capacity(fast, jobs, excess)
+        _trim_one_gpu_at_a_time(slow, jobs, excess)
+        assert fast == slow
+        assert sum(fast.values()) == sum(targets.values()) - excess

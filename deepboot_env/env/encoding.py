@@ -19,6 +19,7 @@ encoding for a single job (the reference the tests compare it with).
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 
 import numpy as np
@@ -173,10 +174,7 @@ def encode_cluster(state: ClusterState, max_jobs: int, out: np.ndarray) -> None:
     n_nodes, n_infer = len(state.node_kinds), len(infer)
     train_total = max((n_nodes - n_infer) * g, 1)
     infer_total = max(n_infer * g, 1)
-    train_used = state.train_used.tolist()
-    running = state.running.tolist()
-    protect = state.protect.tolist()
-    sleeping = state.sleeping.tolist()
+    train_used, running, protect, sleeping = state.node_counts
     # held GPUs (training + pods) on each side; free = nodes x g - held (exact integer sums)
     lent = sum([train_used[node] for node in infer])
     held_infer = lent + sum([running[node] + protect[node] + sleeping[node] for node in infer])
@@ -244,8 +242,8 @@ def action_mask(state: ClusterState, max_jobs: int, lend_levels: int) -> np.ndar
 def _lending_capacity(state: ClusterState, fraction: float) -> list[int]:
     """:func:`lending_capacity` as a list of ints."""
     g = state.config.gpus_per_node
-    pinned = zip(state.running.tolist(), state.protect.tolist(), strict=True)
-    cap = [g - running - protect for running, protect in pinned]
+    used, running, protect, _ = state.node_counts
+    cap = [g - pinned for pinned in map(operator.add, running, protect)]
     infer = _inference_nodes(state)
     if not infer:
         return cap
@@ -258,7 +256,6 @@ def _lending_capacity(state: ClusterState, fraction: float) -> list[int]:
         out[node] = 0
     if budget == 0:
         return out
-    used = state.train_used.tolist()
     for _, _, node in sorted([(-used[n], -cap[n], n) for n in infer]):
         take = min(budget, cap[node])
         out[node] = take
@@ -325,30 +322,31 @@ def decode_action_counts(
 
 def trim_to_capacity(targets: dict[int, int], jobs: dict[int, JobView], excess: int) -> None:
     """Remove ``excess`` GPUs, one at a time from the largest target (ties: most attained service,
-    then latest arrival), computed level by level instead of GPU by GPU."""
+    then latest arrival), computed level by level instead of GPU by GPU.
+
+    One sort by (target, tie order) lists the jobs from the largest target down; lowering the top
+    group to the next level merges it with the next jobs of that list, so the list needs no sorting
+    again until the last, partial level, which takes one GPU more from the first jobs of its group
+    in tie order.
+    """
     ties = {j: (-jobs[j].attained_service, -jobs[j].arrival) for j in targets}
-
-    def key(j: int) -> tuple[int, float, float]:
-        return (-targets[j], *ties[j])
-
-    order = sorted(targets, key=key)
+    order = sorted(targets, key=lambda j: (-targets[j], *ties[j]))
+    levels = [targets[j] for j in order]
+    size = 0
     while excess > 0:
-        # order is sorted by decreasing target: the largest targets are a prefix of it
-        top = targets[order[0]]
-        size = 1
-        while size < len(order) and targets[order[size]] == top:
+        top = levels[size]
+        while size < len(order) and levels[size] == top:
             size += 1
-        group = order[:size]
-        below = targets[order[size]] if size < len(order) else 0
+        below = levels[size] if size < len(order) else 0
         per_job = top - below
         if per_job * size <= excess:
-            for j in group:
-                targets[j] = below
             excess -= per_job * size
+            for i in range(size):
+                levels[i] = below
         else:
             full, extra = divmod(excess, size)
-            for i, j in enumerate(group):
+            for i, j in enumerate(sorted(order[:size], key=ties.__getitem__)):
                 targets[j] = top - full - (1 if i < extra else 0)
-            excess = 0
-        if excess:  # (the order is not needed once the excess is gone)
-            order.sort(key=key)
+            return
+    for i in range(size):
+        targets[order[i]] = levels[i]

@@ -241,6 +241,7 @@ class RateTable:
         self._curve_values: dict[tuple[int, tuple[int, ...], int], tuple[float, ...]] = {}
         self._rows: dict[int, tuple[list[float], list[float]]] = {}
         """Per epoch, the two rows of its rate table as Python floats (fast scalar look-ups)."""
+        self._columns: dict[tuple[bool, int], list[float]] = {}
         self._min_after: list[float] | None = None
 
     def _table(self, epoch: int) -> np.ndarray:
@@ -361,6 +362,16 @@ class RateTable:
             table = self._table(epoch)
             rows = self._rows[epoch] = (table[0].tolist(), table[1].tolist())
         return rows[1 if multi_node else 0][min(int(replicas), self.max_replicas)]
+
+    def rate_column(self, multi_node: bool, replicas: int) -> list[float]:
+        """:meth:`rate` of every epoch at one placement, indexed by epoch (cached; shared: do not
+        modify). A job keeps the column of its placement, so advancing it reads a list."""
+        key = (multi_node, replicas)
+        column = self._columns.get(key)
+        if column is None:
+            n = len(self.app.epoch_progress)
+            column = self._columns[key] = [self.rate(e, multi_node, replicas) for e in range(n)]
+        return column
 
     def rates(self, epoch: int) -> np.ndarray:
         """Array (2, max_replicas + 1): rate by [multi-node flag, K]; column 0 is 0."""

@@ -28,7 +28,8 @@ class TrainingJob:
         spec: the job as submitted.
         app: its application profile.
         rates: its progress-rate table.
-        alloc: GPUs per node currently held.
+        alloc: GPUs per node currently held (a read-only array, replaced at every change, so
+            views of the job may share it).
         epoch: epochs completed.
         progress: cumulative progress (M0-equivalent iterations).
         attained_service: GPU-seconds held so far (restart stalls included).
@@ -47,6 +48,7 @@ class TrainingJob:
         self.app = app
         self.rates = rates
         self.alloc = np.zeros(num_nodes, dtype=np.int64)
+        self.alloc.flags.writeable = False
         self.counts = [0] * num_nodes
         """:attr:`alloc` as a list of ints (kept in step with it)."""
         self.replicas = 0
@@ -65,6 +67,8 @@ class TrainingJob:
         self._t = spec.arrival
         self._settled = -1
         """Version at which the job was last advanced to ``_t`` (advancing again is then a no-op)."""
+        self._rate_now = rates.rate_column(False, 0)
+        """Progress rate per epoch at the current placement (at speed 1)."""
         self._thresholds = app.epoch_progress.tolist()
         self.target_progress = self._thresholds[-1]
         """Progress at which the job completes (``app.target_progress``)."""
@@ -157,20 +161,27 @@ class TrainingJob:
         alloc = new_alloc.astype(np.int64, copy=True)
         self.adopt_change(alloc, alloc.tolist() if counts is None else list(counts), plan, now)
 
-    def adopt_change(self, alloc: np.ndarray, counts: list[int], plan: RestartPlan, now: float) -> None:
-        """:meth:`apply_change` that takes ``alloc`` (an int64 array) and ``counts`` (the same as a
-        list of ints) as they are: the caller hands them over and keeps no reference to them."""
+    def adopt_change(
+        self, alloc: np.ndarray, counts: list[int], plan: RestartPlan, now: float, replicas: int | None = None
+    ) -> None:
+        """:meth:`apply_change` that takes ``alloc`` (an int64 array, made read-only here) and
+        ``counts`` (the same as a list of ints) as they are: the caller hands them over and keeps
+        no reference to them. ``replicas`` is ``sum(counts)`` when the caller has it already."""
+        alloc.flags.writeable = False
         self.alloc = alloc
         self.counts = counts
-        self.replicas = sum(counts)
-        self.multi_node = len(counts) - counts.count(0) > 1
+        self.replicas = replicas = sum(counts) if replicas is None else replicas
+        self.multi_node = multi_node = len(counts) - counts.count(0) > 1
+        self._rate_now = self.rates.rate_column(multi_node, replicas)
         self._phases = list(plan.phases)
         self._anchor = None
         if plan.counts_as_restart:
             self.num_restarts += 1
-        if self.replicas > 0 and self.first_start is None:
-            self.first_start = now
-        self.max_profiled = max(self.max_profiled, self.replicas)
+        if replicas > 0:
+            if self.first_start is None:
+                self.first_start = now
+            if replicas > self.max_profiled:
+                self.max_profiled = replicas
         self.version += 1
 
     def set_speed(self, speed: float) -> None:
@@ -218,7 +229,7 @@ def _run(
             # the projection after a change: one stall, then the final stretch
             t = t0 + head.seconds
             k, multi = job.replicas, job.multi_node
-            rate = rates.rate(epoch, multi, k)
+            rate = job._rate_now[epoch]
             if rate <= 0:
                 return epoch, progress, [], None, None
             target = thresholds[epoch]
@@ -230,7 +241,7 @@ def _run(
         if not projecting and head.replicas == 0 and len(job_phases) == 1:
             # the advance after a change: the stall ends by t1, then no epoch end by t1
             t_anchor = t0 + head.seconds
-            rate = rates.rate(epoch, job.multi_node, job.replicas) * speed
+            rate = job._rate_now[epoch] * speed
             if rate > 0:
                 target = thresholds[epoch]
                 if t_anchor + round((target - progress) / rate) > t1:
@@ -239,7 +250,7 @@ def _run(
                         progress = min(p_anchor + rate * (t1 - t_anchor), float(target))
                     return epoch, progress, [], (t_anchor, p_anchor), None
     elif not projecting:  # constant rate and no epoch end in (t0, t1]
-        rate = rates.rate(epoch, job.multi_node, job.replicas) * speed
+        rate = job._rate_now[epoch] * speed
         if rate > 0:
             target = thresholds[epoch]
             t_anchor, p_anchor = (t0, progress) if anchor is None else anchor
@@ -265,8 +276,10 @@ def _run(
         else:
             seg_end = t1
             k, multi = job.replicas, job.multi_node
+        if k > 0:
+            column = job._rate_now if k == job.replicas and multi == job.multi_node else rates.rate_column(multi, k)
         while k > 0:
-            rate = rates.rate(epoch, multi, k) * speed
+            rate = column[epoch] * speed
             if rate <= 0:
                 anchor = None
                 break

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -45,9 +46,9 @@ POLLUX_RESTART_DELAY_S = 30.0
 """Flat restart delay of the Pollux simulator."""
 
 
-@dataclass(frozen=True)
-class Phase:
-    """A stretch of time after a change.
+class Phase(NamedTuple):
+    """A stretch of time after a change (an immutable tuple: the simulator builds one at every
+    advance that ends inside a restart stall, several times faster than a frozen dataclass).
 
     Attributes:
         seconds: duration.

@@ -152,7 +152,7 @@ class Simulator:
             self.jobs.append(TrainingJob(i, spec, app, self._table(app, fixed), cfg.cluster.num_nodes))
         self._next_arrival = 0
         self._active: list[int] = []
-        self._view_fields: dict[int, tuple[int, dict[str, object]]] = {}
+        self._view_fields: dict[int, tuple[int, dict[str, object], int]] = {}
         self._arrivals = np.array([spec.arrival for spec in self.workload.jobs], dtype=float)
         self._completions = np.full(len(self.jobs), np.inf)
         self._done_spans: list[tuple[float, float]] = []
@@ -408,7 +408,7 @@ class Simulator:
         kept, and :meth:`_release_deferred` pushes the very same event once the horizon reaches
         the job's lower bound on its completion.
         """
-        if job.replicas == 0 and not job.done:
+        if job.replicas == 0 and job.completion is None:
             return  # time_of_completion() is None: nothing to schedule
         seq = self.events.reserve()
         bound = job.completion_lower_bound()
@@ -607,19 +607,22 @@ class Simulator:
 
     def _change_job(self, job: TrainingJob, counts: list[int], update_ledger: bool = True) -> None:
         """Move ``job`` to ``counts`` GPUs per node (a list of ints the job takes over)."""
-        job.advance(self.now)
+        now = self.now
+        if job._t != now or job._settled != job.version:  # (else advancing is a no-op)
+            job.advance(now)
         new = np.array(counts, dtype=np.int64)
+        replicas = sum(counts)
         plan = plan_change(
             self.config.restart,
             job.app,
             job.alloc,
             new,
             job.first_start is not None,
-            replicas=(job.replicas, sum(counts)),
+            replicas=(job.replicas, replicas),
         )
         if update_ledger:
             self.ledger.change_training(new - job.alloc, f"job {job.spec.name!r}")
-        job.adopt_change(new, counts, plan, self.now)
+        job.adopt_change(new, counts, plan, now, replicas)
         if plan.counts_as_restart:
             self.restarts += 1
         self._schedule_completion(job)
@@ -681,47 +684,59 @@ class Simulator:
         now = self.now
         fixed = self._view_fields
         new_view = object.__new__
+        jobs = self.jobs
         for index in self._active:
-            job = self.jobs[index]
-            job.advance(now)
-            app = job.app
-            # Fields that change only with the job's version (a change of placement or speed).
+            job = jobs[index]
+            version = job.version
+            if job._t != now or job._settled != version:
+                job.advance(now)
+            # Fields that change only with the job's version (a change of placement or speed); the
+            # job's alloc is a read-only array replaced at every change, so its views share it.
             cached = fixed.get(index)
-            if cached is None or cached[0] != job.version:
+            if cached is None or cached[0] != version:
                 spec = job.spec
+                replicas = job.replicas
                 cached = fixed[index] = (
-                    job.version,
+                    version,
                     {
                         "id": index,
                         "name": spec.name,
-                        "app": app.name,
+                        "app": job.app.name,
                         "arrival": spec.arrival,
                         "num_restarts": job.num_restarts,
                         "max_replicas": self._max_replicas(job),
                         "requested_replicas": spec.num_replicas,
                         "requested_batch": spec.batch_size,
                         "rates": job.rates,
-                        "replicas": job.replicas,  # JobView.replicas, precomputed
+                        "alloc": job.alloc,
+                        "throughput_ratio": job.speed if replicas > 0 else 1.0,
+                        "replicas": replicas,  # JobView.replicas, precomputed
                     },
+                    job.app.max_epochs,
                 )
             # A JobView without its frozen-dataclass __init__ (several times slower): the same
             # instance dict, filled directly. tests/test_env.py checks every field is set.
             stalled = 0  # job.stalled_seconds_left, inlined
-            if job._phases:
-                stalled = sum(p.seconds for p in job._phases if p.replicas == 0)
+            phases = job._phases
+            if phases:
+                stalled = sum([p.seconds for p in phases if p.replicas == 0])
             view = new_view(JobView)
             fields = view.__dict__
             fields.update(cached[1])
             fields["age"] = now - job.spec.arrival
             fields["attained_service"] = job.attained_service
-            fields["alloc"] = job.alloc.copy()
             fields["epoch"] = epoch = job.epoch
-            fields["progress_fraction"] = epoch / app.max_epochs
+            fields["progress_fraction"] = epoch / cached[2]
             fields["stalled_seconds"] = stalled
             fields["remaining_work"] = job.target_progress - job.progress
-            fields["throughput_ratio"] = job.speed if job.replicas > 0 else 1.0
             views.append(view)
         counts = self.ledger.counts
+        node_counts = (
+            counts["train"].copy(),
+            counts["running"].copy(),
+            counts["protect"].copy(),
+            counts["sleep"].copy(),
+        )
         # filled like the views (every field of ClusterState, set once, without its __init__)
         state = object.__new__(ClusterState)
         state.__dict__.update(
@@ -729,10 +744,11 @@ class Simulator:
             interval=self.config.interval,
             config=self.config.cluster,
             node_kinds=self.ledger.kinds,
-            train_used=np.array(counts["train"], dtype=np.int64),
-            running=np.array(counts["running"], dtype=np.int64),
-            protect=np.array(counts["protect"], dtype=np.int64),
-            sleeping=np.array(counts["sleep"], dtype=np.int64),
+            train_used=np.array(node_counts[0], dtype=np.int64),
+            running=np.array(node_counts[1], dtype=np.int64),
+            protect=np.array(node_counts[2], dtype=np.int64),
+            sleeping=np.array(node_counts[3], dtype=np.int64),
+            node_counts=node_counts,
             jobs=tuple(views),
             waiting_requests=len(self._waiting),
             recent_arrivals=tuple(self._recent),

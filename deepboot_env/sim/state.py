@@ -35,7 +35,7 @@ class JobView:
         age: now - arrival (s).
         attained_service: GPU-seconds held so far.
         num_restarts: restarts so far.
-        alloc: GPUs per node now held (a copy).
+        alloc: GPUs per node now held (read-only: copy it to build an allocation from it).
         epoch: epochs completed (observable by the job itself).
         progress_fraction: fraction of the work done (clairvoyant-free: it is the epoch counter
             divided by the number of epochs plus the fraction of the current epoch).
@@ -158,6 +158,12 @@ class ClusterState:
     def num_nodes(self) -> int:
         """Number of nodes."""
         return self.config.num_nodes
+
+    @cached_property
+    def node_counts(self) -> tuple[list[int], list[int], list[int], list[int]]:
+        """(train_used, running, protect, sleeping) as lists of Python ints, for the per-node
+        arithmetic of hot paths (computed once per state; the simulator fills it in directly)."""
+        return (self.train_used.tolist(), self.running.tolist(), self.protect.tolist(), self.sleeping.tolist())
 
     def pinned(self) -> np.ndarray:
         """GPUs per node held by RUNNING/PROTECT pods: never available to training."""
