@@ -38,6 +38,9 @@ class OverCapacityError(RuntimeError):
     """A node would hold more GPUs than it has."""
 
 
+_POD_SLOT = {"running": 2, "protect": 3, "sleep": 4}
+"""Position of each pod state in :attr:`ClusterLedger.by_state`."""
+
 _SPEC = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*$")
 
 
@@ -142,8 +145,12 @@ class ClusterLedger:
 
     Attributes:
         counts: ``{"train" | "running" | "protect" | "sleep": GPUs per node}`` as lists of ints
-            (read them, never change them: every change goes through the methods).
-        totals: cluster-wide sums of :attr:`counts`, plus ``lent`` (training on inference nodes).
+            (read them, never change them: every change goes through the methods; a change of
+            the training GPUs replaces the ``train`` list, never changes it in place).
+        by_state: cluster-wide GPUs in each of the states of
+            :data:`~deepboot_env.sim.metrics.GPU_STATES`: training (on training nodes), lent
+            (training on inference nodes), running, protect, sleep and idle, kept in step with
+            :attr:`counts` (the simulator's GPU-second accounting reads it at every event).
     """
 
     def __init__(self, config: ClusterConfig) -> None:
@@ -154,8 +161,14 @@ class ClusterLedger:
         self.counts: dict[str, list[int]] = {name: [0] * n for name in ("train", "running", "protect", "sleep")}
         self._infer_mask = self.kinds == NODE_INFER
         self._infer_nodes = np.flatnonzero(self._infer_mask).tolist()
-        self.totals = {"train": 0, "lent": 0, "running": 0, "protect": 0, "sleep": 0}
-        """Cluster-wide counts kept in step with the per-node ones (``lent`` = training on inference nodes)."""
+        self._total_gpus = config.total_gpus
+        self.by_state = [0, 0, 0, 0, 0, self._total_gpus]
+
+    @property
+    def totals(self) -> dict[str, int]:
+        """Cluster-wide sums of :attr:`counts`, plus ``lent`` (training on inference nodes)."""
+        training, lent, running, protect, sleep, _ = self.by_state
+        return {"train": training + lent, "lent": lent, "running": running, "protect": protect, "sleep": sleep}
 
     @property
     def train(self) -> np.ndarray:
@@ -215,8 +228,7 @@ class ClusterLedger:
             if k + held > self.capacity:
                 raise OverCapacityError(f"{who}: node {node} would hold {k + held} GPUs but has {self.capacity}")
         self.counts["train"] = new
-        self.totals["train"] += sum(change)
-        self.totals["lent"] += sum([change[node] for node in self._infer_nodes])
+        self._count_training(new)
 
     def pod_counts(self) -> list[int]:
         """Pods (RUNNING, PROTECT or SLEEP) per node, as Python ints."""
@@ -240,8 +252,16 @@ class ClusterLedger:
                 if k + held > self.capacity:
                     raise OverCapacityError(f"{who}: node {node} would hold {k + held} GPUs but has {self.capacity}")
         self.counts["train"] = list(counts)
-        self.totals["train"] = sum(counts)
-        self.totals["lent"] = sum([counts[node] for node in self._infer_nodes])
+        self._count_training(counts)
+
+    def _count_training(self, train: list[int]) -> None:
+        """Update :attr:`by_state` to ``train`` training GPUs per node."""
+        held = self.by_state
+        total = sum(train)
+        lent = sum([train[node] for node in self._infer_nodes])
+        held[0] = total - lent
+        held[1] = lent
+        held[5] = self._total_gpus - total - held[2] - held[3] - held[4]
 
     def add_pod(self, node: int, state: str, who: str) -> None:
         """Count one more pod in ``state`` on ``node``."""
@@ -249,16 +269,18 @@ class ClusterLedger:
         if c["train"][node] + c["running"][node] + c["protect"][node] + c["sleep"][node] >= self.capacity:
             raise OverCapacityError(f"{who}: node {node} has no free GPU for a pod")
         c[state][node] += 1
-        self.totals[state] += 1
+        held = self.by_state
+        held[_POD_SLOT[state]] += 1
+        held[5] -= 1
 
     def move_pod(self, node: int, old: str, new: str) -> None:
         """A pod on ``node`` changes state."""
         c = self.counts
         c[old][node] -= 1
         c[new][node] += 1
-        totals = self.totals
-        totals[old] -= 1
-        totals[new] += 1
+        held = self.by_state
+        held[_POD_SLOT[old]] -= 1
+        held[_POD_SLOT[new]] += 1
 
     def remove_pod(self, node: int, state: str) -> None:
         """A pod in ``state`` leaves ``node``."""
@@ -266,7 +288,9 @@ class ClusterLedger:
         if counts[node] <= 0:
             raise OverCapacityError(f"no {state} pod to remove on node {node}")
         counts[node] -= 1
-        self.totals[state] -= 1
+        held = self.by_state
+        held[_POD_SLOT[state]] -= 1
+        held[5] += 1
 
     def check(self) -> None:
         """Assert the ledger is consistent (every count within [0, capacity])."""
@@ -278,12 +302,8 @@ class ClusterLedger:
             node = next(i for i, k in enumerate(used) if k > self.capacity)
             raise OverCapacityError(f"node {node} over capacity")
         c = self.counts
-        expected = {
-            "train": sum(c["train"]),
-            "lent": sum([c["train"][node] for node in self._infer_nodes]),
-            "running": sum(c["running"]),
-            "protect": sum(c["protect"]),
-            "sleep": sum(c["sleep"]),
-        }
-        if expected != self.totals:
-            raise OverCapacityError(f"ledger totals {self.totals} disagree with per-node counts {expected}")
+        train, lent = sum(c["train"]), sum([c["train"][node] for node in self._infer_nodes])
+        pods = [sum(c["running"]), sum(c["protect"]), sum(c["sleep"])]
+        expected = [train - lent, lent, *pods, self._total_gpus - train - sum(pods)]
+        if expected != self.by_state:
+            raise OverCapacityError(f"ledger GPUs by state {self.by_state} disagree with per-node counts {expected}")

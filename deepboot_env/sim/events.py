@@ -51,10 +51,10 @@ class EventQueue:
     def __len__(self) -> int:
         return len(self._heap)
 
-    def push(self, time: float, kind: EventKind, target: int, version: int = 0) -> None:
-        """Schedule an event."""
-        self._seq += 1
-        heapq.heappush(self._heap, (time, int(kind), self._seq, target, version))
+    def push(self, time: float, kind: EventKind | int, target: int, version: int = 0) -> None:
+        """Schedule an event (``kind`` an :class:`EventKind` or its value)."""
+        self._seq = seq = self._seq + 1
+        heapq.heappush(self._heap, (time, int(kind), seq, target, version))
 
     def reserve(self) -> int:
         """The sequence number the next :meth:`push` would take, taken now: an event pushed later
@@ -62,7 +62,7 @@ class EventQueue:
         self._seq += 1
         return self._seq
 
-    def push_reserved(self, time: float, kind: EventKind, seq: int, target: int, version: int = 0) -> None:
+    def push_reserved(self, time: float, kind: EventKind | int, seq: int, target: int, version: int = 0) -> None:
         """Schedule an event with a sequence number from :meth:`reserve`."""
         heapq.heappush(self._heap, (time, int(kind), seq, target, version))
 

@@ -243,6 +243,8 @@ class RateTable:
         """Per epoch, the two rows of its rate table as Python floats (fast scalar look-ups)."""
         self._columns: dict[tuple[bool, int], list[float]] = {}
         self._min_after: list[float] | None = None
+        self._thresholds: list[float] = app.epoch_progress.tolist()
+        """Progress at the end of each epoch, as Python floats."""
 
     def _table(self, epoch: int) -> np.ndarray:
         table = self._rates.get(epoch)
@@ -329,6 +331,22 @@ class RateTable:
                 bounds[e - 1] = acc
             self._min_after = bounds
         return bounds[epoch]
+
+    def min_seconds_from(self, epoch: int, progress: float, multi_node: bool, replicas: int) -> float:
+        """A lower bound on the seconds a job at ``progress`` in ``epoch`` needs to finish if it
+        trains at ``replicas`` GPUs from now on at a speed factor of at most 1: the rest of
+        ``epoch`` at that rate, then the epochs after it at their rounded durations
+        (:meth:`epoch_suffix_list`), each less half a second (an epoch that ends in several
+        constant-rate stretches has only its last one rounded; a speed factor below 1 rounds a
+        longer duration: it can end half a second earlier than the duration at speed 1 rounded
+        up, hence one second per later epoch); inf if some rate is 0."""
+        rate = self.rate(epoch, multi_node, replicas)
+        if rate <= 0:
+            return math.inf
+        suffix = self.epoch_suffix_list(multi_node, replicas)
+        later_epochs = len(suffix) - 2 - epoch
+        rest = max((self._thresholds[epoch] - progress) / rate - 0.5, 0.0)
+        return rest + suffix[epoch + 1] - later_epochs
 
     def speedup_curve(self, epoch: int, points: tuple[int, ...], gpus_per_node: int) -> np.ndarray:
         """Rates at ``points`` GPUs packed on nodes of ``gpus_per_node``, divided by their peak

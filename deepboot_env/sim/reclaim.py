@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from deepboot_env.sim.cluster import NODE_TRAIN
 from deepboot_env.sim.state import ClusterState, GpuRef, JobView
 
@@ -38,15 +40,17 @@ def ats_i_victim(state: ClusterState) -> GpuRef | None:
     Reclaimable GPUs are training GPUs on inference nodes (two clusters) or on any node (shared
     pool): training-cluster GPUs are never taken by inference.
     """
-    reclaimable = (state.node_kinds != NODE_TRAIN).tolist()
+    reclaimable = np.flatnonzero(state.node_kinds != NODE_TRAIN).tolist()
     pods = sum(state.running.tolist()) + sum(state.protect.tolist()) + sum(state.sleeping.tolist())
     j_all = max(len(state.jobs) + pods, 1)
     fair = math.ceil(state.config.total_gpus / j_all)
     # (job, GPUs per node, nodes with a reclaimable GPU) of the jobs that hold one, as lists
     candidates = []
     for job in state.jobs:
+        if not job.replicas:
+            continue
         counts = job.alloc.tolist()
-        nodes = [node for node, k in enumerate(counts) if k > 0 and reclaimable[node]]
+        nodes = [node for node in reclaimable if counts[node] > 0]
         if nodes:
             candidates.append((job, counts, nodes))
     best: tuple[float, GpuRef] | None = None

@@ -98,6 +98,25 @@ class SimConfig:
             raise ValueError(f"interval must be a finite number > 0, got {self.interval}")
 
 
+def _completion_bound(job: TrainingJob, state: ProjectionState) -> float:
+    """A time before which ``job`` cannot complete from ``state`` (its
+    :meth:`~deepboot_env.sim.jobs.TrainingJob.projection_state` at its current version), much
+    tighter than :meth:`~deepboot_env.sim.jobs.TrainingJob.completion_lower_bound`: its restart
+    stalls, then the rest of the work at the rates of its placement
+    (:meth:`~deepboot_env.sim.goodput.RateTable.min_seconds_from`), minus a second for float
+    rounding; -inf where no such bound is cheap (a speed factor above 1, or a phase that trains
+    on part of the GPUs, as stop-free scaling does)."""
+    if job.speed > 1.0:
+        return -math.inf
+    t0, epoch, progress, phases, _ = state
+    stall = 0.0
+    for phase in phases:
+        if phase.replicas:
+            return -math.inf
+        stall += phase.seconds
+    return t0 + stall + job.rates.min_seconds_from(epoch, progress, job.multi_node, job.replicas) - 1.0
+
+
 class Simulator:
     """One episode of a workload on a cluster under a policy's reclaim hook.
 
@@ -122,7 +141,6 @@ class Simulator:
         self.profiles = profiles or default_profiles()
         self.adaptive = bool(getattr(policy, "adaptive_batch", True))
         self._tables: dict[tuple[str, int | None], RateTable] = {}
-        self._total_gpus = self.config.cluster.total_gpus
         self.reset()
 
     # ------------------------------------------------------------------ setup
@@ -185,6 +203,9 @@ class Simulator:
         self._sample_from: tuple[float, list[float]] = (0.0, self._gpu_seconds.copy())
         self._wall_start = wallclock.perf_counter()
         self._infer_nodes = np.flatnonzero(self.ledger.kinds != NODE_TRAIN).tolist()
+        self._node_order: list[int] = []
+        self._node_order_of: list[int] | None = None
+        """The training counts :attr:`_node_order` was sorted by (see :meth:`_inference_node_order`)."""
         # the ledger total that counts the training GPUs inference may reclaim (every node that
         # is not a training node is an inference node, or every node is a shared one)
         kinds = self.ledger.kinds.tolist()
@@ -210,11 +231,7 @@ class Simulator:
     # -------------------------------------------------------------- accounting
     def _gpus_by_state(self) -> tuple[int, int, int, int, int, int]:
         """GPUs now in each of :data:`GPU_STATES`."""
-        tot = self.ledger.totals
-        lent = tot["lent"]
-        training = tot["train"] - lent
-        running, protect, sleep = tot["running"], tot["protect"], tot["sleep"]
-        idle = self._total_gpus - training - lent - running - protect - sleep
+        training, lent, running, protect, sleep, idle = self.ledger.by_state
         return training, lent, running, protect, sleep, idle
 
     def _account(self, t: float) -> None:
@@ -222,17 +239,13 @@ class Simulator:
         if dt <= 0:
             return
         gs = self._gpu_seconds  # a list of floats: same IEEE operations as the array it replaced
-        tot = self.ledger.totals  # _gpus_by_state(), inlined
-        lent = tot["lent"]
-        training = tot["train"] - lent
-        running, protect, sleep = tot["running"], tot["protect"], tot["sleep"]
-        idle = self._total_gpus - training - lent - running - protect - sleep
-        gs[0] += dt * training
-        gs[1] += dt * lent
-        gs[2] += dt * running
-        gs[3] += dt * protect
-        gs[4] += dt * sleep
-        gs[5] += dt * idle
+        held = self.ledger.by_state  # _gpus_by_state(), without the copy
+        gs[0] += dt * held[0]
+        gs[1] += dt * held[1]
+        gs[2] += dt * held[2]
+        gs[3] += dt * held[3]
+        gs[4] += dt * held[4]
+        gs[5] += dt * held[5]
         self.waiting_seconds += dt * len(self._waiting)
         self._t_account = t
 
@@ -337,40 +350,46 @@ class Simulator:
         REQUEST_ARRIVAL is the last kind and only arrivals have it)."""
         heap = self.events.heap
         jobs, pods = self.jobs, self.pods
-        arrival_times = self._arrival_times
+        arrival_times, arrival_order = self._arrival_times, self._arrival_order
         n_requests = len(arrival_times)
-        while True:
-            nxt = self._next_request
-            arrival = arrival_times[nxt] if nxt < n_requests else math.inf
-            if heap and heap[0][0] <= until and heap[0][0] <= arrival:
-                t, kind, _, target, version = heappop(heap)
-            elif arrival <= until:
-                t, kind, target, version = arrival, _REQUEST_ARRIVAL, self._arrival_order[nxt], 0
-                self._next_request = nxt + 1
-            else:
-                break
-            # stale events (see _is_stale) are dropped
-            if kind == _TRAIN_DONE:
-                job = jobs[target]
-                if job.version != version or job.completion is not None:
-                    continue
-            elif kind != _REQUEST_ARRIVAL:
-                pod = pods.get(target)
-                if pod is None or pod.version != version:
-                    continue
-            self.num_events += 1
-            self._account(t)
-            self.now = t
-            if kind == _REQUEST_ARRIVAL:
-                self._arrivals_now += 1
-                self._waiting.append(target)
-                self._serve_waiting()
-            elif kind == _REQUEST_DONE:
-                self._request_done(target, version)
-            elif kind == _POD_SLEEP:
-                self._pod_sleep(target, version)
-            else:
-                self._train_done(target, version)
+        nxt = self._next_request
+        arrival = arrival_times[nxt] if nxt < n_requests else math.inf
+        processed = 0
+        try:
+            while True:
+                if heap and heap[0][0] <= until and heap[0][0] <= arrival:
+                    t, kind, _, target, version = heappop(heap)
+                    # stale events (see _is_stale) are dropped
+                    if kind == _TRAIN_DONE:
+                        job = jobs[target]
+                        if job.version != version or job.completion is not None:
+                            continue
+                    elif kind != _REQUEST_ARRIVAL:
+                        pod = pods.get(target)
+                        if pod is None or pod.version != version:
+                            continue
+                elif arrival <= until:
+                    t, kind, target = arrival, _REQUEST_ARRIVAL, arrival_order[nxt]
+                    nxt += 1
+                    arrival = arrival_times[nxt] if nxt < n_requests else math.inf
+                else:
+                    break
+                processed += 1
+                self._account(t)
+                self.now = t
+                if kind == _REQUEST_ARRIVAL:
+                    self._arrivals_now += 1
+                    self._waiting.append(target)
+                    self._serve_waiting()
+                elif kind == _REQUEST_DONE:
+                    self._request_done(pod)
+                elif kind == _POD_SLEEP:
+                    self._pod_sleep(pod)
+                else:
+                    self._train_done(job)
+        finally:  # the position in the arrival stream and the event count, kept in locals above
+            self._next_request = nxt
+            self.num_events += processed
 
     def _is_stale(self, ev: Event) -> bool:
         """Whether ``ev`` was superseded (a job re-planned, a pod re-used or evicted)."""
@@ -382,10 +401,9 @@ class Simulator:
             return pod is None or pod.version != ev.version
         return False
 
-    def _train_done(self, index: int, version: int) -> None:
-        job = self.jobs[index]
-        if job.version != version or job.done:
-            return
+    def _train_done(self, job: TrainingJob) -> None:
+        """``job`` completes now (its TRAIN_DONE event is not stale)."""
+        index = job.index
         job.advance(self.now)
         if not job.done:  # pragma: no cover - projection and advance share one rule
             raise RuntimeError(f"job {job.spec.name!r} was projected to complete at t={self.now}")
@@ -421,7 +439,14 @@ class Simulator:
 
     def _release_deferred(self, horizon: float) -> None:
         """Push the deferred TRAIN_DONE events of the jobs that may complete by ``horizon`` (those
-        of jobs re-planned since are dropped: their events would be stale)."""
+        of jobs re-planned since are dropped: their events would be stale).
+
+        The bound a job was deferred with ignores the rest of its current epoch and takes the
+        fastest rate of its table for the others; before paying for the projection,
+        :func:`_completion_bound` bounds both at the rates of the job's placement, and a job that
+        still cannot complete by ``horizon`` stays deferred under that tighter bound (most do:
+        they are re-planned long before they complete).
+        """
         deferred = self._deferred
         due = [index for index, entry in deferred.items() if entry[0] <= horizon]
         for index in due:
@@ -429,10 +454,14 @@ class Simulator:
             job = self.jobs[index]
             if job.version != version:
                 continue
+            tighter = _completion_bound(job, state)
+            if tighter > horizon:
+                deferred[index] = (tighter, seq, version, state)
+                continue
             t = job.completion_from(state)
             if t is not None:
                 # t >= bound > every earlier horizon >= now: max(t, now) as at the deferral
-                self.events.push_reserved(max(t, self.now), EventKind.TRAIN_DONE, seq, index, version)
+                self.events.push_reserved(max(t, self.now), _TRAIN_DONE, seq, index, version)
 
     # ------------------------------------------------------------ inference
     def _serve_waiting(self) -> None:
@@ -469,18 +498,21 @@ class Simulator:
 
     def _warm_pod(self, instance: str) -> Pod | None:
         best: Pod | None = None
+        pods = self.pods
         for pid in self._pods_by_instance.get(instance, ()):
-            pod = self.pods[pid]
-            if pod.status == RUNNING:
-                continue
-            if best is None or pod.hits > best.hits:
+            pod = pods[pid]
+            if pod.status != RUNNING and (best is None or pod.hits > best.hits):
                 best = pod
         return best
 
     def _inference_node_order(self) -> list[int]:
-        """Inference nodes, those with the fewest lent training GPUs first (stable)."""
+        """Inference nodes, those with the fewest lent training GPUs first (stable; cached while
+        the ledger's training counts are the same list: it replaces the list at every change)."""
         train = self.ledger.counts["train"]
-        return sorted(self._infer_nodes, key=train.__getitem__)
+        if train is not self._node_order_of:
+            self._node_order = sorted(self._infer_nodes, key=train.__getitem__)
+            self._node_order_of = train
+        return self._node_order
 
     def _free_inference_gpu(self) -> int | None:
         led = self.ledger
@@ -571,25 +603,22 @@ class Simulator:
         pod.busy_until = rec.finish
         pod.since = self.now
         pod.version += 1
-        self.events.push(rec.finish, EventKind.REQUEST_DONE, pod.pid, pod.version)
+        self.events.push(rec.finish, _REQUEST_DONE, pod.pid, pod.version)
 
-    def _request_done(self, pid: int, version: int) -> None:
-        pod = self.pods.get(pid)
-        if pod is None or pod.version != version:  # pragma: no cover - RUNNING pods are never evicted
-            return
+    def _request_done(self, pod: Pod) -> None:
+        """The request ``pod`` runs finishes now (its REQUEST_DONE event is not stale)."""
+        now = self.now
         self.ledger.move_pod(pod.node, RUNNING, PROTECT)
         pod.status = PROTECT
-        pod.since = self.now
+        pod.since = now
         pod.version += 1
-        pod.sleep_at = self.now + protect_time(pod.hits, self.config.protect_scale) + 1
-        self.events.push(pod.sleep_at, EventKind.POD_SLEEP, pod.pid, pod.version)
+        pod.sleep_at = now + protect_time(pod.hits, self.config.protect_scale) + 1
+        self.events.push(pod.sleep_at, _POD_SLEEP, pod.pid, pod.version)
         if self._waiting:
             self._serve_waiting()
 
-    def _pod_sleep(self, pid: int, version: int) -> None:
-        pod = self.pods.get(pid)
-        if pod is None or pod.version != version:
-            return
+    def _pod_sleep(self, pod: Pod) -> None:
+        """``pod`` falls asleep now (its POD_SLEEP event is not stale)."""
         self.ledger.move_pod(pod.node, PROTECT, SLEEP)
         pod.status = SLEEP
         pod.hits = 0
@@ -655,18 +684,21 @@ class Simulator:
         # Fast path: the jobs that can count (active, finished after t0, arriving before t1).
         # Their terms are those of the array expression below; when every one is a whole number
         # of seconds the sum is exact in any order, so it equals numpy's.
+        # An unfinished job's term is t1 - max(arrival, t0) (its completion counts as inf).
         jobs = self.jobs
-        spans = [(math.inf, jobs[i].spec.arrival) for i in self._active]
-        done = self._done_spans
-        spans += done[bisect_right(done, (t0, math.inf)) :]
+        arrivals = [jobs[i].spec.arrival for i in self._active]
         for i in range(self._next_arrival, len(jobs)):
             arrival = jobs[i].spec.arrival
             if arrival >= t1:
                 break
-            spans.append((math.inf, arrival))
+            arrivals.append(arrival)
+        terms = [t1 - max(arrival, t0) for arrival in arrivals]
+        done = self._done_spans
+        terms += [
+            min(completion, t1) - max(arrival, t0) for completion, arrival in done[bisect_right(done, (t0, math.inf)) :]
+        ]
         total = 0.0
-        for completion, arrival in spans:
-            term = min(completion, t1) - max(arrival, t0)
+        for term in terms:
             if term > 0:
                 if not float(term).is_integer():
                     break
