@@ -111,21 +111,21 @@ def most_free_fill(need: int, free: np.ndarray, allowed: np.ndarray | None = Non
 PLACEMENT_RULES = {"best_fit": best_fit, "most_free": most_free_fill}
 
 
-_OWN: dict[bytes, list[bool]] = {}
-_LAST_LAYOUT: list = [None, []]
+_OWN: dict[bytes, tuple[bool, ...]] = {}
+_LAST_LAYOUT: list = [None, ()]
 """The node-kinds array seen last (held, so its id is not reused) and its :func:`_own_nodes`."""
 
 
-def _own_nodes(kinds: np.ndarray) -> list[bool]:
-    """Per node, whether it is not an inference node (cached per node layout; a fresh list)."""
+def _own_nodes(kinds: np.ndarray) -> tuple[bool, ...]:
+    """Per node, whether it is not an inference node (cached per node layout)."""
     if kinds is _LAST_LAYOUT[0]:
-        return _LAST_LAYOUT[1].copy()
+        return _LAST_LAYOUT[1]
     key = kinds.tobytes() + kinds.dtype.str.encode()
     own = _OWN.get(key)
     if own is None:
-        own = _OWN[key] = (kinds != NODE_INFER).tolist()
+        own = _OWN[key] = tuple((kinds != NODE_INFER).tolist())
     _LAST_LAYOUT[:] = (kinds, own)
-    return own.copy()
+    return own
 
 
 def place_counts(
@@ -180,22 +180,25 @@ def place_count_lists(
     if not moved:
         return out
     if ascending:
-        moved.sort(key=lambda m: m[0])
+        moved.sort(key=operator.itemgetter(0))
     own = _own_nodes(state.node_kinds)
-    avail_own = _available(free, own)  # kept in step with free below
-    avail_all = _available(free, None)
+    avail_all = [f if f > 0 else 0 for f in free]
+    avail_own = [f if ok else 0 for f, ok in zip(avail_all, own, strict=True)]  # kept in step below
     n = len(free)
     for k, job_id in moved:
-        takes = place(k, avail_own.copy())
-        if takes is None:
-            takes = place(k, avail_all.copy())
-        if takes is None:
-            raise ValueError(f"cannot place {k} GPUs for job id {job_id}: only {int(sum(free))} free")
+        # a placement rule changes the list it places on only when it succeeds
+        takes = place(k, avail_own)
+        if takes is not None:
+            for node, taken in takes:
+                avail_all[node] -= taken
+        else:
+            takes = place(k, avail_all)
+            if takes is None:
+                raise ValueError(f"cannot place {k} GPUs for job id {job_id}: only {sum(avail_all)} free")
+            for node, taken in takes:
+                if own[node]:
+                    avail_own[node] -= taken
         row = out[job_id] = [0] * n
         for node, taken in takes:
             row[node] += taken
-            left = free[node] = free[node] - taken
-            avail_all[node] = left = int(left) if left > 0 else 0
-            if own[node]:
-                avail_own[node] = left
     return out

@@ -18,8 +18,10 @@ encoding for a single job (the reference the tests compare it with).
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
+import struct
 from collections.abc import Sequence
 
 import numpy as np
@@ -207,11 +209,19 @@ def encode_observation(state: ClusterState, max_jobs: int) -> dict[str, np.ndarr
     """
     slots = slot_jobs(state, max_jobs)
     jobs = np.zeros(max_jobs * len(JOB_FEATURES), dtype=np.float32)
-    if slots:  # Python floats cast to float32 once, as encode_job's element stores
-        jobs[: len(slots) * len(JOB_FEATURES)] = np.array(_job_rows(slots, state), dtype=np.float32)
+    if slots:  # Python floats cast to float32 once (C casts, as encode_job's element stores)
+        jobs[: len(slots) * len(JOB_FEATURES)] = np.frombuffer(
+            _float32_packer(len(slots)).pack(*_job_rows(slots, state)), dtype=np.float32
+        )
     cluster = np.zeros(len(CLUSTER_FEATURES), dtype=np.float32)
     encode_cluster(state, max_jobs, cluster)
     return {"jobs": jobs, "cluster": cluster}
+
+
+@functools.cache
+def _float32_packer(slots: int) -> struct.Struct:
+    """Packs the features of ``slots`` job rows as float32 (faster than ``np.array`` of a list)."""
+    return struct.Struct(f"={slots * len(JOB_FEATURES)}f")
 
 
 _MASK_ROWS: dict[int, bytes] = {}

@@ -9,6 +9,9 @@ placement changes, when a policy looks at it and when it completes.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
 import numpy as np
 
 from deepboot_env.sim.apps import AppProfile
@@ -16,8 +19,26 @@ from deepboot_env.sim.goodput import RateTable
 from deepboot_env.sim.restart import Phase, RestartPlan
 from deepboot_env.sim.workload import TrainingJobSpec
 
-ProjectionState = tuple[float, int, float, list[Phase], tuple[float, float] | None]
+ProjectionState = tuple[float, int, float, Sequence[Phase], tuple[float, float] | None]
 """(time, epoch, progress, phases, anchor) of a job: see :meth:`TrainingJob.projection_state`."""
+
+
+_FROZEN_ALLOCS: dict[tuple[int, ...], np.ndarray] = {}
+_FROZEN_ALLOCS_MAX = 16384
+
+
+def frozen_alloc(counts: list[int]) -> np.ndarray:
+    """GPUs per node ``counts`` as a read-only int64 array, one per distinct placement (cached:
+    jobs change placement at almost every step of a training episode, and building and freezing
+    a small array costs more than the look-up; the cache is emptied when it grows large)."""
+    key = tuple(counts)
+    alloc = _FROZEN_ALLOCS.get(key)
+    if alloc is None:
+        if len(_FROZEN_ALLOCS) >= _FROZEN_ALLOCS_MAX:
+            _FROZEN_ALLOCS.clear()
+        alloc = _FROZEN_ALLOCS[key] = np.array(key, dtype=np.int64)
+        alloc.flags.writeable = False
+    return alloc
 
 
 class TrainingJob:
@@ -28,8 +49,8 @@ class TrainingJob:
         spec: the job as submitted.
         app: its application profile.
         rates: its progress-rate table.
-        alloc: GPUs per node currently held (a read-only array, replaced at every change, so
-            views of the job may share it).
+        alloc: GPUs per node currently held (a read-only array shared by equal placements, see
+            :func:`frozen_alloc`; views of the job share it too).
         epoch: epochs completed.
         progress: cumulative progress (M0-equivalent iterations).
         attained_service: GPU-seconds held so far (restart stalls included).
@@ -47,9 +68,8 @@ class TrainingJob:
         self.spec = spec
         self.app = app
         self.rates = rates
-        self.alloc = np.zeros(num_nodes, dtype=np.int64)
-        self.alloc.flags.writeable = False
         self.counts = [0] * num_nodes
+        self.alloc = frozen_alloc(self.counts)
         """:attr:`alloc` as a list of ints (kept in step with it)."""
         self.replicas = 0
         self.multi_node = False
@@ -62,7 +82,7 @@ class TrainingJob:
         self.first_start: float | None = None
         self.version = 0
         self.speed = 1.0
-        self._phases: list[Phase] = []
+        self._phases: Sequence[Phase] = ()
         self._anchor: tuple[float, float] | None = None
         self._t = spec.arrival
         self._settled = -1
@@ -141,39 +161,57 @@ class TrainingJob:
         return _run(self, t0, np.inf, (epoch, progress, phases, anchor))[4]
 
     def completion_lower_bound(self) -> float:
-        """A time before which the job cannot complete at its current version (a cheap bound
-        on :meth:`time_of_completion`: its restart stalls plus the epochs after the current one
-        at the fastest rate of any placement, each rounded down by half a second, minus a second
-        for float rounding); -inf where no such bound is cheap (a speed factor above 1)."""
+        """A time before which the job cannot complete at its current version (a cheap bound on
+        :meth:`time_of_completion`): its restart stalls plus the epochs after the current one at
+        the fastest rate of any placement, each rounded down by half a second, minus a second for
+        float rounding; -inf where no such bound is cheap (a speed factor above 1). While a phase
+        trains on part of the GPUs (stop-free scaling) the job may complete inside it, so only
+        the stalls before that phase count. :meth:`completion_bound_from` is tighter and dearer."""
         if self.speed > 1.0:
-            return -np.inf
+            return -math.inf
         stall = 0.0
         for phase in self._phases:
-            if phase.replicas == 0:
-                stall += phase.seconds
+            if phase.replicas:
+                break
+            stall += phase.seconds
         return self._t + stall + self.rates.min_seconds_after(self.epoch) - 1.0
+
+    def completion_bound_from(self, state: ProjectionState) -> float:
+        """A lower bound on :meth:`completion_from` ``(state)``, much tighter than
+        :meth:`completion_lower_bound`: the restart stalls, then the rest of the work at the
+        rates of the job's placement (:meth:`~deepboot_env.sim.goodput.RateTable.min_seconds_from`),
+        minus a second for float rounding; -inf where no such bound is cheap (a speed factor
+        above 1, or a phase that trains on part of the GPUs, as stop-free scaling does)."""
+        if self.speed > 1.0:
+            return -math.inf
+        t0, epoch, progress, phases, _ = state
+        stall = 0.0
+        for phase in phases:
+            if phase.replicas:
+                return -math.inf
+            stall += phase.seconds
+        return t0 + stall + self.rates.min_seconds_from(epoch, progress, self.multi_node, self.replicas) - 1.0
 
     def apply_change(
         self, new_alloc: np.ndarray, plan: RestartPlan, now: float, counts: list[int] | None = None
     ) -> None:
         """Switch to ``new_alloc`` at ``now`` (the job must already be advanced to ``now``);
         ``counts`` is ``new_alloc.tolist()`` when the caller has it already."""
-        alloc = new_alloc.astype(np.int64, copy=True)
-        self.adopt_change(alloc, alloc.tolist() if counts is None else list(counts), plan, now)
+        counts = np.asarray(new_alloc, dtype=np.int64).tolist() if counts is None else list(counts)
+        self.adopt_change(frozen_alloc(counts), counts, plan, now)
 
     def adopt_change(
         self, alloc: np.ndarray, counts: list[int], plan: RestartPlan, now: float, replicas: int | None = None
     ) -> None:
-        """:meth:`apply_change` that takes ``alloc`` (an int64 array, made read-only here) and
-        ``counts`` (the same as a list of ints) as they are: the caller hands them over and keeps
-        no reference to them. ``replicas`` is ``sum(counts)`` when the caller has it already."""
-        alloc.flags.writeable = False
+        """:meth:`apply_change` that takes ``alloc`` (``frozen_alloc(counts)``) and ``counts`` as
+        they are: the caller hands ``counts`` over and keeps no reference to it. ``replicas`` is
+        ``sum(counts)`` when the caller has it already."""
         self.alloc = alloc
         self.counts = counts
         self.replicas = replicas = sum(counts) if replicas is None else replicas
         self.multi_node = multi_node = len(counts) - counts.count(0) > 1
         self._rate_now = self.rates.rate_column(multi_node, replicas)
-        self._phases = list(plan.phases)
+        self._phases = plan.phases  # an immutable tuple: _run copies what it changes
         self._anchor = None
         if plan.counts_as_restart:
             self.num_restarts += 1
@@ -196,8 +234,8 @@ def _run(
     job: TrainingJob,
     t0: float,
     t1: float,
-    state: tuple[int, float, list[Phase], tuple[float, float] | None] | None = None,
-) -> tuple[int, float, list[Phase], tuple[float, float] | None, float | None]:
+    state: tuple[int, float, Sequence[Phase], tuple[float, float] | None] | None = None,
+) -> tuple[int, float, Sequence[Phase], tuple[float, float] | None, float | None]:
     """Progress of ``job`` from ``t0`` to ``t1`` without mutating it (from ``state``, the job's
     (epoch, progress, phases, anchor) at ``t0``, when given instead of its current ones).
 

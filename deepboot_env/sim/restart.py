@@ -79,6 +79,10 @@ class RestartPlan:
         return sum(p.seconds for p in self.phases if p.replicas == 0)
 
 
+PARKED = RestartPlan((), False)
+"""The plan of a change to no GPU at all: free, and not a restart."""
+
+
 def validate_model(model: str) -> str:
     """Return ``model`` if known, else raise ``ValueError`` listing the choices."""
     if model not in RESTART_MODELS:
@@ -112,7 +116,7 @@ def plan_change(
     """
     r_old, r_new = (int(old.sum()), int(new.sum())) if replicas is None else replicas
     if r_new == 0:
-        return RestartPlan((), False)
+        return PARKED
     if r_old > 0 and model not in ("full", "afe", "pollux"):
         return _plan_by_placement(app, old, new, r_new, has_started)
     key = (model, app.name, r_old, r_new, has_started)

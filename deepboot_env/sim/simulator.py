@@ -39,10 +39,10 @@ from deepboot_env.sim.events import Event, EventKind, EventQueue
 from deepboot_env.sim.goodput import RateTable, shared_rate_table
 from deepboot_env.sim.inference import PROTECT, RUNNING, SLEEP, Pod, RequestRecord, protect_time
 from deepboot_env.sim.interference import InterferenceModel, as_model
-from deepboot_env.sim.jobs import ProjectionState, TrainingJob
+from deepboot_env.sim.jobs import ProjectionState, TrainingJob, frozen_alloc
 from deepboot_env.sim.metrics import GPU_STATES, EpisodeMetrics, lower_bound_seconds, percentile
 from deepboot_env.sim.reclaim import ats_i_victim
-from deepboot_env.sim.restart import RestartPlan, plan_change, validate_model
+from deepboot_env.sim.restart import PARKED, plan_change, validate_model
 from deepboot_env.sim.state import (
     Allocation,
     AllocationError,
@@ -96,25 +96,6 @@ class SimConfig:
             raise ValueError(f"protect_scale must be a finite number > 0, got {self.protect_scale}")
         if not (math.isfinite(self.interval) and self.interval > 0):
             raise ValueError(f"interval must be a finite number > 0, got {self.interval}")
-
-
-def _completion_bound(job: TrainingJob, state: ProjectionState) -> float:
-    """A time before which ``job`` cannot complete from ``state`` (its
-    :meth:`~deepboot_env.sim.jobs.TrainingJob.projection_state` at its current version), much
-    tighter than :meth:`~deepboot_env.sim.jobs.TrainingJob.completion_lower_bound`: its restart
-    stalls, then the rest of the work at the rates of its placement
-    (:meth:`~deepboot_env.sim.goodput.RateTable.min_seconds_from`), minus a second for float
-    rounding; -inf where no such bound is cheap (a speed factor above 1, or a phase that trains
-    on part of the GPUs, as stop-free scaling does)."""
-    if job.speed > 1.0:
-        return -math.inf
-    t0, epoch, progress, phases, _ = state
-    stall = 0.0
-    for phase in phases:
-        if phase.replicas:
-            return -math.inf
-        stall += phase.seconds
-    return t0 + stall + job.rates.min_seconds_from(epoch, progress, job.multi_node, job.replicas) - 1.0
 
 
 class Simulator:
@@ -408,7 +389,7 @@ class Simulator:
         if not job.done:  # pragma: no cover - projection and advance share one rule
             raise RuntimeError(f"job {job.spec.name!r} was projected to complete at t={self.now}")
         self.ledger.change_training(-job.alloc, f"job {job.spec.name!r}")
-        job.apply_change(np.zeros_like(job.alloc), RestartPlan((), False), self.now)
+        job.apply_change(np.zeros_like(job.alloc), PARKED, self.now)
         self._active.remove(index)
         self._completions[index] = job.completion
         insort(self._done_spans, (job.completion, job.spec.arrival))
@@ -441,11 +422,11 @@ class Simulator:
         """Push the deferred TRAIN_DONE events of the jobs that may complete by ``horizon`` (those
         of jobs re-planned since are dropped: their events would be stale).
 
-        The bound a job was deferred with ignores the rest of its current epoch and takes the
-        fastest rate of its table for the others; before paying for the projection,
-        :func:`_completion_bound` bounds both at the rates of the job's placement, and a job that
-        still cannot complete by ``horizon`` stays deferred under that tighter bound (most do:
-        they are re-planned long before they complete).
+        The bound a job was deferred with is loose (cheap to take at every change); before
+        paying for the projection, :meth:`~deepboot_env.sim.jobs.TrainingJob.completion_bound_from`
+        bounds it at the rates of the job's placement, and a job that still cannot complete by
+        ``horizon`` stays deferred under that tighter bound (most do: they are re-planned long
+        before they complete).
         """
         deferred = self._deferred
         due = [index for index, entry in deferred.items() if entry[0] <= horizon]
@@ -454,7 +435,7 @@ class Simulator:
             job = self.jobs[index]
             if job.version != version:
                 continue
-            tighter = _completion_bound(job, state)
+            tighter = job.completion_bound_from(state)
             if tighter > horizon:
                 deferred[index] = (tighter, seq, version, state)
                 continue
@@ -639,7 +620,7 @@ class Simulator:
         now = self.now
         if job._t != now or job._settled != job.version:  # (else advancing is a no-op)
             job.advance(now)
-        new = np.array(counts, dtype=np.int64)
+        new = frozen_alloc(counts)
         replicas = sum(counts)
         plan = plan_change(
             self.config.restart,
