@@ -74,7 +74,8 @@ _LOG_SERVICE = math.log1p(1e7)
 _ARRIVAL_SCALE = 60.0
 """Inference arrivals per interval that map to 1.0."""
 
-_APP_ONE_HOT = {name: tuple(1.0 if other == name else 0.0 for other in APP_NAMES) for name in APP_NAMES}
+_APP_PREFIX = {name: (1.0, *(1.0 if other == name else 0.0 for other in APP_NAMES)) for name in APP_NAMES}
+"""The first features of a job row by application: present, then the application one-hot."""
 _BUCKETS = np.array(GPU_BUCKETS)
 
 
@@ -133,9 +134,9 @@ def _job_rows(jobs: Sequence[JobView], state: ClusterState) -> list[float]:
     lo, hi = (infer[0], infer[-1] + 1) if infer else (0, 0)
     log1p = math.log1p
     flat: list[float] = []
-    extend = flat.extend
     # min(x, 1.0) is written `1.0 if x > 1.0 else x` and max(x, 0.0) `0.0 if 0.0 > x else x`:
-    # the same comparisons and results (NaN included), without the calls
+    # the same comparisons and results (NaN included), without the calls; each row is appended
+    # in pieces (`+=` of tuples, no star-unpacking)
     for job in jobs:
         replicas = job.replicas
         if replicas:
@@ -151,21 +152,17 @@ def _job_rows(jobs: Sequence[JobView], state: ClusterState) -> list[float]:
         service = log1p(job.attained_service) / _LOG_SERVICE
         restarts = job.num_restarts / 20.0
         stalled = job.stalled_seconds / 120.0
-        extend(
-            (
-                1.0,
-                *_APP_ONE_HOT[job.app],
-                1.0 if gpus > 1.0 else gpus,
-                1.0 if max_gpus > 1.0 else max_gpus,
-                1.0 if age > 1.0 else age,
-                1.0 if service > 1.0 else service,
-                1.0 if restarts > 1.0 else restarts,
-                job.progress_fraction,
-                *job.rates.speedup_values(job.epoch, SPEEDUP_POINTS, g),
-                lent_share,
-                1.0 if stalled > 1.0 else stalled,
-            )
+        flat += _APP_PREFIX[job.app]
+        flat += (
+            1.0 if gpus > 1.0 else gpus,
+            1.0 if max_gpus > 1.0 else max_gpus,
+            1.0 if age > 1.0 else age,
+            1.0 if service > 1.0 else service,
+            1.0 if restarts > 1.0 else restarts,
+            job.progress_fraction,
         )
+        flat += job.rates.speedup_values(job.epoch, SPEEDUP_POINTS, g)
+        flat += (lent_share, 1.0 if stalled > 1.0 else stalled)
     return flat
 
 
