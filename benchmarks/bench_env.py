@@ -4,12 +4,13 @@
                                    [--policy-like] [--warmup 0] [--repeat 1]
 
 Each step samples a uniformly random valid choice in every action dimension from
-``env.action_masks()`` (the random masked actions of the acceptance criterion) and calls
-``env.step``. ``--policy-like`` keeps each job's target for 10 steps instead of redrawing it every
-step (a random action redrawn every minute resizes every job every boundary, the costliest case).
-``--warmup N`` runs N untimed steps first (the per-application rate tables are process-wide caches,
-so a training run only pays for them in its first episode). ``--repeat N`` times the same steps N
-times (a shared machine's noise is ~10% per run) and reports the best and the median.
+``env.action_masks()`` (the random masked actions of the acceptance criterion: the argmax of
+uniform draws times the mask) and calls ``env.step``. ``--policy-like`` keeps each job's target
+for 10 steps instead of redrawing it every step (a random action redrawn every minute resizes every
+job every boundary, the costliest case). ``--warmup N`` runs N untimed steps first (the
+per-application rate tables are process-wide caches, so a training run only pays for them in its
+first episode). ``--repeat N`` times the same steps N times (a shared machine's noise is 10-30 %
+per run) and reports the best and the median.
 
 Reported: steps/s over the whole loop (wall clock and CPU time: ``time.process_time``, steadier on
 a shared machine) and steps per CPU-second spent inside the env alone (``env.step`` plus
@@ -35,8 +36,9 @@ def masked_random(env: DeepBootEnv, rng: np.random.Generator, mask: np.ndarray |
     slot_dims = env.max_jobs * len(GPU_BUCKETS)
     slots = mask[:slot_dims].reshape(env.max_jobs, len(GPU_BUCKETS))
     action = np.empty(env.max_jobs + 1, dtype=np.int64)
+    # a uniform draw scaled by the mask: its argmax is uniform over the valid choices
     action[:-1] = (rng.random(slots.shape) * slots).argmax(axis=1)
-    action[-1] = rng.choice(np.flatnonzero(mask[slot_dims:]))
+    action[-1] = (rng.random(len(mask) - slot_dims) * mask[slot_dims:]).argmax()
     return action
 
 

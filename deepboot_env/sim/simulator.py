@@ -704,7 +704,7 @@ class Simulator:
             if job._t != now or job._settled != version:
                 job.advance(now)
             # Fields that change only with the job's version (a change of placement or speed); the
-            # job's alloc is a read-only array replaced at every change, so its views share it.
+            # job's alloc is a read-only array (jobs.frozen_alloc), so its views share it.
             cached = fixed.get(index)
             if cached is None or cached[0] != version:
                 spec = job.spec
