@@ -336,8 +336,11 @@ def trim_to_capacity(targets: dict[int, int], jobs: dict[int, JobView], excess: 
     again until the last, partial level, which takes one GPU more from the first jobs of its group
     in tie order.
     """
-    ties = {j: (-jobs[j].attained_service, -jobs[j].arrival) for j in targets}
-    order = sorted(targets, key=lambda j: (-targets[j], *ties[j]))
+
+    def tie_key(j: int) -> tuple[float, float]:
+        return (-jobs[j].attained_service, -jobs[j].arrival)
+
+    order = sorted(targets, key=lambda j: (-targets[j], -jobs[j].attained_service, -jobs[j].arrival))
     levels = [targets[j] for j in order]
     size = 0
     while excess > 0:
@@ -352,7 +355,7 @@ def trim_to_capacity(targets: dict[int, int], jobs: dict[int, JobView], excess: 
                 levels[i] = below
         else:
             full, extra = divmod(excess, size)
-            for i, j in enumerate(sorted(order[:size], key=ties.__getitem__)):
+            for i, j in enumerate(sorted(order[:size], key=tie_key)):
                 targets[j] = top - full - (1 if i < extra else 0)
             return
     for i in range(size):
