@@ -69,8 +69,8 @@ class TrainingJob:
         self.app = app
         self.rates = rates
         self.counts = [0] * num_nodes
-        self.alloc = frozen_alloc(self.counts)
         """:attr:`alloc` as a list of ints (kept in step with it)."""
+        self.alloc = frozen_alloc(self.counts)
         self.replicas = 0
         self.multi_node = False
         self.epoch = 0
