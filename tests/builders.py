@@ -5,6 +5,20 @@ from __future__ import annotations
 from deepboot_env.sim.workload import InferenceRequestSpec
 
 
+def masked_random_action(env, rng):
+    """A random valid target-mode action of ``env`` (a ``DeepBootEnv``): in every slot and in the
+    lending level, a uniform choice among those ``env.action_masks()`` allows."""
+    import numpy as np
+
+    from deepboot_env.env.encoding import GPU_BUCKETS
+
+    mask = env.action_masks()
+    nb = len(GPU_BUCKETS)
+    action = [rng.choice(np.flatnonzero(mask[i * nb : (i + 1) * nb])) for i in range(env.max_jobs)]
+    action.append(rng.choice(np.flatnonzero(mask[env.max_jobs * nb :])))
+    return np.array(action)
+
+
 def lending_requests(n: int = 12) -> tuple[InferenceRequestSpec, ...]:
     """``n`` 200-s inference requests every 40 s from t = 300 s, cycling over four apps'
     instances: enough load on a 1x4 inference cluster to force reclaims of lent GPUs."""

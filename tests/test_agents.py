@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from builders import masked_random_action
 
 import deepboot_env  # noqa: F401  (registers DeepBoot-v0)
 from agents.factory import (
@@ -60,16 +61,12 @@ def test_encode_observation_matches_env(tiny) -> None:
     env = DeepBootEnv(workload=tiny, max_jobs=MAX_JOBS)
     obs, _ = env.reset(seed=0)
     rng = np.random.default_rng(0)
-    nb = len(GPU_BUCKETS)
     for _ in range(60):
         mine = encode_observation(env.sim.observe(), MAX_JOBS)
         for key in ("jobs", "cluster"):
             np.testing.assert_array_equal(mine[key], obs[key])
             assert mine[key].dtype == obs[key].dtype
-        mask = env.action_masks()
-        action = [rng.choice(np.flatnonzero(mask[i * nb : (i + 1) * nb])) for i in range(MAX_JOBS)]
-        action.append(rng.choice(np.flatnonzero(mask[MAX_JOBS * nb :])))
-        obs, _, terminated, truncated, _ = env.step(np.array(action))
+        obs, _, terminated, truncated, _ = env.step(masked_random_action(env, rng))
         assert not (terminated or truncated)
 
 
@@ -214,7 +211,6 @@ def test_adapter_gives_the_model_the_env_observation_and_mask(tiny) -> None:
     policy = AgentPolicy(model)
     policy.masked = True  # as for a MaskablePPO
     rng = np.random.default_rng(1)
-    nb = len(GPU_BUCKETS)
     for _ in range(40):
         state = env._state  # the state behind obs
         validate_allocation(state, policy.decide(state))
@@ -223,8 +219,5 @@ def test_adapter_gives_the_model_the_env_observation_and_mask(tiny) -> None:
         for key in obs:
             assert seen_obs[key].dtype == obs[key].dtype and seen_obs[key].tobytes() == obs[key].tobytes()
         np.testing.assert_array_equal(seen_mask, env.action_masks())
-        mask = env.action_masks()
-        action = [rng.choice(np.flatnonzero(mask[i * nb : (i + 1) * nb])) for i in range(MAX_JOBS)]
-        action.append(rng.choice(np.flatnonzero(mask[MAX_JOBS * nb :])))
-        obs, _, terminated, truncated, _ = env.step(np.array(action))
+        obs, _, terminated, truncated, _ = env.step(masked_random_action(env, rng))
         assert not (terminated or truncated)

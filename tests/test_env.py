@@ -7,6 +7,7 @@ import warnings
 import gymnasium as gym
 import numpy as np
 import pytest
+from builders import masked_random_action
 
 import deepboot_env  # noqa: F401  (registers DeepBoot-v0)
 from deepboot_env.env import DeepBootEnv
@@ -22,14 +23,6 @@ def small_workload():
     return generate_workload(
         "env-small", 5, train={"num_jobs": 12}, inference={"horizon_s": 8 * 3600.0, "mean_gpus": 3.0}
     )
-
-
-def masked_random_action(env: DeepBootEnv, rng: np.random.Generator) -> np.ndarray:
-    mask = env.action_masks()
-    nb = len(GPU_BUCKETS)
-    action = [rng.choice(np.flatnonzero(mask[i * nb : (i + 1) * nb])) for i in range(env.max_jobs)]
-    action.append(rng.choice(np.flatnonzero(mask[env.max_jobs * nb :])))
-    return np.array(action)
 
 
 def run(env: DeepBootEnv, seed: int, steps: int = 400):

@@ -15,9 +15,10 @@ import json
 
 import numpy as np
 import pytest
+from builders import masked_random_action
 
 from deepboot_env.env import DeepBootEnv
-from deepboot_env.env.encoding import GPU_BUCKETS, decode_action, encode_observation
+from deepboot_env.env.encoding import decode_action, encode_observation
 from deepboot_env.evaluation import run_episode
 from deepboot_env.sim.cluster import ClusterConfig
 from deepboot_env.sim.jobs import TrainingJob
@@ -33,14 +34,6 @@ def workload():
     )
 
 
-def _random_action(env: DeepBootEnv, rng: np.random.Generator) -> np.ndarray:
-    mask = env.action_masks()
-    nb = len(GPU_BUCKETS)
-    action = [rng.choice(np.flatnonzero(mask[i * nb : (i + 1) * nb])) for i in range(env.max_jobs)]
-    action.append(rng.choice(np.flatnonzero(mask[env.max_jobs * nb :])))
-    return np.array(action)
-
-
 @pytest.mark.parametrize("restart, shared", [("afe", None), ("stopfree", None), ("full", "8x4")])
 def test_step_without_revalidation_equals_validating_apply(workload, restart: str, shared: str | None) -> None:
     kwargs = {"workload": workload, "restart": restart, "max_jobs": 8, "shared_pool": shared}
@@ -49,7 +42,7 @@ def test_step_without_revalidation_equals_validating_apply(workload, restart: st
     checked.reset(seed=2)
     rng = np.random.default_rng(2)
     for _ in range(600):
-        action = _random_action(fast, rng)
+        action = masked_random_action(fast, rng)
         state = checked._state
         alloc, _ = decode_action(action, state, checked.max_jobs, checked.lend_levels)
         validated = validate_allocation(state, alloc)  # raises if the decoded allocation were invalid
@@ -109,7 +102,7 @@ def test_completion_lower_bound_never_exceeds_the_projection(workload, restart: 
                 assert job.completion_lower_bound() <= due
                 assert job.completion_bound_from(job.projection_state()) <= due
                 checked += 1
-        _, _, terminated, _, _ = env.step(_random_action(env, rng))
+        _, _, terminated, _, _ = env.step(masked_random_action(env, rng))
         if terminated:
             break
     assert checked > 100
