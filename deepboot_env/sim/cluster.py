@@ -213,22 +213,12 @@ class ClusterLedger:
         return self.running + self.protect
 
     def change_training(self, delta: np.ndarray, who: str) -> None:
-        """Add ``delta`` training GPUs per node, refusing to over-commit.
+        """Add ``delta`` training GPUs per node, refusing to over-commit (:meth:`set_training`).
 
         Raises:
             OverCapacityError: naming the node and ``who``.
         """
-        change = np.asarray(delta).tolist()
-        new = list(map(operator.add, self.counts["train"], change))
-        if min(new) < 0:
-            node = next(i for i, k in enumerate(new) if k < 0)
-            raise OverCapacityError(f"{who}: releases more GPUs than it holds on node {node}")
-        pods = self.pod_counts()
-        for node, (k, held) in enumerate(zip(new, pods, strict=True)):
-            if k + held > self.capacity:
-                raise OverCapacityError(f"{who}: node {node} would hold {k + held} GPUs but has {self.capacity}")
-        self.counts["train"] = new
-        self._count_training(new)
+        self.set_training(list(map(operator.add, self.counts["train"], np.asarray(delta).tolist())), who)
 
     def pod_counts(self) -> list[int]:
         """Pods (RUNNING, PROTECT or SLEEP) per node, as Python ints."""
@@ -236,21 +226,23 @@ class ClusterLedger:
         return [a + b + d for a, b, d in zip(c["running"], c["protect"], c["sleep"], strict=True)]
 
     def set_training(self, counts: list[int], who: str, pods: list[int] | None = None) -> None:
-        """Set the training GPUs per node to ``counts``, refusing to over-commit (the list form
-        of :meth:`change_training` with ``delta = counts - train``); ``pods`` is
+        """Set the training GPUs per node to ``counts``, refusing to over-commit; ``pods`` is
         :meth:`pod_counts` when the caller has it already.
 
         Raises:
-            OverCapacityError: naming the node and ``who``.
+            OverCapacityError: naming ``who`` and the first node with a negative count, else the
+                first node that would hold more GPUs than it has.
         """
         if pods is None:
             pods = self.pod_counts()
-        if min(counts) < 0 or max(map(operator.add, counts, pods)) > self.capacity:
-            for node, (k, held) in enumerate(zip(counts, pods, strict=True)):
-                if k < 0:
-                    raise OverCapacityError(f"{who}: releases more GPUs than it holds on node {node}")
-                if k + held > self.capacity:
-                    raise OverCapacityError(f"{who}: node {node} would hold {k + held} GPUs but has {self.capacity}")
+        if min(counts) < 0:
+            node = next(i for i, k in enumerate(counts) if k < 0)
+            raise OverCapacityError(f"{who}: releases more GPUs than it holds on node {node}")
+        if max(map(operator.add, counts, pods)) > self.capacity:
+            node, held = next(
+                (i, k + h) for i, (k, h) in enumerate(zip(counts, pods, strict=True)) if k + h > self.capacity
+            )
+            raise OverCapacityError(f"{who}: node {node} would hold {held} GPUs but has {self.capacity}")
         self.counts["train"] = list(counts)
         self._count_training(counts)
 
