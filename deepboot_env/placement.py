@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -111,21 +111,32 @@ def most_free_fill(need: int, free: np.ndarray, allowed: np.ndarray | None = Non
 PLACEMENT_RULES = {"best_fit": best_fit, "most_free": most_free_fill}
 
 
-_OWN: dict[bytes, tuple[bool, ...]] = {}
-_LAST_LAYOUT: list = [None, ()]
-"""The node-kinds array seen last (held, so its id is not reused) and its :func:`_own_nodes`."""
+class NodeLayout(NamedTuple):
+    """Which nodes are inference nodes, in the two forms the hot paths use."""
+
+    inference: tuple[int, ...]
+    """Indices of the inference-cluster nodes."""
+    own: tuple[bool, ...]
+    """Per node, whether it is not an inference node."""
 
 
-def _own_nodes(kinds: np.ndarray) -> tuple[bool, ...]:
-    """Per node, whether it is not an inference node (cached per node layout)."""
+_LAYOUTS: dict[bytes, NodeLayout] = {}
+_LAST_LAYOUT: list = [None, NodeLayout((), ())]
+"""The node-kinds array seen last (held, so its id is not reused) and its layout: a simulator
+hands the same array to every state (node kinds never change during an episode)."""
+
+
+def node_layout(kinds: np.ndarray) -> NodeLayout:
+    """The :class:`NodeLayout` of the node kinds ``kinds`` (cached per layout)."""
     if kinds is _LAST_LAYOUT[0]:
         return _LAST_LAYOUT[1]
     key = kinds.tobytes() + kinds.dtype.str.encode()
-    own = _OWN.get(key)
-    if own is None:
-        own = _OWN[key] = tuple((kinds != NODE_INFER).tolist())
-    _LAST_LAYOUT[:] = (kinds, own)
-    return own
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        infer = kinds == NODE_INFER
+        layout = _LAYOUTS[key] = NodeLayout(tuple(np.flatnonzero(infer).tolist()), tuple((~infer).tolist()))
+    _LAST_LAYOUT[:] = (kinds, layout)
+    return layout
 
 
 def place_counts(
@@ -181,7 +192,7 @@ def place_count_lists(
         return out
     if ascending:
         moved.sort(key=operator.itemgetter(0))
-    own = _own_nodes(state.node_kinds)
+    own = node_layout(state.node_kinds).own
     avail_all = [f if f > 0 else 0 for f in free]
     avail_own = [f if ok else 0 for f, ok in zip(avail_all, own, strict=True)]  # kept in step below
     n = len(free)

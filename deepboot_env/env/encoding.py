@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from deepboot_env.placement import place_count_lists
+from deepboot_env.placement import node_layout, place_count_lists
 from deepboot_env.sim.apps import APP_NAMES
 from deepboot_env.sim.cluster import NODE_INFER
 from deepboot_env.sim.state import Allocation, ClusterState, JobView
@@ -79,23 +79,9 @@ _APP_PREFIX = {name: (1.0, *(1.0 if other == name else 0.0 for other in APP_NAME
 _BUCKETS = np.array(GPU_BUCKETS)
 
 
-_INFER_NODES: dict[bytes, tuple[int, ...]] = {}
-_LAST_LAYOUT: list = [None, ()]
-"""The node-kinds array seen last (held, so its id is not reused) and its inference nodes: a
-simulator hands the same array to every state (node kinds never change during an episode)."""
-
-
 def _inference_nodes(state: ClusterState) -> tuple[int, ...]:
     """Indices of the inference-cluster nodes (cached per node layout)."""
-    kinds = state.node_kinds
-    if kinds is _LAST_LAYOUT[0]:
-        return _LAST_LAYOUT[1]
-    key = kinds.tobytes() + kinds.dtype.str.encode()
-    nodes = _INFER_NODES.get(key)
-    if nodes is None:
-        nodes = _INFER_NODES[key] = tuple(np.flatnonzero(kinds == NODE_INFER).tolist())
-    _LAST_LAYOUT[:] = (kinds, nodes)
-    return nodes
+    return node_layout(state.node_kinds).inference
 
 
 def slot_jobs(state: ClusterState, max_jobs: int) -> list[JobView]:
