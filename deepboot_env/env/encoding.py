@@ -275,6 +275,23 @@ def decode_action(action: np.ndarray, state: ClusterState, max_jobs: int, lend_l
     return Allocation({job_id: np.array(row, dtype=np.int64) for job_id, row in placed.items()}), repaired
 
 
+def split_action(action: np.ndarray, max_jobs: int, slot_choices: int, lend_levels: int) -> tuple[list[int], int]:
+    """The per-slot choices (a list of ints) and the lending level of a MultiDiscrete action with
+    ``max_jobs`` slots of ``slot_choices`` choices and ``lend_levels`` levels.
+
+    Raises:
+        ValueError: if the action has the wrong shape or a choice outside the action space.
+    """
+    action = np.asarray(action, dtype=np.int64).reshape(-1)
+    if action.shape != (max_jobs + 1,):
+        raise ValueError(f"action must have {max_jobs + 1} entries, got shape {action.shape}")
+    choices = action.tolist()
+    lend = choices.pop()
+    if not (0 <= lend < lend_levels and 0 <= min(choices) and max(choices) < slot_choices):
+        raise ValueError(f"action {action.tolist()} outside the action space")
+    return choices, lend
+
+
 def decode_action_counts(
     action: np.ndarray, state: ClusterState, max_jobs: int, lend_levels: int
 ) -> tuple[dict[int, list[int]], int]:
@@ -287,13 +304,7 @@ def decode_action_counts(
     then latest arrival). Jobs beyond the slots get no GPU. Placement: jobs whose count is unchanged
     keep their GPUs, the others best-fit on the training cluster first, then on lent GPUs.
     """
-    action = np.asarray(action, dtype=np.int64).reshape(-1)
-    if action.shape != (max_jobs + 1,):
-        raise ValueError(f"action must have {max_jobs + 1} entries, got shape {action.shape}")
-    choices = action.tolist()
-    lend = choices.pop()
-    if not (0 <= lend < lend_levels and 0 <= min(choices) and max(choices) < len(GPU_BUCKETS)):
-        raise ValueError(f"action {action.tolist()} outside the action space")
+    choices, lend = split_action(action, max_jobs, len(GPU_BUCKETS), lend_levels)
     jobs = slot_jobs(state, max_jobs)
     fraction = lend / (lend_levels - 1) if lend_levels > 1 else 0.0
     cap = _lending_capacity(state, fraction)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from deepboot_env.env.encoding import _lending_capacity, slot_jobs, trim_to_capacity
+from deepboot_env.env.encoding import _lending_capacity, slot_jobs, split_action, trim_to_capacity
 from deepboot_env.placement import place_counts
 from deepboot_env.policy import BasePolicy, make_policy
 from deepboot_env.sim.state import Allocation, ClusterState
@@ -101,13 +101,7 @@ class ResidualCodec:
         """
         if self.proposal is None:
             raise RuntimeError("call propose(state) before decode()")
-        action = np.asarray(action, dtype=np.int64).reshape(-1)
-        if action.shape != (self.max_jobs + 1,):
-            raise ValueError(f"action must have {self.max_jobs + 1} entries, got shape {action.shape}")
-        choices = action.tolist()
-        lend = choices.pop()
-        if not (0 <= lend < self.lend_levels and 0 <= min(choices) and max(choices) < len(RESIDUAL_DELTAS)):
-            raise ValueError(f"action {action.tolist()} outside the action space")
+        choices, lend = split_action(action, self.max_jobs, len(RESIDUAL_DELTAS), self.lend_levels)
         jobs = slot_jobs(state, self.max_jobs)
         top = self.lend_levels - 1
         if lend == top and all(choices[i] == NEUTRAL for i in range(len(jobs))):
@@ -125,4 +119,4 @@ class ResidualCodec:
         if excess > 0:
             repaired += excess
             trim_to_capacity(targets, {job.id: job for job in state.jobs}, excess)
-        return Allocation(place_counts(state, targets, np.array(cap, dtype=np.int64))), repaired
+        return Allocation(place_counts(state, targets, cap)), repaired
