@@ -41,7 +41,8 @@ def ats_i_victim(state: ClusterState) -> GpuRef | None:
     pool): training-cluster GPUs are never taken by inference.
     """
     reclaimable = np.flatnonzero(state.node_kinds != NODE_TRAIN).tolist()
-    pods = sum(state.running.tolist()) + sum(state.protect.tolist()) + sum(state.sleeping.tolist())
+    _, running, protect, sleeping = state.node_counts
+    pods = sum(running) + sum(protect) + sum(sleeping)
     j_all = max(len(state.jobs) + pods, 1)
     fair = math.ceil(state.config.total_gpus / j_all)
     # (job, GPUs per node, nodes with a reclaimable GPU) of the jobs that hold one, as lists

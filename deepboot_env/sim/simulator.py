@@ -416,7 +416,7 @@ class Simulator:
             return
         t = job.time_of_completion()
         if t is not None:
-            self.events.push_reserved(max(t, self.now), EventKind.TRAIN_DONE, seq, job.index, job.version)
+            self.events.push_reserved(max(t, self.now), _TRAIN_DONE, seq, job.index, job.version)
 
     def _release_deferred(self, horizon: float) -> None:
         """Push the deferred TRAIN_DONE events of the jobs that may complete by ``horizon`` (those
@@ -618,8 +618,7 @@ class Simulator:
     def _change_job(self, job: TrainingJob, counts: list[int], update_ledger: bool = True) -> None:
         """Move ``job`` to ``counts`` GPUs per node (a list of ints the job takes over)."""
         now = self.now
-        if job._t != now or job._settled != job.version:  # (else advancing is a no-op)
-            job.advance(now)
+        job.advance(now)
         new = frozen_alloc(counts)
         replicas = sum(counts)
         plan = plan_change(
@@ -700,9 +699,8 @@ class Simulator:
         jobs = self.jobs
         for index in self._active:
             job = jobs[index]
+            job.advance(now)
             version = job.version
-            if job._t != now or job._settled != version:
-                job.advance(now)
             # Fields that change only with the job's version (a change of placement or speed); the
             # job's alloc is a read-only array (jobs.frozen_alloc), so its views share it.
             cached = fixed.get(index)
@@ -729,10 +727,6 @@ class Simulator:
                 )
             # A JobView without its frozen-dataclass __init__ (several times slower): the same
             # instance dict, filled directly. tests/test_env.py checks every field is set.
-            stalled = 0  # job.stalled_seconds_left, inlined
-            phases = job._phases
-            if phases:
-                stalled = sum([p.seconds for p in phases if p.replicas == 0])
             view = new_view(JobView)
             fields = view.__dict__
             fields.update(cached[1])
@@ -740,7 +734,7 @@ class Simulator:
             fields["attained_service"] = job.attained_service
             fields["epoch"] = epoch = job.epoch
             fields["progress_fraction"] = epoch / cached[2]
-            fields["stalled_seconds"] = stalled
+            fields["stalled_seconds"] = job.stalled_seconds_left
             fields["remaining_work"] = job.target_progress - job.progress
             views.append(view)
         counts = self.ledger.counts
