@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import inspect
 import re
 import sys
 import time
@@ -45,6 +44,7 @@ from agents.factory import (
     resolve_device,
     resolve_hyperparams,
 )
+from deepboot_env.config import EnvConfig
 
 DEFAULT_CONF = Path(__file__).resolve().parent / "conf" / "deepboot.yml"
 """Configuration read when ``--conf-file`` is not given (if it exists)."""
@@ -180,20 +180,20 @@ def load_conf(path: str | Path | None, preset: str, algo: str) -> dict[str, Any]
     return out
 
 
-def check_env_kwargs(env_kwargs: Mapping[str, Any]) -> None:
-    """Reject env arguments DeepBootEnv does not take (and ``workload``/``render_mode``).
+def env_config(env_kwargs: Mapping[str, Any]) -> EnvConfig:
+    """The :class:`~deepboot_env.config.EnvConfig` of the env options (``workload`` and
+    ``render_mode`` are not options: ``--workload`` sets the workloads).
 
     Raises:
-        ConfigError: naming the key and the accepted ones.
+        ConfigError: naming the key (and the accepted ones) or the bad value.
     """
-    from deepboot_env.env import DeepBootEnv
-
-    params = [n for n in inspect.signature(DeepBootEnv.__init__).parameters if n not in ("self", *FIXED_ENV_KWARGS)]
     for key in env_kwargs:
         if key in FIXED_ENV_KWARGS:
             raise ConfigError(f"--env-kwargs: {key!r} cannot be set here (use --workload)")
-        if key not in params:
-            raise ConfigError(f"--env-kwargs: unknown env argument {key!r}; known: {', '.join(params)}")
+    try:
+        return EnvConfig.from_options(**env_kwargs)
+    except ValueError as exc:
+        raise ConfigError(f"--env-kwargs: {exc}") from None
 
 
 def resolve_settings(args: argparse.Namespace, algo: str) -> dict[str, Any]:
@@ -216,7 +216,7 @@ def resolve_settings(args: argparse.Namespace, algo: str) -> dict[str, Any]:
     settings.update(resolve_pretrain(args, conf))
     env_kwargs = dict(conf.pop("env_kwargs", {}) or {})
     env_kwargs.update(parse_kv(args.env_kwargs, "--env-kwargs"))
-    check_env_kwargs(env_kwargs)
+    env_config(env_kwargs)
     cli = parse_kv(args.hyperparams, "--hyperparams")
     check_hyperparams(cli)
     settings["env_kwargs"] = env_kwargs
@@ -300,11 +300,10 @@ def next_run_dir(log_folder: str | Path, algo: str) -> Path:
 
 def load_workloads(values: Sequence[str]) -> list[tuple[str, Any]]:
     """``(label, Workload)`` for every workload named (splits ``train``/``val``/``test`` expanded)."""
-    from deepboot_env.env.deepboot_env import resolve_workloads
-    from traces.loaders import load_workload
+    from traces.loaders import expand_workload_sources, load_workload
 
     out = []
-    for source in resolve_workloads(list(values)):
+    for source in expand_workload_sources(list(values)):
         out.append((str(source), load_workload(source)))
     return out
 
@@ -423,11 +422,13 @@ def train(args: argparse.Namespace) -> Path:
     pretrained = resume is None and settings["pretrain_expert"] is not None
     if pretrained:
         config["pretrain"] = warm_start(model, settings, train_workloads, args.seed)
-    residual_start = resume is None and env_kwargs.get("action_mode") == "residual"
+    cfg = env_config(env_kwargs)
+    neutral = cfg.make_codec().neutral_action()
+    residual_start = resume is None and neutral is not None
     if residual_start:  # start at the base policy (after cloning, whose critic it keeps)
         from agents.imitation import init_residual_policy
 
-        init_residual_policy(model, float(settings["residual_neutral_prob"]))
+        init_residual_policy(model, neutral, float(settings["residual_neutral_prob"]))
         config["residual_neutral_prob"] = settings["residual_neutral_prob"]
     if pretrained or residual_start:
         write_config(run_dir / "config.yml", config)
@@ -436,17 +437,15 @@ def train(args: argparse.Namespace) -> Path:
     callbacks: list[Any] = [sched]
     evaluator = None
     if settings["eval_freq"] > 0:
-        first = vec_env.envs[0].unwrapped if hasattr(vec_env, "envs") else None
-        sim_config = first.sim_config if first is not None else _sim_config(env_kwargs)
         evaluator = WorkloadEvalCallback(
             eval_workloads,
-            sim_config,
+            cfg.sim,
             eval_freq=settings["eval_freq"],
             n_episodes=settings["eval_episodes"],
             log_dir=run_dir,
-            max_rounds=int(env_kwargs.get("max_rounds", _env_default("max_rounds"))),
+            max_rounds=cfg.max_rounds,
             eval_at_start=pretrained or residual_start,
-            base_policy=str(env_kwargs.get("base_policy", "ats")),
+            base_policy=cfg.base_policy,
             verbose=args.verbose,
         )
         callbacks.append(evaluator)
@@ -499,18 +498,6 @@ def train(args: argparse.Namespace) -> Path:
             f"{r['steps_per_second']} steps/s excluding {eval_s:.1f} s of evaluation)"
         )
     return run_dir
-
-
-def _env_default(name: str) -> Any:
-    from deepboot_env.env import DeepBootEnv
-
-    return inspect.signature(DeepBootEnv.__init__).parameters[name].default
-
-
-def _sim_config(env_kwargs: Mapping[str, Any]) -> Any:
-    from deepboot_env.env import DeepBootEnv
-
-    return DeepBootEnv(workload="val", **env_kwargs).sim_config
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,5 +9,10 @@
   (``make_policy("ppo:<path>")``).
 
 Training from the command line: ``python train_policy.py --help``. Importing this package is
-cheap; the submodules import stable-baselines3 / torch when used.
+cheap (it registers the ``ppo:<path>`` policy prefix); the submodules import stable-baselines3 /
+torch when used.
 """
+
+from deepboot_env.policy import register_prefix
+
+register_prefix("ppo", "agents.policy_adapter:load_agent_policy", arg="path")

@@ -4,12 +4,12 @@ Learning per-slot GPU targets from scratch takes far more than the hour of CPU a
 need, so ``train_policy.py --pretrain-expert ats`` first clones a heuristic (DeepBoot's ATS by
 default) and only then lets PPO improve on it, the usual warm start of RL schedulers.
 
-* :func:`encode_allocation`: the inverse of :func:`~deepboot_env.env.encoding.decode_action`: an
-  :class:`~deepboot_env.sim.state.Allocation` as an env action. Each job's GPU count is rounded
-  *down* to a bucket of :data:`~deepboot_env.env.encoding.GPU_BUCKETS` (so the action never asks
-  for more than the expert held) and the lending level is the smallest level whose budget covers
-  the inference GPUs the expert borrowed. On the validation workloads ATS passed through this
-  encoding reaches within a few percent of ATS itself (both directions), so little is lost.
+* The expert's label for each state is the env codec's
+  :meth:`~deepboot_env.env.codec.ActionCodec.expert_action`: in target mode each job's GPU count
+  rounded *down* to a bucket and the smallest lending level that covers what the expert borrowed
+  (on the validation workloads ATS passed through this encoding reaches within a few percent of
+  ATS itself, both directions); in residual mode the expert must be the base policy, whose label
+  is exactly the neutral action.
 * :func:`collect_demonstrations`: run the expert through ``DeepBootEnv`` episodes and record
   (observation, expert action, action mask, discounted return). With ``noise > 0`` each slot's
   executed action is replaced, with that probability, by a random valid choice while the label
@@ -18,12 +18,11 @@ default) and only then lets PPO improve on it, the usual warm start of RL schedu
 * :func:`pretrain`: maximum likelihood of the expert actions under the masked policy (cross-entropy
   per action dimension) plus a value-function regression on the returns, so PPO starts with a
   critic that already matches the cloned policy and its first updates do not undo the cloning.
-* Residual env (``action_mode="residual"``): the expert must be the env's base policy, whose
-  action is exactly the neutral one (:meth:`~deepboot_env.env.DeepBootEnv.neutral_action`), so the
-  demonstrations are exact; after cloning, :func:`init_residual_policy` makes the actor
-  state-independent again: the neutral correction with probability ``neutral_prob`` per slot, the
-  rest spread over the other valid corrections. The deterministic policy is then exactly the base
-  policy while sampling explores small corrections around it; the critic keeps what it learnt.
+* A codec with a neutral action (residual mode): after cloning, :func:`init_residual_policy` makes
+  the actor state-independent again: the neutral choice with probability ``neutral_prob`` per
+  action dimension, the rest spread over the other choices. The deterministic policy is then
+  exactly the base policy while sampling explores small corrections around it; the critic keeps
+  what it learnt.
 """
 
 from __future__ import annotations
@@ -34,26 +33,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-
-from deepboot_env.env.encoding import GPU_BUCKETS
-from deepboot_env.sim.state import Allocation, ClusterState
-
-_BUCKETS = np.asarray(GPU_BUCKETS)
-
-
-def encode_allocation(alloc: Allocation, state: ClusterState, max_jobs: int, lend_levels: int) -> np.ndarray:
-    """The env action closest to ``alloc`` from below (see the module docstring)."""
-    action = np.zeros(max_jobs + 1, dtype=np.int64)
-    for slot, job in enumerate(state.jobs[:max_jobs]):
-        action[slot] = int(np.searchsorted(_BUCKETS, alloc.replicas(job.id), side="right") - 1)
-    infer = state.inference_nodes()
-    if lend_levels > 1 and infer.any():
-        lent = sum(int(np.asarray(g)[infer].sum()) for g in alloc.gpus.values())
-        lendable = int(state.training_capacity(lend=True)[infer].sum())
-        if lendable > 0 and lent > 0:
-            level = math.ceil(min(lent / lendable, 1.0) * (lend_levels - 1) - 1e-9)
-            action[-1] = min(max(level, 1), lend_levels - 1)
-    return action
 
 
 @dataclass
@@ -109,16 +88,9 @@ def collect_demonstrations(
             obs, _ = env.reset(seed=seed)
             rewards: list[float] = []
             done = False
-            if env.residual is not None and expert != env.residual.base_name:
-                raise ValueError(
-                    f"in residual mode the expert must be the base policy {env.residual.base_name!r}, got {expert!r}"
-                )
             while not done:
                 mask = env.action_masks()
-                if env.residual is not None:
-                    label = env.neutral_action()
-                else:
-                    label = encode_allocation(policy.decide(env._state), env._state, env.max_jobs, env.lend_levels)
+                label = env.codec.expert_action(expert, policy, env.state)
                 for key, value in obs.items():
                     obs_parts.setdefault(key, []).append(value)
                 actions.append(label)
@@ -217,29 +189,28 @@ def pretrain(
     return history
 
 
-def init_residual_policy(model: Any, neutral_prob: float = 0.9) -> None:
-    """Make the actor of a residual model state-independent: in every action dimension the
-    neutral choice (zero correction; the top lending level) gets probability ``neutral_prob`` when
-    all choices are valid, the others share the rest equally (masked choices drop out).
+def init_residual_policy(model: Any, neutral_action: np.ndarray, neutral_prob: float = 0.9) -> None:
+    """Make the actor state-independent around ``neutral_action`` (the env codec's, e.g. zero
+    corrections at the top lending level): in every action dimension the neutral choice gets
+    probability ``neutral_prob`` when all choices are valid, the others share the rest equally
+    (masked choices drop out).
 
     Raises:
-        ValueError: if ``neutral_prob`` is not in (0, 1) or the model is not a residual one.
+        ValueError: if ``neutral_prob`` is not in (0, 1) or the action does not fit the model.
     """
     import torch
-
-    from deepboot_env.env.residual import NEUTRAL, RESIDUAL_DELTAS
 
     if not 0.0 < neutral_prob < 1.0:
         raise ValueError(f"neutral_prob must lie in (0, 1), got {neutral_prob}")
     nvec = np.asarray(model.action_space.nvec, dtype=np.int64).reshape(-1)
-    if nvec.size < 2 or np.any(nvec[:-1] != len(RESIDUAL_DELTAS)):
-        raise ValueError(f"{model.action_space} is not a residual DeepBoot-v0 action space")
+    neutral = np.asarray(neutral_action, dtype=np.int64).reshape(-1)
+    if neutral.shape != nvec.shape or np.any(neutral < 0) or np.any(neutral >= nvec):
+        raise ValueError(f"neutral action {neutral.tolist()} does not fit the action space {model.action_space}")
     bias = np.zeros(int(nvec.sum()), dtype=np.float32)
     offsets = np.concatenate([[0], np.cumsum(nvec)])
     for d, n in enumerate(nvec):
-        favoured = NEUTRAL if d < len(nvec) - 1 else n - 1
         if n > 1:
-            bias[offsets[d] + favoured] = math.log(neutral_prob * (n - 1) / (1.0 - neutral_prob))
+            bias[offsets[d] + neutral[d]] = math.log(neutral_prob * (n - 1) / (1.0 - neutral_prob))
     layer = model.policy.action_net
     with torch.no_grad():
         layer.weight.zero_()

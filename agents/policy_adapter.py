@@ -6,18 +6,16 @@
 
 At each decision :meth:`AgentPolicy.decide` encodes the :class:`ClusterState` with the env's own
 :func:`~deepboot_env.env.encoding.encode_observation` (the one encoder: ``DeepBootEnv`` calls it
-too), asks the model for a deterministic action (passing the env's
-:func:`~deepboot_env.env.encoding.action_mask` for MaskablePPO) and decodes it with
-:func:`~deepboot_env.env.encoding.decode_action`, which repairs targets that do not fit. Reclaim
-(ATS-I) and adaptive batch sizes are those of the env.
+too) and the env's action codec (:mod:`deepboot_env.env.codec`: its extra observation and mask),
+asks the model for a deterministic action (with the mask for MaskablePPO) and decodes it with the
+same codec, which repairs targets that do not fit. Reclaim (ATS-I) and adaptive batch sizes are
+those of the env.
 
 The env arguments the model depends on (``max_jobs``, ``lend_levels``, the action mode) are read
 from the model's spaces; a ``config.yml`` next to the model (written by ``train_policy.py``) names
-the algorithm, otherwise it is read from the saved policy class. A residual model
-(``action_mode="residual"``) corrects a base policy's allocation with the env's own
-:class:`~deepboot_env.env.residual.ResidualCodec`; the base policy's name is read from
-``deepboot_env.json`` inside the zip (written by :mod:`agents.export`), else from ``config.yml``'s
-``env_kwargs``, else it is ``ats``.
+the algorithm, otherwise it is read from the saved policy class. A codec that corrects a base
+policy (residual mode) reads the base policy's name from ``deepboot_env.json`` inside the zip
+(written by :mod:`agents.export`), else from ``config.yml``'s ``env_kwargs``, else it is ``ats``.
 """
 
 from __future__ import annotations
@@ -29,15 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from deepboot_env.env.encoding import (
-    CLUSTER_FEATURES,
-    GPU_BUCKETS,
-    JOB_FEATURES,
-    action_mask,
-    decode_action,
-    encode_observation,
-)
-from deepboot_env.env.residual import RESIDUAL_DELTAS, ResidualCodec
+from deepboot_env.env.codec import make_codec, mode_of_nvec
+from deepboot_env.env.encoding import CLUSTER_FEATURES, JOB_FEATURES, encode_observation
 from deepboot_env.policy import Allocation, BasePolicy, ClusterState
 
 __all__ = [
@@ -60,8 +51,6 @@ MODEL_FILES: tuple[str, ...] = ("best_model.zip", "final_model.zip")
 METADATA_FILE = "deepboot_env.json"
 """Entry of an exported model zip holding the env arguments it was trained with."""
 
-_CHOICES = {len(GPU_BUCKETS): "target", len(RESIDUAL_DELTAS): "residual"}
-
 
 def env_shape_of(model: Any) -> dict[str, Any]:
     """``max_jobs``, ``lend_levels`` and ``action_mode`` of the env ``model`` was trained on (from
@@ -71,20 +60,16 @@ def env_shape_of(model: Any) -> dict[str, Any]:
         ValueError: if the spaces are not those of ``DeepBoot-v0``.
     """
     nvec = np.asarray(getattr(model.action_space, "nvec", []), dtype=np.int64).reshape(-1)
-    mode = _CHOICES.get(int(nvec[0])) if nvec.size >= 2 else None
-    if mode is None or np.any(nvec[:-1] != nvec[0]):
-        raise ValueError(f"model action space {model.action_space} is not a DeepBoot-v0 action space")
+    try:
+        mode = mode_of_nvec(nvec)
+    except ValueError:
+        raise ValueError(f"model action space {model.action_space} is not a DeepBoot-v0 action space") from None
     max_jobs, lend_levels = int(nvec.size - 1), int(nvec[-1])
+    expected = {"jobs": (max_jobs * len(JOB_FEATURES),), "cluster": (len(CLUSTER_FEATURES),)}
+    # the codec's extra entries; a codec with a base policy is built only to read its shapes
+    expected.update({k: (n,) for k, n in make_codec(mode, max_jobs, lend_levels).extra_observation().items()})
     spaces = getattr(model.observation_space, "spaces", {})
-    jobs, cluster, base = spaces.get("jobs"), spaces.get("cluster"), spaces.get("base")
-    if (
-        jobs is None
-        or cluster is None
-        or jobs.shape != (max_jobs * len(JOB_FEATURES),)
-        or cluster.shape != (len(CLUSTER_FEATURES),)
-        or (base is not None) != (mode == "residual")
-        or (base is not None and base.shape != (max_jobs,))
-    ):
+    if {k: getattr(v, "shape", None) for k, v in spaces.items()} != expected:
         raise ValueError(f"model observation space {model.observation_space} does not match DeepBoot-v0")
     return {"max_jobs": max_jobs, "lend_levels": lend_levels, "action_mode": mode}
 
@@ -109,7 +94,7 @@ class AgentPolicy(BasePolicy):
 
     Attributes:
         max_jobs, lend_levels, action_mode: the env arguments read from the model's spaces.
-        residual: the residual codec (residual models only).
+        codec: the env's action codec for those arguments.
         masked: whether predictions pass action masks (MaskablePPO).
         last_action, last_mask: the latest raw action and mask (for inspection and tests).
         repaired_gpus: GPUs the decoding repair removed so far in this episode.
@@ -125,9 +110,7 @@ class AgentPolicy(BasePolicy):
         self.max_jobs = shape["max_jobs"]
         self.lend_levels = shape["lend_levels"]
         self.action_mode = shape["action_mode"]
-        self.residual = (
-            ResidualCodec(base_policy, self.max_jobs, self.lend_levels) if self.action_mode == "residual" else None
-        )
+        self.codec = make_codec(self.action_mode, self.max_jobs, self.lend_levels, base_policy)
         self.masked = uses_masks(model)
         self.last_action: np.ndarray | None = None
         self.last_mask: np.ndarray | None = None
@@ -137,8 +120,7 @@ class AgentPolicy(BasePolicy):
         """Forget the episode; seed torch's sampling when the policy is stochastic."""
         self.last_action = self.last_mask = None
         self.repaired_gpus = 0
-        if self.residual is not None:
-            self.residual.reset(seed)
+        self.codec.reset(seed)
         if seed is not None and not self.deterministic:
             import torch
 
@@ -147,12 +129,8 @@ class AgentPolicy(BasePolicy):
     def predict(self, state: ClusterState) -> tuple[np.ndarray, np.ndarray]:
         """The model's raw action for ``state`` and the mask it was given."""
         obs = encode_observation(state, self.max_jobs)
-        if self.residual is not None:
-            self.residual.propose(state)
-            obs["base"] = self.residual.base_counts(state)
-            mask = self.residual.mask(state)
-        else:
-            mask = action_mask(state, self.max_jobs, self.lend_levels)
+        obs.update(self.codec.observe(state))
+        mask = self.codec.mask(state)
         if self.masked:
             action, _ = self.model.predict(obs, action_masks=mask, deterministic=self.deterministic)
         else:
@@ -163,10 +141,7 @@ class AgentPolicy(BasePolicy):
         """Encode, predict (with masks for MaskablePPO), decode with the env's repair."""
         action, mask = self.predict(state)
         self.last_action, self.last_mask = action, mask
-        if self.residual is not None:
-            alloc, repaired = self.residual.decode(action, state)
-        else:
-            alloc, repaired = decode_action(action, state, self.max_jobs, self.lend_levels)
+        alloc, repaired = self.codec.decode_allocation(action, state)
         self.repaired_gpus += repaired
         return alloc
 

@@ -1,1 +1,23 @@
-"""baselines package."""
+"""Hand-made schedulers behind the one policy contract (:class:`deepboot_env.policy.Policy`).
+
+Importing this package registers their names (the ``deepboot_env.policies`` entry point in
+``pyproject.toml`` makes :func:`deepboot_env.policy.make_policy` import it on first use); each
+policy's module is imported only when that policy is built.
+"""
+
+from deepboot_env.policy import register_policy, register_prefix
+
+register_policy("fifo", "baselines.fifo:FifoPolicy")
+register_policy("tiresias", "baselines.tiresias:TiresiasPolicy")
+register_policy("optimus", "baselines.optimus:OptimusPolicy")
+register_policy("afs", "baselines.afs:AfsPolicy", lend=False)
+register_policy("afs-lend", "baselines.afs:AfsPolicy", lend=True)
+register_policy("ats", "baselines.ats:AtsPolicy", lend=True)
+register_policy("ats-nolend", "baselines.ats:AtsPolicy", lend=False)
+register_policy("pollux", "baselines.pollux:PolluxPolicy", lend=False)
+register_policy("pollux-lend", "baselines.pollux:PolluxPolicy", lend=True)
+register_policy("pollux-noavoid", "baselines.pollux:PolluxPolicy", lend=False, avoid_interference=False)
+register_policy("ones", "baselines.ones:OnesPolicy", lend=False)
+register_policy("ones-lend", "baselines.ones:OnesPolicy", lend=True)
+register_policy("interference-aware", "baselines.interference_aware:InterferenceAwarePolicy", base="ats")
+register_prefix("ia", "baselines.interference_aware:wrap", arg="name")

@@ -17,7 +17,7 @@ arrival order; capacity is the training cluster (``afs``) or also idle inference
 from __future__ import annotations
 
 from deepboot_env.placement import place_counts
-from deepboot_env.policy import Allocation, BasePolicy, ClusterState, JobView, register_policy
+from deepboot_env.policy import Allocation, BasePolicy, ClusterState, JobView
 
 
 def _rate(job: JobView, replicas: int, gpus_per_node: int) -> float:
@@ -69,7 +69,3 @@ class AfsPolicy(BasePolicy):
             counts[winner.id] += 1
             left -= 1
         return Allocation(place_counts(state, counts, cap))
-
-
-register_policy("afs", lambda **kw: AfsPolicy(lend=False, **kw))
-register_policy("afs-lend", lambda **kw: AfsPolicy(lend=True, **kw))

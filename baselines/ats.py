@@ -32,9 +32,9 @@ import math
 
 import numpy as np
 
+from baselines.job_order import job_priority_key
 from deepboot_env.placement import place_counts
-from deepboot_env.policy import Allocation, BasePolicy, ClusterState, JobView, register_policy
-from deepboot_env.sim.reclaim import job_priority_key
+from deepboot_env.policy import Allocation, BasePolicy, ClusterState, JobView
 
 RESTART_PENALTY_S = 10.0
 """Seconds per restart in ATS's restart factor (the original's constant)."""
@@ -118,7 +118,3 @@ class AtsPolicy(BasePolicy):
         values = [option_values(j, fair, g, min(j.max_replicas, capacity)) for j in jobs]
         counts = knapsack(values, capacity)
         return Allocation(place_counts(state, {j.id: w for j, w in zip(jobs, counts, strict=True)}, cap))
-
-
-register_policy("ats", lambda **kw: AtsPolicy(lend=True, **kw))
-register_policy("ats-nolend", lambda **kw: AtsPolicy(lend=False, **kw))

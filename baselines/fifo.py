@@ -13,10 +13,9 @@ from __future__ import annotations
 import numpy as np
 
 from deepboot_env.placement import best_fit
-from deepboot_env.policy import Allocation, BasePolicy, ClusterState, register_policy
+from deepboot_env.policy import Allocation, BasePolicy, ClusterState
 
 
-@register_policy("fifo")
 class FifoPolicy(BasePolicy):
     """First-in first-out gang scheduling of requested replicas."""
 

@@ -12,7 +12,7 @@ communication cost between the job's tasks (NLWP). Here:
   others are placed again below, largest first (distributed jobs take whole nodes before
   single-node jobs fill the holes), on the capacity the allocator may use (training-cluster nodes
   first, lent inference GPUs only when needed).
-* **Predictor**: :class:`~deepboot_env.interference_predictor.InterferencePredictor`, learned
+* **Predictor**: :class:`~baselines.interference_predictor.InterferencePredictor`, learned
   online from the throughput each job reports (``JobView.throughput_ratio``) at every decision;
   it starts from a prior that two co-located distributed jobs lose 10 %. It is reset with the
   policy (per episode) unless ``persistent=True``.
@@ -42,7 +42,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from deepboot_env.interference_predictor import InterferencePredictor
+from baselines.interference_predictor import InterferencePredictor
 from deepboot_env.placement import best_fit, most_free_fill
 from deepboot_env.policy import (
     Allocation,
@@ -53,7 +53,6 @@ from deepboot_env.policy import (
     Policy,
     RequestView,
     make_policy,
-    register_policy,
 )
 from deepboot_env.sim.cluster import NODE_INFER
 
@@ -338,6 +337,3 @@ class InterferenceAwarePolicy(BasePolicy):
 def wrap(base: str, **kwargs: object) -> InterferenceAwarePolicy:
     """``ia:<base>``: the registered policy ``base`` with interference-aware placement."""
     return InterferenceAwarePolicy(base=base, **kwargs)
-
-
-register_policy("interference-aware", lambda **kw: InterferenceAwarePolicy(base="ats", **kw))

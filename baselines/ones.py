@@ -109,10 +109,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from baselines.job_order import job_priority_key
 from deepboot_env.placement import place_counts
-from deepboot_env.policy import Allocation, BasePolicy, ClusterState, JobView, register_policy
+from deepboot_env.policy import Allocation, BasePolicy, ClusterState, JobView
 from deepboot_env.sim.apps import AppProfile
-from deepboot_env.sim.reclaim import job_priority_key
 from deepboot_env.sim.restart import plan_change
 
 SECONDS_PER_HOUR = 3600.0
@@ -431,7 +431,3 @@ class OnesPolicy(BasePolicy):
         self.last_fitness = float(fit[0])
         counts = {int(jid): int(k) for jid, k in zip(prob.job_ids, pop[0], strict=True)}
         return Allocation(place_counts(state, counts, state.training_capacity(lend=self.lend)))
-
-
-register_policy("ones", lambda **kw: OnesPolicy(lend=False, **kw))
-register_policy("ones-lend", lambda **kw: OnesPolicy(lend=True, **kw))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 
 from deepboot_env.placement import place_counts
-from deepboot_env.policy import Allocation, BasePolicy, ClusterState, JobView, register_policy
+from deepboot_env.policy import Allocation, BasePolicy, ClusterState, JobView
 
 
 def remaining_time(job: JobView, replicas: int, gpus_per_node: int) -> float:
@@ -30,7 +30,6 @@ def remaining_time(job: JobView, replicas: int, gpus_per_node: int) -> float:
     return job.remaining_work / rate if rate > 0 else float("inf")
 
 
-@register_policy("optimus")
 class OptimusPolicy(BasePolicy):
     """Optimus with oracle remaining work and fixed batch sizes."""
 

@@ -108,9 +108,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from deepboot_env.policy import Allocation, BasePolicy, ClusterState, register_policy
+from baselines.job_order import job_priority_key
+from deepboot_env.policy import Allocation, BasePolicy, ClusterState
 from deepboot_env.sim.cluster import NODE_INFER
-from deepboot_env.sim.reclaim import job_priority_key
 
 RESTART_DELAY_S = 30.0
 """Assumed restart delay (s) in the restart factor."""
@@ -518,8 +518,3 @@ def to_allocation(state: ClusterState, prob: PolluxProblem, solution: np.ndarray
             full[prob.nodes] = np.rint(row).astype(np.int64)
             out[int(jid)] = full
     return Allocation(out)
-
-
-register_policy("pollux", lambda **kw: PolluxPolicy(lend=False, **kw))
-register_policy("pollux-lend", lambda **kw: PolluxPolicy(lend=True, **kw))
-register_policy("pollux-noavoid", lambda **kw: PolluxPolicy(lend=False, avoid_interference=False, **kw))

@@ -17,13 +17,12 @@ boundary, where it is restored or pre-empted like any other (the original let it
 from __future__ import annotations
 
 from deepboot_env.placement import place_counts
-from deepboot_env.policy import Allocation, BasePolicy, ClusterState, register_policy
+from deepboot_env.policy import Allocation, BasePolicy, ClusterState
 
 DEMOTION_GPU_SECONDS = 57_600.0
 """Attained service (GPU-s) after which a job moves from Q0 to Q1."""
 
 
-@register_policy("tiresias")
 class TiresiasPolicy(BasePolicy):
     """2D-LAS with two queues, gang scheduling and backfilling."""
 

@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 from deepboot_env.env import DeepBootEnv
-from deepboot_env.env.encoding import GPU_BUCKETS
+from deepboot_env.env.codec import GPU_BUCKETS
 
 
 def masked_random(env: DeepBootEnv, rng: np.random.Generator, mask: np.ndarray | None = None) -> np.ndarray:

@@ -17,9 +17,9 @@ import sys
 import time
 from pathlib import Path
 
-from deepboot_env.cli import add_sim_arguments, sim_config_from_args
 from deepboot_env.evaluation import run_episode
 from deepboot_env.policy import available_policies, make_policy
+from deepboot_harness.cli import add_sim_arguments, sim_config_from_args
 from traces.loaders import load_workload
 
 REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "workloads" / "deepboot" / "small.csv"

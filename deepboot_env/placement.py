@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from deepboot_env.sim.cluster import NODE_INFER
+from deepboot_env.sim.cluster import node_layout
 
 if TYPE_CHECKING:
     from deepboot_env.sim.state import ClusterState
@@ -109,34 +109,6 @@ def most_free_fill(need: int, free: np.ndarray, allowed: np.ndarray | None = Non
 
 
 PLACEMENT_RULES = {"best_fit": best_fit, "most_free": most_free_fill}
-
-
-class NodeLayout(NamedTuple):
-    """Which nodes are inference nodes, in the two forms the hot paths use."""
-
-    inference: tuple[int, ...]
-    """Indices of the inference-cluster nodes."""
-    own: tuple[bool, ...]
-    """Per node, whether it is not an inference node."""
-
-
-_LAYOUTS: dict[bytes, NodeLayout] = {}
-_LAST_LAYOUT: list = [None, NodeLayout((), ())]
-"""The node-kinds array seen last (held, so its id is not reused) and its layout: a simulator
-hands the same array to every state (node kinds never change during an episode)."""
-
-
-def node_layout(kinds: np.ndarray) -> NodeLayout:
-    """The :class:`NodeLayout` of the node kinds ``kinds`` (cached per layout)."""
-    if kinds is _LAST_LAYOUT[0]:
-        return _LAST_LAYOUT[1]
-    key = kinds.tobytes() + kinds.dtype.str.encode()
-    layout = _LAYOUTS.get(key)
-    if layout is None:
-        infer = kinds == NODE_INFER
-        layout = _LAYOUTS[key] = NodeLayout(tuple(np.flatnonzero(infer).tolist()), tuple((~infer).tolist()))
-    _LAST_LAYOUT[:] = (kinds, layout)
-    return layout
 
 
 def place_counts(

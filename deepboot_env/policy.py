@@ -3,8 +3,7 @@
 A policy answers two questions:
 
 * ``decide(state) -> Allocation`` at every scheduling boundary: GPUs per node for each active
-  training job (design.md §3 calls this ``allocate``; :class:`BasePolicy` provides that name as
-  an alias);
+  training job;
 * ``choose_reclaim(state, request) -> GpuRef | None`` when a cold inference request finds no free
   inference GPU and no SLEEP pod: which lent training GPU it takes (default: ATS-I).
 
@@ -12,16 +11,21 @@ It also declares ``adaptive_batch``: whether its jobs re-choose their batch size
 (Pollux, DeepBoot) or keep the submitted batch size (FIFO, Tiresias, Optimus). The simulator
 never branches on a policy's name.
 
-Policies are built by name with :func:`make_policy`; ``ppo:<path>`` loads a trained agent and
-``ia:<name>`` gives policy ``name`` interference-aware placement (:mod:`baselines.interference_aware`).
+Policies are built by name with :func:`make_policy`. Packages register their own names and
+prefixes (:func:`register_policy`, :func:`register_prefix`), with ``"module:attr"`` entry points
+imported on first use, as Gymnasium's ``register(id, entry_point=...)`` does; the packages that do
+are found through entry points (:mod:`deepboot_env.plugins`). The built-in ones: ``baselines`` (every
+heuristic and ``ia:<name>``) and ``agents`` (``ppo:<path>``).
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from deepboot_env.plugins import load_plugins
 from deepboot_env.sim.reclaim import ats_i_victim
 from deepboot_env.sim.state import (
     Allocation,
@@ -43,9 +47,12 @@ __all__ = [
     "JobView",
     "Policy",
     "RequestView",
+    "PolicySpec",
     "available_policies",
+    "available_prefixes",
     "make_policy",
     "register_policy",
+    "register_prefix",
     "repair_allocation",
     "validate_allocation",
 ]
@@ -81,10 +88,6 @@ class BasePolicy:
         """Subclasses implement the allocation."""
         raise NotImplementedError
 
-    def allocate(self, state: ClusterState) -> Allocation:
-        """Alias of :meth:`decide` (the name used in design.md)."""
-        return self.decide(state)
-
     def choose_reclaim(self, state: ClusterState, request: RequestView) -> GpuRef | None:
         """DeepBoot's ATS-I rule: the lent GPU whose loss lowers the sum of speedups least."""
         return ats_i_victim(state)
@@ -92,63 +95,89 @@ class BasePolicy:
 
 PolicyFactory = Callable[..., Policy]
 
-_REGISTRY: dict[str, PolicyFactory] = {}
-_BUILTIN: dict[str, str] = {
-    "fifo": "baselines.fifo",
-    "ats": "baselines.ats",
-    "ats-nolend": "baselines.ats",
-    "tiresias": "baselines.tiresias",
-    "optimus": "baselines.optimus",
-    "afs": "baselines.afs",
-    "afs-lend": "baselines.afs",
-    "pollux": "baselines.pollux",
-    "pollux-lend": "baselines.pollux",
-    "pollux-noavoid": "baselines.pollux",
-    "ones": "baselines.ones",
-    "ones-lend": "baselines.ones",
-    "interference-aware": "baselines.interference_aware",
-}
-"""Built-in policies -> the module that registers them, imported on first use so the core does
-not depend on ``baselines``."""
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A registered policy: ``entry_point`` (``"module:attr"``, imported on first use, or a
+    callable) called with ``kwargs`` updated by the caller's."""
+
+    name: str
+    entry_point: str | PolicyFactory
+    kwargs: Mapping[str, object] = field(default_factory=dict)
+
+    def factory(self) -> PolicyFactory:
+        """The callable that builds the policy (imports its module the first time)."""
+        return _resolve(self.entry_point)
 
 
-def register_policy(name: str, factory: PolicyFactory | None = None) -> Callable[[PolicyFactory], PolicyFactory]:
-    """Register ``factory`` under ``name`` (usable as a decorator)."""
+_REGISTRY: dict[str, PolicySpec] = {}
+_PREFIXES: dict[str, tuple[str | Callable[..., Policy], str]] = {}
+"""Prefix -> (entry point, what its argument names)."""
 
-    def _register(f: PolicyFactory) -> PolicyFactory:
-        _REGISTRY[name] = f
-        return f
 
-    if factory is not None:
-        _register(factory)
-    return _register
+def _resolve(entry_point: str | Callable[..., Policy]) -> Callable[..., Policy]:
+    if callable(entry_point):
+        return entry_point
+    module, _, attr = entry_point.partition(":")
+    target: object = importlib.import_module(module)
+    for part in attr.split("."):
+        target = getattr(target, part)
+    return target  # type: ignore[return-value]
+
+
+def register_policy(name: str, entry_point: str | PolicyFactory, **kwargs: object) -> None:
+    """Register a policy under ``name``: ``make_policy(name, **kw)`` calls the entry point
+    (``"module:attr"`` imported lazily, or a callable) with ``kwargs`` updated by ``kw``.
+
+    Raises:
+        ValueError: if ``name`` is empty or contains ``:`` (reserved for prefixes).
+    """
+    if not name or ":" in name:
+        raise ValueError(f"policy names are non-empty and have no ':', got {name!r}")
+    _REGISTRY[name] = PolicySpec(name, entry_point, dict(kwargs))
+
+
+def register_prefix(prefix: str, entry_point: str | Callable[..., Policy], arg: str = "arg") -> None:
+    """Register ``prefix``: ``make_policy("prefix:ARG", **kw)`` calls the entry point with
+    ``(ARG, **kw)`` (for example ``ppo:<path>`` or ``ia:<name>``); ``arg`` names ARG in messages."""
+    if not prefix or ":" in prefix:
+        raise ValueError(f"prefixes are non-empty and have no ':', got {prefix!r}")
+    _PREFIXES[prefix] = (entry_point, arg)
 
 
 def available_policies() -> list[str]:
-    """Names :func:`make_policy` accepts (plus ``ppo:<path>`` and ``ia:<name>``)."""
-    return sorted(set(_REGISTRY) | set(_BUILTIN))
+    """Names :func:`make_policy` accepts (plus the registered ``prefix:<arg>`` forms)."""
+    load_plugins()
+    return sorted(_REGISTRY)
+
+
+def available_prefixes() -> list[str]:
+    """Registered prefixes with their argument (``ia:<name>``, ``ppo:<path>``, ...)."""
+    load_plugins()
+    return [f"{prefix}:<{_PREFIXES[prefix][1]}>" for prefix in sorted(_PREFIXES)]
 
 
 def make_policy(name: str, **kwargs: object) -> Policy:
-    """Build a policy by registry name, ``ppo:<path>`` for a saved agent, or ``ia:<name>`` for
-    policy ``name``'s allocation with interference-aware placement.
+    """Build a policy by registry name, or ``prefix:<arg>`` for a registered prefix (``ppo:<path>``
+    loads a saved agent, ``ia:<name>`` gives policy ``name`` interference-aware placement).
 
     Raises:
-        ValueError: for an unknown name, listing the known ones.
+        ValueError: for an unknown name or prefix, listing the known ones.
+        TypeError: if what the entry point builds does not implement :class:`Policy`.
     """
-    if name.startswith("ppo:"):
-        module = importlib.import_module("agents.policy_adapter")
-        return module.load_agent_policy(name[4:], **kwargs)
-    if name.startswith("ia:"):
-        module = importlib.import_module("baselines.interference_aware")
-        return module.wrap(name[3:], **kwargs)
-    if name not in _REGISTRY and name in _BUILTIN:
-        importlib.import_module(_BUILTIN[name])
-    factory = _REGISTRY.get(name)
-    if factory is None:
-        known = ", ".join(available_policies())
-        raise ValueError(f"unknown policy {name!r}; available: {known}, ppo:<path>, ia:<name>")
-    policy = factory(**kwargs)
+    load_plugins()
+    prefix, sep, arg = name.partition(":")
+    if sep:
+        if prefix not in _PREFIXES:
+            known = ", ".join(available_prefixes())
+            raise ValueError(f"unknown policy prefix {prefix!r} in {name!r}; registered prefixes: {known}")
+        policy = _resolve(_PREFIXES[prefix][0])(arg, **kwargs)
+    else:
+        spec = _REGISTRY.get(name)
+        if spec is None:
+            known = ", ".join([*sorted(_REGISTRY), *available_prefixes()])
+            raise ValueError(f"unknown policy {name!r}; available: {known}")
+        policy = spec.factory()(**{**spec.kwargs, **kwargs})
     if not isinstance(policy, Policy):
         raise TypeError(f"policy {name!r} does not implement the Policy protocol")
     return policy

@@ -24,7 +24,7 @@ from agents.factory import (
 )
 from agents.policy_adapter import AgentPolicy, encode_observation, env_shape_of, resolve_model_path
 from deepboot_env.env import DeepBootEnv
-from deepboot_env.env.encoding import GPU_BUCKETS
+from deepboot_env.env.codec import GPU_BUCKETS
 from deepboot_env.evaluation import run_episode
 from deepboot_env.policy import Policy, make_policy, validate_allocation
 from deepboot_env.sim.simulator import SimConfig
@@ -177,7 +177,7 @@ def test_compare_runs_agent_in_worker_processes(tiny, tmp_path) -> None:
         "torch.set_num_threads(2)\n"
         "x = torch.randn(256, 256)\n"
         "(x @ x).sum()\n"
-        "from deepboot_env.compare import run_comparison\n"
+        "from deepboot_harness.compare import run_comparison\n"
         "from deepboot_env.sim.simulator import SimConfig\n"
         f"c = run_comparison(['ppo:{model}'], [r'{csv_path}'], seeds=[0, 1], jobs=2, progress=False,\n"
         "                    config=SimConfig(max_time=10 * 3600.0))\n"

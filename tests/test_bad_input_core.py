@@ -147,9 +147,30 @@ def test_unknown_policy_name_lists_known_ones() -> None:
 def test_policy_registry_rejects_non_policies(monkeypatch: pytest.MonkeyPatch) -> None:
     import deepboot_env.policy as policy_module
 
-    monkeypatch.setitem(policy_module._REGISTRY, "not-a-policy-test", lambda: object())
+    monkeypatch.setattr(policy_module, "_REGISTRY", dict(policy_module._REGISTRY))
+    policy_module.register_policy("not-a-policy-test", lambda: object())
     with pytest.raises(TypeError, match="'not-a-policy-test' does not implement the Policy protocol"):
         make_policy("not-a-policy-test")
+    with pytest.raises(ValueError, match="unknown policy prefix 'nope'.*ppo:<path>"):
+        make_policy("nope:x")
+    with pytest.raises(ValueError, match="no ':'"):
+        policy_module.register_policy("a:b", "x:y")
+
+
+def test_registered_entry_points_are_imported_lazily(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``"module:attr"`` entry point is imported when the policy is first built, with the
+    registered keyword arguments updated by the caller's."""
+    import sys
+
+    import deepboot_env.policy as policy_module
+
+    monkeypatch.setattr(policy_module, "_REGISTRY", dict(policy_module._REGISTRY))
+    monkeypatch.delitem(sys.modules, "baselines.tiresias", raising=False)
+    policy_module.register_policy("tiresias-lend-test", "baselines.tiresias:TiresiasPolicy", lend=True)
+    assert "baselines.tiresias" not in sys.modules
+    policy = make_policy("tiresias-lend-test")
+    assert "baselines.tiresias" in sys.modules and policy.lend is True
+    assert make_policy("tiresias-lend-test", lend=False).lend is False
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from builders import assert_same_calibration
 
-from deepboot_env.cli import main
 from deepboot_env.sim.apps import load_profiles
+from deepboot_harness.cli import main
 from traces.loaders import load_workload
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"

@@ -1,4 +1,4 @@
-"""Tests of ``deepboot compare`` (deepboot_env.compare, deepboot_env.plots)."""
+"""Tests of ``deepboot compare`` (deepboot_harness.compare, deepboot_harness.plots)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from deepboot_env.cli import main
-from deepboot_env.compare import RUN_COLUMNS, compare, expand_workloads, run_comparison
-from deepboot_env.plots import plot_timeline
 from deepboot_env.sim.metrics import GPU_STATES
+from deepboot_harness.cli import main
+from deepboot_harness.compare import RUN_COLUMNS, compare, expand_workloads, run_comparison
+from deepboot_harness.plots import plot_timeline
 from traces.generate import generate_workload, write_workload_csv
 from traces.loaders import list_shipped_workloads
 

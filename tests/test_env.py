@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import gymnasium as gym
@@ -11,7 +12,10 @@ from builders import masked_random_action
 
 import deepboot_env  # noqa: F401  (registers DeepBoot-v0)
 from deepboot_env.env import DeepBootEnv
-from deepboot_env.env.encoding import CLUSTER_FEATURES, GPU_BUCKETS, JOB_FEATURES
+from deepboot_env.env.codec import GPU_BUCKETS
+from deepboot_env.env.encoding import _LOG_AGE, _LOG_SERVICE, CLUSTER_FEATURES, JOB_FEATURES, SPEEDUP_POINTS
+from deepboot_env.sim.apps import APP_NAMES
+from deepboot_env.sim.cluster import NODE_INFER
 from traces.generate import generate_workload
 
 SB3_ALLOWED_WARNINGS: tuple[str, ...] = ()
@@ -176,13 +180,35 @@ def _reference_cluster(state, max_jobs: int) -> np.ndarray:
     return out
 
 
+def _reference_job_row(job, state, out: np.ndarray) -> None:
+    """The job features of one slot, written element by element into ``out`` (the reference of
+    encode_observation's one-pass rows)."""
+    total = state.config.total_gpus
+    out[0] = 1.0
+    out[1 : 1 + len(APP_NAMES)] = 0.0
+    out[1 + APP_NAMES.index(job.app)] = 1.0
+    i = 1 + len(APP_NAMES)
+    replicas = job.replicas
+    out[i] = min(replicas / total, 1.0)
+    out[i + 1] = min(job.max_replicas / total, 1.0)
+    out[i + 2] = min(math.log1p(max(job.age, 0.0)) / _LOG_AGE, 1.0)
+    out[i + 3] = min(math.log1p(job.attained_service) / _LOG_SERVICE, 1.0)
+    out[i + 4] = min(job.num_restarts / 20.0, 1.0)
+    out[i + 5] = job.progress_fraction
+    out[i + 6 : i + 6 + len(SPEEDUP_POINTS)] = job.rates.speedup_curve(job.epoch, SPEEDUP_POINTS, state.gpus_per_node)
+    j = i + 6 + len(SPEEDUP_POINTS)
+    lent = int(job.alloc[state.node_kinds == NODE_INFER].sum())
+    out[j] = lent / replicas if replicas else 0.0
+    out[j + 1] = min(job.stalled_seconds / 120.0, 1.0)
+
+
 @pytest.mark.parametrize("cluster", ["8x4+8x4", "shared:8x4"])
 def test_observation_equals_the_per_job_reference(small_workload, cluster) -> None:
     """encode_observation (all slots in one pass) == encode_job slot by slot + the numpy cluster
     features, bit for bit, and the env returns exactly encode_observation of its state."""
     from dataclasses import fields
 
-    from deepboot_env.env.encoding import encode_job, encode_observation
+    from deepboot_env.env.encoding import encode_observation
     from deepboot_env.sim.state import JobView
 
     kwargs = {"shared_pool": "8x4"} if cluster.startswith("shared") else {"cluster": cluster}
@@ -193,7 +219,7 @@ def test_observation_equals_the_per_job_reference(small_workload, cluster) -> No
         state = env._state
         jobs = np.zeros((4, len(JOB_FEATURES)), dtype=np.float32)
         for slot, job in enumerate(state.jobs[:4]):
-            encode_job(job, state, jobs[slot])
+            _reference_job_row(job, state, jobs[slot])
         mine = encode_observation(state, 4)
         assert mine["jobs"].tobytes() == jobs.reshape(-1).tobytes() == obs["jobs"].tobytes()
         assert mine["cluster"].tobytes() == _reference_cluster(state, 4).tobytes() == obs["cluster"].tobytes()
@@ -210,7 +236,7 @@ def test_observation_equals_the_per_job_reference(small_workload, cluster) -> No
 
 
 def test_encoding_works_without_gymnasium() -> None:
-    """encode_observation / action_mask / decode_action need only the simulator (the policy adapter
+    """encode_observation and the target codec need only the simulator (the policy adapter
     runs a saved model through them); importing them does not import gymnasium."""
     import subprocess
     import sys
@@ -223,15 +249,17 @@ def test_encoding_works_without_gymnasium() -> None:
         "from deepboot_env.sim.workload import TrainingJobSpec, Workload\n"
         "from deepboot_env.sim.simulator import SimConfig, Simulator\n"
         "from deepboot_env.sim.cluster import ClusterConfig\n"
-        "from deepboot_env.env.encoding import JOB_FEATURES, action_mask, decode_action, encode_observation\n"
+        "from deepboot_env.env.codec import TargetCodec\n"
+        "from deepboot_env.env.encoding import JOB_FEATURES, encode_observation\n"
         "sim = Simulator(Workload('w', (TrainingJobSpec('a', 0.0, 'ncf', 1, 32768),)), "
         "SimConfig(cluster=ClusterConfig(1, 0, 1)))\n"
         "state = sim.observe()\n"
         "obs = encode_observation(state, 2)\n"
         "assert obs['jobs'].shape == (2 * len(JOB_FEATURES),) and obs['jobs'][0] == 1.0\n"
         "assert obs['cluster'].shape == (13,) and 'gymnasium' not in [m for m in sys.modules if sys.modules[m]]\n"
-        "assert action_mask(state, 2, 3).sum() == 2 + 1 + 1\n"
-        "alloc, repaired = decode_action(np.array([1, 0, 0]), state, 2, 3)\n"
+        "codec = TargetCodec(2, 3)\n"
+        "assert codec.mask(state).sum() == 2 + 1 + 1\n"
+        "alloc, repaired = codec.decode_allocation(np.array([1, 0, 0]), state)\n"
         "assert alloc.gpus[0].tolist() == [1] and repaired == 0\n"
     )
     root = Path(__file__).resolve().parents[1]
@@ -253,7 +281,7 @@ def test_trim_to_capacity_equals_the_gpu_by_gpu_rule() -> None:
     import random
     from types import SimpleNamespace
 
-    from deepboot_env.env.encoding import trim_to_capacity
+    from deepboot_env.env.codec import trim_to_capacity
 
     rng = random.Random(0)
     for _ in range(3000):

@@ -1,6 +1,6 @@
 """The simulator's and the env's fast paths give exactly what the checked / eager paths give.
 
-* ``DeepBootEnv.step`` applies ``decode_action``'s allocation with ``Simulator.apply_valid`` (no
+* ``DeepBootEnv.step`` applies the codec's allocation with ``Simulator.apply_valid_counts`` (no
   second validation): every decoded allocation passes ``validate_allocation`` unchanged, and a
   twin driven through the validating ``Simulator.apply`` stays identical.
 * TRAIN_DONE events are projected lazily (``Simulator._schedule_completion``, deferred until the
@@ -18,7 +18,8 @@ import pytest
 from builders import masked_random_action
 
 from deepboot_env.env import DeepBootEnv
-from deepboot_env.env.encoding import decode_action, encode_observation
+from deepboot_env.env.codec import TargetCodec
+from deepboot_env.env.encoding import encode_observation
 from deepboot_env.evaluation import run_episode
 from deepboot_env.sim.cluster import ClusterConfig
 from deepboot_env.sim.jobs import TrainingJob
@@ -44,7 +45,7 @@ def test_step_without_revalidation_equals_validating_apply(workload, restart: st
     for _ in range(600):
         action = masked_random_action(fast, rng)
         state = checked._state
-        alloc, _ = decode_action(action, state, checked.max_jobs, checked.lend_levels)
+        alloc, _ = checked.codec.decode_allocation(action, state)
         validated = validate_allocation(state, alloc)  # raises if the decoded allocation were invalid
         assert validated.keys() == alloc.gpus.keys()
         assert all(np.array_equal(validated[j], alloc.gpus[j]) for j in validated)
@@ -121,7 +122,7 @@ def test_job_seconds_equals_the_array_formula(workload) -> None:
     while not sim.done:
         state = sim.observe()
         sim.apply(
-            decode_action(np.array([rng.integers(0, 4) for _ in range(8)] + [4]), state, max_jobs=8, lend_levels=5)[0],
+            TargetCodec(8, 5).decode_allocation(np.array([rng.integers(0, 4) for _ in range(8)] + [4]), state)[0],
             state,
         )
         t_prev = sim.now

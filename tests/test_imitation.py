@@ -15,12 +15,12 @@ from agents.factory import build_model, make_vec_env_for
 from agents.imitation import (
     collect_demonstrations,
     discounted_returns,
-    encode_allocation,
     perturb,
     pretrain,
 )
 from deepboot_env.env import DeepBootEnv
-from deepboot_env.env.encoding import GPU_BUCKETS, JOB_FEATURES, decode_action
+from deepboot_env.env.codec import GPU_BUCKETS
+from deepboot_env.env.encoding import JOB_FEATURES
 from deepboot_env.policy import make_policy
 from traces.generate import generate_workload, write_workload_csv
 
@@ -42,21 +42,21 @@ def _env_mid_episode(tiny, steps: int = 30) -> DeepBootEnv:
     env.reset(seed=0)
     ats = make_policy("ats")
     for _ in range(steps):
-        env.step(encode_allocation(ats.decide(env._state), env._state, env.max_jobs, env.lend_levels))
+        env.step(env.codec.expert_action("ats", ats, env.state))
     return env
 
 
-def test_encode_allocation_rounds_down_and_decodes_back(tiny) -> None:
+def test_expert_action_rounds_down_and_decodes_back(tiny) -> None:
     env = _env_mid_episode(tiny)
-    state = env._state
+    state = env.state
     alloc = make_policy("ats").decide(state)
-    action = encode_allocation(alloc, state, env.max_jobs, env.lend_levels)
+    action = env.codec.expert_action("ats", make_policy("ats"), state)
     assert action.shape == (env.max_jobs + 1,)
     for slot, job in enumerate(state.jobs[: env.max_jobs]):
         want = alloc.replicas(job.id)
         got = GPU_BUCKETS[action[slot]]
         assert got <= want and (action[slot] == len(GPU_BUCKETS) - 1 or GPU_BUCKETS[action[slot] + 1] > want)
-    decoded, repaired = decode_action(action, state, env.max_jobs, env.lend_levels)
+    decoded, repaired = env.codec.decode_allocation(action, state)
     assert repaired == 0  # rounding down never asks for more than the expert held
     for slot, job in enumerate(state.jobs[: env.max_jobs]):
         assert decoded.replicas(job.id) == GPU_BUCKETS[action[slot]]
@@ -134,7 +134,7 @@ def test_train_policy_pretrain_smoke(tiny, tmp_path) -> None:
 
 
 def test_learning_curve_png_from_evaluations(tmp_path) -> None:
-    from agents.curves import chained_curve, evaluation_curve, main
+    from deepboot_harness.curves import chained_curve, evaluation_curve, main
 
     run = tmp_path / "run"
     run.mkdir()

@@ -12,10 +12,9 @@ import pytest
 from builders import cluster_state, job_view
 
 from baselines.interference_aware import InterferenceAwarePlacer, InterferenceAwarePolicy
+from baselines.interference_predictor import InterferencePredictor
 from baselines.pollux import PolluxProblem
-from deepboot_env.cli import main as cli_main
 from deepboot_env.evaluation import run_episode
-from deepboot_env.interference_predictor import InterferencePredictor
 from deepboot_env.placement import place_counts
 from deepboot_env.policy import Allocation, BasePolicy, ClusterState, make_policy
 from deepboot_env.sim.apps import APP_NAMES, get_app
@@ -25,6 +24,7 @@ from deepboot_env.sim.interference import InterferenceError, InterferenceModel
 from deepboot_env.sim.simulator import SimConfig, Simulator
 from deepboot_env.sim.state import JobView
 from deepboot_env.sim.workload import TrainingJobSpec, Workload
+from deepboot_harness.cli import main as cli_main
 
 BATCH = 24
 """bert with a fixed total batch of 24: 2 epochs (hand-checkable), up to 6 replicas."""
@@ -423,7 +423,7 @@ def test_pollux_avoidance_makes_injected_interference_irrelevant() -> None:
 
 
 def test_compare_reports_interference(tmp_path: Path) -> None:
-    from deepboot_env.compare import compare
+    from deepboot_harness.compare import compare
 
     wl = tmp_path / "wl.csv"
     wl.write_text("name,time,application,num_replicas,batch_size\na,0,cifar10,4,256\nb,30,cifar10,4,256\n")

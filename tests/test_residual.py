@@ -17,7 +17,7 @@ from agents.factory import build_model, make_vec_env_for
 from agents.imitation import collect_demonstrations, init_residual_policy
 from agents.policy_adapter import METADATA_FILE, AgentPolicy, env_shape_of, load_agent_policy
 from deepboot_env.env import DeepBootEnv
-from deepboot_env.env.residual import NEUTRAL, RESIDUAL_DELTAS, ResidualCodec
+from deepboot_env.env.codec import NEUTRAL, RESIDUAL_DELTAS, ResidualCodec
 from deepboot_env.evaluation import run_episode
 from deepboot_env.policy import make_policy
 from deepboot_env.sim.state import validate_allocation
@@ -74,12 +74,12 @@ def test_random_masked_corrections_are_valid_and_change_the_outcome(tiny) -> Non
         assert base.contains(e._observe()["base"])
         # every job's base count plus a valid correction stays within [0, max_replicas]
         for job, row in zip(e._state.jobs[:MAX_JOBS], slots, strict=False):
-            base_count = e.residual._counts.get(job.id, 0)
+            base_count = e.codec._counts.get(job.id, 0)
             for k in np.flatnonzero(row):
                 assert 0 <= base_count + RESIDUAL_DELTAS[k] <= job.max_replicas
         assert slots[len(e._state.jobs) :].sum() == MAX_JOBS - min(len(e._state.jobs), MAX_JOBS)
         action = np.array([rng.choice(np.flatnonzero(row)) for row in slots] + [rng.integers(e.lend_levels)])
-        alloc, repaired = e.residual.decode(action, e._state)
+        alloc, repaired = e.codec.decode_allocation(action, e._state)
         validate_allocation(e._state, alloc)  # raises on any over-allocation
         seen_repairs.append(repaired)
         return action
@@ -92,12 +92,12 @@ def test_random_masked_corrections_are_valid_and_change_the_outcome(tiny) -> Non
 
 
 def test_decode_rejects_bad_actions_and_needs_a_proposal(tiny) -> None:
-    codec = ResidualCodec("ats", MAX_JOBS, 5)
+    codec = ResidualCodec(MAX_JOBS, 5, "ats")
     env = _residual_env(tiny)
     env.reset(seed=0)
-    with pytest.raises(RuntimeError, match="propose"):
+    with pytest.raises(RuntimeError, match="observe"):
         codec.decode(env.neutral_action(), env._state)
-    codec.propose(env._state)
+    codec.observe(env._state)
     with pytest.raises(ValueError, match="entries"):
         codec.decode(np.zeros(3, dtype=int), env._state)
     bad = env.neutral_action()
@@ -121,23 +121,23 @@ def test_initialised_residual_agent_is_the_base_policy_and_exports_its_base(tiny
     model = build_model("maskable_ppo", vec, device="cpu", seed=0, hyperparams=SMALL_NET)
     vec.close()
     assert env_shape_of(model)["action_mode"] == "residual"
-    init_residual_policy(model, 0.9)
+    init_residual_policy(model, _residual_env(tiny).neutral_action(), 0.9)
     config = _residual_env(tiny).sim_config
     agent = run_episode(AgentPolicy(model), tiny, config, seed=0)
     ats = run_episode(make_policy("ats"), tiny, config, seed=0)
     assert agent.train_jct_mean == ats.train_jct_mean
     with pytest.raises(ValueError, match="neutral_prob"):
-        init_residual_policy(model, 1.0)
+        init_residual_policy(model, _residual_env(tiny).neutral_action(), 1.0)
 
     run = tmp_path / "run"
     run.mkdir()
     model.save(run / "best_model.zip")
     (run / "config.yml").write_text(yaml.safe_dump({"algo": "maskable_ppo", "env_kwargs": {"base_policy": "fifo"}}))
-    assert load_agent_policy(run).residual.base_name == "fifo"
+    assert load_agent_policy(run).codec.base_name == "fifo"
     out = export_model(run, tmp_path / "exported.zip")
     with zipfile.ZipFile(out) as zf:
         assert json.loads(zf.read(METADATA_FILE))["env_kwargs"]["base_policy"] == "fifo"
-    assert load_agent_policy(out).residual.base_name == "fifo"
+    assert load_agent_policy(out).codec.base_name == "fifo"
 
 
 def test_train_policy_residual_starts_at_the_base_policy(tiny, tmp_path) -> None:
@@ -162,7 +162,7 @@ def test_shipped_checkpoint_is_a_small_residual_agent_that_beats_fifo_and_nolend
     path = REPO / "agents" / "pretrained" / "deepboot-v0.zip"
     assert path.stat().st_size < 5e6
     agent = make_policy(f"ppo:{path}")
-    assert agent.action_mode == "residual" and agent.residual.base_name == "ats"
+    assert agent.action_mode == "residual" and agent.codec.base_name == "ats"
     from traces.loaders import load_workload
 
     workload = load_workload("test/test-03")

@@ -120,7 +120,7 @@ def test_ppo_tensorboard_log_and_resume(tiny_csv, tmp_path) -> None:
         (["--algo", "dqn"], "unknown algo 'dqn'"),
         (["--hyperparams", "n_steps"], "expected key:value"),
         (["--hyperparams", "n_stepz:3"], "unknown hyperparameter 'n_stepz'"),
-        (["--env-kwargs", "max_job:3"], "unknown env argument 'max_job'"),
+        (["--env-kwargs", "max_job:3"], "unknown env option(s) max_job"),
         (["--env-kwargs", "max_jobs:0"], "max_jobs"),
         (["--device", "tpu"], "unknown device"),
         (["--resume", "nowhere.zip"], "no saved model"),

@@ -1,1 +1,10 @@
-"""Workload traces: loaders (Pollux, DeepBoot, Philly formats), generators and calibration."""
+"""Workload traces: loaders (Pollux, DeepBoot, Philly formats), generators and calibration.
+
+Importing this package registers :func:`traces.loaders.load_workload_source` as the env's loader of
+named workloads (the ``deepboot_env.plugins`` entry point makes deepboot_env import it when a name
+must be resolved).
+"""
+
+from deepboot_env.workloads import register_workload_loader
+
+register_workload_loader("traces.loaders:load_workload_source")

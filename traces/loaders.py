@@ -24,6 +24,7 @@ named instead of a path: ``load_workload("test/test-01")`` or, where the stem is
 from __future__ import annotations
 
 import csv
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,6 +94,35 @@ def list_shipped_workloads() -> list[str]:
         if folder.is_dir():
             names.extend(f"{split}/{p.stem}" for p in sorted(folder.glob("*.csv")))
     return names
+
+
+def expand_workload_sources(source: str | Path | Sequence[str | Path]) -> list[str | Path]:
+    """Expand split names (``train``, ``val``, ``test``) into their shipped workloads' names;
+    other sources are kept as they are.
+
+    Raises:
+        ValueError: if nothing is left.
+    """
+    items = list(source) if isinstance(source, list | tuple) else [source]
+    out: list[str | Path] = []
+    for item in items:
+        if isinstance(item, str) and item in SPLITS:
+            out.extend(n for n in list_shipped_workloads() if n.startswith(item + "/"))
+        else:
+            out.append(item)
+    if not out:
+        raise ValueError(f"no workloads in {source!r}")
+    return out
+
+
+def load_workload_source(source: str | Path) -> list[Workload]:
+    """The workloads one name stands for: a split's shipped workloads, or one workload (a CSV path
+    or a shipped name). The env's default workload loader (:mod:`deepboot_env.workloads`).
+
+    Raises:
+        TraceError: as :func:`load_workload`.
+    """
+    return [load_workload(item) for item in expand_workload_sources(source)]
 
 
 def resolve_workload(source: str | Path) -> Path:

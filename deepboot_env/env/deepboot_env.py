@@ -3,53 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from deepboot_env.env.encoding import (
-    CLUSTER_FEATURES,
-    GPU_BUCKETS,
-    JOB_FEATURES,
-    action_mask,
-    decode_action_counts,
-    encode_observation,
-)
-from deepboot_env.env.residual import NEUTRAL, RESIDUAL_DELTAS, ResidualCodec
+from deepboot_env.config import EnvConfig
+from deepboot_env.env.codec import ActionCodec
+from deepboot_env.env.encoding import CLUSTER_FEATURES, JOB_FEATURES, encode_observation
 from deepboot_env.policy import BasePolicy
-from deepboot_env.sim.cluster import ClusterConfig
-from deepboot_env.sim.simulator import SimConfig, Simulator
-from deepboot_env.sim.workload import Workload
-
-WorkloadSource = str | Path | Workload
-
-ACTION_MODES: tuple[str, ...] = ("target", "residual")
-"""``target``: per-slot GPU targets; ``residual``: per-slot corrections to a base policy."""
+from deepboot_env.sim.simulator import Simulator
+from deepboot_env.sim.state import ClusterState
+from deepboot_env.workloads import WorkloadLoader, WorkloadSource, load_workloads
 
 
 class _EnvReclaim(BasePolicy):
     """The environment's reclaim hook: DeepBoot's ATS-I rule, adaptive batch sizes."""
 
     name = "env"
-
-
-def resolve_workloads(source: WorkloadSource | Sequence[WorkloadSource]) -> list[WorkloadSource]:
-    """Expand a split name (``train``/``val``/``test``) or a list into workload sources."""
-    from traces.loaders import list_shipped_workloads
-
-    items = list(source) if isinstance(source, list | tuple) else [source]
-    out: list[WorkloadSource] = []
-    for item in items:
-        if isinstance(item, str) and item in ("train", "val", "test"):
-            out.extend(n for n in list_shipped_workloads() if n.startswith(item + "/"))
-        else:
-            out.append(item)
-    if not out:
-        raise ValueError(f"no workloads in {source!r}")
-    return out
 
 
 class DeepBootEnv(gym.Env):
@@ -74,20 +46,21 @@ class DeepBootEnv(gym.Env):
     time of day (sin/cos), active jobs and jobs beyond the slots. No remaining-work oracle.
 
     ## Action Space
-    ``MultiDiscrete([7] * max_jobs + [lend_levels])``: per slot an index into
-    :data:`~deepboot_env.env.encoding.GPU_BUCKETS` (0, 1, 2, 4, 8, 16, 32 GPUs), then a lending
-    level l: training may use l / (lend_levels - 1) of the lendable inference GPUs.
-    :meth:`action_masks` masks targets above a job's limit and non-zero targets of empty slots
-    (for MaskablePPO). Targets that do not fit are repaired deterministically
-    (:func:`~deepboot_env.env.encoding.decode_action`); ``info["repaired_gpus"]`` counts them.
+    Defined by the action codec of ``action_mode`` (:mod:`deepboot_env.env.codec`):
 
-    With ``action_mode="residual"`` (residual policy learning) a base scheduler (``base_policy``,
-    ATS by default) proposes an allocation at every boundary; the action is
-    ``MultiDiscrete([9] * max_jobs + [lend_levels])``, per slot a correction from
-    :data:`~deepboot_env.env.residual.RESIDUAL_DELTAS` (-8..+8 GPUs) to the proposed count, then
-    the lending level. All-zero corrections at the top lending level reproduce the base policy
-    exactly. The observation gains ``base=Box(0, 1, (max_jobs,))``: the proposed GPUs per slot over
-    the cluster's GPUs. Decoding: :class:`~deepboot_env.env.residual.ResidualCodec`.
+    * ``target`` (default): ``MultiDiscrete([7] * max_jobs + [lend_levels])``: per slot an index
+      into :data:`~deepboot_env.env.codec.GPU_BUCKETS` (0, 1, 2, 4, 8, 16, 32 GPUs), then a lending
+      level l: training may use l / (lend_levels - 1) of the lendable inference GPUs.
+    * ``residual`` (residual policy learning): a base scheduler (``base_policy``, ATS by default)
+      proposes an allocation at every boundary; the action is ``MultiDiscrete([9] * max_jobs +
+      [lend_levels])``, per slot a correction from :data:`~deepboot_env.env.codec.RESIDUAL_DELTAS`
+      (-8..+8 GPUs) to the proposed count, then the lending level. :meth:`neutral_action` (zero
+      corrections, top lending level) reproduces the base policy exactly. The observation gains
+      ``base=Box(0, 1, (max_jobs,))``: the proposed GPUs per slot over the cluster's GPUs.
+
+    :meth:`action_masks` masks choices above a job's limit and non-zero choices of empty slots
+    (for MaskablePPO). Targets that do not fit are repaired deterministically by the codec;
+    ``info["repaired_gpus"]`` counts them.
 
     ## Rewards
     ``reward = jct + infer`` with the named terms in ``info``:
@@ -104,12 +77,14 @@ class DeepBootEnv(gym.Env):
     episode metrics under ``episode_metrics``.
 
     ## Arguments
-    ``workload`` (a shipped name, split ``train``/``val``/``test``, CSV path, Workload, or a list;
-    one is drawn per reset with the env's RNG, or chosen by ``reset(options={"workload": ...})``),
-    ``cluster`` ("8x4+8x4"), ``shared_pool`` (e.g. "16x4", overrides cluster), ``restart``
-    ("afe"), ``protect_scale`` (1.0), ``max_jobs`` (32), ``lend_levels`` (5), ``jct_scale`` (10),
-    ``infer_weight`` (1.0), ``max_rounds`` (3000), ``render_mode`` ("ansi" or "rgb_array"),
-    ``action_mode`` ("target" or "residual"), ``base_policy`` ("ats", residual mode only).
+    ``workload``: a Workload, a name (a shipped workload, a split ``train``/``val``/``test``, a CSV
+    path) resolved by ``workload_loader`` (default: the registered one, :mod:`deepboot_env.workloads`),
+    or a list of them; one is drawn per reset with the env's RNG, or chosen by
+    ``reset(options={"workload": ...})``. ``config``: an :class:`~deepboot_env.config.EnvConfig`, or
+    instead its flat options as keyword arguments (``cluster``, ``shared_pool``, ``restart``,
+    ``protect_scale``, ``interval``, ``interference``, ``max_time``, ``max_jobs``, ``lend_levels``,
+    ``jct_scale``, ``infer_weight``, ``max_rounds``, ``action_mode``, ``base_policy``; defaults and
+    meaning in :mod:`deepboot_env.config`). ``render_mode``: "ansi" or "rgb_array".
 
     ## Version History
     * v0: initial version.
@@ -123,75 +98,73 @@ class DeepBootEnv(gym.Env):
     def __init__(
         self,
         workload: WorkloadSource | Sequence[WorkloadSource] = "train",
-        cluster: str = "8x4+8x4",
-        shared_pool: str | None = None,
-        restart: str = "afe",
-        protect_scale: float = 1.0,
-        max_jobs: int = 32,
-        lend_levels: int = 5,
-        jct_scale: float = 10.0,
-        infer_weight: float = 1.0,
-        max_rounds: int = 3000,
+        config: EnvConfig | None = None,
         render_mode: str | None = None,
-        action_mode: str = "target",
-        base_policy: str = "ats",
+        workload_loader: WorkloadLoader | None = None,
+        **options: Any,
     ) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
-        if max_jobs < 1 or lend_levels < 1 or max_rounds < 1:
-            raise ValueError("max_jobs, lend_levels and max_rounds must be >= 1")
-        if action_mode not in ACTION_MODES:
-            raise ValueError(f"action_mode must be one of {ACTION_MODES}, got {action_mode!r}")
-        self.cluster = ClusterConfig.parse_shared(shared_pool) if shared_pool else ClusterConfig.parse(cluster)
-        self.sim_config = SimConfig(cluster=self.cluster, restart=restart, protect_scale=protect_scale)
-        self.workloads = resolve_workloads(workload)
-        self._loaded: dict[str, Workload] = {}
-        self.max_jobs = max_jobs
-        self.lend_levels = lend_levels
-        self.jct_scale = jct_scale
-        self.infer_weight = infer_weight
-        self.max_rounds = max_rounds
+        if config is not None and options:
+            raise ValueError(f"give either config or env options, not both (got {', '.join(sorted(options))})")
+        self.config = config if config is not None else EnvConfig.from_options(**options)
+        self.sim_config = self.config.sim
+        self.cluster = self.sim_config.cluster
+        self._loader = workload_loader
+        self.workloads = load_workloads(workload, workload_loader)
         self.render_mode = render_mode
-        self.action_mode = action_mode
-        self.residual = ResidualCodec(base_policy, max_jobs, lend_levels) if action_mode == "residual" else None
+        self.codec: ActionCodec = self.config.make_codec()
+        max_jobs = self.config.max_jobs
         obs_spaces = {
             "jobs": spaces.Box(0.0, 1.0, (max_jobs * len(JOB_FEATURES),), dtype=np.float32),
             "cluster": spaces.Box(0.0, 1.0, (len(CLUSTER_FEATURES),), dtype=np.float32),
         }
-        choices = len(GPU_BUCKETS)
-        if self.residual is not None:
-            obs_spaces["base"] = spaces.Box(0.0, 1.0, (max_jobs,), dtype=np.float32)
-            choices = len(RESIDUAL_DELTAS)
+        for key, size in self.codec.extra_observation().items():
+            obs_spaces[key] = spaces.Box(0.0, 1.0, (size,), dtype=np.float32)
         self.observation_space = spaces.Dict(obs_spaces)
-        self.action_space = spaces.MultiDiscrete([choices] * max_jobs + [lend_levels])
+        self.action_space = spaces.MultiDiscrete(self.codec.nvec)
         self.sim: Simulator | None = None
-        self._state = None
+        self._state: ClusterState | None = None
+
+    @property
+    def max_jobs(self) -> int:
+        """Job slots (``config.max_jobs``)."""
+        return self.config.max_jobs
+
+    @property
+    def lend_levels(self) -> int:
+        """Lending levels (``config.lend_levels``)."""
+        return self.config.lend_levels
+
+    @property
+    def state(self) -> ClusterState:
+        """The cluster state of the current decision (what the last observation encodes).
+
+        Raises:
+            RuntimeError: before :meth:`reset`.
+        """
+        if self._state is None:
+            raise RuntimeError("call reset() first")
+        return self._state
 
     # ----------------------------------------------------------------- helpers
-    def _workload(self, source: WorkloadSource) -> Workload:
-        if isinstance(source, Workload):
-            return source
-        key = str(source)
-        if key not in self._loaded:
-            from traces.loaders import load_workload
-
-            self._loaded[key] = load_workload(source)
-        return self._loaded[key]
-
     def _observe(self) -> dict[str, np.ndarray]:
         assert self.sim is not None
         self._state = self.sim.observe()
-        obs = encode_observation(self._state, self.max_jobs)
-        if self.residual is not None:
-            self.residual.propose(self._state)
-            obs["base"] = self.residual.base_counts(self._state)
+        obs = encode_observation(self._state, self.config.max_jobs)
+        obs.update(self.codec.observe(self._state))
         return obs
 
     def neutral_action(self) -> np.ndarray:
-        """Residual mode: the action that reproduces the base policy (zero corrections, top
-        lending level)."""
-        action = np.full(self.max_jobs + 1, NEUTRAL, dtype=np.int64)
-        action[-1] = self.lend_levels - 1
+        """The action that reproduces the base policy (residual mode: zero corrections, top
+        lending level).
+
+        Raises:
+            ValueError: if the action mode has no base policy.
+        """
+        action = self.codec.neutral_action()
+        if action is None:
+            raise ValueError(f"action_mode {self.codec.mode!r} has no base policy, hence no neutral action")
         return action
 
     # --------------------------------------------------------------- Gym API
@@ -200,12 +173,11 @@ class DeepBootEnv(gym.Env):
         super().reset(seed=seed)
         options = options or {}
         if "workload" in options:
-            source = options["workload"]
+            workload = load_workloads(options["workload"], self._loader)[0]
         else:
-            source = self.workloads[int(self.np_random.integers(len(self.workloads)))]
-        self.sim = Simulator(self._workload(source), self.sim_config, _EnvReclaim())
-        if self.residual is not None:
-            self.residual.reset(seed)
+            workload = self.workloads[int(self.np_random.integers(len(self.workloads)))]
+        self.sim = Simulator(workload, self.sim_config, _EnvReclaim())
+        self.codec.reset(seed)
         self.rounds = 0
         self._reward_from = 0.0
         self._waited_from = 0.0
@@ -216,9 +188,7 @@ class DeepBootEnv(gym.Env):
         """Valid choices per action dimension, flattened (for sb3-contrib MaskablePPO)."""
         if self._state is None:
             raise RuntimeError("call reset() before action_masks()")
-        if self.residual is not None:
-            return self.residual.mask(self._state)
-        return action_mask(self._state, self.max_jobs, self.lend_levels)
+        return self.codec.mask(self._state)
 
     def step(self, action):
         """Apply the allocation, simulate to the next boundary, return the named rewards."""
@@ -226,23 +196,20 @@ class DeepBootEnv(gym.Env):
             raise RuntimeError("call reset() before step()")
         if self.sim.done:
             raise RuntimeError("the episode is over; call reset()")
-        if self.residual is not None:
-            alloc, repaired = self.residual.decode(np.asarray(action), self._state)
-            self.sim.apply(alloc, self._state)  # validated
-        else:
-            placed, repaired = decode_action_counts(action, self._state, self.max_jobs, self.lend_levels)
-            # decode_action_counts built a valid allocation from the state just observed: no second check
-            self.sim.apply_valid_counts(placed)
+        counts, repaired = self.codec.decode(action, self._state)
+        # the codec built a valid allocation from the state just observed: no second check
+        self.sim.apply_valid_counts(counts)
         t0, waited0 = self._reward_from, self._waited_from
         self.sim.advance()
         t1 = self._reward_from = self.sim.now
         self._waited_from = self.sim.waiting_seconds
         self.rounds += 1
+        cfg = self.config
         interval = self.sim_config.interval
-        r_jct = -self.sim.job_seconds(t0, t1) / (interval * self.jct_scale)
-        r_infer = -self.infer_weight * (self.sim.waiting_seconds - waited0) / interval
+        r_jct = -self.sim.job_seconds(t0, t1) / (interval * cfg.jct_scale)
+        r_infer = -cfg.infer_weight * (self.sim.waiting_seconds - waited0) / interval
         terminated = self.sim.done
-        truncated = (not terminated) and self.rounds >= self.max_rounds
+        truncated = (not terminated) and self.rounds >= cfg.max_rounds
         obs = self._observe() if not terminated else self._empty_obs()
         info: dict[str, Any] = {
             "reward_jct": r_jct,

@@ -7,14 +7,15 @@ from collections.abc import Sequence
 import numpy as np
 
 STATE_COLOURS: dict[str, str] = {
-    "training": "#1f77b4",
-    "lent": "#17becf",
-    "inference-running": "#d62728",
-    "protect": "#ff7f0e",
-    "sleep": "#bcbd22",
-    "idle": "#d9d9d9",
+    "training": "#1f77b4",  # blue
+    "lent": "#17becf",  # cyan: training on borrowed inference GPUs
+    "inference-running": "#d62728",  # red
+    "protect": "#ff7f0e",  # orange: warm pod kept for the next request
+    "sleep": "#f2d28b",  # pale yellow: sleeping pod (lendable)
+    "idle": "#e6e6e6",  # light grey
 }
-"""One colour per GPU state, shared by every plot."""
+"""One colour per GPU state (the keys are :data:`~deepboot_env.sim.metrics.GPU_STATES`), shared by
+the env's rendering and every plot of the harness."""
 
 
 def timeline_rgb(

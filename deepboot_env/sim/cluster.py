@@ -19,6 +19,7 @@ from __future__ import annotations
 import operator
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -135,6 +136,34 @@ class ClusterConfig:
         if nodes == 0 or gpus == 0:
             raise ClusterConfigError(f"shared-pool spec {spec!r}: zero nodes or GPUs")
         return cls(train_nodes=nodes, infer_nodes=0, gpus_per_node=gpus, shared_pool=True)
+
+
+class NodeLayout(NamedTuple):
+    """Which nodes are inference nodes, in the two forms the hot paths use."""
+
+    inference: tuple[int, ...]
+    """Indices of the inference-cluster nodes."""
+    own: tuple[bool, ...]
+    """Per node, whether it is not an inference node."""
+
+
+_LAYOUTS: dict[bytes, NodeLayout] = {}
+_LAST_LAYOUT: list = [None, NodeLayout((), ())]
+"""The node-kinds array seen last (held, so its id is not reused) and its layout: a simulator
+hands the same array to every state (node kinds never change during an episode)."""
+
+
+def node_layout(kinds: np.ndarray) -> NodeLayout:
+    """The :class:`NodeLayout` of the node kinds ``kinds`` (cached per layout)."""
+    if kinds is _LAST_LAYOUT[0]:
+        return _LAST_LAYOUT[1]
+    key = kinds.tobytes() + kinds.dtype.str.encode()
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        infer = kinds == NODE_INFER
+        layout = _LAYOUTS[key] = NodeLayout(tuple(np.flatnonzero(infer).tolist()), tuple((~infer).tolist()))
+    _LAST_LAYOUT[:] = (kinds, layout)
+    return layout
 
 
 class ClusterLedger:

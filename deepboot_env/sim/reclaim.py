@@ -1,5 +1,9 @@
 """ATS-I: DeepBoot's choice of which lent training GPU an inference request takes back.
 
+This is the core's default reclaim hook: the simulator calls it when a policy defines no
+``choose_reclaim`` (and :class:`deepboot_env.policy.BasePolicy.choose_reclaim` returns it), so every
+policy reclaims by DeepBoot's rule unless it says otherwise.
+
 When a cold inference request finds neither an empty inference GPU nor a SLEEP pod, it reclaims a
 GPU lent to training. ATS-I (deepboot-model.md §4.2 step 3) evaluates every (training job, node)
 pair that holds a reclaimable GPU and removes the one GPU whose loss lowers the sum of
@@ -29,8 +33,9 @@ def fair_share_base(job: JobView, fair_replicas: int) -> float:
     return base if base > 0 else 1.0
 
 
-def job_priority_key(job: JobView) -> tuple[float, float, int]:
-    """DeepBoot/Pollux job order: least attained service, then earliest arrival."""
+def _reclaim_order(candidate: tuple[JobView, list[int], list[int]]) -> tuple[float, float, int]:
+    """ATS-I's candidate order: least attained service, then earliest arrival, then job id."""
+    job = candidate[0]
     return (job.attained_service, job.arrival, job.id)
 
 
@@ -55,7 +60,7 @@ def ats_i_victim(state: ClusterState) -> GpuRef | None:
         if nodes:
             candidates.append((job, counts, nodes))
     best: tuple[float, GpuRef] | None = None
-    for job, counts, nodes in sorted(candidates, key=lambda c: job_priority_key(c[0])):
+    for job, counts, nodes in sorted(candidates, key=_reclaim_order):
         base = fair_share_base(job, fair)
         k = sum(counts)
         n = len(counts) - counts.count(0)

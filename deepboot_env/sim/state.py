@@ -9,13 +9,15 @@ counts what it changed.
 
 from __future__ import annotations
 
+import math
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
 
-from deepboot_env.sim.cluster import NODE_INFER, ClusterConfig
+from deepboot_env.sim.cluster import NODE_INFER, ClusterConfig, node_layout
 from deepboot_env.sim.goodput import RateTable
 
 
@@ -169,13 +171,42 @@ class ClusterState:
         """GPUs per node held by RUNNING/PROTECT pods: never available to training."""
         return self.running + self.protect
 
-    def training_capacity(self, lend: bool = True) -> np.ndarray:
-        """GPUs per node that training may hold in total (idle and SLEEP inference GPUs count
-        when ``lend``; without lending, inference nodes give 0)."""
-        cap = self.gpus_per_node - self.pinned()
-        if not lend:
-            cap = np.where(self.node_kinds == NODE_INFER, 0, cap)
-        return cap
+    def training_capacity(self, lend: float = 1.0) -> np.ndarray:
+        """GPUs per node that training may hold in total, as an int64 array (see
+        :meth:`training_capacity_list`)."""
+        return np.array(self.training_capacity_list(lend), dtype=np.int64)
+
+    def training_capacity_list(self, lend: float = 1.0) -> list[int]:
+        """GPUs per node that training may hold in total when it may use the fraction ``lend``
+        of the lendable inference GPUs (``True``/1: all of them, ``False``/0: none).
+
+        Every node offers its GPUs not pinned by RUNNING/PROTECT pods. Lendable = the idle and SLEEP
+        GPUs of the inference nodes plus those training already holds there. The budget
+        floor(lend x lendable) is spread over the inference nodes, the nodes training already uses
+        first, then those with most lendable GPUs (fewer nodes to reclaim from), then by index.
+        """
+        g = self.config.gpus_per_node
+        used, running, protect, _ = self.node_counts
+        cap = [g - pinned for pinned in map(operator.add, running, protect)]
+        infer = node_layout(self.node_kinds).inference
+        if not infer:
+            return cap
+        lendable = sum([cap[node] for node in infer])
+        budget = int(math.floor(float(lend) * lendable + 1e-9))
+        if budget >= lendable:  # every inference node lends all it can: the order does not matter
+            return cap
+        out = cap.copy()
+        for node in infer:
+            out[node] = 0
+        if budget == 0:
+            return out
+        for _, _, node in sorted([(-used[n], -cap[n], n) for n in infer]):
+            take = min(budget, cap[node])
+            out[node] = take
+            budget -= take
+            if budget == 0:  # the nodes left lend nothing (out is 0 there already)
+                break
+        return out
 
     def inference_nodes(self) -> np.ndarray:
         """Boolean mask of inference-cluster nodes."""

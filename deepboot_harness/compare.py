@@ -8,7 +8,7 @@
 - ``results.md``: mean +/- standard deviation per policy, ratio of the mean JCT to the best
   policy's and to the JCT lower bound, and the mean JCT per workload,
 - ``jcts.csv`` (per-job JCTs of every run) and ``timeline.csv`` (the chosen run's timeline),
-- ``jct_cdf.png``, ``avg_jct.png`` and ``timeline.png`` (see :mod:`deepboot_env.plots`).
+- ``jct_cdf.png``, ``avg_jct.png`` and ``timeline.png`` (see :mod:`deepboot_harness.plots`).
 
 Rows are ordered policy, then workload, then seed, whatever order the runs finish in; apart from
 ``wall_seconds`` the frame is the same for any ``jobs``.
@@ -525,7 +525,7 @@ def print_summary_table(frame: pd.DataFrame, title: str = "policy comparison", c
 
 def write_results(comparison: Comparison, out_dir: str | Path) -> dict[str, Path]:
     """Write the CSV / markdown / PNG outputs into ``out_dir`` (created); returns them by name."""
-    from deepboot_env import plots
+    from deepboot_harness import plots
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

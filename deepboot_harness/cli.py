@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from deepboot_env.config import cluster_config
 from deepboot_env.sim.cluster import ClusterConfig, ClusterConfigError
 from deepboot_env.sim.interference import InterferenceError, InterferenceModel
 from deepboot_env.sim.metrics import EpisodeMetrics
@@ -26,11 +27,7 @@ DEFAULT_WORKLOAD = "test/test-01"
 
 def cluster_from_args(args: argparse.Namespace) -> ClusterConfig:
     """The cluster of ``--cluster`` / ``--shared-pool`` (default: 8x4 training + 8x4 inference)."""
-    if args.shared_pool and args.cluster:
-        raise ClusterConfigError("give either --cluster or --shared-pool, not both")
-    if args.shared_pool:
-        return ClusterConfig.parse_shared(args.shared_pool)
-    return ClusterConfig.parse(args.cluster or "8x4+8x4")
+    return cluster_config(args.cluster, args.shared_pool)
 
 
 def interference_from_args(args: argparse.Namespace) -> InterferenceModel | None:
@@ -148,7 +145,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Run policies x workloads x seeds; write results.csv, results.md and plots to ``--out``."""
-    from deepboot_env.compare import print_summary_table, run_comparison, write_results
+    from deepboot_harness.compare import print_summary_table, run_comparison, write_results
 
     config = sim_config_from_args(args)
     seeds = args.seeds if args.seeds is not None else [args.seed]

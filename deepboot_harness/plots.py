@@ -2,8 +2,9 @@
 
 Figures are drawn on :class:`matplotlib.figure.Figure` objects with the Agg canvas, never through
 ``pyplot``, so nothing here needs a display or changes matplotlib's global backend. Times are
-shown in hours. Each GPU state has one fixed colour (:data:`STATE_COLORS`); policies get colours
-in the order given (:func:`policy_colors`), the same in every plot of one comparison.
+shown in hours. Each GPU state has one fixed colour
+(:data:`deepboot_env.env.render.STATE_COLOURS`); policies get colours in the order given
+(:func:`policy_colors`), the same in every plot of one comparison.
 """
 
 from __future__ import annotations
@@ -17,17 +18,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
+from deepboot_env.env.render import STATE_COLOURS
 from deepboot_env.sim.metrics import GPU_STATES
-
-STATE_COLORS: dict[str, str] = {
-    "training": "#1f77b4",  # blue
-    "lent": "#17becf",  # cyan: training on borrowed inference GPUs
-    "inference-running": "#d62728",  # red
-    "protect": "#ff7f0e",  # orange: warm pod kept for the next request
-    "sleep": "#f2d28b",  # pale yellow: sleeping pod (lendable)
-    "idle": "#e6e6e6",  # light grey
-}
-"""One colour per GPU state (:data:`deepboot_env.sim.metrics.GPU_STATES`)."""
 
 STATE_LABELS: dict[str, str] = {
     "training": "training",
@@ -215,7 +207,7 @@ def plot_timeline(
     Args:
         timeline: :attr:`EpisodeMetrics.timeline` rows ``(time, training, lent,
             inference-running, protect, sleep, idle, waiting, arrivals)`` or a frame with
-            the columns of :data:`deepboot_env.compare.TIMELINE_COLUMNS`.
+            the columns of :data:`deepboot_harness.compare.TIMELINE_COLUMNS`.
         path: the PNG to write.
         title: the run, shown as the figure title.
         train_gpus: GPUs of the training cluster in the two-cluster mode: the idle GPUs are then
@@ -259,7 +251,7 @@ def plot_timeline(
     polys = ax.stackplot(
         t,
         values,
-        colors=[STATE_COLORS[s] for s, _ in layers],
+        colors=[STATE_COLOURS[s] for s, _ in layers],
         step="pre",
         linewidth=0,
         antialiased=False,

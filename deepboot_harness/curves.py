@@ -1,6 +1,7 @@
 """Learning-curve PNG from ``train_policy.py`` run folders (their ``evaluations.csv``)::
 
-    python -m agents.curves runs/maskable_ppo_2 runs/maskable_ppo_1 --labels "ATS clone + PPO" "PPO from scratch" \
+    python -m deepboot_harness.curves runs/maskable_ppo_2 runs/maskable_ppo_1 \
+        --labels "ATS clone + PPO" "PPO from scratch" \
         --reference ats=2476.6 ats-nolend=4547.2 --out docs/learning-curve.png
 
 Each point is the mean validation training JCT of one evaluation (all workloads of that
@@ -48,7 +49,7 @@ def chained_curve(runs: str) -> list[tuple[float, float]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point."""
-    from deepboot_env.plots import plot_learning_curves
+    from deepboot_harness.plots import plot_learning_curves
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", help="run folders (a,b,c: a run and its resumptions as one curve)")

@@ -1,0 +1,154 @@
+"""The environment's settings, defined, checked and defaulted in one place: :class:`EnvConfig`.
+
+``DeepBootEnv``, ``gym.make("DeepBoot-v0", **options)``, ``train_policy.py`` (its ``env_kwargs``
+and YAML presets), the training callbacks and saved checkpoints all go through
+:meth:`EnvConfig.from_options`, which takes the flat option names below and refuses any other.
+
+Simulation options (:func:`sim_config`): ``cluster`` ("8x4+8x4": training + inference nodes x
+GPUs), ``shared_pool`` ("16x4": one pool with inference priority, instead of ``cluster``),
+``restart`` ("afe", "full", "stopfree" or "pollux"), ``protect_scale`` (1.0), ``interval`` (60 s
+between scheduling boundaries), ``interference`` (None, a flat slowdown F in [0, 1), or an
+:class:`~deepboot_env.sim.interference.InterferenceModel`), ``max_time`` (30 days).
+
+Agent options (fields of :class:`EnvConfig`): ``max_jobs`` (32 job slots), ``lend_levels`` (5),
+``jct_scale`` (10), ``infer_weight`` (1.0), ``max_rounds`` (3000 decisions per episode),
+``action_mode`` ("target" or "residual", see :mod:`deepboot_env.env.codec`) and ``base_policy``
+("ats", the policy a residual action corrects).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from deepboot_env.env.codec import CODECS, ActionCodec, make_codec
+from deepboot_env.sim.cluster import ClusterConfig, ClusterConfigError
+from deepboot_env.sim.interference import InterferenceModel
+from deepboot_env.sim.simulator import SimConfig
+
+DEFAULT_CLUSTER = "8x4+8x4"
+"""The default two clusters: 8 training nodes and 8 inference nodes of 4 GPUs."""
+
+SIM_OPTIONS: tuple[str, ...] = (
+    "cluster",
+    "shared_pool",
+    "restart",
+    "protect_scale",
+    "interval",
+    "interference",
+    "max_time",
+)
+"""Flat option names that set the :class:`~deepboot_env.sim.simulator.SimConfig`."""
+
+
+class EnvConfigError(ValueError):
+    """An environment option is unknown or out of range (the message names it)."""
+
+
+def cluster_config(cluster: str | None = None, shared_pool: str | None = None) -> ClusterConfig:
+    """The cluster of a ``cluster`` spec ("NxG+MxG") or a ``shared_pool`` spec ("NxG").
+
+    Raises:
+        ClusterConfigError: if both are given, or a spec is malformed.
+    """
+    if shared_pool and cluster:
+        raise ClusterConfigError("give either a cluster (--cluster) or a shared pool (--shared-pool), not both")
+    if shared_pool:
+        return ClusterConfig.parse_shared(shared_pool)
+    return ClusterConfig.parse(cluster or DEFAULT_CLUSTER)
+
+
+def sim_config(
+    cluster: str | None = None,
+    shared_pool: str | None = None,
+    restart: str = "afe",
+    protect_scale: float = 1.0,
+    interval: float = 60.0,
+    interference: InterferenceModel | float | None = None,
+    max_time: float | None = None,
+) -> SimConfig:
+    """The :class:`~deepboot_env.sim.simulator.SimConfig` of the flat simulation options."""
+    extra = {} if max_time is None else {"max_time": float(max_time)}
+    return SimConfig(
+        cluster=cluster_config(cluster, shared_pool),
+        restart=restart,
+        protect_scale=float(protect_scale),
+        interval=float(interval),
+        interference=interference,
+        **extra,
+    )
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """Every setting of :class:`~deepboot_env.env.DeepBootEnv` (see the module docstring).
+
+    Attributes:
+        sim: the simulation settings.
+        max_jobs: job slots in the observation and the action.
+        lend_levels: lending levels L: level l lets training use l / (L - 1) of the lendable
+            inference GPUs.
+        jct_scale: the JCT reward's divisor (reward = -job-seconds / (interval x jct_scale)).
+        infer_weight: weight of the inference-wait penalty.
+        max_rounds: decisions per episode before truncation.
+        action_mode: ``target`` (GPU targets per slot) or ``residual`` (corrections to a base policy).
+        base_policy: the policy a residual action corrects (a registry name).
+    """
+
+    sim: SimConfig = field(default_factory=SimConfig)
+    max_jobs: int = 32
+    lend_levels: int = 5
+    jct_scale: float = 10.0
+    infer_weight: float = 1.0
+    max_rounds: int = 3000
+    action_mode: str = "target"
+    base_policy: str = "ats"
+
+    def __post_init__(self) -> None:
+        for name in ("max_jobs", "lend_levels", "max_rounds"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise EnvConfigError(f"{name} must be an integer >= 1, got {value!r}")
+        if not (isinstance(self.jct_scale, int | float) and math.isfinite(self.jct_scale) and self.jct_scale > 0):
+            raise EnvConfigError(f"jct_scale must be a finite number > 0, got {self.jct_scale!r}")
+        if not (
+            isinstance(self.infer_weight, int | float) and math.isfinite(self.infer_weight) and self.infer_weight >= 0
+        ):
+            raise EnvConfigError(f"infer_weight must be a finite number >= 0, got {self.infer_weight!r}")
+        if self.action_mode not in CODECS:
+            raise EnvConfigError(f"action_mode must be one of {tuple(CODECS)}, got {self.action_mode!r}")
+        if not isinstance(self.base_policy, str) or not self.base_policy:
+            raise EnvConfigError(f"base_policy must be a policy name, got {self.base_policy!r}")
+
+    @classmethod
+    def option_names(cls) -> tuple[str, ...]:
+        """Every flat option :meth:`from_options` accepts."""
+        return (*SIM_OPTIONS, *(f.name for f in fields(cls) if f.name != "sim"))
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """The default value of every agent option (the fields other than ``sim``)."""
+        base = cls()
+        return {f.name: getattr(base, f.name) for f in fields(cls) if f.name != "sim"}
+
+    @classmethod
+    def from_options(cls, **options: Any) -> EnvConfig:
+        """The config of flat options (``restart="full", max_jobs=16, ...``); absent ones default.
+
+        Raises:
+            EnvConfigError: for an unknown option (listing the known ones) or a value out of range.
+        """
+        unknown = sorted(set(options) - set(cls.option_names()))
+        if unknown:
+            raise EnvConfigError(f"unknown env option(s) {', '.join(unknown)}; known: {', '.join(cls.option_names())}")
+        sim_options = {k: options.pop(k) for k in SIM_OPTIONS if k in options}
+        try:
+            sim = sim_config(**sim_options)
+        except ValueError as exc:
+            raise EnvConfigError(str(exc)) from None
+        return cls(sim=sim, **options)
+
+    def make_codec(self) -> ActionCodec:
+        """The action codec of :attr:`action_mode` for these slots and lending levels."""
+        return make_codec(self.action_mode, self.max_jobs, self.lend_levels, self.base_policy)

@@ -1,0 +1,397 @@
+"""Action codecs of ``DeepBoot-v0``: what an action means, in one interface (gymnasium-free).
+
+An :class:`ActionCodec` owns everything about the action: its ``MultiDiscrete`` shape, the mask
+over its choices, the observation entries it adds, and its decoding into GPUs per node. The env,
+the ``ppo:<path>`` policy adapter and behaviour cloning call the codec and never ask which mode
+it is in. Two codecs exist (:data:`CODECS`):
+
+* :class:`TargetCodec` (``action_mode="target"``): per job slot an index into
+  :data:`GPU_BUCKETS` (the job's GPU target), then a lending level.
+* :class:`ResidualCodec` (``action_mode="residual"``, residual policy learning: Silver et al.
+  2018, Johannink et al. 2019): a base scheduler (ATS by default) proposes an allocation and
+  the action chooses, per slot, a correction from :data:`RESIDUAL_DELTAS` GPUs, then a lending
+  level. The neutral action (zero corrections at the top lending level) *is* the base policy's
+  allocation; the observation gains ``base``: the proposed GPUs per slot over the cluster's GPUs.
+
+Slots hold the first ``max_jobs`` active jobs in arrival order; jobs beyond the slots get no GPU
+(target) or keep their base count (residual). Lending level ``l`` of ``L`` lets training use the
+fraction ``l / (L - 1)`` of the lendable inference GPUs
+(:meth:`~deepboot_env.sim.state.ClusterState.training_capacity_list`).
+
+Decoding (deterministic, the one repair rule): each target is clipped to ``[0, max_replicas]``;
+while the targets exceed the capacity of the lending level, GPUs are taken one at a time from the
+largest target (:func:`trim_to_capacity`); the counts are placed by
+:func:`~deepboot_env.placement.place_count_lists` (jobs whose count is unchanged keep their GPUs,
+the others best-fit, training cluster first, then lent GPUs). The result is valid by construction,
+so the simulator applies it without a second check; the number of GPUs the repair changed is
+returned with it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+import numpy as np
+
+from deepboot_env.env.encoding import slot_jobs
+from deepboot_env.placement import place_count_lists
+from deepboot_env.policy import Policy, make_policy
+from deepboot_env.sim.cluster import node_layout
+from deepboot_env.sim.state import Allocation, ClusterState, JobView, validate_allocation
+
+GPU_BUCKETS: tuple[int, ...] = (0, 1, 2, 4, 8, 16, 32)
+"""GPU targets a slot can ask for (target mode)."""
+
+RESIDUAL_DELTAS: tuple[int, ...] = (-8, -4, -2, -1, 0, 1, 2, 4, 8)
+"""GPU corrections a slot can apply to the base policy's count (residual mode)."""
+
+NEUTRAL: int = RESIDUAL_DELTAS.index(0)
+"""Index of the zero correction."""
+
+Counts = dict[int, list[int]]
+"""Job id -> GPUs per node, as lists of ints (what ``Simulator.apply_valid_counts`` takes)."""
+
+_BUCKETS = np.asarray(GPU_BUCKETS)
+_DELTAS = np.asarray(RESIDUAL_DELTAS, dtype=np.int64)
+
+
+def split_action(action: np.ndarray, max_jobs: int, slot_choices: int, lend_levels: int) -> tuple[list[int], int]:
+    """The per-slot choices (a list of ints) and the lending level of a MultiDiscrete action with
+    ``max_jobs`` slots of ``slot_choices`` choices and ``lend_levels`` levels.
+
+    Raises:
+        ValueError: if the action has the wrong shape or a choice outside the action space.
+    """
+    action = np.asarray(action, dtype=np.int64).reshape(-1)
+    if action.shape != (max_jobs + 1,):
+        raise ValueError(f"action must have {max_jobs + 1} entries, got shape {action.shape}")
+    choices = action.tolist()
+    lend = choices.pop()
+    if not (0 <= lend < lend_levels and 0 <= min(choices) and max(choices) < slot_choices):
+        raise ValueError(f"action {action.tolist()} outside the action space")
+    return choices, lend
+
+
+def trim_to_capacity(targets: dict[int, int], jobs: dict[int, JobView], excess: int) -> None:
+    """Remove ``excess`` GPUs, one at a time from the largest target (ties: most attained service,
+    then latest arrival), computed level by level instead of GPU by GPU.
+
+    One sort by (target, tie order) lists the jobs from the largest target down; lowering the top
+    group to the next level merges it with the next jobs of that list, so the list needs no sorting
+    again until the last, partial level, which takes one GPU more from the first jobs of its group
+    in tie order.
+    """
+
+    def tie_key(j: int) -> tuple[float, float]:
+        return (-jobs[j].attained_service, -jobs[j].arrival)
+
+    order = sorted(targets, key=lambda j: (-targets[j], -jobs[j].attained_service, -jobs[j].arrival))
+    levels = [targets[j] for j in order]
+    size = 0
+    while excess > 0:
+        top = levels[size]
+        while size < len(order) and levels[size] == top:
+            size += 1
+        below = levels[size] if size < len(order) else 0
+        per_job = top - below
+        if per_job * size <= excess:
+            excess -= per_job * size
+            for i in range(size):
+                levels[i] = below
+        else:
+            full, extra = divmod(excess, size)
+            for i, j in enumerate(sorted(order[:size], key=tie_key)):
+                targets[j] = top - full - (1 if i < extra else 0)
+            return
+    for i in range(size):
+        targets[order[i]] = levels[i]
+
+
+class ActionCodec(ABC):
+    """The meaning of a ``DeepBoot-v0`` action: shape, mask, extra observation and decoding.
+
+    Per decision the caller calls :meth:`observe` once (it may ask a base policy), then
+    :meth:`mask` and :meth:`decode` on the same state.
+
+    Args:
+        max_jobs: job slots.
+        lend_levels: lending levels (the last one lends everything).
+    """
+
+    mode: ClassVar[str]
+    """The ``action_mode`` name of the codec."""
+    slot_choices: ClassVar[int]
+    """Choices per job slot."""
+
+    def __init__(self, max_jobs: int, lend_levels: int) -> None:
+        self.max_jobs = max_jobs
+        self.lend_levels = lend_levels
+
+    @property
+    def nvec(self) -> list[int]:
+        """The ``MultiDiscrete`` sizes: one per slot, then the lending level."""
+        return [self.slot_choices] * self.max_jobs + [self.lend_levels]
+
+    def extra_observation(self) -> dict[str, int]:
+        """Observation entries the codec adds (name -> length of its float32 vector in [0, 1])."""
+        return {}
+
+    def env_options(self) -> dict[str, object]:
+        """The env options that rebuild this codec (besides ``max_jobs`` and ``lend_levels``)."""
+        return {"action_mode": self.mode}
+
+    def reset(self, seed: int | None = None) -> None:  # noqa: B027 - optional hook, nothing to reset by default
+        """Start an episode."""
+
+    def observe(self, state: ClusterState) -> dict[str, np.ndarray]:
+        """The codec's observation entries for ``state`` (called once per decision)."""
+        return {}
+
+    @abstractmethod
+    def mask(self, state: ClusterState) -> np.ndarray:
+        """Valid choices per action dimension, flattened (for sb3-contrib MaskablePPO)."""
+
+    @abstractmethod
+    def decode(self, action: np.ndarray, state: ClusterState) -> tuple[Counts, int]:
+        """GPUs per node for the jobs of ``state`` (valid by construction) and the GPUs the
+        repair changed.
+
+        Raises:
+            ValueError: if the action has the wrong shape or a choice outside the action space.
+        """
+
+    def decode_allocation(self, action: np.ndarray, state: ClusterState) -> tuple[Allocation, int]:
+        """:meth:`decode` as an :class:`~deepboot_env.sim.state.Allocation` (what a policy returns)."""
+        counts, repaired = self.decode(action, state)
+        return Allocation({job_id: np.array(row, dtype=np.int64) for job_id, row in counts.items()}), repaired
+
+    def neutral_action(self) -> np.ndarray | None:
+        """The action that leaves a base policy's allocation as it is, or None without a base."""
+        return None
+
+    @abstractmethod
+    def expert_action(self, expert: str, policy: Policy, state: ClusterState) -> np.ndarray:
+        """The action that imitates ``policy`` (registry name ``expert``) on ``state``.
+
+        Raises:
+            ValueError: if this codec cannot express that expert.
+        """
+
+    def _lend_fraction(self, level: int) -> float:
+        top = self.lend_levels - 1
+        return level / top if top > 0 else 0.0
+
+    def _place(
+        self, state: ClusterState, targets: dict[int, int], level: int, jobs: dict[int, JobView]
+    ) -> tuple[Counts, int]:
+        """Trim ``targets`` to the capacity of lending ``level`` (:func:`trim_to_capacity`), then
+        place them; returns the counts and the GPUs trimmed."""
+        cap = state.training_capacity_list(self._lend_fraction(level))
+        excess = sum(targets.values()) - sum(cap)
+        if excess > 0:
+            trim_to_capacity(targets, jobs, excess)
+        return place_count_lists(state, targets, cap), max(excess, 0)
+
+
+_MASK_ROWS: dict[int, bytes] = {}
+"""Target mask row (one byte per GPU bucket) of a slot whose job may get at most the key GPUs."""
+_EMPTY_SLOT = bytes(i == 0 for i in range(len(GPU_BUCKETS)))
+"""Target mask row of an empty slot: only target 0."""
+
+
+class TargetCodec(ActionCodec):
+    """Per slot a GPU target from :data:`GPU_BUCKETS`, then a lending level."""
+
+    mode = "target"
+    slot_choices = len(GPU_BUCKETS)
+
+    def mask(self, state: ClusterState) -> np.ndarray:
+        """Targets up to each job's ``max_replicas``; empty slots only 0; every lending level
+        (only level 0 without inference nodes)."""
+        rows = _MASK_ROWS
+        parts = []
+        for job in state.jobs[: self.max_jobs]:
+            limit = job.max_replicas
+            row = rows.get(limit)
+            if row is None:
+                row = rows[limit] = bytes(bucket <= limit for bucket in GPU_BUCKETS)
+            parts.append(row)
+        parts.append(_EMPTY_SLOT * (self.max_jobs - len(parts)))
+        if node_layout(state.node_kinds).inference:
+            parts.append(b"\x01" * self.lend_levels)
+        else:
+            parts.append(b"\x01" + b"\x00" * (self.lend_levels - 1))
+        return np.frombuffer(b"".join(parts), dtype=bool).copy()
+
+    def decode(self, action: np.ndarray, state: ClusterState) -> tuple[Counts, int]:
+        """Targets capped at ``max_replicas`` (masked choices repaired the same way), trimmed to
+        the lending level's capacity, placed (module docstring)."""
+        choices, lend = split_action(action, self.max_jobs, self.slot_choices, self.lend_levels)
+        jobs = slot_jobs(state, self.max_jobs)
+        repaired = 0
+        targets: dict[int, int] = {}
+        for job, choice in zip(jobs, choices, strict=False):
+            want = GPU_BUCKETS[choice]
+            limit = job.max_replicas
+            if want > limit:
+                repaired += want - limit
+                want = limit
+            targets[job.id] = want
+        counts, trimmed = self._place(state, targets, lend, {job.id: job for job in jobs})
+        return counts, repaired + trimmed
+
+    def expert_action(self, expert: str, policy: Policy, state: ClusterState) -> np.ndarray:
+        """The target action closest to the expert's allocation from below: each job's count
+        rounded *down* to a bucket (never more than the expert held), and the smallest lending
+        level whose budget covers the inference GPUs the expert borrowed."""
+        alloc = policy.decide(state)
+        action = np.zeros(self.max_jobs + 1, dtype=np.int64)
+        for slot, job in enumerate(state.jobs[: self.max_jobs]):
+            action[slot] = int(np.searchsorted(_BUCKETS, alloc.replicas(job.id), side="right") - 1)
+        infer = state.inference_nodes()
+        if self.lend_levels > 1 and infer.any():
+            lent = sum(int(np.asarray(g)[infer].sum()) for g in alloc.gpus.values())
+            lendable = int(state.training_capacity()[infer].sum())
+            if lendable > 0 and lent > 0:
+                level = int(np.ceil(min(lent / lendable, 1.0) * (self.lend_levels - 1) - 1e-9))
+                action[-1] = min(max(level, 1), self.lend_levels - 1)
+        return action
+
+
+class ResidualCodec(ActionCodec):
+    """Per slot a correction from :data:`RESIDUAL_DELTAS` to a base policy's count, then a
+    lending level.
+
+    Args:
+        max_jobs: job slots.
+        lend_levels: lending levels.
+        base: the base policy name (any :func:`~deepboot_env.policy.make_policy` name).
+
+    Attributes:
+        proposal: the base policy's GPUs per node for the latest :meth:`observe` state (checked
+            once by :func:`~deepboot_env.sim.state.validate_allocation`).
+    """
+
+    mode = "residual"
+    slot_choices = len(RESIDUAL_DELTAS)
+
+    def __init__(self, max_jobs: int, lend_levels: int, base: str = "ats") -> None:
+        super().__init__(max_jobs, lend_levels)
+        self.base_name = base
+        self.base = make_policy(base)
+        self.proposal: Counts | None = None
+        self._counts: dict[int, int] = {}
+
+    def extra_observation(self) -> dict[str, int]:
+        """``base``: the proposed GPUs per slot over the cluster's GPUs."""
+        return {"base": self.max_jobs}
+
+    def env_options(self) -> dict[str, object]:
+        """``action_mode`` and ``base_policy``."""
+        return {"action_mode": self.mode, "base_policy": self.base_name}
+
+    def reset(self, seed: int | None = None) -> None:
+        """Start an episode (resets the base policy)."""
+        self.base.reset(seed)
+        self.proposal = None
+        self._counts = {}
+
+    def observe(self, state: ClusterState) -> dict[str, np.ndarray]:
+        """Ask the base policy for its allocation of ``state``; observe its GPUs per slot."""
+        checked = validate_allocation(state, self.base.decide(state))
+        self.proposal = {job_id: row.tolist() for job_id, row in checked.items()}
+        counts = self._counts = {job_id: sum(row) for job_id, row in self.proposal.items()}
+        out = np.zeros(self.max_jobs, dtype=np.float32)
+        total = state.config.total_gpus
+        for i, job in enumerate(slot_jobs(state, self.max_jobs)):
+            out[i] = min(counts.get(job.id, 0) / total, 1.0)
+        return {"base": out}
+
+    def mask(self, state: ClusterState) -> np.ndarray:
+        """Corrections that keep each target in [0, max_replicas]; empty slots only 0; every
+        lending level."""
+        nd = self.slot_choices
+        mask = np.zeros(self.max_jobs * nd + self.lend_levels, dtype=bool)
+        slots = mask[: self.max_jobs * nd].reshape(self.max_jobs, nd)
+        jobs = slot_jobs(state, self.max_jobs)
+        if jobs:
+            base = np.array([self._counts.get(job.id, 0) for job in jobs])
+            limit = np.array([job.max_replicas for job in jobs])
+            target = base[:, None] + _DELTAS[None, :]
+            slots[: len(jobs)] = (target >= 0) & (target <= limit[:, None])
+        slots[len(jobs) :, NEUTRAL] = True
+        mask[self.max_jobs * nd :] = True
+        return mask
+
+    def decode(self, action: np.ndarray, state: ClusterState) -> tuple[Counts, int]:
+        """The proposal itself for the neutral action; otherwise base count + delta per slot,
+        clipped to [0, max_replicas] (the clipping counts as repaired), trimmed and placed.
+
+        Raises:
+            RuntimeError: if :meth:`observe` was not called for this state.
+            ValueError: if the action has the wrong shape or a choice outside the action space.
+        """
+        if self.proposal is None:
+            raise RuntimeError("call observe(state) before decode()")
+        choices, lend = split_action(action, self.max_jobs, self.slot_choices, self.lend_levels)
+        jobs = slot_jobs(state, self.max_jobs)
+        if lend == self.lend_levels - 1 and all(choices[i] == NEUTRAL for i in range(len(jobs))):
+            return {job_id: row.copy() for job_id, row in self.proposal.items()}, 0
+        targets = dict(self._counts)
+        repaired = 0
+        for job, choice in zip(jobs, choices, strict=False):
+            want = self._counts.get(job.id, 0) + RESIDUAL_DELTAS[choice]
+            clipped = min(max(want, 0), job.max_replicas)
+            repaired += abs(want - clipped)
+            targets[job.id] = clipped
+        counts, trimmed = self._place(state, targets, lend, {job.id: job for job in state.jobs})
+        return counts, repaired + trimmed
+
+    def neutral_action(self) -> np.ndarray:
+        """Zero corrections at the top lending level: the base policy's allocation."""
+        action = np.full(self.max_jobs + 1, NEUTRAL, dtype=np.int64)
+        action[-1] = self.lend_levels - 1
+        return action
+
+    def expert_action(self, expert: str, policy: Policy, state: ClusterState) -> np.ndarray:
+        """The neutral action, exact for the base policy (the only expert a residual action can
+        express).
+
+        Raises:
+            ValueError: if ``expert`` is not the base policy.
+        """
+        if expert != self.base_name:
+            raise ValueError(f"in residual mode the expert must be the base policy {self.base_name!r}, got {expert!r}")
+        return self.neutral_action()
+
+
+CODECS: dict[str, type[ActionCodec]] = {TargetCodec.mode: TargetCodec, ResidualCodec.mode: ResidualCodec}
+"""The codecs by ``action_mode``."""
+
+
+def make_codec(mode: str, max_jobs: int, lend_levels: int, base_policy: str = "ats") -> ActionCodec:
+    """The codec of ``mode`` (``base_policy`` is used by codecs that correct a base policy).
+
+    Raises:
+        ValueError: for an unknown mode.
+    """
+    if mode == ResidualCodec.mode:
+        return ResidualCodec(max_jobs, lend_levels, base_policy)
+    if mode == TargetCodec.mode:
+        return TargetCodec(max_jobs, lend_levels)
+    raise ValueError(f"action_mode must be one of {tuple(CODECS)}, got {mode!r}")
+
+
+def mode_of_nvec(nvec: np.ndarray) -> str:
+    """The ``action_mode`` whose action space has these ``MultiDiscrete`` sizes.
+
+    Raises:
+        ValueError: if no codec has such an action space.
+    """
+    nvec = np.asarray(nvec, dtype=np.int64).reshape(-1)
+    if nvec.size >= 2 and np.all(nvec[:-1] == nvec[0]):
+        for mode, codec in CODECS.items():
+            if int(nvec[0]) == codec.slot_choices:
+                return mode
+    raise ValueError(f"action space sizes {nvec.tolist()} are not those of a DeepBoot action codec")

@@ -1,0 +1,11 @@
+"""The harness: what a person runs on top of the library.
+
+* :mod:`deepboot_harness.cli`: the ``deepboot`` command (simulate, compare, generate, calibrate);
+* :mod:`deepboot_harness.compare`: policies x workloads in parallel, ``results.csv``/``.md``;
+* :mod:`deepboot_harness.plots`: JCT CDFs, average-JCT bars, GPU-state timelines, learning curves;
+* :mod:`deepboot_harness.curves`: learning curves of training runs (``python -m deepboot_harness.curves``).
+
+Layers, top to bottom: this harness; then :mod:`agents`, :mod:`baselines` and :mod:`traces`; then
+:mod:`deepboot_env` (policy contract, env, evaluation); then :mod:`deepboot_env.sim`. A module imports
+only from its own layer or below (``tests/test_layers.py``).
+"""

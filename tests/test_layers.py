@@ -1,0 +1,155 @@
+"""The packages form layers that point one way, and no module-level import circle exists.
+
+Top to bottom: the harness (``deepboot_harness``, ``train_policy.py``, ``benchmarks/``); then
+``agents``, ``baselines`` and ``traces``; then ``deepboot_env`` (policy contract, env, evaluation);
+then ``deepboot_env.sim``. A module may import from its own layer and those below, never above:
+not with ``import``, not inside a function, and not through a ``"module:attr"`` string.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+LAYERS: dict[str, int] = {
+    "deepboot_env.sim": 0,
+    "deepboot_env": 1,
+    "agents": 2,
+    "baselines": 2,
+    "traces": 2,
+    "deepboot_harness": 3,
+    "train_policy": 3,
+    "benchmarks": 3,
+}
+"""Package (or module) -> layer; a name belongs to its longest matching prefix."""
+
+_NAME = re.compile(r"^(deepboot_env|agents|baselines|traces|deepboot_harness|train_policy)(\.\w+)*(:[\w.]+)?$")
+
+
+def layer_of(module: str) -> int | None:
+    """The layer of a dotted module name, None for modules outside the project."""
+    best: tuple[int, int] | None = None
+    for prefix, layer in LAYERS.items():
+        if module == prefix or module.startswith(prefix + "."):
+            if best is None or len(prefix) > best[0]:
+                best = (len(prefix), layer)
+    return None if best is None else best[1]
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def project_files() -> list[Path]:
+    files = [ROOT / "train_policy.py"]
+    for package in ("deepboot_env", "agents", "baselines", "traces", "deepboot_harness", "benchmarks"):
+        files.extend(sorted((ROOT / package).rglob("*.py")))
+    return files
+
+
+def _docstring_nodes(tree: ast.AST) -> set[int]:
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                out.add(id(body[0].value))
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            out.add(id(node.value))  # attribute docstrings
+    return out
+
+
+def imports_of(path: Path, top_level_only: bool = False) -> list[tuple[int, str]]:
+    """(line, module) of every import in ``path`` (and every ``"module:attr"`` string constant,
+    docstrings aside); only those run at import time with ``top_level_only``."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    out = []
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            out.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.append((node.lineno, node.module))
+            out.extend((node.lineno, f"{node.module}.{alias.name}") for alias in node.names)
+    if not top_level_only:
+        docstrings = _docstring_nodes(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                if _NAME.match(node.value) and ("." in node.value or ":" in node.value):
+                    out.append((node.lineno, node.value.partition(":")[0]))
+    return out
+
+
+def test_every_project_module_has_a_layer() -> None:
+    for path in project_files():
+        assert layer_of(module_name(path)) is not None, path
+
+
+@pytest.mark.parametrize("path", project_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_import_from_a_higher_layer(path: Path) -> None:
+    own = layer_of(module_name(path))
+    bad = []
+    for line, target in imports_of(path):
+        layer = layer_of(target)
+        if layer is not None and own is not None and layer > own:
+            bad.append(f"{path.relative_to(ROOT)}:{line} imports {target} (layer {layer} > {own})")
+    assert not bad, "\n".join(bad)
+
+
+def _resolve(target: str, known: set[str]) -> str | None:
+    """The project module an imported name belongs to (``pkg.mod.attr`` -> ``pkg.mod``)."""
+    while target:
+        if target in known:
+            return target
+        target = target.rpartition(".")[0]
+    return None
+
+
+def test_no_import_cycles_at_module_level() -> None:
+    files = {module_name(p): p for p in project_files()}
+    known = set(files)
+    graph = {
+        name: {m for _, t in imports_of(path, top_level_only=True) if (m := _resolve(t, known)) and m != name}
+        for name, path in files.items()
+    }
+    # a package's __init__ importing its own submodules is not a circle through other files
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append(stack[stack.index(nxt) :] + [nxt])
+            elif nxt not in state:
+                visit(nxt, stack)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [])
+    assert not cycles, cycles
+
+
+def test_the_checker_sees_lazy_and_string_imports(tmp_path: Path) -> None:
+    source = (
+        '"""Docstring naming agents.policy_adapter is fine."""\n'
+        "def f():\n    import agents.factory\n"
+        "ENTRY = 'baselines.ats:AtsPolicy'\n"
+    )
+    path = tmp_path / "mod.py"
+    path.write_text(source)
+    found = {target for _, target in imports_of(path)}
+    assert found == {"agents.factory", "baselines.ats"}
+    assert layer_of("deepboot_env.sim.simulator") == 0 and layer_of("deepboot_env.env.codec") == 1
