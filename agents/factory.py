@@ -40,7 +40,7 @@ DEFAULT_HYPERPARAMS: dict[str, dict[str, Any]] = {
     },
 }
 DEFAULT_HYPERPARAMS["maskable_ppo"] = copy.deepcopy(DEFAULT_HYPERPARAMS["ppo"])
-"""Starting hyperparameters per algorithm (ecosystem.md §5.7): ``n_steps`` is per env; long
+"""Starting hyperparameters per algorithm (docs/environment.md §7): ``n_steps`` is per env; long
 episodes (~1,000-3,000 decisions) call for gamma 0.995."""
 
 HYPERPARAM_TYPES: dict[str, type | tuple[type, ...]] = {
@@ -251,7 +251,7 @@ def make_vec_env_for(
         seed: sub-env ``i`` is reset with ``seed + i`` first.
         env_kwargs: other :class:`~deepboot_env.env.DeepBootEnv` arguments (``max_jobs`` ...).
         monitor_dir: where ``Monitor`` writes its CSVs (None: nowhere).
-        vec_env: ``dummy`` (default; fastest on small machines, ecosystem.md §3.6) or
+        vec_env: ``dummy`` (default; fastest on small machines, docs/environment.md §7) or
             ``subproc`` (one process per env; pays off only for slow steps).
     """
     from stable_baselines3.common.env_util import make_vec_env

@@ -1,4 +1,4 @@
-"""AFS: elastic sharing by a pairwise tournament on marginal throughput (deepboot-model.md §4.4).
+"""AFS: elastic sharing by a pairwise tournament on marginal throughput (docs/policies.md §7).
 
 Starting from no allocation, GPUs are handed out one at a time. Each time, the candidate jobs play
 a tournament: job a beats job b if its relative marginal throughput

@@ -1,4 +1,4 @@
-"""ATS: DeepBoot's adaptive task scaling (deepboot-model.md §4.1), with lending and ATS-I reclaim.
+"""ATS: DeepBoot's adaptive task scaling (docs/policies.md §8), with lending and ATS-I reclaim.
 
 At every boundary ATS solves a group knapsack over the active training jobs:
 
@@ -16,7 +16,7 @@ Placement: a job whose count is unchanged keeps its GPUs; the others, in ascendi
 new count, are placed on the remaining free GPUs by DeepBoot's best-fit rule
 (:func:`deepboot_env.placement.best_fit`).
 
-Decisions where the original is arbitrary or silent (documented here, deepboot-model.md §8):
+Decisions where the original is arbitrary or silent (documented here, docs/policies.md §8.3):
 
 * the goodput model is the calibrated one from the start, so there is no linear-speedup phase for
   jobs without a profile (the exploration cap of 1, 2, 4, ... GPUs still applies);

@@ -1,4 +1,4 @@
-"""Optimus + Oracle: greedy GPU allocation by marginal reduction of remaining time (pollux-model.md §3.8).
+"""Optimus + Oracle: greedy GPU allocation by marginal reduction of remaining time (docs/policies.md §6).
 
 Each job keeps its submitted total batch size; it may use up to ``batch // min_local_bsz`` GPUs
 (ncf: 1). With the oracle remaining work R_j (the simulator's true remaining progress), a job's

@@ -1,6 +1,6 @@
 """Pollux (OSDI'21) scheduling policy: a genetic algorithm over job x node allocation matrices.
 
-Re-implementation of pollux-model.md §3 (and deepboot-model.md §4.4). Two registered variants:
+Re-implementation of docs/policies.md §9 (and docs/policies.md §9.4). Two registered variants:
 
 * ``pollux``: the training cluster only (``state.training_capacity(lend=False)``; in a shared
   pool that is every GPU not held by a RUNNING/PROTECT pod);
@@ -8,7 +8,7 @@ Re-implementation of pollux-model.md §3 (and deepboot-model.md §4.4). Two regi
   GPUs are reclaimed by inference through the inherited ATS-I hook;
 * ``pollux-noavoid``: ``pollux`` without the interference-avoidance repair
   (``avoid_interference=False``), the "noavoid" runs of Pollux's interference sweep
-  (pollux-model.md §7.4); with it (the default) no node ever holds two distributed jobs.
+  (docs/interference.md §6); with it (the default) no node ever holds two distributed jobs.
 
 One round (one call of :meth:`PolluxPolicy.decide`):
 
@@ -18,12 +18,12 @@ One round (one call of :meth:`PolluxPolicy.decide`):
 2. Per job a speedup table by [multi-node flag, replicas] is taken from ``job.rate_table()`` and
    re-based to the fair share: ``fair = ceil(C / J)`` replicas on one node (C = usable GPUs on
    the axis this round, J = active jobs), ``S_j = rate / rate(1 node, fair)``.
-3. Fitness of a solution X[j, n] (objective 1, §3.4): ``S'_j = S_j(multi, K_j) * d * nodes``
+3. Fitness of a solution X[j, n] (objective 1, docs/policies.md §9.1): ``S'_j = S_j(multi, K_j) * d * nodes``
    with ``d * nodes = (#axis nodes with capacity) / C`` (= 1/4 on 16x4), multiplied by the
    restart factor ``max(age - 30 restarts, 0) / (age + 30)`` when row j differs from the current
    allocation; fitness = power mean with p = -1 of ``S'_j + 1e-3``. Objective 2 (cluster utility
    ``sum_j S_j / GPUs of the nodes in use``) is computed and used only to break ties.
-4. Genetic algorithm (§3.3, §3.5, §3.6): population 100, 100 generations, 100 offspring per
+4. Genetic algorithm (docs/policies.md §9.2): population 100, 100 generations, 100 offspring per
    generation by binary tournament on fitness, job-row one-point crossover with probability
    0.9, mutation (reset a row to the current allocation 0.1; zero-out: row 0.1 x cell 0.1; grow
    with the per-node job-normalised probabilities ``p1 + p2 - p1 p2``, new value uniform in
@@ -34,7 +34,7 @@ One round (one call of :meth:`PolluxPolicy.decide`):
 5. The solution with the best fitness is applied.
 
 Decisions where the original is buggy, arbitrary or where we deliberately simplify
-(pollux-model.md §9, deepboot-model.md §8):
+(docs/policies.md §9.3, docs/simulator.md §6):
 
 * **Selection is single-objective, not NSGA-II.** The original runs pymoo's NSGA-II on
   (fitness, utility) and applies the best-fitness solution of the first front. The best-fitness
@@ -80,7 +80,7 @@ Decisions where the original is buggy, arbitrary or where we deliberately simpli
   used the unseeded global RNG); same seed -> identical results.
 * **Lending**: ``pollux-lend`` treats training and lendable inference GPUs alike (the GA has no
   preference for own-cluster nodes, as Pollux knows no node classes); reclaims use ATS-I.
-* **DeepBoot's copy of Pollux** (deepboot-model.md §4.4: population 50, 50 generations, ATS's
+* **DeepBoot's copy of Pollux** (docs/policies.md §9.4: population 50, 50 generations, ATS's
   10 s restart constant) is ``PolluxPolicy(population=50, generations=50, restart_delay=10)``.
   Its co-scheduling terms (inference speedups x2, SLEEP pods x0, ...) are not modelled: here
   inference is placed by the simulator, never by the training policy.
@@ -246,7 +246,7 @@ class PolluxProblem:
 
     # ------------------------------------------------------------ repair
     def repair(self, pop: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Hard constraints in the original order (§3.6); modifies and returns ``pop``."""
+        """Hard constraints in the original order (docs/policies.md §9.2); modifies and returns ``pop``."""
         # Interference avoidance: on each node only the first distributed job (in job order)
         # keeps its replicas; `earlier` counts the distributed jobs before it on the node.
         if self.avoid:
@@ -287,7 +287,7 @@ class PolluxProblem:
 
     # ------------------------------------------------------------ variation
     def crossover(self, pop: np.ndarray, w1: np.ndarray, w2: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Job-row one-point crossover of each mating (pop[w1[i]], pop[w2[i]]) (§3.5).
+        """Job-row one-point crossover of each mating (pop[w1[i]], pop[w2[i]]) (docs/policies.md §9.2).
 
         With probability 0.9 a cut c is drawn uniformly from {0, ..., J-1}; child 1 takes rows
         j < c from parent 2 and the rest from parent 1, child 2 the opposite; otherwise the
@@ -303,7 +303,7 @@ class PolluxProblem:
         return pop.reshape(-1, self.num_nodes).take(rows.ravel(), axis=0).reshape(2 * n, j, self.num_nodes)
 
     def mutate(self, pop: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Reset, zero-out and grow (§3.5); modifies and returns ``pop``.
+        """Reset, zero-out and grow (docs/policies.md §9.2); modifies and returns ``pop``.
 
         Grow draws, for every node with a free GPU, each job with probability ``1/J`` (p1) or,
         for jobs resident on the node, ``1/#resident`` (p2); the two independent events are
@@ -398,7 +398,7 @@ class PolluxPolicy(BasePolicy):
         patience: stop a round after this many generations without improvement of the best
             fitness (None: always run ``generations``).
         restart_delay: assumed restart delay (s) of the restart factor (Pollux 30; DeepBoot's
-            copy of Pollux, deepboot-model.md §4.4, uses ATS's 10 with population 50 and 50
+            copy of Pollux, docs/policies.md §9.4, uses ATS's 10 with population 50 and 50
             generations).
         avoid_interference: repair solutions so that no node holds two distributed jobs
             (Pollux's default; False: the "noavoid" variant).

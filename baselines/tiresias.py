@@ -1,4 +1,4 @@
-"""Tiresias: two-queue discretised least-attained-service with gang scheduling (pollux-model.md §3.9).
+"""Tiresias: two-queue discretised least-attained-service with gang scheduling (docs/policies.md §5).
 
 Each job keeps its submitted GPU count (``num_replicas``, gang: all or nothing) and batch size.
 New jobs enter queue Q0; a job is demoted to the back of Q1 once its attained service reaches

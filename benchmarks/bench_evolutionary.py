@@ -2,7 +2,7 @@
 CPU time, generations per round and avg JCT.
 
 Default: Pollux workload-1 at load 1.0 (160 jobs) on the 16x4 training cluster with the Pollux
-restart model (flat 30 s), the setting of pollux-model.md §7.2 (reference avg JCT: Pollux 2,089 s,
+restart model (flat 30 s), the setting of docs/references.md §4.1 (reference avg JCT: Pollux 2,089 s,
 Tiresias 2,474 s). Target: <= 60 s CPU per episode with each policy's default settings. Usage::
 
     python benchmarks/bench_evolutionary.py [--policy pollux|ones] [--workload W] [--cluster 16x4]

@@ -3,7 +3,7 @@
 Default: the Pollux workloads 1-4 at load 1.0 (160 jobs each) on the 16x4 training cluster with
 the Pollux restart model, ``interference-aware`` (ATS counts, interference-aware placement)
 against ``ats`` (the same counts, interference-oblivious best-fit placement), at flat slowdowns
-0, 0.25 and 0.5 (Pollux's rule, ``--interference F``). Pollux's own sweep (pollux-model.md §7.4)
+0, 0.25 and 0.5 (Pollux's rule, ``--interference F``). Pollux's own sweep (docs/interference.md §6)
 is ``--policies pollux pollux-noavoid`` (~50 s CPU per episode). Usage::
 
     python benchmarks/bench_interference.py [--policies ats interference-aware] [--slowdowns 0 0.25 0.5]

@@ -81,7 +81,7 @@ def best_fit(need: int, free: np.ndarray, allowed: np.ndarray | None = None) -> 
     Repeatedly: if ``need`` exceeds the largest free count, take all GPUs of the first node with
     that count; otherwise take ``need`` GPUs from the node with the fewest free GPUs among those
     with enough (first in node order on ties). This packs jobs on as few nodes as possible and
-    keeps large holes for large jobs (deepboot-model.md §4.1 step 6).
+    keeps large holes for large jobs (docs/policies.md §3).
 
     Args:
         need: GPUs to place.

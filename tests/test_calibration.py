@@ -2,7 +2,7 @@
 
 Tests that need the raw Pollux traces read ``../shared/data/apps`` relative to the repository root
 and skip cleanly when it is absent; the others use the shipped profiles, hard-coded reference
-numbers from pollux-model.md §5.2 and small synthetic files.
+numbers from docs/goodput.md §5 and small synthetic files.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from traces import calibrate as cal
 
 DATA_APPS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "apps"
 
-# pollux-model.md §5.2: M0, Mmax, mmin, mmax, max_epochs, target progress, 1-GPU step at M0 (s), 1-GPU JCT (h).
+# docs/goodput.md §5: M0, Mmax, mmin, mmax, max_epochs, target progress, 1-GPU step at M0 (s), 1-GPU JCT (h).
 REFERENCE = {
     "bert": (12, 384, 4, 12, 2, 14_774.0, 0.9215, 3.78),
     "cifar10": (128, 4096, 32, 1024, 100, 39_062.9, 0.1031, 1.12),
@@ -114,7 +114,7 @@ def test_shipped_params_are_what_calibration_computes(shipped, calibrated, raw_t
 
 
 def test_deepspeech2_zero_grad_sqr_rows(shipped):
-    # pollux-model.md §5.5: deepspeech2 has grad_sqr = 0 in 12 epochs at B=20 and 1 epoch at B=40.
+    # docs/goodput.md §5.2: deepspeech2 has grad_sqr = 0 in 12 epochs at B=20 and 1 epoch at B=40.
     sqr = shipped["deepspeech2"].grad_sqr
     assert (sqr[:, 0] <= 0).sum() == 12 and (sqr[:, 1] <= 0).sum() == 1 and (sqr[:, 2:] > 0).all()
     for name in APP_NAMES:
@@ -133,7 +133,7 @@ def _synthetic_observations(params: np.ndarray, noise: float = 0.005) -> tuple[n
     """Times from the model itself on 17 (N, K) shapes x 5 micro-batches, with seeded log-normal noise.
 
     A little noise matters: on exact data the RMS loss is a cone at zero residual and L-BFGS-B with
-    the default tolerances of pollux-model.md §1.2 stops early ("relative reduction of f").
+    the default tolerances of docs/goodput.md §6.2 stops early ("relative reduction of f").
     """
     cells = [(n, k, m) for n, k in SHAPES for m in (8, 16, 32, 64, 128)]
     nodes, replicas, local = (np.array(v, dtype=float) for v in zip(*cells, strict=True))

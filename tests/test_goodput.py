@@ -1,6 +1,6 @@
 """Property and regression tests of the Pollux goodput model (deepboot_env/sim/goodput.py).
 
-Notation as in pollux-model.md §1: N nodes, K replicas (GPUs), micro-batch m, extra accumulation
+Notation as in docs/goodput.md §1: N nodes, K replicas (GPUs), micro-batch m, extra accumulation
 steps s, total batch M = K m (s + 1), reference batch M0.
 """
 
@@ -113,7 +113,7 @@ def test_goodput_is_throughput_times_efficiency(cfg: tuple[str, int, int, int], 
     assume(replicas * m * (s + 1) >= prof.init_batch_size)
     goodput, rate = evaluate(prof, np.array([nodes]), np.array([replicas]), np.array([m]), np.array([s]), epoch=epoch)
 
-    # by hand, straight from the formulas of pollux-model.md §1
+    # by hand, straight from the formulas of docs/goodput.md §2-§3
     a_c, b_c, a_n, b_n, a_r, b_r, gamma = prof.throughput_params
     t_acc = a_c + b_c * m
     extra = max(replicas - 2, 1e-8)
@@ -222,7 +222,7 @@ def test_throughput_at_optimum_can_drop() -> None:
     any batch above M0 wastes almost all its examples and the optimiser keeps M = 8 on 1 and on 2
     GPUs. On 2 GPUs each does m = 4 instead of 8, saving 4 beta_c ~ 0.08 s of compute, but the
     all-reduce adds alpha_r ~ 0.155 s with gamma = 1 (no overlap), so throughput falls by ~19 %.
-    The Pollux reference model shows the same effect for yolov3 ep0 (pollux-model.md §5.6:
+    The Pollux reference model shows the same effect for yolov3 ep0 (docs/references.md §6.1:
     speedup 1.00 on 2 GPUs, 0.95 on 4).
     """
     prof = get_app("yolov3")
@@ -248,7 +248,7 @@ def test_fixed_batch_ncf_throughput_falls_across_nodes() -> None:
     """ncf keeps M = 32,768 (fixed batch). Splitting it over K GPUs saves only beta_c M / K of
     compute (beta_c ~ 5e-7 s, alpha_c ~ 7e-3 s) while the all-reduce alpha_n + beta_n (K - 2)
     grows, so across nodes throughput peaks at K = 5 and falls with every GPU after that
-    (the reference §5.6 has the same shape: 1.97 on 4 GPUs -> 1.21 on 8 -> 1.11 on 16)."""
+    (the reference docs/references.md §6.1 has the same shape: 1.97 on 4 GPUs -> 1.21 on 8 -> 1.11 on 16)."""
     prof = get_app("ncf")
     ks = np.arange(2, 17)
     ns = np.full(len(ks), 2)
@@ -356,7 +356,7 @@ def test_rate_table_fixed_batch() -> None:
     # 2048 over 2 GPUs: m = 1024 (= mmax), no accumulation
     assert table.total_batch(3, True, 2) == 2048.0
     # 2048 over 3 GPUs: m = ceil(682.7) = 683, so 2049 (Pollux rounds the micro-batch up; only
-    # Mmax is a hard cap, pollux-model.md §4.4)
+    # Mmax is a hard cap, docs/goodput.md §4.2)
     assert table.total_batch(3, True, 3) == 2049.0
     big = RateTable(prof, 8, fixed_batch=4096)
     # 4096 over 3 GPUs: L = 1365.3 > mmax = 1024 so s = 1, m = ceil(682.7) = 683 gives 4098 > Mmax,
@@ -365,7 +365,7 @@ def test_rate_table_fixed_batch() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# speedup anchors (pollux-model.md §5.6)
+# speedup anchors (docs/references.md §6.1)
 
 # (app, epoch) -> {(N, K): (speedup, chosen total batch)} from the reference "placements" fits
 ANCHORS: dict[tuple[str, int], dict[tuple[int, int], tuple[float, int]]] = {
@@ -406,9 +406,9 @@ def _anchor_speedups(app: str, epoch: int, cfgs: list[tuple[int, int]]) -> tuple
 
 @pytest.mark.parametrize(("app", "epoch"), sorted(ANCHORS))
 def test_speedup_anchors_approximately(app: str, epoch: int) -> None:
-    """Speedups G*(N, K) / G*(1, 1) with the trace statistics at M0 (pollux-model.md §5.6).
+    """Speedups G*(N, K) / G*(1, 1) with the trace statistics at M0 (docs/references.md §6.1).
 
-    Our parameters are refitted (apps.json), not the §5.4 reference fits, so the anchors are only
+    Our parameters are refitted (apps.json), not the reference fits of docs/references.md §6.1, so the anchors are only
     approximately reproduced: within 25 % on every (N, K) up to 16 GPUs (worst: yolov3 ep0 -21 %,
     deepspeech2 ep0 -17 %; everything else within 8 %). The chosen batch sizes agree within 25 %
     (most exactly) except the four listed in ``BATCH_MISMATCH``.
@@ -426,7 +426,7 @@ def test_speedup_anchors_approximately(app: str, epoch: int) -> None:
 
 
 def test_speedup_anchor_base_batches() -> None:
-    """(1, 1) batches chosen (pollux-model.md §5.6 footnote): exact except ncf (ours 22,052 vs 19,974)."""
+    """(1, 1) batches chosen (docs/references.md §6.2): exact except ncf (ours 22,052 vs 19,974)."""
     expected = {
         ("bert", 0): 12,
         ("cifar10", 0): 128,

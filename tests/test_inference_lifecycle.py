@@ -1,5 +1,5 @@
 """Inference pods (RUNNING -> PROTECT -> SLEEP), warm hits, cold starts, waiting, eviction, reclaim
-and restart costs (deepboot-model.md §2, §3.5, §4.2)."""
+and restart costs (docs/inference.md §2-§6, docs/restarts.md §4)."""
 
 from __future__ import annotations
 

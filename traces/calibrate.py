@@ -3,19 +3,19 @@
 Offline step run by ``deepboot calibrate --apps DIR [--out FILE]`` or
 ``python -m traces.calibrate --apps DIR [--out FILE]``. ``DIR`` holds one folder per application
 (bert, cifar10, deepspeech2, imagenet, ncf, yolov3) with the Pollux artifact files
-``origin_placements.csv``, ``scalability.csv`` and ``validation-<B>.csv`` (pollux-model.md §5.1).
+``origin_placements.csv``, ``scalability.csv`` and ``validation-<B>.csv`` (docs/goodput.md §6.1).
 Only what this module computes from them is shipped (``deepboot_env/sim/data/apps.json``).
 
 What is computed per application:
 
-* **Constants** (pollux-model.md §5.1-5.2): M0 / Mmax = smallest / largest traced validation batch;
+* **Constants** (docs/goodput.md §5): M0 / Mmax = smallest / largest traced validation batch;
   min / max local batch from the placements (yolov3's max overridden to 8); ``max_epochs`` = rows
   of every validation file; ``epoch_progress[e]`` = minimum over traced batch sizes of the
   cumulative progress at the end of epoch e (the last entry is the progress to finish);
   ``grad_sqr`` / ``grad_var`` per (epoch, traced batch); ncf keeps a fixed total batch of 32,768
   on at most one GPU under the adaptive schedulers (Pollux/DeepBoot special case).
 * **Throughput parameters** (alpha_c, beta_c, alpha_n, beta_n, alpha_r, beta_r, gamma) by the
-  fitting procedure of pollux-model.md §1.2, implemented faithfully in :func:`fit_throughput`:
+  fitting procedure of docs/goodput.md §6.2, implemented faithfully in :func:`fit_throughput`:
   start [0.1, 0.01] x 3 + [1.001], bounds [1e-8, inf) x 6 and gamma in [1, 10], the freezing
   rules, loss = RMS log error of the compute time + RMS log error of the synchronising step time
   + 1e-3 (gamma - 1)^2 + 1e-2 ((beta_n / alpha_n)^2 + (beta_r / alpha_r)^2), L-BFGS-B with an
@@ -25,13 +25,13 @@ What is computed per application:
   :func:`~deepboot_env.sim.goodput.sync_step_time`.
 
 Data fitted: every row of ``origin_placements.csv`` (1-4 nodes, 1-16 GPUs) **and** of
-``scalability.csv`` (6-16 nodes, 6-64 GPUs) -- the "+scalability" variant of pollux-model.md
-§5.4. The simulated cluster has 16 nodes x 4 GPUs and jobs grow to 64 GPUs, so the network terms
+``scalability.csv`` (6-16 nodes, 6-64 GPUs) -- the "+scalability" variant of docs/goodput.md
+§6.3. The simulated cluster has 16 nodes x 4 GPUs and jobs grow to 64 GPUs, so the network terms
 must also hold beyond the 16 GPUs of the placements. Fitting the placements alone gives about the
 same error on them but a 13-14 % median step-time error on ``scalability.csv`` for deepspeech2 and
 yolov3 (3-9 % with the scalability rows included).
 
-Deliberate refinement (documented departure from plain §1.2): a **single-GPU anchor**. The plain
+Deliberate refinement (documented departure from plain docs/goodput.md §6.2): a **single-GPU anchor**. The plain
 fit is a least-squares compromise over 650-2,100 configurations, and its single-GPU time at M0 --
 which sets every job's time to completion on one GPU and hence the simulator's JCT scale -- misses
 the measured value by up to 20 % (yolov3 +20 %: its single-GPU trace is not monotone in the local
@@ -42,9 +42,9 @@ compute_time(M0) = measured 1-GPU step_time at M0 (the single-GPU rows of
 129), i.e. alpha_c = T1(M0) - beta_c * M0 with the other six parameters free (``pin`` of
 :func:`fit_throughput`). A soft alternative (one heavily weighted pseudo-observation at M0) was
 tried and rejected: even at half of the total weight it left yolov3 5 % off. With the pin every
-application's predicted 1-GPU time to completion at M0 matches pollux-model.md §5.2 (to the
+application's predicted 1-GPU time to completion at M0 matches docs/goodput.md §5 (to the
 rounding of that table) and the median relative step-time error on ``origin_placements.csv``
-stays 4.5-7.5 % (plain fit: 4.5-8.3 %). ``fit_throughput`` without ``pin`` is the plain §1.2
+stays 4.5-7.5 % (plain fit: 4.5-8.3 %). ``fit_throughput`` without ``pin`` is the plain docs/goodput.md §6.2
 procedure; the report written into ``apps.json`` lists both fits.
 """
 
@@ -71,7 +71,7 @@ PARAM_NAMES: tuple[str, ...] = ("alpha_c", "beta_c", "alpha_n", "beta_n", "alpha
 """Order of the seven throughput parameters."""
 
 INITIAL_PARAMS: tuple[float, ...] = (0.1, 0.01, 0.1, 0.01, 0.1, 0.01, 1.001)
-"""Fixed starting point of the fit (pollux-model.md §1.2)."""
+"""Fixed starting point of the fit (docs/goodput.md §6.2)."""
 
 LOWER_BOUNDS: tuple[float, ...] = (1e-8,) * 6 + (1.0,)
 UPPER_BOUNDS: tuple[float, ...] = (math.inf,) * 6 + (10.0,)
@@ -95,7 +95,7 @@ REFERENCE_1GPU_HOURS: dict[str, float] = {
     "ncf": 0.40,
     "yolov3": 9.37,
 }
-"""1-GPU time to completion at M0 from pollux-model.md §5.2 / deepboot-model.md §3.1 (hours)."""
+"""1-GPU time to completion at M0 from docs/goodput.md §5 (hours)."""
 
 REFERENCE_1GPU_STEP_S: dict[str, float] = {
     "bert": 0.9215,
@@ -105,7 +105,7 @@ REFERENCE_1GPU_STEP_S: dict[str, float] = {
     "ncf": 0.00744,
     "yolov3": 0.3261,
 }
-"""Measured 1-GPU step time at M0 from pollux-model.md §5.2 (seconds)."""
+"""Measured 1-GPU step time at M0 from docs/goodput.md §5 (seconds)."""
 
 DEFAULT_OUT = Path(_apps_module.__file__).resolve().parent / _apps_module.DEFAULT_PROFILE_PATH
 """The shipped profile file."""
@@ -341,14 +341,14 @@ def read_app_traces(app_dir: Path) -> RawAppTraces:
 
 
 # ----------------------------------------------------------------------------------------------
-# Fitting the throughput model (pollux-model.md §1.2)
+# Fitting the throughput model (docs/goodput.md §6.2)
 # ----------------------------------------------------------------------------------------------
 
 
 def fit_start_and_bounds(
     nodes: np.ndarray, replicas: np.ndarray, local_bsz: np.ndarray, t_acc_obs: np.ndarray
 ) -> tuple[np.ndarray, list[tuple[float, float | None]]]:
-    """Initial point and L-BFGS-B bounds after the §1.2 freezing rules.
+    """Initial point and L-BFGS-B bounds after the docs/goodput.md §6.2 freezing rules.
 
     A frozen parameter has lower = upper = its initial value.
 
@@ -393,7 +393,7 @@ def fit_loss(
     log_acc_obs: np.ndarray,
     log_step_obs: np.ndarray,
 ) -> tuple[float, np.ndarray]:
-    """The §1.2 loss and its analytic gradient with respect to the seven parameters.
+    """The docs/goodput.md §6.2 loss and its analytic gradient with respect to the seven parameters.
 
     Loss = RMS(log T_acc error) + RMS(log T_sync_step error) + 1e-3 (gamma - 1)^2
     + 1e-2 ((beta_n / alpha_n)^2 + (beta_r / alpha_r)^2).
@@ -475,7 +475,7 @@ def fit_throughput(
     t_step_obs: np.ndarray,
     pin: tuple[float, float] | None = None,
 ) -> np.ndarray:
-    """Fit the seven throughput parameters to observed times (pollux-model.md §1.2).
+    """Fit the seven throughput parameters to observed times (docs/goodput.md §6.2).
 
     Args:
         nodes: nodes N per observation.
@@ -483,7 +483,7 @@ def fit_throughput(
         local_bsz: micro-batch m per observation.
         t_acc_obs: observed compute-only time (step_time - sync_time), seconds.
         t_step_obs: observed synchronising step time (step_time), seconds.
-        pin: optional (m0, t0). ``None`` is the plain §1.2 procedure. Otherwise the plain fit
+        pin: optional (m0, t0). ``None`` is the plain docs/goodput.md §6.2 procedure. Otherwise the plain fit
             is followed by a refit, started from its optimum, under the equality constraint
             compute_time(m0) = t0 (alpha_c = t0 - beta_c * m0; this supersedes the freezing
             rule of alpha_c). The single-GPU synchronising step at m0 then equals t0 (its
@@ -552,7 +552,7 @@ def measured_single_gpu_step(traces: RawAppTraces, local_bsz: float) -> float:
 def derive_profile(traces: RawAppTraces, params: np.ndarray) -> AppProfile:
     """Build the :class:`AppProfile` of ``traces`` with the given throughput parameters.
 
-    Applies the constants rules of pollux-model.md §5.1-5.2 (and the yolov3 / ncf overrides).
+    Applies the constants rules of docs/goodput.md §5 (and the yolov3 / ncf overrides).
     """
     name = traces.name
     batches = np.array([v.batch_size for v in traces.validation], dtype=float)
@@ -589,7 +589,7 @@ def fit_app(traces: RawAppTraces, anchor: bool = True) -> np.ndarray:
     Args:
         traces: the application's raw traces.
         anchor: pin the single-GPU time at M0 to the measured one (see the module docstring);
-            ``False`` gives the plain §1.2 fit.
+            ``False`` gives the plain docs/goodput.md §6.2 fit.
     """
     obs = fit_observations(traces)
     pin = None
@@ -719,7 +719,7 @@ def write_profiles(profiles: Mapping[str, AppProfile], report: Mapping[str, dict
         "source": (
             "traces/calibrate.py on the Pollux artifact traces (petuum/adaptdl osdi21-artifact "
             "simulator/traces, Apache-2.0): origin_placements.csv + scalability.csv fitted with "
-            "pollux-model.md 1.2 plus a single-GPU anchor at M0; constants per pollux-model.md 5.1-5.2"
+            "docs/goodput.md 6.2 plus a single-GPU anchor at M0; constants per docs/goodput.md 5"
         ),
         "apps": {name: profiles[name].to_json() for name in profiles},
         "fit_report": {name: report[name] for name in report},

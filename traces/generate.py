@@ -1,6 +1,6 @@
 """Workload generators: Philly-derived training jobs and periodic (day/night) inference load.
 
-Training jobs (:func:`generate_training`) follow the Pollux generator (pollux-model.md §6.2)
+Training jobs (:func:`generate_training`) follow the Pollux generator (docs/workloads.md §4)
 driven by the shipped Philly statistics (:mod:`traces.philly`) instead of the raw trace:
 
 1. Pool = filtered Philly jobs (duration >= 60 s, gpu_time < 1000 GPU-h) whose time of day is
@@ -11,7 +11,7 @@ driven by the shipped Philly statistics (:mod:`traces.philly`) instead of the ra
 3. Arrival (integer s) = minute offset in the window x 60 + a uniform second of that minute.
 4. Application from the GPU-time bucket: < 1 GPU-h -> cifar10 or ncf (1/2 each); 1-10 ->
    deepspeech2, of which 1/2 become bert; 10-100 -> yolov3; >= 100 -> imagenet.
-5. (num_replicas, batch_size) uniformly from the application's TunedJobs list (§5.7).
+5. (num_replicas, batch_size) uniformly from the application's TunedJobs list (docs/workloads.md §4.2).
 6. Sorted by arrival; names ``<app>-<index>``.
 
 It reproduces Pollux's statistics (app mix, time-of-day profile, configurations), not its
@@ -34,7 +34,7 @@ split equally over the instances; peak offered load = ``mean_gpus * (1 + amplitu
 model, 30 s to 8 min (means 105-300 s), longer for heavier models (bert 120-480 s,
 deepspeech2 90-420 s), medium for vision (imagenet, yolov3 60-360 s) and shorter for light ones
 (cifar10 30-240 s, ncf 30-180 s). DeepBoot's own files use uniform integers 1-9 s
-(deepboot-model.md §7), which would need hundreds of thousands of requests per day to load a
+(docs/workloads.md §7), which would need hundreds of thousands of requests per day to load a
 32-GPU inference cluster; scaling the durations to minutes keeps the same shape (bounded,
 uniform, per-request independent) with a few thousand requests per day, while the cold-start
 delays (4-8 s) and the protect times (30-120 s) remain relevant on that scale.
@@ -67,7 +67,7 @@ TUNED_JOBS: dict[str, tuple[tuple[int, int], ...]] = {
     "ncf": ((1, 32768),),
     "yolov3": ((4, 64),),
 }
-"""(num_replicas, batch_size) options per application: Pollux TunedJobs (pollux-model.md §5.7)."""
+"""(num_replicas, batch_size) options per application: Pollux TunedJobs (docs/workloads.md §4.2)."""
 
 DEFAULT_SERVICE_TIME_S: dict[str, tuple[int, int]] = {
     "bert": (120, 480),

@@ -3,9 +3,9 @@
 Formats, detected from the header line:
 
 * **Pollux** ``name,time,application,num_replicas,batch_size``: training jobs only
-  (pollux-model.md §6.2).
+  (docs/workloads.md §2).
 * **DeepBoot** Pollux columns plus ``duration`` (and optionally ``num_task``): training jobs
-  and inference requests (deepboot-model.md §7). A row is an inference request iff its
+  and inference requests (docs/workloads.md §2). A row is an inference request iff its
   ``application`` starts with ``infer`` (``infer-<model>-<k>``, the app-instance key); its
   ``duration`` is the service time in seconds, its ``num_replicas``/``batch_size``/``num_task``
   are ignored (one GPU each). Training rows' ``duration`` and ``num_task`` are ignored.
@@ -40,7 +40,7 @@ DEEPBOOT_COLUMNS: tuple[str, ...] = (*POLLUX_COLUMNS, "duration")
 DEEPBOOT_OUTPUT_COLUMNS: tuple[str, ...] = (*DEEPBOOT_COLUMNS, "num_task")
 """Columns :func:`traces.generate.write_workload_csv` writes."""
 PHILLY_COLUMNS: tuple[str, ...] = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
-"""Columns of the raw Philly trace (pollux-model.md §6.1)."""
+"""Columns of the raw Philly trace (docs/workloads.md §3)."""
 
 WORKLOADS_DIR = Path(__file__).resolve().parent / "workloads"
 """Folder of the shipped workloads: ``<split>/<name>.csv``."""

@@ -3,7 +3,7 @@
     python -m traces.make_shipped            # (re)write all CSVs and traces/workloads/README.md
     python -m traces.make_shipped --check    # regenerate in memory and compare with the files
 
-Every workload = 160 Philly-derived training jobs (Pollux §6.2 semantics, load 1.0, arrivals in an
+Every workload = 160 Philly-derived training jobs (docs/workloads.md §4 semantics, load 1.0, arrivals in an
 8-h window starting at 02:00 Philly time) plus periodic inference over a 24-h horizon with a 24-h
 period, sized for the default 8 nodes x 4 GPUs = 32-GPU inference cluster:
 
@@ -123,7 +123,7 @@ def _readme(rows: list[dict[str, object]]) -> str:
         "## Parameters",
         "",
         f"* Training: {NUM_JOBS} jobs x load {LOAD:g}, arrivals in an {WINDOW_HOURS:g}-h window starting at "
-        f"{START_HOUR:g}:00 Philly time, Pollux §6.2 semantics from `traces/data/philly_stats.json`",
+        f"{START_HOUR:g}:00 Philly time, docs/workloads.md §4 semantics from `traces/data/philly_stats.json`",
         "  (app from GPU-time bucket, (num_replicas, batch_size) from the TunedJobs table).",
         f"* Inference: {INSTANCES_PER_APP} instance(s) per model, non-homogeneous Poisson, rate ~ 1 + "
         f"{INFERENCE_AMPLITUDE:g} sin(2 pi (t - {INFERENCE_PHASE_S / 3600:g} h) / {INFERENCE_PERIOD_S / 3600:g} h), "

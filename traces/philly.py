@@ -1,6 +1,6 @@
 """Philly time-of-day statistics: what the Pollux workload generator needs, in a few kilobytes.
 
-Pollux's generator (pollux-model.md §6.2) samples jobs from the Microsoft Philly trace
+Pollux's generator (docs/workloads.md §4) samples jobs from the Microsoft Philly trace
 (``philly.csv``): it keeps jobs with ``duration >= 60 s`` and ``gpu_time < 1000 GPU-h``, keeps
 those whose time of day falls in ``[start, start + window)``, and uses only two things of each
 sampled job: its time of day (hour, minute, second -> arrival) and its GPU time (-> application).
@@ -73,7 +73,7 @@ class PhillyStats:
 
     @property
     def total(self) -> int:
-        """Number of jobs after the §6.2 filters (all times of day)."""
+        """Number of jobs after the filters of docs/workloads.md §3 (all times of day)."""
         return int(self.counts.sum())
 
     def window_counts(self, start_hour: float = 2, window_hours: float = 8) -> np.ndarray:
@@ -88,7 +88,7 @@ class PhillyStats:
         return self.counts[idx]
 
     def hourly_pool_counts(self, start_hour: float = 2, window_hours: float = 8) -> np.ndarray:
-        """Pool size per hour of the window (pollux-model.md §6.2 step 4)."""
+        """Pool size per hour of the window (docs/workloads.md §3)."""
         wc = self.window_counts(start_hour, window_hours).sum(axis=1)
         n_hours = int(np.ceil(len(wc) / 60))
         return np.array([int(wc[60 * h : 60 * (h + 1)].sum()) for h in range(n_hours)])
@@ -140,7 +140,7 @@ def window_minutes(start_hour: float, window_hours: float) -> tuple[int, int]:
 
 
 def filter_mask(trace: PhillyTrace) -> np.ndarray:
-    """Pollux §6.2 step 1: duration >= 60 s and gpu_time < 1000 GPU-h."""
+    """Pollux filters (docs/workloads.md §3): duration >= 60 s and gpu_time < 1000 GPU-h."""
     return (trace.duration >= MIN_DURATION_S) & (trace.gpu_time < MAX_GPU_TIME_S)
 
 
