@@ -1,4 +1,4 @@
-"""Event-driven simulator of a training cluster and an inference cluster.
+"""Event-driven simulator of a training cluster and an inference cluster: the clock, the events, training.
 
 Time jumps from event to event: scheduling boundaries every ``interval`` seconds (only while
 training jobs are active or about to arrive), inference arrivals and completions, pods falling
@@ -10,6 +10,11 @@ asks a policy for an :class:`~deepboot_env.sim.state.Allocation` and hands it to
 Between boundaries training never grows; inference requests are placed as they arrive: warm pod
 -> empty inference GPU -> SLEEP pod's GPU (evicted) -> a lent training GPU chosen by the policy's
 reclaim hook (ATS-I by default) -> wait.
+
+The :class:`Simulator` keeps the clock, the event loop, the scheduling boundaries, the training
+jobs (placements, completions, interference) and the GPU-second accounting. The inference side
+(pods, waiting requests, reclaims) is an :class:`~deepboot_env.sim.inference.InferencePool`
+that shares its ledger and event queue.
 
 Deliberate differences from the original DeepBoot simulator (deepboot-model.md §8):
 
@@ -33,15 +38,14 @@ from heapq import heappop
 
 import numpy as np
 
-from deepboot_env.sim.apps import COLD_START_DELAY_S, AppProfile, default_profiles
-from deepboot_env.sim.cluster import NODE_INFER, NODE_TRAIN, ClusterConfig, ClusterLedger
+from deepboot_env.sim.apps import AppProfile, default_profiles
+from deepboot_env.sim.cluster import NODE_TRAIN, ClusterConfig, ClusterLedger
 from deepboot_env.sim.events import Event, EventKind, EventQueue
 from deepboot_env.sim.goodput import RateTable, shared_rate_table
-from deepboot_env.sim.inference import PROTECT, RUNNING, SLEEP, Pod, RequestRecord, protect_time
+from deepboot_env.sim.inference import InferencePool, Pod, RequestRecord
 from deepboot_env.sim.interference import InterferenceModel, as_model
 from deepboot_env.sim.jobs import ProjectionState, TrainingJob, frozen_alloc
 from deepboot_env.sim.metrics import GPU_STATES, EpisodeMetrics, lower_bound_seconds, percentile
-from deepboot_env.sim.reclaim import ats_i_victim
 from deepboot_env.sim.restart import PARKED, plan_change, validate_model
 from deepboot_env.sim.state import (
     Allocation,
@@ -49,7 +53,6 @@ from deepboot_env.sim.state import (
     ClusterState,
     GpuRef,
     JobView,
-    RequestView,
     repair_allocation,
     validate_allocation,
 )
@@ -109,6 +112,9 @@ class Simulator:
         profiles: application profiles (default: the shipped ones).
     """
 
+    _pool_type: type[InferencePool] = InferencePool
+    """The inference side built at each reset (a subclass may record what it does)."""
+
     def __init__(
         self,
         workload: Workload,
@@ -157,7 +163,9 @@ class Simulator:
         self._done_spans: list[tuple[float, float]] = []
         """(completion, arrival) of the finished jobs, sorted (see :meth:`job_seconds`)."""
         self.waiting_seconds = 0.0
-        self.requests = [RequestRecord(i, r.arrival) for i, r in enumerate(self.workload.requests)]
+        self._pool = self._pool_type(
+            self.workload.requests, self.ledger, self.events, cfg.protect_scale, self, self.policy
+        )
         # Request arrivals are known in advance: a sorted stream merged with the event heap (which
         # holds only what the simulation schedules) instead of thousands of heap entries. They are
         # ordered as if pushed first, in order: by arrival, then index.
@@ -166,14 +174,9 @@ class Simulator:
         self._arrival_times = [times[i] for i in self._arrival_order]
         self._next_request = 0
         """Position in the arrival stream of the next request to arrive."""
-        self.pods: dict[int, Pod] = {}
-        self._pods_by_instance: dict[str, list[int]] = {}
-        self._pod_seq = 0
-        self._waiting: deque[int] = deque()
         self._arrivals_now = 0
         self._recent: deque[int] = deque([0] * RECENT_INTERVALS, maxlen=RECENT_INTERVALS)
         self.restarts = 0
-        self.reclaims = 0
         self.num_events = 0
         self.repaired_gpus = 0
         self.truncated = False
@@ -183,26 +186,13 @@ class Simulator:
         self.timeline: list[tuple[float, ...]] = []
         self._sample_from: tuple[float, list[float]] = (0.0, self._gpu_seconds.copy())
         self._wall_start = wallclock.perf_counter()
-        self._infer_nodes = np.flatnonzero(self.ledger.kinds != NODE_TRAIN).tolist()
-        self._node_order: list[int] = []
-        self._node_order_of: list[int] | None = None
-        """The training counts :attr:`_node_order` was sorted by (see :meth:`_inference_node_order`)."""
-        # the ledger total that counts the training GPUs inference may reclaim (every node that
-        # is not a training node is an inference node, or every node is a shared one)
-        kinds = self.ledger.kinds.tolist()
-        if all(kinds[node] == NODE_INFER for node in self._infer_nodes):
-            self._reclaimable_total: str | None = "lent"
-        elif len(self._infer_nodes) == len(kinds):
-            self._reclaimable_total = "train"
-        else:
-            self._reclaimable_total = None
         self._boundary = 0.0
         self._horizon = 0.0
         """No deferred completion may be due by this time (the end of the current event run)."""
         self._deferred: dict[int, tuple[float, int, int, ProjectionState]] = {}
         """Job index -> (completion lower bound, reserved event sequence number, job version,
         job state) of TRAIN_DONE events not pushed yet (see :meth:`_schedule_completion`)."""
-        if self.workload.requests and len(self._infer_nodes) == 0:
+        if self.workload.requests and not self._pool.inference_nodes:
             raise ValueError(
                 f"workload {self.workload.name!r} has {len(self.workload.requests)} inference requests but the "
                 f"cluster {cfg.cluster.describe()} has no inference nodes; use e.g. --cluster 8x4+8x4 or --shared-pool"
@@ -227,7 +217,7 @@ class Simulator:
         gs[3] += dt * held[3]
         gs[4] += dt * held[4]
         gs[5] += dt * held[5]
-        self.waiting_seconds += dt * len(self._waiting)
+        self.waiting_seconds += dt * len(self._pool.waiting)
         self._t_account = t
 
     def _close_interval(self, t: float) -> None:
@@ -243,7 +233,7 @@ class Simulator:
             mean = [(now - then) / span for now, then in zip(self._gpu_seconds, self._sample_from[1], strict=True)]
         else:
             mean = [float(v) for v in self._gpus_by_state()]
-        self.timeline.append((t, *mean, len(self._waiting), self._recent[-1]))
+        self.timeline.append((t, *mean, len(self._pool.waiting), self._recent[-1]))
         self._sample_from = (t, self._gpu_seconds.copy())
 
     # ------------------------------------------------------------ boundaries
@@ -278,7 +268,7 @@ class Simulator:
                     bool(self._active)
                     or self._next_arrival < len(self.jobs)
                     or self._next_live_time() < math.inf
-                    or bool(self._waiting)
+                    or bool(self._pool.waiting)
                 )
                 self._finish()
                 return
@@ -317,7 +307,7 @@ class Simulator:
         for job in self.jobs:
             if job.completion is not None:
                 end = max(end, job.completion)
-        for rec in self.requests:
+        for rec in self._pool.requests:
             if rec.finish is not None:
                 end = max(end, rec.finish)
         self._account(end)
@@ -330,7 +320,9 @@ class Simulator:
         (time, kind, sequence) order (an arrival sorts after every heap event of its second:
         REQUEST_ARRIVAL is the last kind and only arrivals have it)."""
         heap = self.events.heap
-        jobs, pods = self.jobs, self.pods
+        pool = self._pool
+        jobs, pods = self.jobs, pool.pods
+        arrive, request_done, pod_sleep = pool.arrive, pool.request_done, pool.pod_sleep
         arrival_times, arrival_order = self._arrival_times, self._arrival_order
         n_requests = len(arrival_times)
         nxt = self._next_request
@@ -360,12 +352,11 @@ class Simulator:
                 self.now = t
                 if kind == _REQUEST_ARRIVAL:
                     self._arrivals_now += 1
-                    self._waiting.append(target)
-                    self._serve_waiting()
+                    arrive(target, t)
                 elif kind == _REQUEST_DONE:
-                    self._request_done(pod)
+                    request_done(pod, t)
                 elif kind == _POD_SLEEP:
-                    self._pod_sleep(pod)
+                    pod_sleep(pod, t)
                 else:
                     self._train_done(job)
         finally:  # the position in the arrival stream and the event count, kept in locals above
@@ -378,7 +369,7 @@ class Simulator:
             job = self.jobs[ev.target]
             return job.version != ev.version or job.done
         if ev.kind in (EventKind.REQUEST_DONE, EventKind.POD_SLEEP):
-            pod = self.pods.get(ev.target)
+            pod = self._pool.pods.get(ev.target)
             return pod is None or pod.version != ev.version
         return False
 
@@ -395,8 +386,8 @@ class Simulator:
         insort(self._done_spans, (job.completion, job.spec.arrival))
         if self.config.interference is not None:
             self._refresh_interference()
-        if self._waiting:
-            self._serve_waiting()
+        if self._pool.waiting:
+            self._pool.serve_waiting(self.now)
 
     def _schedule_completion(self, job: TrainingJob) -> None:
         """Schedule the TRAIN_DONE event of ``job`` at its projected completion.
@@ -444,170 +435,6 @@ class Simulator:
                 # t >= bound > every earlier horizon >= now: max(t, now) as at the deferral
                 self.events.push_reserved(max(t, self.now), _TRAIN_DONE, seq, index, version)
 
-    # ------------------------------------------------------------ inference
-    def _serve_waiting(self) -> None:
-        waiting = self._waiting
-        if len(waiting) == 1:  # the common case, without a new deque
-            idx = waiting.popleft()
-            if not self._place_request(idx):
-                waiting.append(idx)
-            return
-        still: deque[int] = deque()
-        while self._waiting:
-            idx = self._waiting.popleft()
-            if not self._place_request(idx):
-                still.append(idx)
-        self._waiting = still
-
-    def _place_request(self, idx: int) -> bool:
-        spec = self.workload.requests[idx]
-        rec = self.requests[idx]
-        pod = self._warm_pod(spec.instance)
-        if pod is not None:
-            self._start_on_pod(pod, rec, spec.duration, cold=False)
-            return True
-        node = self._free_inference_gpu()
-        if node is None:
-            node = self._evict_sleep_pod()
-        if node is None:
-            node = self._reclaim(idx)
-        if node is None:
-            return False
-        pod = self._new_pod(spec.instance, spec.app, node)
-        self._start_on_pod(pod, rec, spec.duration, cold=True)
-        return True
-
-    def _warm_pod(self, instance: str) -> Pod | None:
-        best: Pod | None = None
-        pods = self.pods
-        for pid in self._pods_by_instance.get(instance, ()):
-            pod = pods[pid]
-            if pod.status != RUNNING and (best is None or pod.hits > best.hits):
-                best = pod
-        return best
-
-    def _inference_node_order(self) -> list[int]:
-        """Inference nodes, those with the fewest lent training GPUs first (stable; cached while
-        the ledger's training counts are the same list: it replaces the list at every change)."""
-        train = self.ledger.counts["train"]
-        if train is not self._node_order_of:
-            self._node_order = sorted(self._infer_nodes, key=train.__getitem__)
-            self._node_order_of = train
-        return self._node_order
-
-    def _free_inference_gpu(self) -> int | None:
-        led = self.ledger
-        c = led.counts
-        train, running, protect, sleep = c["train"], c["running"], c["protect"], c["sleep"]
-        cap = led.capacity
-        for node in self._inference_node_order():
-            if train[node] + running[node] + protect[node] + sleep[node] < cap:
-                return node
-        return None
-
-    def _evict_sleep_pod(self) -> int | None:
-        sleep = self.ledger.counts["sleep"]
-        for node in self._inference_node_order():
-            if sleep[node] > 0:
-                self._evict_one_sleeper(node)
-                return node
-        return None
-
-    def _evict_one_sleeper(self, node: int) -> None:
-        victim: Pod | None = None  # the SLEEP pod on the node asleep the longest (then lowest pid)
-        for pod in self.pods.values():
-            if pod.node == node and pod.status == SLEEP:
-                if victim is None or (pod.since, pod.pid) < (victim.since, victim.pid):
-                    victim = pod
-        if victim is None:
-            raise ValueError(f"no SLEEP pod on node {node}")
-        self.ledger.remove_pod(node, SLEEP)
-        self._drop_pod(victim)
-
-    def _drop_pod(self, pod: Pod) -> None:
-        del self.pods[pod.pid]
-        self._pods_by_instance[pod.instance].remove(pod.pid)
-
-    def _reclaim(self, idx: int) -> int | None:
-        key = self._reclaimable_total
-        if key is not None:
-            if self.ledger.totals[key] <= 0:
-                return None
-        elif not any(self.ledger.counts["train"][node] > 0 for node in self._infer_nodes):
-            return None
-        state = self.observe()
-        spec = self.workload.requests[idx]
-        view = RequestView(idx, spec.instance, spec.app, spec.arrival, spec.duration)
-        chooser = getattr(self.policy, "choose_reclaim", None)
-        ref = chooser(state, view) if chooser is not None else ats_i_victim(state)
-        if ref is None:
-            return None
-        self._take_training_gpu(ref)
-        self.reclaims += 1
-        return ref.node
-
-    def _take_training_gpu(self, ref: GpuRef) -> None:
-        if not (0 <= ref.job_id < len(self.jobs)) or ref.job_id not in self._active:
-            raise AllocationError(f"reclaim: job id {ref.job_id} is not an active training job")
-        job = self.jobs[ref.job_id]
-        if not (0 <= ref.node < len(job.alloc)) or job.alloc[ref.node] <= 0:
-            raise AllocationError(f"reclaim: job {job.spec.name!r} holds no GPU on node {ref.node}")
-        if self.ledger.kinds[ref.node] == NODE_TRAIN:
-            raise AllocationError(f"reclaim: node {ref.node} is a training node; inference may not take it")
-        counts = job.counts.copy()
-        counts[ref.node] -= 1
-        self._change_job(job, counts)
-        if self.config.interference is not None:
-            self._refresh_interference()
-
-    def _new_pod(self, instance: str, app: str, node: int) -> Pod:
-        self._pod_seq += 1
-        pod = Pod(self._pod_seq, instance, app, node, RUNNING, since=self.now)
-        self.ledger.add_pod(node, RUNNING, f"pod of {instance}")
-        self.pods[pod.pid] = pod
-        self._pods_by_instance.setdefault(instance, []).append(pod.pid)
-        return pod
-
-    def _start_on_pod(self, pod: Pod, rec: RequestRecord, duration: float, cold: bool) -> None:
-        if not cold:
-            if pod.status == PROTECT:
-                pod.hits += 1
-            else:
-                pod.hits = 0
-            self.ledger.move_pod(pod.node, pod.status, RUNNING)
-            pod.status = RUNNING
-        delay = COLD_START_DELAY_S[pod.app] if cold else 0.0
-        rec.start = self.now + delay
-        rec.finish = rec.start + duration
-        rec.cold = cold
-        rec.pod = pod.pid
-        pod.busy_until = rec.finish
-        pod.since = self.now
-        pod.version += 1
-        self.events.push(rec.finish, _REQUEST_DONE, pod.pid, pod.version)
-
-    def _request_done(self, pod: Pod) -> None:
-        """The request ``pod`` runs finishes now (its REQUEST_DONE event is not stale)."""
-        now = self.now
-        self.ledger.move_pod(pod.node, RUNNING, PROTECT)
-        pod.status = PROTECT
-        pod.since = now
-        pod.version += 1
-        pod.sleep_at = now + protect_time(pod.hits, self.config.protect_scale) + 1
-        self.events.push(pod.sleep_at, _POD_SLEEP, pod.pid, pod.version)
-        if self._waiting:
-            self._serve_waiting()
-
-    def _pod_sleep(self, pod: Pod) -> None:
-        """``pod`` falls asleep now (its POD_SLEEP event is not stale)."""
-        self.ledger.move_pod(pod.node, PROTECT, SLEEP)
-        pod.status = SLEEP
-        pod.hits = 0
-        pod.since = self.now
-        pod.version += 1
-        if self._waiting:
-            self._serve_waiting()
-
     # ------------------------------------------------------------ training
     def _max_replicas(self, job: TrainingJob) -> int:
         cap = job.rates.max_replicas
@@ -636,6 +463,27 @@ class Simulator:
             self.restarts += 1
         self._schedule_completion(job)
 
+    def take_training_gpu(self, ref: GpuRef) -> None:
+        """Take one GPU from a training job now, for an inference pod (the
+        :class:`~deepboot_env.sim.inference.InferencePool`'s reclaim): the job is re-planned on
+        the rest of its GPUs.
+
+        Raises:
+            AllocationError: if ``ref`` is not a GPU of an active job on a node inference may use.
+        """
+        if not (0 <= ref.job_id < len(self.jobs)) or ref.job_id not in self._active:
+            raise AllocationError(f"reclaim: job id {ref.job_id} is not an active training job")
+        job = self.jobs[ref.job_id]
+        if not (0 <= ref.node < len(job.alloc)) or job.alloc[ref.node] <= 0:
+            raise AllocationError(f"reclaim: job {job.spec.name!r} holds no GPU on node {ref.node}")
+        if self.ledger.kinds[ref.node] == NODE_TRAIN:
+            raise AllocationError(f"reclaim: node {ref.node} is a training node; inference may not take it")
+        counts = job.counts.copy()
+        counts[ref.node] -= 1
+        self._change_job(job, counts)
+        if self.config.interference is not None:
+            self._refresh_interference()
+
     def _refresh_interference(self) -> None:
         """Recompute every placed job's interference speed factor from the current placements;
         jobs whose factor changes are advanced to now, re-anchored and re-projected."""
@@ -654,6 +502,22 @@ class Simulator:
                 self._schedule_completion(job)
 
     # ------------------------------------------------------------ public API
+    @property
+    def pods(self) -> dict[int, Pod]:
+        """Live inference pods by pod id (the :class:`~deepboot_env.sim.inference.InferencePool`'s;
+        read them, never change them)."""
+        return self._pool.pods
+
+    @property
+    def requests(self) -> list[RequestRecord]:
+        """What happened to each inference request of the workload, in workload order."""
+        return self._pool.requests
+
+    @property
+    def reclaims(self) -> int:
+        """Lent training GPUs taken back by inference requests so far."""
+        return self._pool.reclaims
+
     @property
     def active_jobs(self) -> list[TrainingJob]:
         """Training jobs admitted at a boundary and not finished, in arrival order."""
@@ -757,7 +621,7 @@ class Simulator:
             sleeping=np.array(node_counts[3], dtype=np.int64),
             node_counts=node_counts,
             jobs=tuple(views),
-            waiting_requests=len(self._waiting),
+            waiting_requests=len(self._pool.waiting),
             recent_arrivals=tuple(self._recent),
             restart_model=self.config.restart,
         )
@@ -838,17 +702,18 @@ class Simulator:
         cap = led.capacity
         used = list(map(operator.add, total, pods))
         if max(used) > cap:  # SLEEP pods in the way are evicted (validation left room for them)
+            evict = self._pool.evict_one_sleeper
             for node, held in enumerate(used):
                 for _ in range(held - cap):
-                    self._evict_one_sleeper(node)
+                    evict(node)
             pods = led.pod_counts()
         led.set_training(total, "allocation", pods)
         for job, counts in changes:
             self._change_job(job, counts, update_ledger=False)
         if changes and self.config.interference is not None:
             self._refresh_interference()
-        if self._waiting:  # the allocation may have given lent inference GPUs back
-            self._serve_waiting()
+        if self._pool.waiting:  # the allocation may have given lent inference GPUs back
+            self._pool.serve_waiting(self.now)
 
     def advance(self) -> None:
         """Run every event up to the next decision (or to the end of the episode)."""
@@ -860,7 +725,7 @@ class Simulator:
         """Metrics of the episode so far (complete once :attr:`done`)."""
         done_jobs = [j for j in self.jobs if j.completion is not None]
         jcts = np.array([j.completion - j.spec.arrival for j in done_jobs], dtype=float)
-        served = [r for r in self.requests if r.start is not None]
+        served = [r for r in self._pool.requests if r.start is not None]
         latency = np.array([r.start - r.arrival for r in served], dtype=float)
         infer_jct = np.array([r.finish - r.arrival for r in served], dtype=float)
         gpus = self.config.cluster.gpus_per_node
@@ -883,11 +748,11 @@ class Simulator:
             infer_jct_mean=float(infer_jct.mean()) if len(infer_jct) else 0.0,
             infer_cold_starts=sum(1 for r in served if r.cold),
             infer_warm_hits=sum(1 for r in served if not r.cold),
-            infer_requests=len(self.requests),
-            infer_requests_done=sum(1 for r in self.requests if r.finish is not None and r.finish <= self.now),
+            infer_requests=len(self._pool.requests),
+            infer_requests_done=sum(1 for r in self._pool.requests if r.finish is not None and r.finish <= self.now),
             restarts=self.restarts,
             lent_gpu_seconds=gs["lent"],
-            reclaims=self.reclaims,
+            reclaims=self._pool.reclaims,
             gpu_seconds_by_state=gs,
             jct_lower_bound_mean=float(lb.mean()) if len(lb) else float("nan"),
             sim_events=self.num_events,
