@@ -14,7 +14,8 @@ reclaim hook (ATS-I by default) -> wait.
 The :class:`Simulator` keeps the clock, the event loop, the scheduling boundaries, the training
 jobs (placements, completions, interference) and the GPU-second accounting. The inference side
 (pods, waiting requests, reclaims) is an :class:`~deepboot_env.sim.inference.InferencePool`
-that shares its ledger and event queue.
+that shares its ledger and event queue, and the snapshot a policy sees is built by a
+:class:`~deepboot_env.sim.snapshot.StateBuilder`.
 
 Deliberate differences from the original DeepBoot simulator (deepboot-model.md §8):
 
@@ -47,12 +48,12 @@ from deepboot_env.sim.interference import InterferenceModel, as_model
 from deepboot_env.sim.jobs import ProjectionState, TrainingJob, frozen_alloc
 from deepboot_env.sim.metrics import GPU_STATES, EpisodeMetrics, lower_bound_seconds, percentile
 from deepboot_env.sim.restart import PARKED, plan_change, validate_model
+from deepboot_env.sim.snapshot import StateBuilder
 from deepboot_env.sim.state import (
     Allocation,
     AllocationError,
     ClusterState,
     GpuRef,
-    JobView,
     repair_allocation,
     validate_allocation,
 )
@@ -157,7 +158,7 @@ class Simulator:
             self.jobs.append(TrainingJob(i, spec, app, self._table(app, fixed), cfg.cluster.num_nodes))
         self._next_arrival = 0
         self._active: list[int] = []
-        self._view_fields: dict[int, tuple[int, dict[str, object], int]] = {}
+        self._snapshot = StateBuilder(self.jobs, self.ledger, cfg.cluster, cfg.interval, cfg.restart, self.adaptive)
         self._arrivals = np.array([spec.arrival for spec in self.workload.jobs], dtype=float)
         self._completions = np.full(len(self.jobs), np.inf)
         self._done_spans: list[tuple[float, float]] = []
@@ -436,12 +437,6 @@ class Simulator:
                 self.events.push_reserved(max(t, self.now), _TRAIN_DONE, seq, index, version)
 
     # ------------------------------------------------------------ training
-    def _max_replicas(self, job: TrainingJob) -> int:
-        cap = job.rates.max_replicas
-        if self.adaptive:
-            return max(1, min(cap, max(2 * job.max_profiled, 1)))
-        return cap
-
     def _change_job(self, job: TrainingJob, counts: list[int], update_ledger: bool = True) -> None:
         """Move ``job`` to ``counts`` GPUs per node (a list of ints the job takes over)."""
         now = self.now
@@ -556,76 +551,7 @@ class Simulator:
 
     def observe(self) -> ClusterState:
         """The read-only state at the current time (jobs advanced to now)."""
-        views = []
-        now = self.now
-        fixed = self._view_fields
-        new_view = object.__new__
-        jobs = self.jobs
-        for index in self._active:
-            job = jobs[index]
-            job.advance(now)
-            version = job.version
-            # Fields that change only with the job's version (a change of placement or speed); the
-            # job's alloc is a read-only array (jobs.frozen_alloc), so its views share it.
-            cached = fixed.get(index)
-            if cached is None or cached[0] != version:
-                spec = job.spec
-                replicas = job.replicas
-                cached = fixed[index] = (
-                    version,
-                    {
-                        "id": index,
-                        "name": spec.name,
-                        "app": job.app.name,
-                        "arrival": spec.arrival,
-                        "num_restarts": job.num_restarts,
-                        "max_replicas": self._max_replicas(job),
-                        "requested_replicas": spec.num_replicas,
-                        "requested_batch": spec.batch_size,
-                        "rates": job.rates,
-                        "alloc": job.alloc,
-                        "throughput_ratio": job.speed if replicas > 0 else 1.0,
-                        "replicas": replicas,  # JobView.replicas, precomputed
-                    },
-                    job.app.max_epochs,
-                )
-            # A JobView without its frozen-dataclass __init__ (several times slower): the same
-            # instance dict, filled directly. tests/test_env.py checks every field is set.
-            view = new_view(JobView)
-            fields = view.__dict__
-            fields.update(cached[1])
-            fields["age"] = now - job.spec.arrival
-            fields["attained_service"] = job.attained_service
-            fields["epoch"] = epoch = job.epoch
-            fields["progress_fraction"] = epoch / cached[2]
-            fields["stalled_seconds"] = job.stalled_seconds_left
-            fields["remaining_work"] = job.target_progress - job.progress
-            views.append(view)
-        counts = self.ledger.counts
-        node_counts = (
-            counts["train"].copy(),
-            counts["running"].copy(),
-            counts["protect"].copy(),
-            counts["sleep"].copy(),
-        )
-        # filled like the views (every field of ClusterState, set once, without its __init__)
-        state = object.__new__(ClusterState)
-        state.__dict__.update(
-            time=self.now,
-            interval=self.config.interval,
-            config=self.config.cluster,
-            node_kinds=self.ledger.kinds,
-            train_used=np.array(node_counts[0], dtype=np.int64),
-            running=np.array(node_counts[1], dtype=np.int64),
-            protect=np.array(node_counts[2], dtype=np.int64),
-            sleeping=np.array(node_counts[3], dtype=np.int64),
-            node_counts=node_counts,
-            jobs=tuple(views),
-            waiting_requests=len(self._pool.waiting),
-            recent_arrivals=tuple(self._recent),
-            restart_model=self.config.restart,
-        )
-        return state
+        return self._snapshot.build(self.now, self._active, len(self._pool.waiting), self._recent)
 
     def apply(self, allocation: Allocation, state: ClusterState | None = None, repair: bool = False) -> int:
         """Apply a policy's allocation at the current boundary.
