@@ -14,8 +14,9 @@ reclaim hook (ATS-I by default) -> wait.
 The :class:`Simulator` keeps the clock, the event loop, the scheduling boundaries, the training
 jobs (placements, completions, interference) and the GPU-second accounting. The inference side
 (pods, waiting requests, reclaims) is an :class:`~deepboot_env.sim.inference.InferencePool`
-that shares its ledger and event queue, and the snapshot a policy sees is built by a
-:class:`~deepboot_env.sim.snapshot.StateBuilder`.
+that shares its ledger and event queue, the snapshot a policy sees is built by a
+:class:`~deepboot_env.sim.snapshot.StateBuilder`, and the episode's metrics are assembled by
+:func:`~deepboot_env.sim.metrics.episode_metrics`.
 
 Deliberate differences from the original DeepBoot simulator (deepboot-model.md §8):
 
@@ -46,7 +47,7 @@ from deepboot_env.sim.goodput import RateTable, shared_rate_table
 from deepboot_env.sim.inference import InferencePool, Pod, RequestRecord
 from deepboot_env.sim.interference import InterferenceModel, as_model
 from deepboot_env.sim.jobs import ProjectionState, TrainingJob, frozen_alloc
-from deepboot_env.sim.metrics import GPU_STATES, EpisodeMetrics, lower_bound_seconds, percentile
+from deepboot_env.sim.metrics import GPU_STATES, EpisodeMetrics, episode_metrics
 from deepboot_env.sim.restart import PARKED, plan_change, validate_model
 from deepboot_env.sim.snapshot import StateBuilder
 from deepboot_env.sim.state import (
@@ -649,42 +650,17 @@ class Simulator:
 
     def metrics(self) -> EpisodeMetrics:
         """Metrics of the episode so far (complete once :attr:`done`)."""
-        done_jobs = [j for j in self.jobs if j.completion is not None]
-        jcts = np.array([j.completion - j.spec.arrival for j in done_jobs], dtype=float)
-        served = [r for r in self._pool.requests if r.start is not None]
-        latency = np.array([r.start - r.arrival for r in served], dtype=float)
-        infer_jct = np.array([r.finish - r.arrival for r in served], dtype=float)
-        gpus = self.config.cluster.gpus_per_node
-        bounds = {}
-        for job in self.jobs:
-            if job.app.name not in bounds:
-                bounds[job.app.name] = lower_bound_seconds(job.app, self._table(job.app, None), gpus)
-        lb = np.array([bounds[j.app.name] for j in self.jobs]) if self.jobs else np.array([])
-        gs = {name: float(v) for name, v in zip(GPU_STATES, self._gpu_seconds, strict=True)}
-        return EpisodeMetrics(
-            train_jct_mean=float(jcts.mean()) if len(jcts) else float("nan"),
-            train_jct_p50=percentile(jcts, 50),
-            train_jct_p95=percentile(jcts, 95),
-            train_jct_p99=percentile(jcts, 99),
-            makespan=max((j.completion for j in done_jobs), default=0.0),
-            train_jobs_done=len(done_jobs),
-            train_jobs=len(self.jobs),
-            infer_latency_mean=float(latency.mean()) if len(latency) else 0.0,
-            infer_latency_p99=percentile(latency, 99) if len(latency) else 0.0,
-            infer_jct_mean=float(infer_jct.mean()) if len(infer_jct) else 0.0,
-            infer_cold_starts=sum(1 for r in served if r.cold),
-            infer_warm_hits=sum(1 for r in served if not r.cold),
-            infer_requests=len(self._pool.requests),
-            infer_requests_done=sum(1 for r in self._pool.requests if r.finish is not None and r.finish <= self.now),
+        return episode_metrics(
+            self.jobs,
+            self._pool.requests,
+            lambda app: self._table(app, None),
+            gpus_per_node=self.config.cluster.gpus_per_node,
+            gpu_seconds=self._gpu_seconds,
             restarts=self.restarts,
-            lent_gpu_seconds=gs["lent"],
             reclaims=self._pool.reclaims,
-            gpu_seconds_by_state=gs,
-            jct_lower_bound_mean=float(lb.mean()) if len(lb) else float("nan"),
             sim_events=self.num_events,
             sim_end=self.now,
-            wall_seconds=wallclock.perf_counter() - self._wall_start,
+            wall_start=self._wall_start,
             truncated=self.truncated,
-            jcts={j.spec.name: float(j.completion - j.spec.arrival) for j in done_jobs},
-            timeline=list(self.timeline),
+            timeline=self.timeline,
         )
