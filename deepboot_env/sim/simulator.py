@@ -35,20 +35,19 @@ import time as wallclock
 from bisect import bisect_right, insort
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
 from heapq import heappop
 
 import numpy as np
 
 from deepboot_env.sim.apps import AppProfile, default_profiles
-from deepboot_env.sim.cluster import NODE_TRAIN, ClusterConfig, ClusterLedger
+from deepboot_env.sim.cluster import NODE_TRAIN, ClusterLedger
+from deepboot_env.sim.config import SimConfig
 from deepboot_env.sim.events import Event, EventKind, EventQueue
 from deepboot_env.sim.goodput import RateTable, shared_rate_table
 from deepboot_env.sim.inference import InferencePool, Pod, RequestRecord
-from deepboot_env.sim.interference import InterferenceModel, as_model
 from deepboot_env.sim.jobs import ProjectionState, TrainingJob, frozen_alloc
 from deepboot_env.sim.metrics import GPU_STATES, EpisodeMetrics, episode_metrics
-from deepboot_env.sim.restart import PARKED, plan_change, validate_model
+from deepboot_env.sim.restart import PARKED, plan_change
 from deepboot_env.sim.snapshot import StateBuilder
 from deepboot_env.sim.state import (
     Allocation,
@@ -70,37 +69,7 @@ _REQUEST_DONE, _POD_SLEEP, _TRAIN_DONE, _REQUEST_ARRIVAL = (
 RECENT_INTERVALS = 10
 """Intervals of inference-arrival history in :attr:`ClusterState.recent_arrivals`."""
 
-
-@dataclass(frozen=True)
-class SimConfig:
-    """Simulation settings.
-
-    Attributes:
-        cluster: cluster shape.
-        restart: restart-cost model: ``full``, ``afe``, ``stopfree`` or ``pollux`` (flat 30 s).
-        protect_scale: P, the scale of the pod protect time (1 = 30..120 s).
-        interval: seconds between scheduling boundaries.
-        max_time: the episode is cut (``truncated``) at this simulated time (s).
-        interference: co-location interference between training jobs: None (off, the default),
-            a number F (Pollux's flat rule: distributed jobs sharing a node run at 1 - F) or an
-            :class:`~deepboot_env.sim.interference.InterferenceModel`; stored normalised (a model
-            or None).
-    """
-
-    cluster: ClusterConfig = ClusterConfig()
-    restart: str = "afe"
-    protect_scale: float = 1.0
-    interval: float = 60.0
-    max_time: float = 30 * 86400.0
-    interference: InterferenceModel | float | None = None
-
-    def __post_init__(self) -> None:
-        validate_model(self.restart)
-        object.__setattr__(self, "interference", as_model(self.interference))
-        if not (math.isfinite(self.protect_scale) and self.protect_scale > 0):
-            raise ValueError(f"protect_scale must be a finite number > 0, got {self.protect_scale}")
-        if not (math.isfinite(self.interval) and self.interval > 0):
-            raise ValueError(f"interval must be a finite number > 0, got {self.interval}")
+__all__ = ["RECENT_INTERVALS", "SimConfig", "Simulator"]
 
 
 class Simulator:
