@@ -3,7 +3,7 @@
 * ``DeepBootEnv.step`` applies ``decode_action``'s allocation with ``Simulator.apply_valid`` (no
   second validation): every decoded allocation passes ``validate_allocation`` unchanged, and a
   twin driven through the validating ``Simulator.apply`` stays identical.
-* TRAIN_DONE events are projected lazily (``Simulator._schedule_completion``, deferred until the
+* TRAIN_DONE events are projected lazily (``CompletionSchedule.schedule``, deferred until the
   horizon reaches ``TrainingJob.completion_lower_bound``, then ``completion_bound_from``): an
   episode with every projection made eagerly (no lower bound) is the same episode.
 * ``Simulator.job_seconds`` sums only the jobs that can count: it equals the array formula.

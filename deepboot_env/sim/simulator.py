@@ -41,11 +41,12 @@ import numpy as np
 
 from deepboot_env.sim.apps import AppProfile, default_profiles
 from deepboot_env.sim.cluster import NODE_TRAIN, ClusterLedger
+from deepboot_env.sim.completions import CompletionSchedule
 from deepboot_env.sim.config import SimConfig
 from deepboot_env.sim.events import Event, EventKind, EventQueue
 from deepboot_env.sim.goodput import RateTable, shared_rate_table
 from deepboot_env.sim.inference import InferencePool, Pod, RequestRecord
-from deepboot_env.sim.jobs import ProjectionState, TrainingJob, frozen_alloc
+from deepboot_env.sim.jobs import TrainingJob, frozen_alloc
 from deepboot_env.sim.metrics import GPU_STATES, EpisodeMetrics, episode_metrics
 from deepboot_env.sim.restart import PARKED, plan_change
 from deepboot_env.sim.snapshot import StateBuilder
@@ -158,11 +159,7 @@ class Simulator:
         self._sample_from: tuple[float, list[float]] = (0.0, self._gpu_seconds.copy())
         self._wall_start = wallclock.perf_counter()
         self._boundary = 0.0
-        self._horizon = 0.0
-        """No deferred completion may be due by this time (the end of the current event run)."""
-        self._deferred: dict[int, tuple[float, int, int, ProjectionState]] = {}
-        """Job index -> (completion lower bound, reserved event sequence number, job version,
-        job state) of TRAIN_DONE events not pushed yet (see :meth:`_schedule_completion`)."""
+        self._completion_events = CompletionSchedule(self.jobs, self.events)
         if self.workload.requests and not self._pool.inference_nodes:
             raise ValueError(
                 f"workload {self.workload.name!r} has {len(self.workload.requests)} inference requests but the "
@@ -232,8 +229,7 @@ class Simulator:
                 boundary = self._next_boundary()
             first = False
             if boundary is None or boundary > self.config.max_time:
-                self._release_deferred(math.inf)
-                self._horizon = math.inf
+                self._completion_events.extend_horizon(math.inf, self.now)
                 self._drain(self.config.max_time)
                 self.truncated = (
                     bool(self._active)
@@ -243,8 +239,7 @@ class Simulator:
                 )
                 self._finish()
                 return
-            self._release_deferred(boundary)
-            self._horizon = boundary
+            self._completion_events.extend_horizon(boundary, self.now)
             self._run_events(boundary)
             self._close_interval(boundary)
             self._boundary = boundary
@@ -360,52 +355,6 @@ class Simulator:
         if self._pool.waiting:
             self._pool.serve_waiting(self.now)
 
-    def _schedule_completion(self, job: TrainingJob) -> None:
-        """Schedule the TRAIN_DONE event of ``job`` at its projected completion.
-
-        Most jobs cannot complete before the horizon (the end of the event run in progress or
-        about to start: the next boundary) and most are re-planned before they complete, so the
-        projection is deferred: the event's sequence number is reserved now and the job's state
-        kept, and :meth:`_release_deferred` pushes the very same event once the horizon reaches
-        the job's lower bound on its completion.
-        """
-        if job.replicas == 0 and job.completion is None:
-            return  # time_of_completion() is None: nothing to schedule
-        seq = self.events.reserve()
-        bound = job.completion_lower_bound()
-        if bound > self._horizon:
-            self._deferred[job.index] = (bound, seq, job.version, job.projection_state())
-            return
-        t = job.time_of_completion()
-        if t is not None:
-            self.events.push_reserved(max(t, self.now), _TRAIN_DONE, seq, job.index, job.version)
-
-    def _release_deferred(self, horizon: float) -> None:
-        """Push the deferred TRAIN_DONE events of the jobs that may complete by ``horizon`` (those
-        of jobs re-planned since are dropped: their events would be stale).
-
-        The bound a job was deferred with is loose (cheap to take at every change); before
-        paying for the projection, :meth:`~deepboot_env.sim.jobs.TrainingJob.completion_bound_from`
-        bounds it at the rates of the job's placement, and a job that still cannot complete by
-        ``horizon`` stays deferred under that tighter bound (most do: they are re-planned long
-        before they complete).
-        """
-        deferred = self._deferred
-        due = [index for index, entry in deferred.items() if entry[0] <= horizon]
-        for index in due:
-            _, seq, version, state = deferred.pop(index)
-            job = self.jobs[index]
-            if job.version != version:
-                continue
-            tighter = job.completion_bound_from(state)
-            if tighter > horizon:
-                deferred[index] = (tighter, seq, version, state)
-                continue
-            t = job.completion_from(state)
-            if t is not None:
-                # t >= bound > every earlier horizon >= now: max(t, now) as at the deferral
-                self.events.push_reserved(max(t, self.now), _TRAIN_DONE, seq, index, version)
-
     # ------------------------------------------------------------ training
     def _change_job(self, job: TrainingJob, counts: list[int], update_ledger: bool = True) -> None:
         """Move ``job`` to ``counts`` GPUs per node (a list of ints the job takes over)."""
@@ -426,7 +375,7 @@ class Simulator:
         job.adopt_change(new, counts, plan, now, replicas)
         if plan.counts_as_restart:
             self.restarts += 1
-        self._schedule_completion(job)
+        self._completion_events.schedule(job, self.now)
 
     def take_training_gpu(self, ref: GpuRef) -> None:
         """Take one GPU from a training job now, for an inference pod (the
@@ -464,7 +413,7 @@ class Simulator:
                     continue  # completes at this instant: its pending TRAIN_DONE event finishes it
                 job.advance(self.now)
                 job.set_speed(float(factor))
-                self._schedule_completion(job)
+                self._completion_events.schedule(job, self.now)
 
     # ------------------------------------------------------------ public API
     @property
