@@ -58,7 +58,7 @@ def test_step_without_revalidation_equals_validating_apply(workload, restart: st
             twin.reclaims,
             twin.num_events,
         )
-        assert sim._gpu_seconds == twin._gpu_seconds and sim.waiting_seconds == twin.waiting_seconds
+        assert sim._books.gpu_seconds == twin._books.gpu_seconds and sim.waiting_seconds == twin.waiting_seconds
         assert np.array_equal(sim.ledger.train, twin.ledger.train) and sim.ledger.totals == twin.ledger.totals
         sim.ledger.check()
         if terminated:
@@ -112,8 +112,8 @@ def test_job_seconds_equals_the_array_formula(workload) -> None:
     sim = Simulator(workload, SimConfig(restart="full"))
 
     def reference(t0: float, t1: float) -> float:
-        lo = np.maximum(sim._arrivals, t0)
-        hi = np.minimum(sim._completions, t1)
+        lo = np.maximum(sim._books.job_arrivals, t0)
+        hi = np.minimum(sim._books.job_completions, t1)
         return float(np.maximum(hi - lo, 0.0).sum())
 
     rng = np.random.default_rng(0)

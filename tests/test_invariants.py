@@ -111,7 +111,7 @@ class CheckedSimulator(Simulator):
 
     def gpu_seconds(self) -> dict[str, float]:
         """The counters behind ``metrics().gpu_seconds_by_state``."""
-        return dict(zip(GPU_STATES, (float(v) for v in self._gpu_seconds), strict=True))
+        return dict(zip(GPU_STATES, (float(v) for v in self._books.gpu_seconds), strict=True))
 
 
 @st.composite

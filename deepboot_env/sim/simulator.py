@@ -32,13 +32,13 @@ from __future__ import annotations
 import math
 import operator
 import time as wallclock
-from bisect import bisect_right, insort
 from collections import deque
 from collections.abc import Mapping
 from heapq import heappop
 
 import numpy as np
 
+from deepboot_env.sim.accounting import EpisodeAccount
 from deepboot_env.sim.apps import AppProfile, default_profiles
 from deepboot_env.sim.cluster import NODE_TRAIN, ClusterLedger
 from deepboot_env.sim.completions import CompletionSchedule
@@ -47,7 +47,7 @@ from deepboot_env.sim.events import Event, EventKind, EventQueue
 from deepboot_env.sim.goodput import RateTable, shared_rate_table
 from deepboot_env.sim.inference import InferencePool, Pod, RequestRecord
 from deepboot_env.sim.jobs import TrainingJob, frozen_alloc
-from deepboot_env.sim.metrics import GPU_STATES, EpisodeMetrics, episode_metrics
+from deepboot_env.sim.metrics import EpisodeMetrics, episode_metrics
 from deepboot_env.sim.restart import PARKED, plan_change
 from deepboot_env.sim.snapshot import StateBuilder
 from deepboot_env.sim.state import (
@@ -130,14 +130,10 @@ class Simulator:
         self._next_arrival = 0
         self._active: list[int] = []
         self._snapshot = StateBuilder(self.jobs, self.ledger, cfg.cluster, cfg.interval, cfg.restart, self.adaptive)
-        self._arrivals = np.array([spec.arrival for spec in self.workload.jobs], dtype=float)
-        self._completions = np.full(len(self.jobs), np.inf)
-        self._done_spans: list[tuple[float, float]] = []
-        """(completion, arrival) of the finished jobs, sorted (see :meth:`job_seconds`)."""
-        self.waiting_seconds = 0.0
         self._pool = self._pool_type(
             self.workload.requests, self.ledger, self.events, cfg.protect_scale, self, self.policy
         )
+        self._books = EpisodeAccount(self.ledger, self._pool, [spec.arrival for spec in self.workload.jobs])
         # Request arrivals are known in advance: a sorted stream merged with the event heap (which
         # holds only what the simulation schedules) instead of thousands of heap entries. They are
         # ordered as if pushed first, in order: by arrival, then index.
@@ -146,17 +142,14 @@ class Simulator:
         self._arrival_times = [times[i] for i in self._arrival_order]
         self._next_request = 0
         """Position in the arrival stream of the next request to arrive."""
-        self._arrivals_now = 0
+        self._arrived_before = 0
+        """:attr:`_next_request` when the last interval closed."""
         self._recent: deque[int] = deque([0] * RECENT_INTERVALS, maxlen=RECENT_INTERVALS)
         self.restarts = 0
         self.num_events = 0
         self.repaired_gpus = 0
         self.truncated = False
         self.done = False
-        self._gpu_seconds = [0.0] * len(GPU_STATES)
-        self._t_account = 0.0
-        self.timeline: list[tuple[float, ...]] = []
-        self._sample_from: tuple[float, list[float]] = (0.0, self._gpu_seconds.copy())
         self._wall_start = wallclock.perf_counter()
         self._boundary = 0.0
         self._completion_events = CompletionSchedule(self.jobs, self.events)
@@ -168,41 +161,14 @@ class Simulator:
         self._go_to_next_decision(first=True)
 
     # -------------------------------------------------------------- accounting
-    def _gpus_by_state(self) -> tuple[int, int, int, int, int, int]:
-        """GPUs now in each of :data:`GPU_STATES`."""
-        training, lent, running, protect, sleep, idle = self.ledger.by_state
-        return training, lent, running, protect, sleep, idle
-
-    def _account(self, t: float) -> None:
-        dt = t - self._t_account
-        if dt <= 0:
-            return
-        gs = self._gpu_seconds  # a list of floats: same IEEE operations as the array it replaced
-        held = self.ledger.by_state  # _gpus_by_state(), without the copy
-        gs[0] += dt * held[0]
-        gs[1] += dt * held[1]
-        gs[2] += dt * held[2]
-        gs[3] += dt * held[3]
-        gs[4] += dt * held[4]
-        gs[5] += dt * held[5]
-        self.waiting_seconds += dt * len(self._pool.waiting)
-        self._t_account = t
-
     def _close_interval(self, t: float) -> None:
-        """Account up to ``t``, move the clock there and record one timeline sample: the mean GPUs
-        per state over the interval that ends at ``t``, waiting requests now, and inference
-        arrivals during the interval."""
-        self._account(t)
+        """Account up to ``t``, move the clock there and record one timeline sample (its inference
+        arrivals: those since the last sample, also the newest of the recent arrivals)."""
+        arrivals = self._next_request - self._arrived_before
+        self._arrived_before = self._next_request
+        self._recent.append(arrivals)
+        self._books.close_interval(t, arrivals)
         self.now = t
-        self._recent.append(self._arrivals_now)
-        self._arrivals_now = 0
-        span = t - self._sample_from[0]
-        if span > 0:
-            mean = [(now - then) / span for now, then in zip(self._gpu_seconds, self._sample_from[1], strict=True)]
-        else:
-            mean = [float(v) for v in self._gpus_by_state()]
-        self.timeline.append((t, *mean, len(self._pool.waiting), self._recent[-1]))
-        self._sample_from = (t, self._gpu_seconds.copy())
 
     # ------------------------------------------------------------ boundaries
     def _admit_arrivals(self) -> None:
@@ -276,7 +242,7 @@ class Simulator:
         for rec in self._pool.requests:
             if rec.finish is not None:
                 end = max(end, rec.finish)
-        self._account(end)
+        self._books.account(end)
         self.now = end
         self.done = True
 
@@ -289,6 +255,7 @@ class Simulator:
         pool = self._pool
         jobs, pods = self.jobs, pool.pods
         arrive, request_done, pod_sleep = pool.arrive, pool.request_done, pool.pod_sleep
+        account = self._books.account
         arrival_times, arrival_order = self._arrival_times, self._arrival_order
         n_requests = len(arrival_times)
         nxt = self._next_request
@@ -314,10 +281,9 @@ class Simulator:
                 else:
                     break
                 processed += 1
-                self._account(t)
+                account(t)
                 self.now = t
                 if kind == _REQUEST_ARRIVAL:
-                    self._arrivals_now += 1
                     arrive(target, t)
                 elif kind == _REQUEST_DONE:
                     request_done(pod, t)
@@ -348,8 +314,7 @@ class Simulator:
         self.ledger.change_training(-job.alloc, f"job {job.spec.name!r}")
         job.apply_change(np.zeros_like(job.alloc), PARKED, self.now)
         self._active.remove(index)
-        self._completions[index] = job.completion
-        insort(self._done_spans, (job.completion, job.spec.arrival))
+        self._books.job_done(index, job.spec.arrival, job.completion)
         if self.config.interference is not None:
             self._refresh_interference()
         if self._pool.waiting:
@@ -439,34 +404,26 @@ class Simulator:
 
     def job_seconds(self, t0: float, t1: float) -> float:
         """Training job-seconds spent in the system (arrived, not finished) during [t0, t1]."""
-        # Fast path: the jobs that can count (active, finished after t0, arriving before t1).
-        # Their terms are those of the array expression below; when every one is a whole number
-        # of seconds the sum is exact in any order, so it equals numpy's.
-        # An unfinished job's term is t1 - max(arrival, t0) (its completion counts as inf).
         jobs = self.jobs
-        arrivals = [jobs[i].spec.arrival for i in self._active]
+        unfinished = [jobs[i].spec.arrival for i in self._active]
         for i in range(self._next_arrival, len(jobs)):
             arrival = jobs[i].spec.arrival
             if arrival >= t1:
                 break
-            arrivals.append(arrival)
-        terms = [t1 - max(arrival, t0) for arrival in arrivals]
-        done = self._done_spans
-        terms += [
-            min(completion, t1) - max(arrival, t0) for completion, arrival in done[bisect_right(done, (t0, math.inf)) :]
-        ]
-        total = 0.0
-        for term in terms:
-            if term > 0:
-                if not float(term).is_integer():
-                    break
-                total += term
-        else:
-            if total < 2.0**53:
-                return float(total)
-        lo = np.maximum(self._arrivals, t0)
-        hi = np.minimum(self._completions, t1)
-        return float(np.maximum(hi - lo, 0.0).sum())
+            unfinished.append(arrival)
+        return self._books.job_seconds(t0, t1, unfinished)
+
+    @property
+    def waiting_seconds(self) -> float:
+        """Request-seconds spent waiting for a GPU so far."""
+        return self._books.waiting_seconds
+
+    @property
+    def timeline(self) -> list[tuple[float, ...]]:
+        """One row per interval: (time, mean GPUs over the interval ending then in each of
+        :data:`~deepboot_env.sim.metrics.GPU_STATES`, waiting requests, inference arrivals during
+        the interval); read it, never change it."""
+        return self._books.timeline
 
     def observe(self) -> ClusterState:
         """The read-only state at the current time (jobs advanced to now)."""
@@ -526,7 +483,7 @@ class Simulator:
         """Apply a checked allocation (GPUs per node as lists of ints): evict the SLEEP pods in
         the way, update the ledger, then re-plan every job whose placement changes (in arrival
         order)."""
-        self._account(self.now)
+        self._books.account(self.now)
         n = self.config.cluster.num_nodes
         changes: list[tuple[TrainingJob, list[int]]] = []
         rows = [[0] * n]  # plain ints: a few nodes
@@ -573,12 +530,12 @@ class Simulator:
             self._pool.requests,
             lambda app: self._table(app, None),
             gpus_per_node=self.config.cluster.gpus_per_node,
-            gpu_seconds=self._gpu_seconds,
+            gpu_seconds=self._books.gpu_seconds,
             restarts=self.restarts,
             reclaims=self._pool.reclaims,
             sim_events=self.num_events,
             sim_end=self.now,
             wall_start=self._wall_start,
             truncated=self.truncated,
-            timeline=self.timeline,
+            timeline=self._books.timeline,
         )
