@@ -28,7 +28,6 @@ stays with the :class:`~deepboot_env.sim.simulator.Simulator`.
 from __future__ import annotations
 
 import math
-import weakref
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -132,8 +131,8 @@ class InferencePool:
         ledger: the cluster's GPU ledger, shared with training.
         events: the simulator's event queue (REQUEST_DONE and POD_SLEEP events go there).
         protect_scale: P, the scale of the pod protect time.
-        training: the training side, asked to observe and to give a GPU up on a reclaim (held
-            weakly: the simulator owns the pool, not the other way round).
+        training: the training side (the simulator), asked to observe and to give a GPU up on a
+            reclaim.
         policy: object with an optional ``choose_reclaim(state, request) -> GpuRef | None``
             (default: ATS-I, :func:`~deepboot_env.sim.reclaim.ats_i_victim`), looked up at each
             reclaim.
@@ -160,7 +159,7 @@ class InferencePool:
         self.ledger = ledger
         self.events = events
         self.protect_scale = protect_scale
-        self._training = weakref.proxy(training)
+        self._training = training
         self.policy = policy
         self.requests = [RequestRecord(i, r.arrival) for i, r in enumerate(requests)]
         self.pods: dict[int, Pod] = {}

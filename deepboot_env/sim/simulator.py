@@ -11,12 +11,22 @@ Between boundaries training never grows; inference requests are placed as they a
 -> empty inference GPU -> SLEEP pod's GPU (evicted) -> a lent training GPU chosen by the policy's
 reclaim hook (ATS-I by default) -> wait.
 
-The :class:`Simulator` keeps the clock, the event loop, the scheduling boundaries, the training
-jobs (placements, completions, interference) and the GPU-second accounting. The inference side
-(pods, waiting requests, reclaims) is an :class:`~deepboot_env.sim.inference.InferencePool`
-that shares its ledger and event queue, the snapshot a policy sees is built by a
-:class:`~deepboot_env.sim.snapshot.StateBuilder`, and the episode's metrics are assembled by
-:func:`~deepboot_env.sim.metrics.episode_metrics`.
+The :class:`Simulator` keeps the clock, the event loop, the scheduling boundaries and the
+training jobs (admission, placement changes, reclaimed GPUs, completions, interference), and
+drives the helpers it builds at each reset, which share its
+:class:`~deepboot_env.sim.cluster.ClusterLedger` and :class:`~deepboot_env.sim.events.EventQueue`:
+
+* :class:`~deepboot_env.sim.inference.InferencePool`: the inference side (pods, waiting
+  requests, evictions, reclaims); it reaches back only through
+  :class:`~deepboot_env.sim.inference.TrainingSide` (``observe``, ``take_training_gpu``);
+* :class:`~deepboot_env.sim.completions.CompletionSchedule`: the lazily projected TRAIN_DONE events;
+* :class:`~deepboot_env.sim.accounting.EpisodeAccount`: GPU-seconds, waiting and job-seconds,
+  the timeline;
+* :class:`~deepboot_env.sim.snapshot.StateBuilder`: the :class:`~deepboot_env.sim.state.ClusterState`
+  behind :meth:`Simulator.observe`;
+
+and :func:`~deepboot_env.sim.metrics.episode_metrics` assembles :meth:`Simulator.metrics`.
+:class:`~deepboot_env.sim.config.SimConfig` is re-exported here.
 
 Deliberate differences from the original DeepBoot simulator (deepboot-model.md §8):
 
@@ -340,7 +350,7 @@ class Simulator:
         job.adopt_change(new, counts, plan, now, replicas)
         if plan.counts_as_restart:
             self.restarts += 1
-        self._completion_events.schedule(job, self.now)
+        self._completion_events.schedule(job, now)
 
     def take_training_gpu(self, ref: GpuRef) -> None:
         """Take one GPU from a training job now, for an inference pod (the
