@@ -28,6 +28,7 @@ stays with the :class:`~deepboot_env.sim.simulator.Simulator`.
 from __future__ import annotations
 
 import math
+import weakref
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -132,7 +133,8 @@ class InferencePool:
         events: the simulator's event queue (REQUEST_DONE and POD_SLEEP events go there).
         protect_scale: P, the scale of the pod protect time.
         training: the training side (the simulator), asked to observe and to give a GPU up on a
-            reclaim.
+            reclaim; held weakly, so that the simulator, which owns the pool, is freed by
+            reference counting (pickling and copying keep the link).
         policy: object with an optional ``choose_reclaim(state, request) -> GpuRef | None``
             (default: ATS-I, :func:`~deepboot_env.sim.reclaim.ats_i_victim`), looked up at each
             reclaim.
@@ -159,7 +161,7 @@ class InferencePool:
         self.ledger = ledger
         self.events = events
         self.protect_scale = protect_scale
-        self._training = training
+        self._training = weakref.ref(training)
         self.policy = policy
         self.requests = [RequestRecord(i, r.arrival) for i, r in enumerate(requests)]
         self.pods: dict[int, Pod] = {}
@@ -180,6 +182,18 @@ class InferencePool:
             self._reclaimable_total = "train"
         else:
             self._reclaimable_total = None
+
+    def __getstate__(self) -> dict[str, object]:
+        """The pool's state for pickle and :mod:`copy`, with the training side itself (a pickled
+        or copied simulator gets a pool bound to the copy, not to the original)."""
+        state = self.__dict__.copy()
+        state["_training"] = self._training()
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        """Restore a pickled or copied pool (the training side held weakly again)."""
+        self.__dict__.update(state)
+        self._training = weakref.ref(state["_training"])
 
     # ------------------------------------------------------------------ events
     def arrive(self, idx: int, now: float) -> None:
@@ -317,7 +331,9 @@ class InferencePool:
             train = self.ledger.counts["train"]
             if not any(train[node] > 0 for node in self.inference_nodes):
                 return None
-        training = self._training
+        training = self._training()
+        if training is None:
+            raise ReferenceError("the training side of this inference pool is gone")
         state = training.observe()
         spec = self._specs[idx]
         view = RequestView(idx, spec.instance, spec.app, spec.arrival, spec.duration)
