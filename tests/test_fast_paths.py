@@ -3,7 +3,7 @@
 * ``DeepBootEnv.step`` applies the codec's allocation with ``Simulator.apply_valid_counts`` (no
   second validation): every decoded allocation passes ``validate_allocation`` unchanged, and a
   twin driven through the validating ``Simulator.apply`` stays identical.
-* TRAIN_DONE events are projected lazily (``Simulator._schedule_completion``, deferred until the
+* TRAIN_DONE events are projected lazily (``CompletionSchedule.schedule``, deferred until the
   horizon reaches ``TrainingJob.completion_lower_bound``, then ``completion_bound_from``): an
   episode with every projection made eagerly (no lower bound) is the same episode.
 * ``Simulator.job_seconds`` sums only the jobs that can count: it equals the array formula.
@@ -59,7 +59,7 @@ def test_step_without_revalidation_equals_validating_apply(workload, restart: st
             twin.reclaims,
             twin.num_events,
         )
-        assert sim._gpu_seconds == twin._gpu_seconds and sim.waiting_seconds == twin.waiting_seconds
+        assert sim._books.gpu_seconds == twin._books.gpu_seconds and sim.waiting_seconds == twin.waiting_seconds
         assert np.array_equal(sim.ledger.train, twin.ledger.train) and sim.ledger.totals == twin.ledger.totals
         sim.ledger.check()
         if terminated:
@@ -113,8 +113,8 @@ def test_job_seconds_equals_the_array_formula(workload) -> None:
     sim = Simulator(workload, SimConfig(restart="full"))
 
     def reference(t0: float, t1: float) -> float:
-        lo = np.maximum(sim._arrivals, t0)
-        hi = np.minimum(sim._completions, t1)
+        lo = np.maximum(sim._books.job_arrivals, t0)
+        hi = np.minimum(sim._books.job_completions, t1)
         return float(np.maximum(hi - lo, 0.0).sum())
 
     rng = np.random.default_rng(0)

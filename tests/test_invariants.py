@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from deepboot_env.sim.apps import COLD_START_DELAY_S
 from deepboot_env.sim.cluster import NODE_TRAIN, ClusterConfig
-from deepboot_env.sim.inference import PROTECT, RUNNING, SLEEP
+from deepboot_env.sim.inference import PROTECT, RUNNING, SLEEP, InferencePool
 from deepboot_env.sim.metrics import GPU_STATES
 from deepboot_env.sim.reclaim import ats_i_victim
 from deepboot_env.sim.restart import RESTART_MODELS
@@ -87,20 +87,31 @@ class RandomPolicy:
         return options[int(self.rng.integers(len(options)))] if options else None
 
 
-class CheckedSimulator(Simulator):
+class CheckedPool(InferencePool):
     """Records every pod that leaves (and its state at that moment)."""
 
-    def reset(self) -> None:
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
         self.dropped: list[tuple[int, str]] = []
-        super().reset()
 
     def _drop_pod(self, pod) -> None:
         self.dropped.append((pod.pid, pod.status))
         super()._drop_pod(pod)
 
+
+class CheckedSimulator(Simulator):
+    """A simulator whose inference pool records every pod that leaves."""
+
+    _pool_type = CheckedPool
+
+    @property
+    def dropped(self) -> list[tuple[int, str]]:
+        """(pod id, state) of every pod that left, in order."""
+        return self._pool.dropped
+
     def gpu_seconds(self) -> dict[str, float]:
         """The counters behind ``metrics().gpu_seconds_by_state``."""
-        return dict(zip(GPU_STATES, (float(v) for v in self._gpu_seconds), strict=True))
+        return dict(zip(GPU_STATES, (float(v) for v in self._books.gpu_seconds), strict=True))
 
 
 @st.composite

@@ -1,4 +1,4 @@
-"""Inference requests and the warm-pod lifecycle (deepboot-model.md §2).
+"""Inference requests, the warm-pod lifecycle and the :class:`InferencePool` (deepboot-model.md §2).
 
 Every request needs one GPU for its duration. A *pod* is a warm container bound to one app
 instance (``infer-bert-1``) and one GPU:
@@ -15,17 +15,38 @@ A request of instance A is a *warm hit* if a pod of A is SLEEP or PROTECT (the o
 consecutive hits is taken): it starts at once with no start-up delay; the pod's hit counter
 grows if it was PROTECT and restarts from 0 if it was SLEEP. RUNNING and PROTECT pods are never
 pre-empted. A request that finds no pod and no GPU waits in FIFO order; nothing is dropped.
+
+:class:`InferencePool` runs all of this for the simulator: it owns the pods, the waiting queue
+and the request records, places requests (warm pod -> empty inference GPU -> SLEEP pod's GPU,
+evicted -> a lent training GPU reclaimed through its :class:`TrainingSide` -> wait), and handles
+the REQUEST_DONE and POD_SLEEP events. It counts GPUs on the simulator's shared
+:class:`~deepboot_env.sim.cluster.ClusterLedger` and schedules its events on the shared
+:class:`~deepboot_env.sim.events.EventQueue`; the training side (the jobs, their placements)
+stays with the :class:`~deepboot_env.sim.simulator.Simulator`.
 """
 
 from __future__ import annotations
 
 import math
+import weakref
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
+from typing import Protocol
+
+from deepboot_env.sim.apps import COLD_START_DELAY_S
+from deepboot_env.sim.cluster import NODE_INFER, NODE_TRAIN, ClusterLedger
+from deepboot_env.sim.events import EventKind, EventQueue
+from deepboot_env.sim.reclaim import ats_i_victim
+from deepboot_env.sim.state import ClusterState, GpuRef, RequestView
+from deepboot_env.sim.workload import InferenceRequestSpec
 
 RUNNING = "running"
 PROTECT = "protect"
 SLEEP = "sleep"
+
+_REQUEST_DONE, _POD_SLEEP = int(EventKind.REQUEST_DONE), int(EventKind.POD_SLEEP)
 
 
 @cache
@@ -83,3 +104,272 @@ class RequestRecord:
     finish: float | None = None
     cold: bool = False
     pod: int | None = None
+
+
+class TrainingSide(Protocol):
+    """What an :class:`InferencePool` needs from the training side (the simulator) to reclaim a
+    GPU lent to training."""
+
+    def observe(self) -> ClusterState:
+        """The state at the current time, shown to the policy's reclaim hook."""
+        ...
+
+    def take_training_gpu(self, ref: GpuRef) -> None:
+        """Take the GPU ``ref`` from its training job now (the pod that gets it is counted by
+        the pool); raises :class:`~deepboot_env.sim.state.AllocationError` if ``ref`` is not a
+        GPU inference may take."""
+        ...
+
+
+class InferencePool:
+    """The inference side of one episode: pods, waiting requests and what happened to each request.
+
+    Every method that changes something at the current time takes that time as ``now`` (the
+    simulator's clock). The pool is rebuilt at each episode reset.
+
+    Args:
+        requests: the workload's inference requests (indexed like :attr:`requests`).
+        ledger: the cluster's GPU ledger, shared with training.
+        events: the simulator's event queue (REQUEST_DONE and POD_SLEEP events go there).
+        protect_scale: P, the scale of the pod protect time.
+        training: the training side (the simulator), asked to observe and to give a GPU up on a
+            reclaim; held weakly, so that the simulator, which owns the pool, is freed by
+            reference counting (pickling and copying keep the link).
+        policy: object with an optional ``choose_reclaim(state, request) -> GpuRef | None``
+            (default: ATS-I, :func:`~deepboot_env.sim.reclaim.ats_i_victim`), looked up at each
+            reclaim.
+
+    Attributes:
+        pods: live pods by pod id (creation order).
+        requests: one record per request of the workload.
+        waiting: indices of the requests waiting for a GPU, in FIFO order (replaced, not
+            changed, when several are retried at once).
+        reclaims: lent training GPUs taken back so far.
+        inference_nodes: nodes pods may run on (every node that is not a training node).
+    """
+
+    def __init__(
+        self,
+        requests: Sequence[InferenceRequestSpec],
+        ledger: ClusterLedger,
+        events: EventQueue,
+        protect_scale: float,
+        training: TrainingSide,
+        policy: object | None = None,
+    ) -> None:
+        self._specs = requests
+        self.ledger = ledger
+        self.events = events
+        self.protect_scale = protect_scale
+        self._training = weakref.ref(training)
+        self.policy = policy
+        self.requests = [RequestRecord(i, r.arrival) for i, r in enumerate(requests)]
+        self.pods: dict[int, Pod] = {}
+        self._pods_by_instance: dict[str, list[int]] = {}
+        self._pod_seq = 0
+        self.waiting: deque[int] = deque()
+        self.reclaims = 0
+        kinds = ledger.kinds.tolist()
+        self.inference_nodes: list[int] = [node for node, kind in enumerate(kinds) if kind != NODE_TRAIN]
+        self._node_order: list[int] = []
+        self._node_order_of: list[int] | None = None
+        """The training counts :attr:`_node_order` was sorted by (see :meth:`_inference_node_order`)."""
+        # the ledger total that counts the training GPUs inference may reclaim (every node that
+        # is not a training node is an inference node, or every node is a shared one)
+        if all(kinds[node] == NODE_INFER for node in self.inference_nodes):
+            self._reclaimable_total: str | None = "lent"
+        elif len(self.inference_nodes) == len(kinds):
+            self._reclaimable_total = "train"
+        else:
+            self._reclaimable_total = None
+
+    def __getstate__(self) -> dict[str, object]:
+        """The pool's state for pickle and :mod:`copy`, with the training side itself (a pickled
+        or copied simulator gets a pool bound to the copy, not to the original)."""
+        state = self.__dict__.copy()
+        state["_training"] = self._training()
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        """Restore a pickled or copied pool (the training side held weakly again)."""
+        self.__dict__.update(state)
+        self._training = weakref.ref(state["_training"])
+
+    # ------------------------------------------------------------------ events
+    def arrive(self, idx: int, now: float) -> None:
+        """Request ``idx`` arrives now: it joins the queue, which is served at once."""
+        self.waiting.append(idx)
+        self.serve_waiting(now)
+
+    def request_done(self, pod: Pod, now: float) -> None:
+        """The request ``pod`` runs finishes now (its REQUEST_DONE event is not stale)."""
+        self.ledger.move_pod(pod.node, RUNNING, PROTECT)
+        pod.status = PROTECT
+        pod.since = now
+        pod.version += 1
+        pod.sleep_at = now + protect_time(pod.hits, self.protect_scale) + 1
+        self.events.push(pod.sleep_at, _POD_SLEEP, pod.pid, pod.version)
+        if self.waiting:
+            self.serve_waiting(now)
+
+    def pod_sleep(self, pod: Pod, now: float) -> None:
+        """``pod`` falls asleep now (its POD_SLEEP event is not stale)."""
+        self.ledger.move_pod(pod.node, PROTECT, SLEEP)
+        pod.status = SLEEP
+        pod.hits = 0
+        pod.since = now
+        pod.version += 1
+        if self.waiting:
+            self.serve_waiting(now)
+
+    # --------------------------------------------------------------- placement
+    def serve_waiting(self, now: float) -> None:
+        """Try to place every waiting request, in FIFO order; those that find no GPU keep waiting."""
+        waiting = self.waiting
+        if len(waiting) == 1:  # the common case, without a new deque
+            idx = waiting.popleft()
+            if not self._place_request(idx, now):
+                waiting.append(idx)
+            return
+        # A new queue: while a request is placed, the old one holds only those not tried yet
+        # (a reclaim's state counts them as waiting).
+        still: deque[int] = deque()
+        while self.waiting:
+            idx = self.waiting.popleft()
+            if not self._place_request(idx, now):
+                still.append(idx)
+        self.waiting = still
+
+    def _place_request(self, idx: int, now: float) -> bool:
+        """Start request ``idx`` now if it finds a pod or a GPU (see the module docstring)."""
+        spec = self._specs[idx]
+        rec = self.requests[idx]
+        pod = self._warm_pod(spec.instance)
+        if pod is not None:
+            self._start_on_pod(pod, rec, spec.duration, False, now)
+            return True
+        node = self._free_inference_gpu()
+        if node is None:
+            node = self._evict_sleep_pod()
+        if node is None:
+            node = self._reclaim(idx)
+        if node is None:
+            return False
+        pod = self._new_pod(spec.instance, spec.app, node, now)
+        self._start_on_pod(pod, rec, spec.duration, True, now)
+        return True
+
+    def _warm_pod(self, instance: str) -> Pod | None:
+        """The SLEEP or PROTECT pod of ``instance`` with the most consecutive hits (the first
+        created among equals), or None."""
+        best: Pod | None = None
+        pods = self.pods
+        for pid in self._pods_by_instance.get(instance, ()):
+            pod = pods[pid]
+            if pod.status != RUNNING and (best is None or pod.hits > best.hits):
+                best = pod
+        return best
+
+    def _inference_node_order(self) -> list[int]:
+        """Inference nodes, those with the fewest lent training GPUs first (stable; cached while
+        the ledger's training counts are the same list: it replaces the list at every change)."""
+        train = self.ledger.counts["train"]
+        if train is not self._node_order_of:
+            self._node_order = sorted(self.inference_nodes, key=train.__getitem__)
+            self._node_order_of = train
+        return self._node_order
+
+    def _free_inference_gpu(self) -> int | None:
+        """The first inference node (in :meth:`_inference_node_order`) with an empty GPU, or None."""
+        led = self.ledger
+        c = led.counts
+        train, running, protect, sleep = c["train"], c["running"], c["protect"], c["sleep"]
+        cap = led.capacity
+        for node in self._inference_node_order():
+            if train[node] + running[node] + protect[node] + sleep[node] < cap:
+                return node
+        return None
+
+    def _evict_sleep_pod(self) -> int | None:
+        """Evict a SLEEP pod from the first inference node that has one; its node, or None."""
+        sleep = self.ledger.counts["sleep"]
+        for node in self._inference_node_order():
+            if sleep[node] > 0:
+                self.evict_one_sleeper(node)
+                return node
+        return None
+
+    def evict_one_sleeper(self, node: int) -> None:
+        """Evict the SLEEP pod on ``node`` asleep the longest (then the lowest pod id).
+
+        Raises:
+            ValueError: if ``node`` has no SLEEP pod.
+        """
+        victim: Pod | None = None
+        for pod in self.pods.values():
+            if pod.node == node and pod.status == SLEEP:
+                if victim is None or (pod.since, pod.pid) < (victim.since, victim.pid):
+                    victim = pod
+        if victim is None:
+            raise ValueError(f"no SLEEP pod on node {node}")
+        self.ledger.remove_pod(node, SLEEP)
+        self._drop_pod(victim)
+
+    def _drop_pod(self, pod: Pod) -> None:
+        """Forget ``pod`` (its GPU is already off the ledger)."""
+        del self.pods[pod.pid]
+        self._pods_by_instance[pod.instance].remove(pod.pid)
+
+    def _reclaim(self, idx: int) -> int | None:
+        """Take a lent training GPU for request ``idx``: the victim is the policy's
+        ``choose_reclaim`` choice (ATS-I by default); its node, or None if there is none."""
+        key = self._reclaimable_total
+        if key is not None:
+            if self.ledger.totals[key] <= 0:
+                return None
+        else:
+            train = self.ledger.counts["train"]
+            if not any(train[node] > 0 for node in self.inference_nodes):
+                return None
+        training = self._training()
+        if training is None:
+            raise ReferenceError("the training side of this inference pool is gone")
+        state = training.observe()
+        spec = self._specs[idx]
+        view = RequestView(idx, spec.instance, spec.app, spec.arrival, spec.duration)
+        chooser = getattr(self.policy, "choose_reclaim", None)
+        ref = chooser(state, view) if chooser is not None else ats_i_victim(state)
+        if ref is None:
+            return None
+        training.take_training_gpu(ref)
+        self.reclaims += 1
+        return ref.node
+
+    def _new_pod(self, instance: str, app: str, node: int, now: float) -> Pod:
+        """A new RUNNING pod of ``instance`` on a free GPU of ``node``."""
+        self._pod_seq += 1
+        pod = Pod(self._pod_seq, instance, app, node, RUNNING, since=now)
+        self.ledger.add_pod(node, RUNNING, f"pod of {instance}")
+        self.pods[pod.pid] = pod
+        self._pods_by_instance.setdefault(instance, []).append(pod.pid)
+        return pod
+
+    def _start_on_pod(self, pod: Pod, rec: RequestRecord, duration: float, cold: bool, now: float) -> None:
+        """Start the request of ``rec`` on ``pod`` now (after the app's start-up delay if
+        ``cold``) and schedule its REQUEST_DONE event."""
+        if not cold:
+            if pod.status == PROTECT:
+                pod.hits += 1
+            else:
+                pod.hits = 0
+            self.ledger.move_pod(pod.node, pod.status, RUNNING)
+            pod.status = RUNNING
+        delay = COLD_START_DELAY_S[pod.app] if cold else 0.0
+        rec.start = now + delay
+        rec.finish = rec.start + duration
+        rec.cold = cold
+        rec.pod = pod.pid
+        pod.busy_until = rec.finish
+        pod.since = now
+        pod.version += 1
+        self.events.push(rec.finish, _REQUEST_DONE, pod.pid, pod.version)

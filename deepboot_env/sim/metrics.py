@@ -5,19 +5,30 @@ starts (queueing plus cold start); ``infer_jct_mean`` is arrival to completion, 
 DeepBoot paper's inference JCT. ``jct_lower_bound_mean`` is the mean over jobs of the time each job
 would need alone from its arrival with its best allocation at every epoch (no waiting for a
 boundary, no restart cost), a bound no policy can beat.
+
+:func:`episode_metrics` assembles an :class:`EpisodeMetrics` from the simulator's jobs, request
+records and counters (:meth:`Simulator.metrics <deepboot_env.sim.simulator.Simulator.metrics>`
+delegates to it).
 """
 
 from __future__ import annotations
 
 import json
+import time as wallclock
 import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from deepboot_env.sim.apps import AppProfile
 from deepboot_env.sim.goodput import RateTable
+
+if TYPE_CHECKING:
+    from deepboot_env.sim.inference import RequestRecord
+    from deepboot_env.sim.jobs import TrainingJob
 
 GPU_STATES: tuple[str, ...] = ("training", "lent", "inference-running", "protect", "sleep", "idle")
 """GPU states counted in ``gpu_seconds_by_state`` (``lent`` = training on inference GPUs)."""
@@ -112,3 +123,74 @@ def _lower_bound_seconds(app: AppProfile, rates: RateTable, gpus_per_node: int) 
         total += (float(target) - prev) / best
         prev = float(target)
     return total
+
+
+def episode_metrics(
+    jobs: Sequence[TrainingJob],
+    requests: Sequence[RequestRecord],
+    rate_table: Callable[[AppProfile], RateTable],
+    *,
+    gpus_per_node: int,
+    gpu_seconds: Sequence[float],
+    restarts: int,
+    reclaims: int,
+    sim_events: int,
+    sim_end: float,
+    wall_start: float,
+    truncated: bool,
+    timeline: Sequence[tuple[float, ...]],
+) -> EpisodeMetrics:
+    """The metrics of an episode so far.
+
+    Args:
+        jobs: every training job of the episode.
+        requests: every inference request's record.
+        rate_table: an application's adaptive-batch rate table (for the JCT lower bound).
+        gpus_per_node: GPUs per node.
+        gpu_seconds: GPU-seconds spent in each of :data:`GPU_STATES`.
+        restarts: placement changes counted as restarts.
+        reclaims: lent training GPUs taken back by inference.
+        sim_events: events processed.
+        sim_end: the current simulated time.
+        wall_start: :func:`time.perf_counter` at the start of the episode.
+        truncated: whether the episode was cut at its time limit.
+        timeline: the per-interval samples (copied).
+    """
+    done_jobs = [j for j in jobs if j.completion is not None]
+    jcts = np.array([j.completion - j.spec.arrival for j in done_jobs], dtype=float)
+    served = [r for r in requests if r.start is not None]
+    latency = np.array([r.start - r.arrival for r in served], dtype=float)
+    infer_jct = np.array([r.finish - r.arrival for r in served], dtype=float)
+    bounds = {}
+    for job in jobs:
+        if job.app.name not in bounds:
+            bounds[job.app.name] = lower_bound_seconds(job.app, rate_table(job.app), gpus_per_node)
+    lb = np.array([bounds[j.app.name] for j in jobs]) if jobs else np.array([])
+    gs = {name: float(v) for name, v in zip(GPU_STATES, gpu_seconds, strict=True)}
+    return EpisodeMetrics(
+        train_jct_mean=float(jcts.mean()) if len(jcts) else float("nan"),
+        train_jct_p50=percentile(jcts, 50),
+        train_jct_p95=percentile(jcts, 95),
+        train_jct_p99=percentile(jcts, 99),
+        makespan=max((j.completion for j in done_jobs), default=0.0),
+        train_jobs_done=len(done_jobs),
+        train_jobs=len(jobs),
+        infer_latency_mean=float(latency.mean()) if len(latency) else 0.0,
+        infer_latency_p99=percentile(latency, 99) if len(latency) else 0.0,
+        infer_jct_mean=float(infer_jct.mean()) if len(infer_jct) else 0.0,
+        infer_cold_starts=sum(1 for r in served if r.cold),
+        infer_warm_hits=sum(1 for r in served if not r.cold),
+        infer_requests=len(requests),
+        infer_requests_done=sum(1 for r in requests if r.finish is not None and r.finish <= sim_end),
+        restarts=restarts,
+        lent_gpu_seconds=gs["lent"],
+        reclaims=reclaims,
+        gpu_seconds_by_state=gs,
+        jct_lower_bound_mean=float(lb.mean()) if len(lb) else float("nan"),
+        sim_events=sim_events,
+        sim_end=sim_end,
+        wall_seconds=wallclock.perf_counter() - wall_start,
+        truncated=truncated,
+        jcts={j.spec.name: float(j.completion - j.spec.arrival) for j in done_jobs},
+        timeline=list(timeline),
+    )

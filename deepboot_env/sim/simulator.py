@@ -1,4 +1,4 @@
-"""Event-driven simulator of a training cluster and an inference cluster.
+"""Event-driven simulator of a training cluster and an inference cluster: the clock, the events, training.
 
 Time jumps from event to event: scheduling boundaries every ``interval`` seconds (only while
 training jobs are active or about to arrive), inference arrivals and completions, pods falling
@@ -10,6 +10,23 @@ asks a policy for an :class:`~deepboot_env.sim.state.Allocation` and hands it to
 Between boundaries training never grows; inference requests are placed as they arrive: warm pod
 -> empty inference GPU -> SLEEP pod's GPU (evicted) -> a lent training GPU chosen by the policy's
 reclaim hook (ATS-I by default) -> wait.
+
+The :class:`Simulator` keeps the clock, the event loop, the scheduling boundaries and the
+training jobs (admission, placement changes, reclaimed GPUs, completions, interference), and
+drives the helpers it builds at each reset, which share its
+:class:`~deepboot_env.sim.cluster.ClusterLedger` and :class:`~deepboot_env.sim.events.EventQueue`:
+
+* :class:`~deepboot_env.sim.inference.InferencePool`: the inference side (pods, waiting
+  requests, evictions, reclaims); it reaches back only through
+  :class:`~deepboot_env.sim.inference.TrainingSide` (``observe``, ``take_training_gpu``);
+* :class:`~deepboot_env.sim.completions.CompletionSchedule`: the lazily projected TRAIN_DONE events;
+* :class:`~deepboot_env.sim.accounting.EpisodeAccount`: GPU-seconds, waiting and job-seconds,
+  the timeline;
+* :class:`~deepboot_env.sim.snapshot.StateBuilder`: the :class:`~deepboot_env.sim.state.ClusterState`
+  behind :meth:`Simulator.observe`;
+
+and :func:`~deepboot_env.sim.metrics.episode_metrics` assembles :meth:`Simulator.metrics`.
+:class:`~deepboot_env.sim.config.SimConfig` is re-exported here.
 
 Deliberate differences from the original DeepBoot simulator (deepboot-model.md §8):
 
@@ -25,31 +42,29 @@ from __future__ import annotations
 import math
 import operator
 import time as wallclock
-from bisect import bisect_right, insort
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
 from heapq import heappop
 
 import numpy as np
 
-from deepboot_env.sim.apps import COLD_START_DELAY_S, AppProfile, default_profiles
-from deepboot_env.sim.cluster import NODE_INFER, NODE_TRAIN, ClusterConfig, ClusterLedger
+from deepboot_env.sim.accounting import EpisodeAccount
+from deepboot_env.sim.apps import AppProfile, default_profiles
+from deepboot_env.sim.cluster import NODE_TRAIN, ClusterLedger
+from deepboot_env.sim.completions import CompletionSchedule
+from deepboot_env.sim.config import SimConfig
 from deepboot_env.sim.events import Event, EventKind, EventQueue
 from deepboot_env.sim.goodput import RateTable, shared_rate_table
-from deepboot_env.sim.inference import PROTECT, RUNNING, SLEEP, Pod, RequestRecord, protect_time
-from deepboot_env.sim.interference import InterferenceModel, as_model
-from deepboot_env.sim.jobs import ProjectionState, TrainingJob, frozen_alloc
-from deepboot_env.sim.metrics import GPU_STATES, EpisodeMetrics, lower_bound_seconds, percentile
-from deepboot_env.sim.reclaim import ats_i_victim
-from deepboot_env.sim.restart import PARKED, plan_change, validate_model
+from deepboot_env.sim.inference import InferencePool, Pod, RequestRecord
+from deepboot_env.sim.jobs import TrainingJob, frozen_alloc
+from deepboot_env.sim.metrics import EpisodeMetrics, episode_metrics
+from deepboot_env.sim.restart import PARKED, plan_change
+from deepboot_env.sim.snapshot import StateBuilder
 from deepboot_env.sim.state import (
     Allocation,
     AllocationError,
     ClusterState,
     GpuRef,
-    JobView,
-    RequestView,
     repair_allocation,
     validate_allocation,
 )
@@ -65,37 +80,7 @@ _REQUEST_DONE, _POD_SLEEP, _TRAIN_DONE, _REQUEST_ARRIVAL = (
 RECENT_INTERVALS = 10
 """Intervals of inference-arrival history in :attr:`ClusterState.recent_arrivals`."""
 
-
-@dataclass(frozen=True)
-class SimConfig:
-    """Simulation settings.
-
-    Attributes:
-        cluster: cluster shape.
-        restart: restart-cost model: ``full``, ``afe``, ``stopfree`` or ``pollux`` (flat 30 s).
-        protect_scale: P, the scale of the pod protect time (1 = 30..120 s).
-        interval: seconds between scheduling boundaries.
-        max_time: the episode is cut (``truncated``) at this simulated time (s).
-        interference: co-location interference between training jobs: None (off, the default),
-            a number F (Pollux's flat rule: distributed jobs sharing a node run at 1 - F) or an
-            :class:`~deepboot_env.sim.interference.InterferenceModel`; stored normalised (a model
-            or None).
-    """
-
-    cluster: ClusterConfig = ClusterConfig()
-    restart: str = "afe"
-    protect_scale: float = 1.0
-    interval: float = 60.0
-    max_time: float = 30 * 86400.0
-    interference: InterferenceModel | float | None = None
-
-    def __post_init__(self) -> None:
-        validate_model(self.restart)
-        object.__setattr__(self, "interference", as_model(self.interference))
-        if not (math.isfinite(self.protect_scale) and self.protect_scale > 0):
-            raise ValueError(f"protect_scale must be a finite number > 0, got {self.protect_scale}")
-        if not (math.isfinite(self.interval) and self.interval > 0):
-            raise ValueError(f"interval must be a finite number > 0, got {self.interval}")
+__all__ = ["RECENT_INTERVALS", "SimConfig", "Simulator"]
 
 
 class Simulator:
@@ -108,6 +93,9 @@ class Simulator:
             ``choose_reclaim(state, request) -> GpuRef | None`` (default: ATS-I).
         profiles: application profiles (default: the shipped ones).
     """
+
+    _pool_type: type[InferencePool] = InferencePool
+    """The inference side built at each reset (a subclass may record what it does)."""
 
     def __init__(
         self,
@@ -151,13 +139,11 @@ class Simulator:
             self.jobs.append(TrainingJob(i, spec, app, self._table(app, fixed), cfg.cluster.num_nodes))
         self._next_arrival = 0
         self._active: list[int] = []
-        self._view_fields: dict[int, tuple[int, dict[str, object], int]] = {}
-        self._arrivals = np.array([spec.arrival for spec in self.workload.jobs], dtype=float)
-        self._completions = np.full(len(self.jobs), np.inf)
-        self._done_spans: list[tuple[float, float]] = []
-        """(completion, arrival) of the finished jobs, sorted (see :meth:`job_seconds`)."""
-        self.waiting_seconds = 0.0
-        self.requests = [RequestRecord(i, r.arrival) for i, r in enumerate(self.workload.requests)]
+        self._snapshot = StateBuilder(self.jobs, self.ledger, cfg.cluster, cfg.interval, cfg.restart, self.adaptive)
+        self._pool = self._pool_type(
+            self.workload.requests, self.ledger, self.events, cfg.protect_scale, self, self.policy
+        )
+        self._books = EpisodeAccount(self.ledger, self._pool, [spec.arrival for spec in self.workload.jobs])
         # Request arrivals are known in advance: a sorted stream merged with the event heap (which
         # holds only what the simulation schedules) instead of thousands of heap entries. They are
         # ordered as if pushed first, in order: by arrival, then index.
@@ -166,43 +152,18 @@ class Simulator:
         self._arrival_times = [times[i] for i in self._arrival_order]
         self._next_request = 0
         """Position in the arrival stream of the next request to arrive."""
-        self.pods: dict[int, Pod] = {}
-        self._pods_by_instance: dict[str, list[int]] = {}
-        self._pod_seq = 0
-        self._waiting: deque[int] = deque()
-        self._arrivals_now = 0
+        self._arrived_before = 0
+        """:attr:`_next_request` when the last interval closed."""
         self._recent: deque[int] = deque([0] * RECENT_INTERVALS, maxlen=RECENT_INTERVALS)
         self.restarts = 0
-        self.reclaims = 0
         self.num_events = 0
         self.repaired_gpus = 0
         self.truncated = False
         self.done = False
-        self._gpu_seconds = [0.0] * len(GPU_STATES)
-        self._t_account = 0.0
-        self.timeline: list[tuple[float, ...]] = []
-        self._sample_from: tuple[float, list[float]] = (0.0, self._gpu_seconds.copy())
         self._wall_start = wallclock.perf_counter()
-        self._infer_nodes = np.flatnonzero(self.ledger.kinds != NODE_TRAIN).tolist()
-        self._node_order: list[int] = []
-        self._node_order_of: list[int] | None = None
-        """The training counts :attr:`_node_order` was sorted by (see :meth:`_inference_node_order`)."""
-        # the ledger total that counts the training GPUs inference may reclaim (every node that
-        # is not a training node is an inference node, or every node is a shared one)
-        kinds = self.ledger.kinds.tolist()
-        if all(kinds[node] == NODE_INFER for node in self._infer_nodes):
-            self._reclaimable_total: str | None = "lent"
-        elif len(self._infer_nodes) == len(kinds):
-            self._reclaimable_total = "train"
-        else:
-            self._reclaimable_total = None
         self._boundary = 0.0
-        self._horizon = 0.0
-        """No deferred completion may be due by this time (the end of the current event run)."""
-        self._deferred: dict[int, tuple[float, int, int, ProjectionState]] = {}
-        """Job index -> (completion lower bound, reserved event sequence number, job version,
-        job state) of TRAIN_DONE events not pushed yet (see :meth:`_schedule_completion`)."""
-        if self.workload.requests and len(self._infer_nodes) == 0:
+        self._completion_events = CompletionSchedule(self.jobs, self.events)
+        if self.workload.requests and not self._pool.inference_nodes:
             raise ValueError(
                 f"workload {self.workload.name!r} has {len(self.workload.requests)} inference requests but the "
                 f"cluster {cfg.cluster.describe()} has no inference nodes; use e.g. --cluster 8x4+8x4 or --shared-pool"
@@ -210,41 +171,14 @@ class Simulator:
         self._go_to_next_decision(first=True)
 
     # -------------------------------------------------------------- accounting
-    def _gpus_by_state(self) -> tuple[int, int, int, int, int, int]:
-        """GPUs now in each of :data:`GPU_STATES`."""
-        training, lent, running, protect, sleep, idle = self.ledger.by_state
-        return training, lent, running, protect, sleep, idle
-
-    def _account(self, t: float) -> None:
-        dt = t - self._t_account
-        if dt <= 0:
-            return
-        gs = self._gpu_seconds  # a list of floats: same IEEE operations as the array it replaced
-        held = self.ledger.by_state  # _gpus_by_state(), without the copy
-        gs[0] += dt * held[0]
-        gs[1] += dt * held[1]
-        gs[2] += dt * held[2]
-        gs[3] += dt * held[3]
-        gs[4] += dt * held[4]
-        gs[5] += dt * held[5]
-        self.waiting_seconds += dt * len(self._waiting)
-        self._t_account = t
-
     def _close_interval(self, t: float) -> None:
-        """Account up to ``t``, move the clock there and record one timeline sample: the mean GPUs
-        per state over the interval that ends at ``t``, waiting requests now, and inference
-        arrivals during the interval."""
-        self._account(t)
+        """Account up to ``t``, move the clock there and record one timeline sample (its inference
+        arrivals: those since the last sample, also the newest of the recent arrivals)."""
+        arrivals = self._next_request - self._arrived_before
+        self._arrived_before = self._next_request
+        self._recent.append(arrivals)
+        self._books.close_interval(t, arrivals)
         self.now = t
-        self._recent.append(self._arrivals_now)
-        self._arrivals_now = 0
-        span = t - self._sample_from[0]
-        if span > 0:
-            mean = [(now - then) / span for now, then in zip(self._gpu_seconds, self._sample_from[1], strict=True)]
-        else:
-            mean = [float(v) for v in self._gpus_by_state()]
-        self.timeline.append((t, *mean, len(self._waiting), self._recent[-1]))
-        self._sample_from = (t, self._gpu_seconds.copy())
 
     # ------------------------------------------------------------ boundaries
     def _admit_arrivals(self) -> None:
@@ -271,19 +205,17 @@ class Simulator:
                 boundary = self._next_boundary()
             first = False
             if boundary is None or boundary > self.config.max_time:
-                self._release_deferred(math.inf)
-                self._horizon = math.inf
+                self._completion_events.extend_horizon(math.inf, self.now)
                 self._drain(self.config.max_time)
                 self.truncated = (
                     bool(self._active)
                     or self._next_arrival < len(self.jobs)
                     or self._next_live_time() < math.inf
-                    or bool(self._waiting)
+                    or bool(self._pool.waiting)
                 )
                 self._finish()
                 return
-            self._release_deferred(boundary)
-            self._horizon = boundary
+            self._completion_events.extend_horizon(boundary, self.now)
             self._run_events(boundary)
             self._close_interval(boundary)
             self._boundary = boundary
@@ -317,10 +249,10 @@ class Simulator:
         for job in self.jobs:
             if job.completion is not None:
                 end = max(end, job.completion)
-        for rec in self.requests:
+        for rec in self._pool.requests:
             if rec.finish is not None:
                 end = max(end, rec.finish)
-        self._account(end)
+        self._books.account(end)
         self.now = end
         self.done = True
 
@@ -330,7 +262,10 @@ class Simulator:
         (time, kind, sequence) order (an arrival sorts after every heap event of its second:
         REQUEST_ARRIVAL is the last kind and only arrivals have it)."""
         heap = self.events.heap
-        jobs, pods = self.jobs, self.pods
+        pool = self._pool
+        jobs, pods = self.jobs, pool.pods
+        arrive, request_done, pod_sleep = pool.arrive, pool.request_done, pool.pod_sleep
+        account = self._books.account
         arrival_times, arrival_order = self._arrival_times, self._arrival_order
         n_requests = len(arrival_times)
         nxt = self._next_request
@@ -356,16 +291,14 @@ class Simulator:
                 else:
                     break
                 processed += 1
-                self._account(t)
+                account(t)
                 self.now = t
                 if kind == _REQUEST_ARRIVAL:
-                    self._arrivals_now += 1
-                    self._waiting.append(target)
-                    self._serve_waiting()
+                    arrive(target, t)
                 elif kind == _REQUEST_DONE:
-                    self._request_done(pod)
+                    request_done(pod, t)
                 elif kind == _POD_SLEEP:
-                    self._pod_sleep(pod)
+                    pod_sleep(pod, t)
                 else:
                     self._train_done(job)
         finally:  # the position in the arrival stream and the event count, kept in locals above
@@ -378,7 +311,7 @@ class Simulator:
             job = self.jobs[ev.target]
             return job.version != ev.version or job.done
         if ev.kind in (EventKind.REQUEST_DONE, EventKind.POD_SLEEP):
-            pod = self.pods.get(ev.target)
+            pod = self._pool.pods.get(ev.target)
             return pod is None or pod.version != ev.version
         return False
 
@@ -391,230 +324,13 @@ class Simulator:
         self.ledger.change_training(-job.alloc, f"job {job.spec.name!r}")
         job.apply_change(np.zeros_like(job.alloc), PARKED, self.now)
         self._active.remove(index)
-        self._completions[index] = job.completion
-        insort(self._done_spans, (job.completion, job.spec.arrival))
+        self._books.job_done(index, job.spec.arrival, job.completion)
         if self.config.interference is not None:
             self._refresh_interference()
-        if self._waiting:
-            self._serve_waiting()
-
-    def _schedule_completion(self, job: TrainingJob) -> None:
-        """Schedule the TRAIN_DONE event of ``job`` at its projected completion.
-
-        Most jobs cannot complete before the horizon (the end of the event run in progress or
-        about to start: the next boundary) and most are re-planned before they complete, so the
-        projection is deferred: the event's sequence number is reserved now and the job's state
-        kept, and :meth:`_release_deferred` pushes the very same event once the horizon reaches
-        the job's lower bound on its completion.
-        """
-        if job.replicas == 0 and job.completion is None:
-            return  # time_of_completion() is None: nothing to schedule
-        seq = self.events.reserve()
-        bound = job.completion_lower_bound()
-        if bound > self._horizon:
-            self._deferred[job.index] = (bound, seq, job.version, job.projection_state())
-            return
-        t = job.time_of_completion()
-        if t is not None:
-            self.events.push_reserved(max(t, self.now), _TRAIN_DONE, seq, job.index, job.version)
-
-    def _release_deferred(self, horizon: float) -> None:
-        """Push the deferred TRAIN_DONE events of the jobs that may complete by ``horizon`` (those
-        of jobs re-planned since are dropped: their events would be stale).
-
-        The bound a job was deferred with is loose (cheap to take at every change); before
-        paying for the projection, :meth:`~deepboot_env.sim.jobs.TrainingJob.completion_bound_from`
-        bounds it at the rates of the job's placement, and a job that still cannot complete by
-        ``horizon`` stays deferred under that tighter bound (most do: they are re-planned long
-        before they complete).
-        """
-        deferred = self._deferred
-        due = [index for index, entry in deferred.items() if entry[0] <= horizon]
-        for index in due:
-            _, seq, version, state = deferred.pop(index)
-            job = self.jobs[index]
-            if job.version != version:
-                continue
-            tighter = job.completion_bound_from(state)
-            if tighter > horizon:
-                deferred[index] = (tighter, seq, version, state)
-                continue
-            t = job.completion_from(state)
-            if t is not None:
-                # t >= bound > every earlier horizon >= now: max(t, now) as at the deferral
-                self.events.push_reserved(max(t, self.now), _TRAIN_DONE, seq, index, version)
-
-    # ------------------------------------------------------------ inference
-    def _serve_waiting(self) -> None:
-        waiting = self._waiting
-        if len(waiting) == 1:  # the common case, without a new deque
-            idx = waiting.popleft()
-            if not self._place_request(idx):
-                waiting.append(idx)
-            return
-        still: deque[int] = deque()
-        while self._waiting:
-            idx = self._waiting.popleft()
-            if not self._place_request(idx):
-                still.append(idx)
-        self._waiting = still
-
-    def _place_request(self, idx: int) -> bool:
-        spec = self.workload.requests[idx]
-        rec = self.requests[idx]
-        pod = self._warm_pod(spec.instance)
-        if pod is not None:
-            self._start_on_pod(pod, rec, spec.duration, cold=False)
-            return True
-        node = self._free_inference_gpu()
-        if node is None:
-            node = self._evict_sleep_pod()
-        if node is None:
-            node = self._reclaim(idx)
-        if node is None:
-            return False
-        pod = self._new_pod(spec.instance, spec.app, node)
-        self._start_on_pod(pod, rec, spec.duration, cold=True)
-        return True
-
-    def _warm_pod(self, instance: str) -> Pod | None:
-        best: Pod | None = None
-        pods = self.pods
-        for pid in self._pods_by_instance.get(instance, ()):
-            pod = pods[pid]
-            if pod.status != RUNNING and (best is None or pod.hits > best.hits):
-                best = pod
-        return best
-
-    def _inference_node_order(self) -> list[int]:
-        """Inference nodes, those with the fewest lent training GPUs first (stable; cached while
-        the ledger's training counts are the same list: it replaces the list at every change)."""
-        train = self.ledger.counts["train"]
-        if train is not self._node_order_of:
-            self._node_order = sorted(self._infer_nodes, key=train.__getitem__)
-            self._node_order_of = train
-        return self._node_order
-
-    def _free_inference_gpu(self) -> int | None:
-        led = self.ledger
-        c = led.counts
-        train, running, protect, sleep = c["train"], c["running"], c["protect"], c["sleep"]
-        cap = led.capacity
-        for node in self._inference_node_order():
-            if train[node] + running[node] + protect[node] + sleep[node] < cap:
-                return node
-        return None
-
-    def _evict_sleep_pod(self) -> int | None:
-        sleep = self.ledger.counts["sleep"]
-        for node in self._inference_node_order():
-            if sleep[node] > 0:
-                self._evict_one_sleeper(node)
-                return node
-        return None
-
-    def _evict_one_sleeper(self, node: int) -> None:
-        victim: Pod | None = None  # the SLEEP pod on the node asleep the longest (then lowest pid)
-        for pod in self.pods.values():
-            if pod.node == node and pod.status == SLEEP:
-                if victim is None or (pod.since, pod.pid) < (victim.since, victim.pid):
-                    victim = pod
-        if victim is None:
-            raise ValueError(f"no SLEEP pod on node {node}")
-        self.ledger.remove_pod(node, SLEEP)
-        self._drop_pod(victim)
-
-    def _drop_pod(self, pod: Pod) -> None:
-        del self.pods[pod.pid]
-        self._pods_by_instance[pod.instance].remove(pod.pid)
-
-    def _reclaim(self, idx: int) -> int | None:
-        key = self._reclaimable_total
-        if key is not None:
-            if self.ledger.totals[key] <= 0:
-                return None
-        elif not any(self.ledger.counts["train"][node] > 0 for node in self._infer_nodes):
-            return None
-        state = self.observe()
-        spec = self.workload.requests[idx]
-        view = RequestView(idx, spec.instance, spec.app, spec.arrival, spec.duration)
-        chooser = getattr(self.policy, "choose_reclaim", None)
-        ref = chooser(state, view) if chooser is not None else ats_i_victim(state)
-        if ref is None:
-            return None
-        self._take_training_gpu(ref)
-        self.reclaims += 1
-        return ref.node
-
-    def _take_training_gpu(self, ref: GpuRef) -> None:
-        if not (0 <= ref.job_id < len(self.jobs)) or ref.job_id not in self._active:
-            raise AllocationError(f"reclaim: job id {ref.job_id} is not an active training job")
-        job = self.jobs[ref.job_id]
-        if not (0 <= ref.node < len(job.alloc)) or job.alloc[ref.node] <= 0:
-            raise AllocationError(f"reclaim: job {job.spec.name!r} holds no GPU on node {ref.node}")
-        if self.ledger.kinds[ref.node] == NODE_TRAIN:
-            raise AllocationError(f"reclaim: node {ref.node} is a training node; inference may not take it")
-        counts = job.counts.copy()
-        counts[ref.node] -= 1
-        self._change_job(job, counts)
-        if self.config.interference is not None:
-            self._refresh_interference()
-
-    def _new_pod(self, instance: str, app: str, node: int) -> Pod:
-        self._pod_seq += 1
-        pod = Pod(self._pod_seq, instance, app, node, RUNNING, since=self.now)
-        self.ledger.add_pod(node, RUNNING, f"pod of {instance}")
-        self.pods[pod.pid] = pod
-        self._pods_by_instance.setdefault(instance, []).append(pod.pid)
-        return pod
-
-    def _start_on_pod(self, pod: Pod, rec: RequestRecord, duration: float, cold: bool) -> None:
-        if not cold:
-            if pod.status == PROTECT:
-                pod.hits += 1
-            else:
-                pod.hits = 0
-            self.ledger.move_pod(pod.node, pod.status, RUNNING)
-            pod.status = RUNNING
-        delay = COLD_START_DELAY_S[pod.app] if cold else 0.0
-        rec.start = self.now + delay
-        rec.finish = rec.start + duration
-        rec.cold = cold
-        rec.pod = pod.pid
-        pod.busy_until = rec.finish
-        pod.since = self.now
-        pod.version += 1
-        self.events.push(rec.finish, _REQUEST_DONE, pod.pid, pod.version)
-
-    def _request_done(self, pod: Pod) -> None:
-        """The request ``pod`` runs finishes now (its REQUEST_DONE event is not stale)."""
-        now = self.now
-        self.ledger.move_pod(pod.node, RUNNING, PROTECT)
-        pod.status = PROTECT
-        pod.since = now
-        pod.version += 1
-        pod.sleep_at = now + protect_time(pod.hits, self.config.protect_scale) + 1
-        self.events.push(pod.sleep_at, _POD_SLEEP, pod.pid, pod.version)
-        if self._waiting:
-            self._serve_waiting()
-
-    def _pod_sleep(self, pod: Pod) -> None:
-        """``pod`` falls asleep now (its POD_SLEEP event is not stale)."""
-        self.ledger.move_pod(pod.node, PROTECT, SLEEP)
-        pod.status = SLEEP
-        pod.hits = 0
-        pod.since = self.now
-        pod.version += 1
-        if self._waiting:
-            self._serve_waiting()
+        if self._pool.waiting:
+            self._pool.serve_waiting(self.now)
 
     # ------------------------------------------------------------ training
-    def _max_replicas(self, job: TrainingJob) -> int:
-        cap = job.rates.max_replicas
-        if self.adaptive:
-            return max(1, min(cap, max(2 * job.max_profiled, 1)))
-        return cap
-
     def _change_job(self, job: TrainingJob, counts: list[int], update_ledger: bool = True) -> None:
         """Move ``job`` to ``counts`` GPUs per node (a list of ints the job takes over)."""
         now = self.now
@@ -634,7 +350,28 @@ class Simulator:
         job.adopt_change(new, counts, plan, now, replicas)
         if plan.counts_as_restart:
             self.restarts += 1
-        self._schedule_completion(job)
+        self._completion_events.schedule(job, now)
+
+    def take_training_gpu(self, ref: GpuRef) -> None:
+        """Take one GPU from a training job now, for an inference pod (the
+        :class:`~deepboot_env.sim.inference.InferencePool`'s reclaim): the job is re-planned on
+        the rest of its GPUs.
+
+        Raises:
+            AllocationError: if ``ref`` is not a GPU of an active job on a node inference may use.
+        """
+        if not (0 <= ref.job_id < len(self.jobs)) or ref.job_id not in self._active:
+            raise AllocationError(f"reclaim: job id {ref.job_id} is not an active training job")
+        job = self.jobs[ref.job_id]
+        if not (0 <= ref.node < len(job.alloc)) or job.alloc[ref.node] <= 0:
+            raise AllocationError(f"reclaim: job {job.spec.name!r} holds no GPU on node {ref.node}")
+        if self.ledger.kinds[ref.node] == NODE_TRAIN:
+            raise AllocationError(f"reclaim: node {ref.node} is a training node; inference may not take it")
+        counts = job.counts.copy()
+        counts[ref.node] -= 1
+        self._change_job(job, counts)
+        if self.config.interference is not None:
+            self._refresh_interference()
 
     def _refresh_interference(self) -> None:
         """Recompute every placed job's interference speed factor from the current placements;
@@ -651,9 +388,25 @@ class Simulator:
                     continue  # completes at this instant: its pending TRAIN_DONE event finishes it
                 job.advance(self.now)
                 job.set_speed(float(factor))
-                self._schedule_completion(job)
+                self._completion_events.schedule(job, self.now)
 
     # ------------------------------------------------------------ public API
+    @property
+    def pods(self) -> dict[int, Pod]:
+        """Live inference pods by pod id (the :class:`~deepboot_env.sim.inference.InferencePool`'s;
+        read them, never change them)."""
+        return self._pool.pods
+
+    @property
+    def requests(self) -> list[RequestRecord]:
+        """What happened to each inference request of the workload, in workload order."""
+        return self._pool.requests
+
+    @property
+    def reclaims(self) -> int:
+        """Lent training GPUs taken back by inference requests so far."""
+        return self._pool.reclaims
+
     @property
     def active_jobs(self) -> list[TrainingJob]:
         """Training jobs admitted at a boundary and not finished, in arrival order."""
@@ -661,107 +414,30 @@ class Simulator:
 
     def job_seconds(self, t0: float, t1: float) -> float:
         """Training job-seconds spent in the system (arrived, not finished) during [t0, t1]."""
-        # Fast path: the jobs that can count (active, finished after t0, arriving before t1).
-        # Their terms are those of the array expression below; when every one is a whole number
-        # of seconds the sum is exact in any order, so it equals numpy's.
-        # An unfinished job's term is t1 - max(arrival, t0) (its completion counts as inf).
         jobs = self.jobs
-        arrivals = [jobs[i].spec.arrival for i in self._active]
+        unfinished = [jobs[i].spec.arrival for i in self._active]
         for i in range(self._next_arrival, len(jobs)):
             arrival = jobs[i].spec.arrival
             if arrival >= t1:
                 break
-            arrivals.append(arrival)
-        terms = [t1 - max(arrival, t0) for arrival in arrivals]
-        done = self._done_spans
-        terms += [
-            min(completion, t1) - max(arrival, t0) for completion, arrival in done[bisect_right(done, (t0, math.inf)) :]
-        ]
-        total = 0.0
-        for term in terms:
-            if term > 0:
-                if not float(term).is_integer():
-                    break
-                total += term
-        else:
-            if total < 2.0**53:
-                return float(total)
-        lo = np.maximum(self._arrivals, t0)
-        hi = np.minimum(self._completions, t1)
-        return float(np.maximum(hi - lo, 0.0).sum())
+            unfinished.append(arrival)
+        return self._books.job_seconds(t0, t1, unfinished)
+
+    @property
+    def waiting_seconds(self) -> float:
+        """Request-seconds spent waiting for a GPU so far."""
+        return self._books.waiting_seconds
+
+    @property
+    def timeline(self) -> list[tuple[float, ...]]:
+        """One row per interval: (time, mean GPUs over the interval ending then in each of
+        :data:`~deepboot_env.sim.metrics.GPU_STATES`, waiting requests, inference arrivals during
+        the interval); read it, never change it."""
+        return self._books.timeline
 
     def observe(self) -> ClusterState:
         """The read-only state at the current time (jobs advanced to now)."""
-        views = []
-        now = self.now
-        fixed = self._view_fields
-        new_view = object.__new__
-        jobs = self.jobs
-        for index in self._active:
-            job = jobs[index]
-            job.advance(now)
-            version = job.version
-            # Fields that change only with the job's version (a change of placement or speed); the
-            # job's alloc is a read-only array (jobs.frozen_alloc), so its views share it.
-            cached = fixed.get(index)
-            if cached is None or cached[0] != version:
-                spec = job.spec
-                replicas = job.replicas
-                cached = fixed[index] = (
-                    version,
-                    {
-                        "id": index,
-                        "name": spec.name,
-                        "app": job.app.name,
-                        "arrival": spec.arrival,
-                        "num_restarts": job.num_restarts,
-                        "max_replicas": self._max_replicas(job),
-                        "requested_replicas": spec.num_replicas,
-                        "requested_batch": spec.batch_size,
-                        "rates": job.rates,
-                        "alloc": job.alloc,
-                        "throughput_ratio": job.speed if replicas > 0 else 1.0,
-                        "replicas": replicas,  # JobView.replicas, precomputed
-                    },
-                    job.app.max_epochs,
-                )
-            # A JobView without its frozen-dataclass __init__ (several times slower): the same
-            # instance dict, filled directly. tests/test_env.py checks every field is set.
-            view = new_view(JobView)
-            fields = view.__dict__
-            fields.update(cached[1])
-            fields["age"] = now - job.spec.arrival
-            fields["attained_service"] = job.attained_service
-            fields["epoch"] = epoch = job.epoch
-            fields["progress_fraction"] = epoch / cached[2]
-            fields["stalled_seconds"] = job.stalled_seconds_left
-            fields["remaining_work"] = job.target_progress - job.progress
-            views.append(view)
-        counts = self.ledger.counts
-        node_counts = (
-            counts["train"].copy(),
-            counts["running"].copy(),
-            counts["protect"].copy(),
-            counts["sleep"].copy(),
-        )
-        # filled like the views (every field of ClusterState, set once, without its __init__)
-        state = object.__new__(ClusterState)
-        state.__dict__.update(
-            time=self.now,
-            interval=self.config.interval,
-            config=self.config.cluster,
-            node_kinds=self.ledger.kinds,
-            train_used=np.array(node_counts[0], dtype=np.int64),
-            running=np.array(node_counts[1], dtype=np.int64),
-            protect=np.array(node_counts[2], dtype=np.int64),
-            sleeping=np.array(node_counts[3], dtype=np.int64),
-            node_counts=node_counts,
-            jobs=tuple(views),
-            waiting_requests=len(self._waiting),
-            recent_arrivals=tuple(self._recent),
-            restart_model=self.config.restart,
-        )
-        return state
+        return self._snapshot.build(self.now, self._active, len(self._pool.waiting), self._recent)
 
     def apply(self, allocation: Allocation, state: ClusterState | None = None, repair: bool = False) -> int:
         """Apply a policy's allocation at the current boundary.
@@ -817,7 +493,7 @@ class Simulator:
         """Apply a checked allocation (GPUs per node as lists of ints): evict the SLEEP pods in
         the way, update the ledger, then re-plan every job whose placement changes (in arrival
         order)."""
-        self._account(self.now)
+        self._books.account(self.now)
         n = self.config.cluster.num_nodes
         changes: list[tuple[TrainingJob, list[int]]] = []
         rows = [[0] * n]  # plain ints: a few nodes
@@ -838,17 +514,18 @@ class Simulator:
         cap = led.capacity
         used = list(map(operator.add, total, pods))
         if max(used) > cap:  # SLEEP pods in the way are evicted (validation left room for them)
+            evict = self._pool.evict_one_sleeper
             for node, held in enumerate(used):
                 for _ in range(held - cap):
-                    self._evict_one_sleeper(node)
+                    evict(node)
             pods = led.pod_counts()
         led.set_training(total, "allocation", pods)
         for job, counts in changes:
             self._change_job(job, counts, update_ledger=False)
         if changes and self.config.interference is not None:
             self._refresh_interference()
-        if self._waiting:  # the allocation may have given lent inference GPUs back
-            self._serve_waiting()
+        if self._pool.waiting:  # the allocation may have given lent inference GPUs back
+            self._pool.serve_waiting(self.now)
 
     def advance(self) -> None:
         """Run every event up to the next decision (or to the end of the episode)."""
@@ -858,42 +535,17 @@ class Simulator:
 
     def metrics(self) -> EpisodeMetrics:
         """Metrics of the episode so far (complete once :attr:`done`)."""
-        done_jobs = [j for j in self.jobs if j.completion is not None]
-        jcts = np.array([j.completion - j.spec.arrival for j in done_jobs], dtype=float)
-        served = [r for r in self.requests if r.start is not None]
-        latency = np.array([r.start - r.arrival for r in served], dtype=float)
-        infer_jct = np.array([r.finish - r.arrival for r in served], dtype=float)
-        gpus = self.config.cluster.gpus_per_node
-        bounds = {}
-        for job in self.jobs:
-            if job.app.name not in bounds:
-                bounds[job.app.name] = lower_bound_seconds(job.app, self._table(job.app, None), gpus)
-        lb = np.array([bounds[j.app.name] for j in self.jobs]) if self.jobs else np.array([])
-        gs = {name: float(v) for name, v in zip(GPU_STATES, self._gpu_seconds, strict=True)}
-        return EpisodeMetrics(
-            train_jct_mean=float(jcts.mean()) if len(jcts) else float("nan"),
-            train_jct_p50=percentile(jcts, 50),
-            train_jct_p95=percentile(jcts, 95),
-            train_jct_p99=percentile(jcts, 99),
-            makespan=max((j.completion for j in done_jobs), default=0.0),
-            train_jobs_done=len(done_jobs),
-            train_jobs=len(self.jobs),
-            infer_latency_mean=float(latency.mean()) if len(latency) else 0.0,
-            infer_latency_p99=percentile(latency, 99) if len(latency) else 0.0,
-            infer_jct_mean=float(infer_jct.mean()) if len(infer_jct) else 0.0,
-            infer_cold_starts=sum(1 for r in served if r.cold),
-            infer_warm_hits=sum(1 for r in served if not r.cold),
-            infer_requests=len(self.requests),
-            infer_requests_done=sum(1 for r in self.requests if r.finish is not None and r.finish <= self.now),
+        return episode_metrics(
+            self.jobs,
+            self._pool.requests,
+            lambda app: self._table(app, None),
+            gpus_per_node=self.config.cluster.gpus_per_node,
+            gpu_seconds=self._books.gpu_seconds,
             restarts=self.restarts,
-            lent_gpu_seconds=gs["lent"],
-            reclaims=self.reclaims,
-            gpu_seconds_by_state=gs,
-            jct_lower_bound_mean=float(lb.mean()) if len(lb) else float("nan"),
+            reclaims=self._pool.reclaims,
             sim_events=self.num_events,
             sim_end=self.now,
-            wall_seconds=wallclock.perf_counter() - self._wall_start,
+            wall_start=self._wall_start,
             truncated=self.truncated,
-            jcts={j.spec.name: float(j.completion - j.spec.arrival) for j in done_jobs},
-            timeline=list(self.timeline),
+            timeline=self._books.timeline,
         )

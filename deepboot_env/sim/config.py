@@ -1,0 +1,42 @@
+"""Simulation settings: :class:`SimConfig` (also importable from :mod:`deepboot_env.sim.simulator`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from deepboot_env.sim.cluster import ClusterConfig
+from deepboot_env.sim.interference import InterferenceModel, as_model
+from deepboot_env.sim.restart import validate_model
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Simulation settings.
+
+    Attributes:
+        cluster: cluster shape.
+        restart: restart-cost model: ``full``, ``afe``, ``stopfree`` or ``pollux`` (flat 30 s).
+        protect_scale: P, the scale of the pod protect time (1 = 30..120 s).
+        interval: seconds between scheduling boundaries.
+        max_time: the episode is cut (``truncated``) at this simulated time (s).
+        interference: co-location interference between training jobs: None (off, the default),
+            a number F (Pollux's flat rule: distributed jobs sharing a node run at 1 - F) or an
+            :class:`~deepboot_env.sim.interference.InterferenceModel`; stored normalised (a model
+            or None).
+    """
+
+    cluster: ClusterConfig = ClusterConfig()
+    restart: str = "afe"
+    protect_scale: float = 1.0
+    interval: float = 60.0
+    max_time: float = 30 * 86400.0
+    interference: InterferenceModel | float | None = None
+
+    def __post_init__(self) -> None:
+        validate_model(self.restart)
+        object.__setattr__(self, "interference", as_model(self.interference))
+        if not (math.isfinite(self.protect_scale) and self.protect_scale > 0):
+            raise ValueError(f"protect_scale must be a finite number > 0, got {self.protect_scale}")
+        if not (math.isfinite(self.interval) and self.interval > 0):
+            raise ValueError(f"interval must be a finite number > 0, got {self.interval}")

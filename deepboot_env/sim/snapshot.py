@@ -1,0 +1,138 @@
+"""Building the :class:`~deepboot_env.sim.state.ClusterState` a policy sees from the simulator's state.
+
+:class:`StateBuilder` turns the training jobs and the cluster ledger into one read-only snapshot
+per call (:meth:`Simulator.observe <deepboot_env.sim.simulator.Simulator.observe>` delegates to
+it). A snapshot is built at every decision and at every reclaim, so it is built fast: the fields
+of a job's view that change only with the job's version (a change of placement or speed) are
+cached per job, and the frozen dataclasses are filled without their ``__init__``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from deepboot_env.sim.cluster import ClusterConfig, ClusterLedger
+from deepboot_env.sim.jobs import TrainingJob
+from deepboot_env.sim.state import ClusterState, JobView
+
+
+def max_replicas(job: TrainingJob, adaptive: bool) -> int:
+    """The most GPUs ``job`` may get at a decision: its rate table's limit, and with adaptive
+    batch sizes at most twice the most it has run with (at least 1)."""
+    cap = job.rates.max_replicas
+    if adaptive:
+        return max(1, min(cap, max(2 * job.max_profiled, 1)))
+    return cap
+
+
+class StateBuilder:
+    """Builds the snapshots of one episode.
+
+    Args:
+        jobs: every training job of the episode (indexed by job id).
+        ledger: the cluster's GPU ledger.
+        cluster: the cluster shape.
+        interval: seconds between scheduling boundaries.
+        restart: the restart-cost model's name.
+        adaptive: whether jobs choose their batch size (see :func:`max_replicas`).
+    """
+
+    def __init__(
+        self,
+        jobs: Sequence[TrainingJob],
+        ledger: ClusterLedger,
+        cluster: ClusterConfig,
+        interval: float,
+        restart: str,
+        adaptive: bool,
+    ) -> None:
+        self.jobs = jobs
+        self.ledger = ledger
+        self.cluster = cluster
+        self.interval = interval
+        self.restart = restart
+        self.adaptive = adaptive
+        self._view_fields: dict[int, tuple[int, dict[str, object], int]] = {}
+        """Job index -> (job version, view fields fixed at that version, the app's epochs)."""
+
+    def build(self, now: float, active: Iterable[int], waiting: int, recent: Iterable[int]) -> ClusterState:
+        """The state at ``now`` (the ``active`` jobs, in that order, are advanced to ``now``).
+
+        Args:
+            now: the current time.
+            active: indices of the active training jobs.
+            waiting: inference requests waiting for a GPU.
+            recent: inference arrivals per recent interval (oldest first).
+        """
+        views = []
+        fixed = self._view_fields
+        new_view = object.__new__
+        jobs = self.jobs
+        adaptive = self.adaptive
+        for index in active:
+            job = jobs[index]
+            job.advance(now)
+            version = job.version
+            # Fields that change only with the job's version (a change of placement or speed); the
+            # job's alloc is a read-only array (jobs.frozen_alloc), so its views share it.
+            cached = fixed.get(index)
+            if cached is None or cached[0] != version:
+                spec = job.spec
+                replicas = job.replicas
+                cached = fixed[index] = (
+                    version,
+                    {
+                        "id": index,
+                        "name": spec.name,
+                        "app": job.app.name,
+                        "arrival": spec.arrival,
+                        "num_restarts": job.num_restarts,
+                        "max_replicas": max_replicas(job, adaptive),
+                        "requested_replicas": spec.num_replicas,
+                        "requested_batch": spec.batch_size,
+                        "rates": job.rates,
+                        "alloc": job.alloc,
+                        "throughput_ratio": job.speed if replicas > 0 else 1.0,
+                        "replicas": replicas,  # JobView.replicas, precomputed
+                    },
+                    job.app.max_epochs,
+                )
+            # A JobView without its frozen-dataclass __init__ (several times slower): the same
+            # instance dict, filled directly. tests/test_env.py checks every field is set.
+            view = new_view(JobView)
+            fields = view.__dict__
+            fields.update(cached[1])
+            fields["age"] = now - job.spec.arrival
+            fields["attained_service"] = job.attained_service
+            fields["epoch"] = epoch = job.epoch
+            fields["progress_fraction"] = epoch / cached[2]
+            fields["stalled_seconds"] = job.stalled_seconds_left
+            fields["remaining_work"] = job.target_progress - job.progress
+            views.append(view)
+        counts = self.ledger.counts
+        node_counts = (
+            counts["train"].copy(),
+            counts["running"].copy(),
+            counts["protect"].copy(),
+            counts["sleep"].copy(),
+        )
+        # filled like the views (every field of ClusterState, set once, without its __init__)
+        state = object.__new__(ClusterState)
+        state.__dict__.update(
+            time=now,
+            interval=self.interval,
+            config=self.cluster,
+            node_kinds=self.ledger.kinds,
+            train_used=np.array(node_counts[0], dtype=np.int64),
+            running=np.array(node_counts[1], dtype=np.int64),
+            protect=np.array(node_counts[2], dtype=np.int64),
+            sleeping=np.array(node_counts[3], dtype=np.int64),
+            node_counts=node_counts,
+            jobs=tuple(views),
+            waiting_requests=waiting,
+            recent_arrivals=tuple(recent),
+            restart_model=self.restart,
+        )
+        return state
