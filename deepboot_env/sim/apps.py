@@ -7,7 +7,7 @@ computed from the raw Pollux/DeepBoot traces by ``deepboot calibrate --apps DIR`
 (:mod:`traces.calibrate`) and shipped as ``deepboot_env/sim/data/apps.json``, so a user needs
 no raw data.
 
-Restart and cold-start constants are the DeepBoot simulator's (deepboot-model.md §2.1, §3.5).
+Restart and cold-start constants are the DeepBoot simulator's (docs/inference.md §2, docs/restarts.md §2).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ COLD_START_DELAY_S: dict[str, float] = {
     "deepspeech2": 4.0,
     "ncf": 4.0,
 }
-"""Start-up delay of a cold inference pod, per served model (deepboot-model.md §2.1)."""
+"""Start-up delay of a cold inference pod, per served model (docs/inference.md §2)."""
 
 DEFAULT_PROFILE_PATH = "data/apps.json"
 

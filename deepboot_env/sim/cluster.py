@@ -8,7 +8,7 @@ Two layouts are supported:
   GPUs.
 * **shared pool** (``--shared-pool 16x4``): one pool in which inference has priority and training
   may use every GPU not held by a RUNNING/PROTECT pod. This reproduces the original DeepBoot
-  simulator, which had no physical split (deepboot-model.md §1.1).
+  simulator, which had no physical split (docs/inference.md §1).
 
 The :class:`ClusterLedger` is the single place that counts who holds GPUs on each node; every
 change goes through it and it refuses to over-commit a node.

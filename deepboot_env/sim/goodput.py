@@ -1,6 +1,6 @@
 """Pollux goodput model: throughput x statistical efficiency, batch-size choice, speedups.
 
-All functions are vectorised over configurations. Notation (pollux-model.md §1):
+All functions are vectorised over configurations. Notation (docs/goodput.md §1):
 
 * ``nodes`` N, ``replicas`` K (one GPU each), per-GPU micro-batch m, extra accumulation steps s,
   total batch M = K * m * (s + 1), reference batch M0.
@@ -12,7 +12,7 @@ All functions are vectorised over configurations. Notation (pollux-model.md §1)
 The environment's ground truth and the schedulers' model share the calibrated throughput model.
 A job chooses its batch configuration at (N, K, epoch) with :func:`optimize` using the gradient
 statistics it observes, normalised to M0 (the epoch's statistics at the smallest traced batch, the
-view Pollux's agent has; pollux-model.md §5.6 uses the same); it then progresses at the *true*
+view Pollux's agent has; docs/references.md §6.1 uses the same); it then progresses at the *true*
 rate of that configuration, with the statistics interpolated at the batch it actually uses. Only
 whether N > 1 matters to the throughput model, so tables are indexed by (multi-node flag, K).
 """

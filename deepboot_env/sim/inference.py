@@ -1,4 +1,4 @@
-"""Inference requests, the warm-pod lifecycle and the :class:`InferencePool` (deepboot-model.md §2).
+"""Inference requests, the warm-pod lifecycle and the :class:`InferencePool` (docs/inference.md §2-§4).
 
 Every request needs one GPU for its duration. A *pod* is a warm container bound to one app
 instance (``infer-bert-1``) and one GPU:

@@ -9,7 +9,7 @@ Nothing here depends on Gymnasium; NumPy only.
 Two kinds of model:
 
 ``flat`` (``deepboot simulate --interference F``)
-    The Pollux simulator's rule (pollux-model.md §4.2 step 1, deepboot-model.md §1.1): a job is
+    The Pollux simulator's rule (docs/interference.md §1): a job is
     *distributed* if it holds GPUs on more than one node; a node is *interfering* if at least two
     distributed jobs hold GPUs on it; a distributed job with any GPU on an interfering node runs at
     ``1 - F`` of its speed (F = 0.25 is a 25 % slowdown). Single-node jobs are never affected and

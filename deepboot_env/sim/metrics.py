@@ -36,7 +36,7 @@ GPU_STATES: tuple[str, ...] = ("training", "lent", "inference-running", "protect
 
 @dataclass
 class EpisodeMetrics:
-    """Outcome of one episode (the JSON keys of design.md §3 plus a few extras)."""
+    """Outcome of one episode (the JSON keys of docs/simulator.md §5 plus a few extras)."""
 
     train_jct_mean: float
     train_jct_p50: float

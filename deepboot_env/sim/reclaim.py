@@ -5,14 +5,14 @@ This is the core's default reclaim hook: the simulator calls it when a policy de
 policy reclaims by DeepBoot's rule unless it says otherwise.
 
 When a cold inference request finds neither an empty inference GPU nor a SLEEP pod, it reclaims a
-GPU lent to training. ATS-I (deepboot-model.md §4.2 step 3) evaluates every (training job, node)
+GPU lent to training. ATS-I (docs/inference.md §6) evaluates every (training job, node)
 pair that holds a reclaimable GPU and removes the one GPU whose loss lowers the sum of
 fair-share-normalised speedups least; ties go to the first pair in job order (least attained
 service, then earliest arrival), node order within a job.
 
 Fair-share normalisation: each job's speedup is its rate divided by its rate at the fair share
 ``ceil(total GPUs / J_all)`` replicas on one node, where J_all counts the training jobs *and* the
-inference pods, as the original does (its pods are pseudo-jobs; deepboot-model.md §8 item 5). Only
+inference pods, as the original does (its pods are pseudo-jobs; docs/inference.md §7). Only
 the victim's term of the sum changes, so the rule compares each candidate's own speedup loss.
 """
 

@@ -11,11 +11,11 @@ Models (``--restart``):
     Every change stalls the job for its application's full start-up delay
     (:data:`~deepboot_env.sim.apps.FULL_RESTART_DELAY_S`, 18-103 s).
 ``afe``
-    DeepBoot's auto-fast-elastic rule (deepboot-model.md §3.5), with r_o / r_n the old / new GPU
+    DeepBoot's auto-fast-elastic rule (docs/restarts.md §4), with r_o / r_n the old / new GPU
     counts: first start (nothing held) -> full delay; scale-in -> fast delay NEXT; scale-out ->
     NEXT + floor((FULL - NEXT) * (r_n - r_o) / r_n); same count on other nodes -> full delay.
 ``pollux``
-    The Pollux simulator's rule (pollux-model.md §4.5): every change to a non-empty placement
+    The Pollux simulator's rule (docs/restarts.md §6): every change to a non-empty placement
     stalls the job for a flat 30 s, whatever the application. Used to reproduce Pollux's
     reference results for Pollux, Tiresias and Optimus.
 ``stopfree``
@@ -27,7 +27,7 @@ Models (``--restart``):
     so the three models differ only in who waits, not in how long a worker takes to start.
 
 A new change replaces whatever remains of an earlier plan (DeepBoot resets the countdown rather than
-adding to it; deepboot-model.md §8 item 7).
+adding to it; docs/restarts.md §7).
 """
 
 from __future__ import annotations

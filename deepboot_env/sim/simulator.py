@@ -28,11 +28,11 @@ drives the helpers it builds at each reset, which share its
 and :func:`~deepboot_env.sim.metrics.episode_metrics` assembles :meth:`Simulator.metrics`.
 :class:`~deepboot_env.sim.config.SimConfig` is re-exported here.
 
-Deliberate differences from the original DeepBoot simulator (deepboot-model.md §8):
+Deliberate differences from the original DeepBoot simulator (docs/simulator.md §6):
 
 * requests arriving exactly on a boundary are placed at once (the original skipped them);
 * waiting requests are retried after every event that could free a GPU, not only at arrivals;
-* the progress model is the calibrated goodput model (no per-job online refits, §8 item 13);
+* the progress model is the calibrated goodput model (no per-job online refits, docs/goodput.md §8 item 4);
 * the batch size is chosen with the gradient statistics of the current epoch at each candidate
   batch size (an oracle the original approximated with the latest observed statistics).
 """
