@@ -34,7 +34,6 @@ from deepboot_env.sim.state import (
     GpuRef,
     JobView,
     RequestView,
-    repair_allocation,
     validate_allocation,
 )
 
@@ -53,7 +52,6 @@ __all__ = [
     "make_policy",
     "register_policy",
     "register_prefix",
-    "repair_allocation",
     "validate_allocation",
 ]
 

@@ -1,4 +1,4 @@
-"""Allocation repair (the RL path) and the best-fit placement helper."""
+"""The action codec's repair (the RL path) and the best-fit placement helper."""
 
 from __future__ import annotations
 
@@ -7,16 +7,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from deepboot_env.env.codec import GPU_BUCKETS, TargetCodec
 from deepboot_env.placement import best_fit
 from deepboot_env.sim.apps import get_app
 from deepboot_env.sim.cluster import NODE_TRAIN, ClusterConfig
 from deepboot_env.sim.goodput import RateTable
 from deepboot_env.sim.state import (
     Allocation,
-    AllocationError,
     ClusterState,
     JobView,
-    repair_allocation,
     validate_allocation,
 )
 
@@ -63,86 +62,12 @@ def make_state(config: ClusterConfig, jobs, running=None, protect=None, sleeping
     )
 
 
-TWO_BY_TWO = ClusterConfig(train_nodes=2, infer_nodes=2, gpus_per_node=4)
-
-
 # ---------------------------------------------------------------------------------------------
-# repair_allocation golden cases
-
-
-def test_repair_keeps_a_valid_allocation() -> None:
-    state = make_state(TWO_BY_TWO, [make_job(0, 8), make_job(1, 4)], running=[0, 0, 1, 0])
-    alloc = Allocation({0: np.array([4, 2, 1, 1]), 1: np.array([0, 2, 2, 0])})
-    out, removed = repair_allocation(state, alloc)
-    assert removed == 0
-    assert {k: v.tolist() for k, v in out.items()} == {0: [4, 2, 1, 1], 1: [0, 2, 2, 0]}
-    checked = validate_allocation(state, alloc)
-    assert {k: v.tolist() for k, v in checked.items()} == {k: v.tolist() for k, v in out.items()}
-
-
-def test_repair_over_max_replicas_trims_least_populated_nodes_first() -> None:
-    state = make_state(TWO_BY_TWO, [make_job(0, 3)])
-    out, removed = repair_allocation(state, Allocation({0: np.array([2, 1, 2, 0])}))
-    # node 1 (1 GPU) first, then the tie between nodes 0 and 2 (2 GPUs) goes to the higher index
-    assert out[0].tolist() == [2, 0, 1, 0] and removed == 2
-    out, removed = repair_allocation(state, Allocation({0: np.array([4, 4, 0, 0])}))
-    assert out[0].tolist() == [3, 0, 0, 0] and removed == 5  # node 1 (tie: higher index) emptied, then node 0
-
-
-def test_repair_overcommitted_node_takes_from_most_attained_service_first() -> None:
-    jobs = [
-        make_job(0, 8, attained=500.0, arrival=10.0),
-        make_job(1, 8, attained=100.0),
-        make_job(2, 8, attained=500.0, arrival=20.0),
-    ]
-    state = make_state(TWO_BY_TWO, jobs, running=[0, 0, 2, 0], protect=[0, 0, 1, 0], sleeping=[0, 0, 0, 4])
-    alloc = Allocation({0: np.array([2, 0, 1, 4]), 1: np.array([2, 0, 1, 0]), 2: np.array([1, 0, 0, 0])})
-    out, removed = repair_allocation(state, alloc)
-    # node 0: 5 wanted, 4 fit: job 2 (most service, later arrival) loses first
-    # node 2: 2 wanted, 1 fits (2 RUNNING + 1 PROTECT pinned): job 0 loses (more service than job 1)
-    # node 3: SLEEP pods do not count, all 4 may be lent
-    assert out[0].tolist() == [2, 0, 0, 4]
-    assert out[1].tolist() == [2, 0, 1, 0]
-    assert out[2].tolist() == [0, 0, 0, 0]
-    assert removed == 2
-    validate_allocation(state, Allocation(out))
-
-
-def test_repair_drops_unknown_jobs_and_counts_their_gpus() -> None:
-    state = make_state(TWO_BY_TWO, [make_job(0, 4)])
-    out, removed = repair_allocation(state, Allocation({0: np.array([1, 0, 0, 0]), 9: np.array([2, 1, 0, 0])}))
-    assert list(out) == [0] and removed == 3
-
-
-def test_repair_floors_negative_fractional_and_non_finite_counts_without_counting() -> None:
-    state = make_state(TWO_BY_TWO, [make_job(0, 8)])
-    out, removed = repair_allocation(state, Allocation({0: np.array([1.7, -1.0, np.nan, np.inf])}))
-    assert out[0].tolist() == [1, 0, 0, 0] and out[0].dtype == np.int64
-    assert removed == 0
-
-
-def test_repair_rejects_wrong_shapes() -> None:
-    state = make_state(TWO_BY_TWO, [make_job(0, 8)])
-    with pytest.raises(AllocationError, match=r"job id 0: expected GPUs for each of 4 nodes, got shape \(2,\)"):
-        repair_allocation(state, Allocation({0: np.array([1, 1])}))
-
-
-def test_simulator_apply_with_repair_counts_removed_gpus() -> None:
-    from deepboot_env.sim.simulator import SimConfig, Simulator
-    from deepboot_env.sim.workload import TrainingJobSpec, Workload
-
-    sim = Simulator(Workload("w", (TrainingJobSpec("a", 0.0, "bert", 1, 12),)), SimConfig(cluster=TWO_BY_TWO))
-    removed = sim.apply(Allocation({0: np.array([3, 0, 0, 0])}), repair=True)  # max_replicas is 1
-    assert removed == 2 and sim.repaired_gpus == 2
-    assert sim.jobs[0].alloc.tolist() == [1, 0, 0, 0]
-
-
-# ---------------------------------------------------------------------------------------------
-# repair_allocation properties
+# the codec's repair (the one repair rule) turns any action into a valid allocation
 
 
 @st.composite
-def states_and_allocations(draw):
+def states_and_actions(draw):
     gpus = draw(st.integers(1, 4))
     if draw(st.booleans()):
         config = ClusterConfig(draw(st.integers(1, 4)), 0, gpus, shared_pool=True)
@@ -167,53 +92,32 @@ def states_and_allocations(draw):
         for i in range(n_jobs)
     ]
     state = make_state(config, jobs, **pods)
-    counts = st.one_of(
-        st.integers(-2, gpus + 2).map(float),
-        st.floats(-2.0, gpus + 2.0),
-        st.sampled_from([np.nan, np.inf, -np.inf]),
-    )
-    ids = draw(st.lists(st.integers(0, n_jobs + 1), unique=True, max_size=n_jobs + 2))
-    gpus_by_job = {i: np.array(draw(st.lists(counts, min_size=n, max_size=n))) for i in ids}
-    return state, Allocation(gpus_by_job)
-
-
-def _clean(value: np.ndarray) -> np.ndarray:
-    arr = np.where(np.isfinite(value), value, 0.0)
-    return np.maximum(np.floor(arr), 0).astype(np.int64)
+    max_jobs = draw(st.integers(1, 4))
+    lend_levels = draw(st.integers(1, 4))
+    action = draw(st.lists(st.integers(0, len(GPU_BUCKETS) - 1), min_size=max_jobs, max_size=max_jobs))
+    action.append(draw(st.integers(0, lend_levels - 1)))
+    return state, TargetCodec(max_jobs, lend_levels), np.array(action)
 
 
 @settings(max_examples=300, deadline=None)
-@given(case=states_and_allocations())
-def test_repair_is_deterministic_valid_and_counts_what_it_removes(case) -> None:
-    state, alloc = case
-    out, removed = repair_allocation(state, alloc)
-    again, removed_again = repair_allocation(state, alloc)
-    assert removed == removed_again
-    assert {k: v.tolist() for k, v in out.items()} == {k: v.tolist() for k, v in again.items()}
-    # the result is valid
-    assert validate_allocation(state, Allocation(out)).keys() == out.keys()
-    # it only removes, and counts exactly what it removed (beyond flooring)
-    active = {j.id for j in state.jobs}
-    clean_total = 0
-    for job_id, value in alloc.gpus.items():
-        clean = _clean(value)
-        clean_total += int(clean.sum())
-        if job_id in active:
-            assert np.all(out[job_id] <= clean)
-        else:
-            assert job_id not in out
-    assert removed == clean_total - sum(int(v.sum()) for v in out.values())
-    assert all(v.dtype == np.int64 and np.all(v >= 0) for v in out.values())
-    # an allocation that was valid already (after flooring, unknown jobs aside) is left alone
-    known = Allocation({k: _clean(v) for k, v in alloc.gpus.items() if k in active})
-    unknown_gpus = sum(int(_clean(v).sum()) for k, v in alloc.gpus.items() if k not in active)
-    try:
-        valid = validate_allocation(state, known)
-    except AllocationError:
-        assert removed > unknown_gpus
-    else:
-        assert removed == unknown_gpus
-        assert {k: v.tolist() for k, v in valid.items()} == {k: v.tolist() for k, v in out.items()}
+@given(case=states_and_actions())
+def test_codec_repair_is_deterministic_valid_and_counts_what_it_removes(case) -> None:
+    """Any action, masked or not, decodes to a valid allocation: targets capped at the job's limit
+    and trimmed to the lending level's capacity, the GPUs removed counted exactly."""
+    state, codec, action = case
+    counts, repaired = codec.decode(action, state)
+    again, repaired_again = codec.decode(action, state)
+    assert (counts, repaired) == (again, repaired_again)
+    alloc = Allocation({job_id: np.array(row, dtype=np.int64) for job_id, row in counts.items()})
+    assert validate_allocation(state, alloc).keys() == counts.keys()
+    slots = state.jobs[: codec.max_jobs]
+    wanted = sum(GPU_BUCKETS[int(choice)] for choice in action[: len(slots)])
+    placed = sum(sum(row) for row in counts.values())
+    assert repaired >= 0 and placed == wanted - repaired
+    cap = state.training_capacity(action[-1] / (codec.lend_levels - 1) if codec.lend_levels > 1 else 0.0)
+    assert placed <= cap.sum()
+    for job in slots:
+        assert sum(counts.get(job.id, [0])) <= min(GPU_BUCKETS[int(action[slots.index(job)])], job.max_replicas)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from deepboot_env.env.codec import TargetCodec
 from deepboot_env.sim.apps import COLD_START_DELAY_S
 from deepboot_env.sim.cluster import NODE_TRAIN, ClusterConfig
 from deepboot_env.sim.inference import PROTECT, RUNNING, SLEEP, InferencePool
@@ -223,19 +224,22 @@ def test_random_policy_keeps_invariants_and_finishes(scenario) -> None:
 
 @settings(max_examples=15, deadline=None)
 @given(scenario=scenarios())
-def test_repaired_random_allocations_keep_invariants(scenario) -> None:
-    """The RL path: arbitrary (even invalid) allocations repaired by the simulator."""
+def test_random_codec_actions_keep_invariants(scenario) -> None:
+    """The RL path: arbitrary (unmasked) target actions, repaired by the env's codec and applied
+    without a second check."""
     workload, config, policy = scenario
     sim = CheckedSimulator(workload, config, policy)
+    codec = TargetCodec(6, 3)
     rng = np.random.default_rng(7)
     pinned = _check(sim, set())
     while not sim.done:
         state = sim.observe()
-        raw = {job.id: rng.integers(-1, config.cluster.gpus_per_node + 2, size=state.num_nodes) for job in state.jobs}
-        if rng.random() < 0.85:  # otherwise random junk (rarely, so jobs progress): repair makes it valid
-            raw = policy.decide(state).gpus
-        removed = sim.apply(Allocation(raw), state, repair=True)
-        assert removed >= 0
+        if rng.random() < 0.85:  # otherwise the policy (so that jobs progress)
+            counts, removed = codec.decode(rng.integers(0, codec.nvec), state)
+            assert removed >= 0
+            sim.apply_valid_counts(counts)
+        else:
+            sim.apply(policy.decide(state), state)
         pinned = _check(sim, pinned)
         sim.advance()
         pinned = _check(sim, pinned)

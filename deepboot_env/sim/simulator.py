@@ -65,7 +65,6 @@ from deepboot_env.sim.state import (
     AllocationError,
     ClusterState,
     GpuRef,
-    repair_allocation,
     validate_allocation,
 )
 from deepboot_env.sim.workload import Workload
@@ -157,7 +156,6 @@ class Simulator:
         self._recent: deque[int] = deque([0] * RECENT_INTERVALS, maxlen=RECENT_INTERVALS)
         self.restarts = 0
         self.num_events = 0
-        self.repaired_gpus = 0
         self.truncated = False
         self.done = False
         self._wall_start = wallclock.perf_counter()
@@ -439,51 +437,32 @@ class Simulator:
         """The read-only state at the current time (jobs advanced to now)."""
         return self._snapshot.build(self.now, self._active, len(self._pool.waiting), self._recent)
 
-    def apply(self, allocation: Allocation, state: ClusterState | None = None, repair: bool = False) -> int:
-        """Apply a policy's allocation at the current boundary.
+    def apply(self, allocation: Allocation, state: ClusterState | None = None) -> None:
+        """Apply a policy's allocation at the current boundary, after checking it
+        (:func:`~deepboot_env.sim.state.validate_allocation`).
 
         Args:
             allocation: GPUs per node per job (absent jobs get none).
             state: the state the policy saw (re-observed if None).
-            repair: repair an invalid allocation instead of raising.
-
-        Returns:
-            GPUs removed by the repair (0 when ``repair`` is False).
 
         Raises:
-            AllocationError: if the allocation is invalid and ``repair`` is False.
+            AllocationError: if the allocation is invalid (the message names the job and node).
         """
         if self.done:
             raise RuntimeError("the episode is over; call reset()")
-        state = state or self.observe()
-        if repair:
-            wanted, repaired = repair_allocation(state, allocation)
-        else:
-            wanted, repaired = validate_allocation(state, allocation), 0
-        self.repaired_gpus += repaired
+        wanted = validate_allocation(state or self.observe(), allocation)
         self._apply_counts({job_id: arr.tolist() for job_id, arr in wanted.items()})
-        return repaired
-
-    def apply_valid(self, gpus: Mapping[int, np.ndarray]) -> None:
-        """Apply an allocation that is valid by construction, without checking it again.
-
-        The fast path of policies that build their allocation from the state just observed so
-        that it meets every constraint of :func:`~deepboot_env.sim.state.validate_allocation`.
-        ``gpus`` maps active job ids to int64 arrays of GPUs per node (absent jobs get none); the
-        result is exactly that of :meth:`apply` on the same allocation. Anything else must go
-        through :meth:`apply` (the ledger still refuses to over-commit a node, but nothing else is
-        checked here).
-        """
-        if self.done:
-            raise RuntimeError("the episode is over; call reset()")
-        self._apply_counts({job_id: arr.tolist() for job_id, arr in gpus.items()})
 
     def apply_valid_counts(self, counts: Mapping[int, list[int]]) -> None:
-        """:meth:`apply_valid` with the GPUs per node of each job as a list of ints, which the
-        simulator takes over (the caller must not change them afterwards).
+        """Apply an allocation that is valid by construction, without checking it again: GPUs per
+        node of each active job as a list of ints, which the simulator takes over (the caller
+        must not change them afterwards); absent jobs get none.
 
-        The Gymnasium env's fast path: :func:`~deepboot_env.env.encoding.decode_action_counts`
-        builds these lists from the state just observed, valid by construction.
+        The Gymnasium env's fast path: its action codec (:mod:`deepboot_env.env.codec`) builds
+        these lists from the state just observed so that they meet every constraint of
+        :func:`~deepboot_env.sim.state.validate_allocation`; the result is exactly that of
+        :meth:`apply` on the same allocation. Anything else must go through :meth:`apply` (the
+        ledger still refuses to over-commit a node, but nothing else is checked here).
         """
         if self.done:
             raise RuntimeError("the episode is over; call reset()")

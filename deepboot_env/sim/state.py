@@ -2,9 +2,9 @@
 
 Policies get one read-only :class:`ClusterState` per decision and return an :class:`Allocation`
 (GPUs per node for each training job). The simulator checks every allocation in one place,
-:func:`validate_allocation`, which raises :class:`AllocationError` naming the job and node; the
-RL environment instead calls :func:`repair_allocation`, a documented deterministic repair that
-counts what it changed.
+:func:`validate_allocation`, which raises :class:`AllocationError` naming the job and node. The RL
+environment's actions are repaired before they become allocations, by its action codec
+(:mod:`deepboot_env.env.codec`, the one repair rule).
 """
 
 from __future__ import annotations
@@ -318,52 +318,3 @@ def _validate_each(state: ClusterState, alloc: Allocation) -> dict[int, np.ndarr
             f"RUNNING/PROTECT inference pods (jobs {', '.join(holders)})"
         )
     return out
-
-
-def repair_allocation(state: ClusterState, alloc: Allocation) -> tuple[dict[int, np.ndarray], int]:
-    """Make ``alloc`` valid deterministically and count the GPUs removed.
-
-    Repair rules, in order: unknown jobs are dropped; negative or fractional counts are floored at
-    0 (not counted); a job over its ``max_replicas`` loses GPUs from its least-populated nodes first (ties: the
-    highest node index); on an over-committed node, the jobs with the most attained service lose
-    GPUs first (ties: the later arrival), so young jobs keep theirs (least-attained-service
-    priority, as Pollux's repair).
-
-    Returns:
-        (normalised allocation, number of GPUs removed by the repair).
-    """
-    n = state.num_nodes
-    active = {job.id: job for job in state.jobs}
-    removed = 0
-    out: dict[int, np.ndarray] = {}
-    for job_id, value in alloc.gpus.items():
-        job = active.get(int(job_id))
-        arr = np.asarray(value, dtype=float)
-        if arr.shape != (n,):
-            raise AllocationError(f"job id {job_id}: expected GPUs for each of {n} nodes, got shape {arr.shape}")
-        arr = np.where(np.isfinite(arr), arr, 0.0)
-        clean = np.maximum(np.floor(arr), 0).astype(np.int64)
-        if job is None:
-            removed += int(clean.sum())
-            continue
-        excess = int(clean.sum()) - job.max_replicas
-        while excess > 0:
-            nz = np.flatnonzero(clean)
-            node = nz[np.lexsort((-nz, clean[nz]))][0]
-            take = min(excess, int(clean[node]))
-            clean[node] -= take
-            excess -= take
-            removed += take
-        out[job.id] = clean
-    cap = state.training_capacity(lend=True)
-    order = sorted(out, key=lambda j: (-active[j].attained_service, -active[j].arrival, -j))
-    for node in range(n):
-        over = int(sum(a[node] for a in out.values())) - int(cap[node])
-        for job_id in order:
-            if over <= 0:
-                break
-            take = min(over, int(out[job_id][node]))
-            out[job_id][node] -= take
-            over -= take
-            removed += take
-    return out, removed
