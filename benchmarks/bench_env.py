@@ -77,6 +77,7 @@ def run(env: DeepBootEnv, steps: int, policy_like: bool, rng: np.random.Generato
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point (see the module docstring); returns the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", default="test/test-01")
     parser.add_argument("--cluster", default="8x4+8x4", help="the default cluster is 8x4+8x4")

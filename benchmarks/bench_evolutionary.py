@@ -45,6 +45,7 @@ def _patience(text: str) -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point (see the module docstring); returns the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", default=str(REFERENCE))
     parser.add_argument("--cluster", default="16x4", help="e.g. 16x4 (training only) or 8x4+8x4")

@@ -41,6 +41,7 @@ def _one(task: tuple[str, str, str, str, str, int]) -> tuple[str, str, str, floa
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point (see the module docstring); returns the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--policies", nargs="+", default=["ats", "interference-aware"])
     parser.add_argument("--slowdowns", nargs="+", default=["0", "0.25", "0.5"])

@@ -26,6 +26,7 @@ REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "wo
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point (see the module docstring); returns the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", default=str(REFERENCE))
     parser.add_argument("--policy", nargs="+", default=["fifo"])

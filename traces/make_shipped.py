@@ -154,6 +154,7 @@ def _readme(rows: list[dict[str, object]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point (see the module docstring); returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m traces.make_shipped", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(WORKLOADS_DIR), help="folder to write (default: traces/workloads)")
     parser.add_argument("--check", action="store_true", help="compare with the existing files instead of writing")
