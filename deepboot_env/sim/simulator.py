@@ -33,8 +33,8 @@ Deliberate differences from the original DeepBoot simulator (docs/simulator.md ย
 * requests arriving exactly on a boundary are placed at once (the original skipped them);
 * waiting requests are retried after every event that could free a GPU, not only at arrivals;
 * the progress model is the calibrated goodput model (no per-job online refits, docs/goodput.md ยง8 item 4);
-* the batch size is chosen with the gradient statistics of the current epoch at each candidate
-  batch size (an oracle the original approximated with the latest observed statistics).
+* the batch size is chosen with the gradient statistics of the current epoch observed at the
+  smallest traced batch size (the original reads them at the batch the job actually ran).
 """
 
 from __future__ import annotations
