@@ -5,7 +5,8 @@
 * :func:`build_model`: ``PPO`` or ``MaskablePPO`` with ``MultiInputPolicy`` and
   :data:`DEFAULT_HYPERPARAMS` overridden by the caller's hyperparameters.
 * :func:`parse_kv` / :func:`parse_value`: RL-Zoo-style ``k:v`` overrides (Python literals,
-  ``lin_<x>`` linear schedules, ``policy_kwargs`` as a ``dict(...)`` expression).
+  ``lin_<x>`` linear schedules, ``policy_kwargs`` as data: a mapping, a ``{...}`` literal or an
+  RL-Zoo ``dict(...)`` call, read without evaluating it, keys and activations from a whitelist).
 * :func:`resolve_device`: ``auto`` -> ``cuda`` when ``torch.cuda.is_available()`` else ``cpu``.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import re
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -116,26 +118,99 @@ def _schedule(key: str, value: Any) -> Any:
     return value
 
 
-def _policy_kwargs(value: Any) -> dict[str, Any]:
-    if isinstance(value, dict):
-        out = dict(value)
+ACTIVATIONS: tuple[str, ...] = ("ReLU", "Tanh", "ELU", "LeakyReLU", "GELU", "SiLU", "Sigmoid", "Mish")
+"""Activation functions ``policy_kwargs`` may name (classes of ``torch.nn``)."""
+
+POLICY_KWARGS_KEYS: dict[str, str] = {
+    "net_arch": "a list of layer sizes, or a dict {pi: [...], vf: [...]}",
+    "activation_fn": f"one of {', '.join(ACTIVATIONS)} (optionally as nn.<name>)",
+    "ortho_init": "true or false",
+    "share_features_extractor": "true or false",
+    "normalize_images": "true or false",
+    "log_std_init": "a number",
+}
+"""The ``policy_kwargs`` keys a config or a checkpoint may set, and what each takes."""
+
+_ACTIVATION_REPR = re.compile(
+    r"^(?:<class '[\w.]*?\.?)?(?:(?:th|torch)\.)?(?:nn\.)?(?:modules\.activation\.)?(\w+)'?>?$"
+)
+
+
+def _layer_sizes(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
+
+
+def _check_policy_kwarg(key: str, value: Any) -> Any:
+    """``value`` for ``key``, checked (activation names become ``torch.nn`` classes)."""
+    if key not in POLICY_KWARGS_KEYS:
+        raise ConfigError(f"policy_kwargs: unknown key {key!r}; allowed: {', '.join(POLICY_KWARGS_KEYS)}")
+    if key == "net_arch":
+        ok = _layer_sizes(value) or (
+            isinstance(value, dict) and set(value) <= {"pi", "vf"} and all(_layer_sizes(v) for v in value.values())
+        )
+    elif key == "activation_fn":
+        m = _ACTIVATION_REPR.match(str(getattr(value, "__name__", value)))
+        name = m.group(1) if m else ""
+        if name not in ACTIVATIONS:
+            raise ConfigError(f"policy_kwargs: activation_fn {value!r} is not {POLICY_KWARGS_KEYS[key]}")
+        import torch as th
+
+        return getattr(th.nn, name)
+    elif key == "log_std_init":
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
     else:
-        import torch as th
+        ok = isinstance(value, bool)
+    if not ok:
+        raise ConfigError(f"policy_kwargs: {key} must be {POLICY_KWARGS_KEYS[key]}, got {value!r}")
+    return value
 
-        try:  # RL-Zoo convention: a dict(...) expression with nn available
-            out = eval(str(value), {"__builtins__": {}}, {"dict": dict, "nn": th.nn, "th": th})  # noqa: S307
-        except Exception as exc:  # noqa: BLE001 - any parse error is a config error
-            raise ConfigError(f"policy_kwargs: cannot parse {value!r} ({exc})") from None
-        if not isinstance(out, dict):
-            raise ConfigError(f"policy_kwargs: expected a dict, got {value!r}")
-    act = out.get("activation_fn")
-    if isinstance(act, str):
-        import torch as th
 
-        name = act.split(".")[-1]
-        if not hasattr(th.nn, name):
-            raise ConfigError(f"policy_kwargs: unknown activation_fn {act!r}")
-        out["activation_fn"] = getattr(th.nn, name)
+def _literal(node: ast.expr) -> Any:
+    """A literal, or a dotted name (``nn.ReLU``) as text; anything else is refused."""
+    if isinstance(node, ast.Attribute | ast.Name):
+        return ast.unparse(node)
+    return ast.literal_eval(node)
+
+
+def _parse_policy_kwargs_text(text: str) -> dict[str, Any]:
+    """A ``{...}`` literal or an RL-Zoo ``dict(key=value, ...)`` call, read as data (never run)."""
+    try:
+        tree = ast.parse(text.strip(), mode="eval").body
+        if isinstance(tree, ast.Call) and isinstance(tree.func, ast.Name) and tree.func.id == "dict" and not tree.args:
+            if any(kw.arg is None for kw in tree.keywords):
+                raise ValueError("** is not allowed")
+            return {str(kw.arg): _literal(kw.value) for kw in tree.keywords}
+        if isinstance(tree, ast.Dict):
+            return {
+                ast.literal_eval(k): _literal(v) for k, v in zip(tree.keys, tree.values, strict=True) if k is not None
+            }
+        raise ValueError("expected {...} or dict(...)")
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as exc:
+        raise ConfigError(f"policy_kwargs: cannot read {text!r} as data ({exc})") from None
+
+
+def policy_kwargs_from_mapping(value: Any, from_repr: bool = False) -> dict[str, Any]:
+    """``policy_kwargs`` from a mapping or its text, checked against :data:`POLICY_KWARGS_KEYS`.
+
+    Nothing is evaluated: text is parsed as a literal (``{'net_arch': [64, 64]}``) or an RL-Zoo
+    ``dict(net_arch=[64, 64], activation_fn=nn.ReLU)`` call; activation functions are looked up
+    by name. With ``from_repr`` the values are the ``repr`` texts a checkpoint stores.
+
+    Raises:
+        ConfigError: for text that is not such data, an unknown key or a bad value.
+    """
+    if isinstance(value, str):
+        value = _parse_policy_kwargs_text(value)
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"policy_kwargs: expected a mapping, got {value!r}")
+    out = {}
+    for key, item in value.items():
+        if from_repr and key != "activation_fn" and isinstance(item, str):
+            try:
+                item = ast.literal_eval(item)
+            except (ValueError, SyntaxError):
+                raise ConfigError(f"policy_kwargs: {key} is not a literal ({item!r})") from None
+        out[str(key)] = _check_policy_kwarg(str(key), item)
     return out
 
 
@@ -182,7 +257,7 @@ def model_kwargs(hyperparams: Mapping[str, Any]) -> dict[str, Any]:
         if key in ("learning_rate", "clip_range", "clip_range_vf"):
             out[key] = _schedule(key, value)
         elif key == "policy_kwargs":
-            out[key] = _policy_kwargs(value)
+            out[key] = policy_kwargs_from_mapping(value)
         else:
             out[key] = value
     return out

@@ -211,13 +211,19 @@ def detect_algo(path: str | Path) -> str:
     return "maskable_ppo" if module.startswith("sb3_contrib.common.maskable") else "ppo"
 
 
-def load_model(path: str | Path, device: str = "cpu", algo: str | None = None) -> Any:
-    """Load a saved PPO / MaskablePPO (algorithm detected when ``algo`` is None)."""
-    from agents.factory import algo_class, resolve_device
+def load_model(path: str | Path, device: str = "cpu", algo: str | None = None, trust: bool = False) -> Any:
+    """Load a saved PPO / MaskablePPO without unpickling anything (:mod:`agents.checkpoint`;
+    ``trust=True`` loads pickled fields as plain SB3 does). The algorithm is the one the zip's
+    policy class names; ``algo``, if given, must match it.
 
-    p = resolve_model_path(path)
-    cls = algo_class(algo or detect_algo(p))
-    return cls.load(p, device=resolve_device(device))
+    Raises:
+        agents.checkpoint.CheckpointError: a file that is not such a model, or that cannot be
+            loaded safely (the message names the field).
+    """
+    from agents.checkpoint import load_checkpoint
+    from agents.factory import resolve_device
+
+    return load_checkpoint(resolve_model_path(path), algo=algo, device=resolve_device(device), trust=trust)
 
 
 def load_agent_policy(
@@ -227,6 +233,7 @@ def load_agent_policy(
     algo: str | None = None,
     num_threads: int | None = 1,
     name: str | None = None,
+    trust: bool = False,
 ) -> AgentPolicy:
     """The saved model at ``path`` as a :class:`AgentPolicy` (the ``ppo:<path>`` factory).
 
@@ -240,11 +247,12 @@ def load_agent_policy(
             ``deepboot compare --jobs N`` from hanging: workers forked after the parent ran torch
             ops with several OpenMP threads deadlock on their first parallel op.
         name: policy name in results (default ``ppo:<path>``).
+        trust: unpickle the checkpoint's pickled fields (runs any code in the file; warns).
     """
     if num_threads is not None:
         import torch
 
         torch.set_num_threads(int(num_threads))
-    model = load_model(path, device=device, algo=algo)
+    model = load_model(path, device=device, algo=algo, trust=trust)
     base = str(model_env_kwargs(resolve_model_path(path)).get("base_policy", "ats"))
     return AgentPolicy(model, deterministic=deterministic, name=name or f"ppo:{path}", base_policy=base)

@@ -18,6 +18,18 @@ from deepboot_env.sim.state import ClusterState
 from deepboot_env.workloads import WorkloadLoader, WorkloadSource, load_workloads
 
 
+def spaces_for(codec: ActionCodec) -> tuple[spaces.Dict, spaces.MultiDiscrete]:
+    """The observation and action spaces of the env with action codec ``codec`` (its slots,
+    lending levels and extra observation entries)."""
+    entries = {
+        "jobs": spaces.Box(0.0, 1.0, (codec.max_jobs * len(JOB_FEATURES),), dtype=np.float32),
+        "cluster": spaces.Box(0.0, 1.0, (len(CLUSTER_FEATURES),), dtype=np.float32),
+    }
+    for key, size in codec.extra_observation().items():
+        entries[key] = spaces.Box(0.0, 1.0, (size,), dtype=np.float32)
+    return spaces.Dict(entries), spaces.MultiDiscrete(codec.nvec)
+
+
 class _EnvReclaim(BasePolicy):
     """The environment's reclaim hook: DeepBoot's ATS-I rule, adaptive batch sizes."""
 
@@ -114,15 +126,7 @@ class DeepBootEnv(gym.Env):
         self.workloads = load_workloads(workload, workload_loader)
         self.render_mode = render_mode
         self.codec: ActionCodec = self.config.make_codec()
-        max_jobs = self.config.max_jobs
-        obs_spaces = {
-            "jobs": spaces.Box(0.0, 1.0, (max_jobs * len(JOB_FEATURES),), dtype=np.float32),
-            "cluster": spaces.Box(0.0, 1.0, (len(CLUSTER_FEATURES),), dtype=np.float32),
-        }
-        for key, size in self.codec.extra_observation().items():
-            obs_spaces[key] = spaces.Box(0.0, 1.0, (size,), dtype=np.float32)
-        self.observation_space = spaces.Dict(obs_spaces)
-        self.action_space = spaces.MultiDiscrete(self.codec.nvec)
+        self.observation_space, self.action_space = spaces_for(self.codec)
         self.sim: Simulator | None = None
         self._state: ClusterState | None = None
 

@@ -1,0 +1,219 @@
+"""Loading saved PPO / MaskablePPO checkpoints without running code from them.
+
+A stable-baselines3 zip keeps some fields of the model (its spaces, policy class, schedules,
+buffers) as cloudpickled objects: ``PPO.load`` unpickles them, and an unpickled object can run any
+code it likes. The network weights are plain tensors that SB3 already reads with
+``torch.load(weights_only=True)``. :func:`load_checkpoint`, the loader behind every entry point of
+this project (``ppo:<path>``, ``train_policy.py --resume``, :mod:`agents.export`), rebuilds each
+pickled field from data it can check instead, and passes them to SB3 as ``custom_objects`` so that
+nothing is unpickled:
+
+* ``observation_space`` / ``action_space``: rebuilt from the action space's sizes (stored as
+  plain text beside the pickle) through the env's own action codec and observation encoding;
+* ``policy_class`` / ``rollout_buffer_class``: the classes of the algorithm (``ppo`` or
+  ``maskable_ppo``), nothing else;
+* ``lr_schedule`` / ``clip_range`` / ``clip_range_vf``: the constant or linear schedule their
+  plain-text description names (parsed, never evaluated);
+* ``policy_kwargs``: keys from a whitelist (:data:`agents.factory.POLICY_KWARGS_KEYS`), activation
+  functions by name;
+* ``_last_obs``, ``_last_episode_starts``, ``ep_info_buffer``, ``ep_success_buffer``: dropped
+  (SB3 recreates them when training resumes).
+
+Any other pickled field makes loading fail with one line naming it, unless ``trust=True``
+(``--trust-checkpoint``), which loads the file as plain SB3 does and warns. Plain
+``PPO.load`` / ``MaskablePPO.load`` still unpickle: that is SB3's to change.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+import zipfile
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SERIALIZED = ":serialized:"
+"""The marker SB3 puts on a field it stored as a cloudpickle."""
+
+
+class CheckpointError(ValueError):
+    """A checkpoint cannot be loaded safely; the message names the file and the field."""
+
+
+def read_data(path: Path) -> dict[str, Any]:
+    """The ``data`` JSON of an SB3 zip, as stored (pickled fields stay base64 text, unread).
+
+    Raises:
+        CheckpointError: if the file is not such a zip.
+    """
+    try:
+        with zipfile.ZipFile(path) as zf:
+            data = json.loads(zf.read("data"))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
+        raise CheckpointError(f"{path}: not a stable-baselines3 model zip ({exc})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: its 'data' entry is not a JSON object")
+    return data
+
+
+def _algo_classes(algo: str) -> tuple[type, type]:
+    """(policy class, rollout buffer class) of ``algo`` with Dict observations."""
+    if algo == "maskable_ppo":
+        from sb3_contrib.common.maskable.buffers import MaskableDictRolloutBuffer
+        from sb3_contrib.common.maskable.policies import MaskableMultiInputActorCriticPolicy
+
+        return MaskableMultiInputActorCriticPolicy, MaskableDictRolloutBuffer
+    from stable_baselines3.common.buffers import DictRolloutBuffer
+    from stable_baselines3.common.policies import MultiInputActorCriticPolicy
+
+    return MultiInputActorCriticPolicy, DictRolloutBuffer
+
+
+def saved_algo(path: Path, data: dict[str, Any]) -> str:
+    """``maskable_ppo`` or ``ppo``: the algorithm whose policy class the zip names (plain text).
+
+    Raises:
+        CheckpointError: if the policy class is neither algorithm's.
+    """
+    field = data.get("policy_class")
+    text = json.dumps(field) if isinstance(field, dict) else ""
+    if "MaskableMultiInputActorCriticPolicy" in text:
+        return "maskable_ppo"
+    if "MultiInputActorCriticPolicy" in text:
+        return "ppo"
+    raise CheckpointError(
+        f"{path}: policy_class is not a PPO or MaskablePPO multi-input policy (a model of another algorithm?)"
+    )
+
+
+_NUMBER = r"([-+0-9.eE]+|inf)"
+_CONSTANT = re.compile(rf"^ConstantSchedule\(val={_NUMBER}\)$")
+_LINEAR = re.compile(rf"^LinearSchedule\(start={_NUMBER}, end={_NUMBER}, end_fraction={_NUMBER}\)$")
+
+
+def _schedule(path: Path, key: str, field: dict[str, Any]) -> Any:
+    """The schedule a pickled ``FloatSchedule`` field describes in plain text."""
+    from stable_baselines3.common.utils import ConstantSchedule, FloatSchedule, LinearSchedule
+
+    text = str(field.get("value_schedule", ""))
+    if m := _CONSTANT.match(text):
+        return FloatSchedule(ConstantSchedule(float(m.group(1))))
+    if m := _LINEAR.match(text):
+        return FloatSchedule(LinearSchedule(float(m.group(1)), float(m.group(2)), float(m.group(3))))
+    raise CheckpointError(f"{path}: field {key!r} is a schedule this loader cannot rebuild ({text[:80]!r})")
+
+
+def _spaces(path: Path, data: dict[str, Any]) -> tuple[Any, Any]:
+    """Observation and action spaces rebuilt from the action space's sizes."""
+    from deepboot_env.env.codec import make_codec, mode_of_nvec
+    from deepboot_env.env.deepboot_env import spaces_for
+
+    field = data.get("action_space")
+    text = field.get("nvec", "") if isinstance(field, dict) else ""
+    try:
+        nvec = np.array([int(x) for x in str(text).strip("[]").split()], dtype=np.int64)
+        mode = mode_of_nvec(nvec)
+    except ValueError:
+        raise CheckpointError(f"{path}: action_space is not a DeepBoot-v0 action space ({str(text)[:80]!r})") from None
+    codec = make_codec(mode, int(nvec.size - 1), int(nvec[-1]))
+    observation, action = spaces_for(codec)
+    described = data.get("observation_space", {})
+    keys = re.findall(r"'(\w+)': Box", str(described.get("spaces", ""))) if isinstance(described, dict) else []
+    if sorted(keys) != sorted(observation.spaces):
+        raise CheckpointError(f"{path}: observation_space {keys} does not match the {mode} action space's")
+    return observation, action
+
+
+def _policy_kwargs(path: Path, field: dict[str, Any]) -> dict[str, Any]:
+    """A pickled ``policy_kwargs`` rebuilt from its plain-text entries (whitelisted keys)."""
+    from agents.factory import ConfigError, policy_kwargs_from_mapping
+
+    entries = {k: v for k, v in field.items() if not k.startswith(":")}
+    try:
+        return policy_kwargs_from_mapping(entries, from_repr=True)
+    except ConfigError as exc:
+        raise CheckpointError(f"{path}: policy_kwargs: {exc}") from None
+
+
+_DROPPED = ("_last_obs", "_last_episode_starts", "_last_original_obs")
+_EMPTY_DEQUES = ("ep_info_buffer", "ep_success_buffer")
+
+
+def safe_custom_objects(path: Path, data: dict[str, Any], algo: str) -> dict[str, Any]:
+    """A replacement for every pickled field of ``data`` (see the module docstring).
+
+    Raises:
+        CheckpointError: for a pickled field it cannot rebuild, naming the field.
+    """
+    out: dict[str, Any] = {}
+    spaces: tuple[Any, Any] | None = None
+    for key, field in data.items():
+        if not (isinstance(field, dict) and SERIALIZED in field):
+            continue
+        if key in ("observation_space", "action_space"):
+            spaces = spaces or _spaces(path, data)
+            out[key] = spaces[0] if key == "observation_space" else spaces[1]
+        elif key == "policy_class":
+            out[key] = _algo_classes(algo)[0]
+        elif key == "rollout_buffer_class":
+            out[key] = _algo_classes(algo)[1]
+        elif key in ("lr_schedule", "clip_range", "clip_range_vf"):
+            out[key] = _schedule(path, key, field)
+        elif key == "policy_kwargs":
+            out[key] = _policy_kwargs(path, field)
+        elif key in _DROPPED:
+            out[key] = None
+        elif key in _EMPTY_DEQUES:
+            out[key] = deque(maxlen=int(data.get("_stats_window_size", 100)))
+        else:
+            raise CheckpointError(
+                f"{path}: field {key!r} is pickled and cannot be checked; load it only if you trust "
+                "the file (--trust-checkpoint)"
+            )
+    return out
+
+
+def load_checkpoint(
+    path: str | Path,
+    algo: str | None = None,
+    device: str = "cpu",
+    env: Any = None,
+    trust: bool = False,
+    **overrides: Any,
+) -> Any:
+    """Load a PPO / MaskablePPO zip without unpickling anything (``trust=False``).
+
+    Args:
+        path: the model zip.
+        algo: ``ppo`` or ``maskable_ppo``; None: the algorithm the zip's policy class names.
+        device: torch device.
+        env: the env to attach (for resuming training).
+        trust: load pickled fields as plain SB3 does (runs any code the file holds); warns.
+        overrides: attributes to set on the loaded model (SB3 ``load`` keyword arguments).
+
+    Raises:
+        CheckpointError: not a PPO/MaskablePPO zip, a different algorithm than ``algo``, or a
+            pickled field that cannot be rebuilt safely.
+    """
+    from agents.factory import algo_class
+
+    path = Path(path)
+    data = read_data(path)
+    found = saved_algo(path, data)
+    if algo is not None and algo != found:
+        raise CheckpointError(f"{path}: holds a {found} model, not {algo}")
+    if trust:
+        warnings.warn(
+            f"{path}: loading pickled fields (--trust-checkpoint): only do this for files you trust", stacklevel=2
+        )
+        custom: dict[str, Any] = {}
+    else:
+        custom = safe_custom_objects(path, data, found)
+    try:
+        return algo_class(found).load(path, env=env, device=device, custom_objects=custom, **overrides)
+    except (KeyError, RuntimeError, zipfile.BadZipFile, EOFError) as exc:
+        raise CheckpointError(f"{path}: cannot load the model ({type(exc).__name__}: {exc})") from None
