@@ -7,6 +7,9 @@
   (validation episodes, ``evaluations.csv``, ``best_model.zip``).
 * :mod:`agents.policy_adapter`: a saved model as a :class:`~deepboot_env.policy.Policy`
   (``make_policy("ppo:<path>")``).
+* :mod:`agents.run_config`: a training run's settings (presets of ``conf/deepboot.yml`` < flags).
+* :mod:`agents.training_run`: one training run (:func:`~agents.training_run.train`) and its
+  run folder.
 
 Training from the command line: ``python train_policy.py --help``. Importing this package is
 cheap (it registers the ``ppo:<path>`` policy prefix); the submodules import stable-baselines3 /

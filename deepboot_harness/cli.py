@@ -145,7 +145,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Run policies x workloads x seeds; write results.csv, results.md and plots to ``--out``."""
-    from deepboot_harness.compare import print_summary_table, run_comparison, write_results
+    from deepboot_harness.compare import write_results
+    from deepboot_harness.compare_grid import run_comparison
+    from deepboot_harness.compare_tables import print_summary_table
 
     config = sim_config_from_args(args)
     seeds = args.seeds if args.seeds is not None else [args.seed]

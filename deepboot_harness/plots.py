@@ -207,7 +207,7 @@ def plot_timeline(
     Args:
         timeline: :attr:`EpisodeMetrics.timeline` rows ``(time, training, lent,
             inference-running, protect, sleep, idle, waiting, arrivals)`` or a frame with
-            the columns of :data:`deepboot_harness.compare.TIMELINE_COLUMNS`.
+            the columns of :data:`deepboot_harness.compare_grid.TIMELINE_COLUMNS`.
         path: the PNG to write.
         title: the run, shown as the figure title.
         train_gpus: GPUs of the training cluster in the two-cluster mode: the idle GPUs are then

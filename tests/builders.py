@@ -44,6 +44,7 @@ def assert_same_calibration(computed: dict, shipped: dict, apps_dir) -> None:
     import numpy as np
 
     from traces import calibrate as cal
+    from traces.app_traces import read_app_traces
 
     assert sorted(computed) == sorted(shipped)
     for name, prof in shipped.items():
@@ -51,7 +52,7 @@ def assert_same_calibration(computed: dict, shipped: dict, apps_dir) -> None:
         for field in ("init_batch_size", "max_batch_size", "min_local_bsz", "max_local_bsz", "max_epochs"):
             assert getattr(new, field) == getattr(prof, field), (name, field)
         np.testing.assert_allclose(new.epoch_progress, prof.epoch_progress, rtol=1e-5, err_msg=name)
-        table = cal.fit_observations(cal.read_app_traces(apps_dir / name))
+        table = cal.fit_observations(read_app_traces(apps_dir / name))
         shape = (table.nodes, table.replicas, table.local_bsz)
         times = [cal.sync_step_time(p.throughput_params, *shape) for p in (new, prof)]
         np.testing.assert_allclose(times[0], times[1], rtol=FIT_RTOL, err_msg=name)

@@ -177,7 +177,7 @@ def test_compare_runs_agent_in_worker_processes(tiny, tmp_path) -> None:
         "torch.set_num_threads(2)\n"
         "x = torch.randn(256, 256)\n"
         "(x @ x).sum()\n"
-        "from deepboot_harness.compare import run_comparison\n"
+        "from deepboot_harness.compare_grid import run_comparison\n"
         "from deepboot_env.sim.simulator import SimConfig\n"
         f"c = run_comparison(['ppo:{model}'], [r'{csv_path}'], seeds=[0, 1], jobs=2, progress=False,\n"
         "                    config=SimConfig(max_time=10 * 3600.0))\n"

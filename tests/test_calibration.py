@@ -1,4 +1,4 @@
-"""Calibration of the six applications (traces/calibrate.py) and the shipped apps.json.
+"""Calibration of the six applications (traces/calibrate.py, app_traces.py, throughput_fit.py) and apps.json.
 
 Tests that need the raw Pollux traces read ``../shared/data/apps`` relative to the repository root
 and skip cleanly when it is absent; the others use the shipped profiles, hard-coded reference
@@ -16,6 +16,7 @@ from scipy.optimize import approx_fprime
 
 from deepboot_env.sim.apps import APP_NAMES, load_profiles
 from deepboot_env.sim.goodput import compute_time, iteration_time, sync_step_time
+from traces import app_traces, throughput_fit
 from traces import calibrate as cal
 
 DATA_APPS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "apps"
@@ -42,7 +43,7 @@ def shipped():
 def raw_traces():
     if not DATA_APPS.is_dir():
         pytest.skip(f"raw traces not available at {DATA_APPS}")
-    return {name: cal.read_app_traces(DATA_APPS / name) for name in APP_NAMES}
+    return {name: app_traces.read_app_traces(DATA_APPS / name) for name in APP_NAMES}
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +146,7 @@ def _synthetic_observations(params: np.ndarray, noise: float = 0.005) -> tuple[n
 
 def test_fit_recovers_known_parameters():
     nodes, replicas, local, t_acc, t_step = _synthetic_observations(TRUE_PARAMS)
-    fitted = cal.fit_throughput(nodes, replicas, local, t_acc, t_step)
+    fitted = throughput_fit.fit_throughput(nodes, replicas, local, t_acc, t_step)
     # beta_r (intra-node retrogression, K - 2 <= 2 on one node) is the least determined parameter.
     np.testing.assert_allclose(np.delete(fitted, 5), np.delete(TRUE_PARAMS, 5), rtol=0.03)
     assert fitted[5] == pytest.approx(TRUE_PARAMS[5], rel=0.06)
@@ -156,7 +157,7 @@ def test_fit_recovers_known_parameters():
 def test_pinned_fit_reproduces_anchor_exactly():
     nodes, replicas, local, t_acc, t_step = _synthetic_observations(TRUE_PARAMS)
     noisy = t_step * (1 + 0.05 * np.sin(np.arange(len(t_step))))
-    fitted = cal.fit_throughput(nodes, replicas, local, t_acc, noisy, pin=(24.0, 0.1))
+    fitted = throughput_fit.fit_throughput(nodes, replicas, local, t_acc, noisy, pin=(24.0, 0.1))
     assert float(compute_time(fitted, 24.0)) == pytest.approx(0.1, rel=1e-9)
     assert cal.single_gpu_step(fitted, 24.0) == pytest.approx(0.1, rel=1e-6)
     assert np.all(fitted[:6] >= 1e-8 - 1e-15)
@@ -166,8 +167,8 @@ def test_fit_loss_gradient_matches_finite_differences():
     nodes, replicas, local, t_acc, t_step = _synthetic_observations(TRUE_PARAMS)
     args = (nodes, replicas, local, np.log(t_acc * 1.1), np.log(t_step * 0.9))
     x = np.array([0.07, 0.003, 0.2, 0.02, 0.05, 0.006, 1.9])
-    _, grad = cal.fit_loss(x, *args)
-    numeric = approx_fprime(x, lambda p: cal.fit_loss(p, *args)[0], 1e-8 * np.maximum(x, 1e-3))
+    _, grad = throughput_fit.fit_loss(x, *args)
+    numeric = approx_fprime(x, lambda p: throughput_fit.fit_loss(p, *args)[0], 1e-8 * np.maximum(x, 1e-3))
     np.testing.assert_allclose(grad, numeric, rtol=1e-4, atol=1e-6)
 
 
@@ -177,22 +178,22 @@ def test_freezing_rules_and_post_fit_prior():
     replicas = np.array([1.0, 1.0, 2.0, 2.0])
     local = np.full(4, 32.0)
     t_acc = np.array([0.1, 0.1, 0.1, 0.1])
-    x0, bounds = cal.fit_start_and_bounds(nodes, replicas, local, t_acc)
+    x0, bounds = throughput_fit.fit_start_and_bounds(nodes, replicas, local, t_acc)
     assert bounds[0] == (0.05, 0.05) and x0[0] == 0.05
     for i in (2, 3, 5):
         assert bounds[i] == (1e-8, 1e-8)
     assert bounds[4] == (1e-8, None) and bounds[6] == (1.0, 10.0)
-    fitted = cal.fit_throughput(nodes, replicas, local, t_acc, np.array([0.1, 0.1, 0.13, 0.13]))
+    fitted = throughput_fit.fit_throughput(nodes, replicas, local, t_acc, np.array([0.1, 0.1, 0.13, 0.13]))
     assert fitted[0] == 0.05
     assert fitted[2] == pytest.approx(1.1 * fitted[4]) and fitted[3] == pytest.approx(1.1 * fitted[5])
 
 
 def test_placement_shape():
-    assert cal.placement_shape("22") == (2, 4)
-    assert cal.placement_shape("1") == (1, 1)
-    assert cal.placement_shape("3444") == (4, 15)
+    assert app_traces.placement_shape("22") == (2, 4)
+    assert app_traces.placement_shape("1") == (1, 1)
+    assert app_traces.placement_shape("3444") == (4, 15)
     with pytest.raises(ValueError):
-        cal.placement_shape("20")
+        app_traces.placement_shape("20")
 
 
 # ---------------------------------------------------------------------------------- reading errors
@@ -215,7 +216,7 @@ def _write_app(root: Path) -> Path:
 
 
 def test_reads_synthetic_app(tmp_path):
-    traces = cal.read_app_traces(_write_app(tmp_path))
+    traces = app_traces.read_app_traces(_write_app(tmp_path))
     assert traces.placement_ids == ("1", "1", "2", "11")
     np.testing.assert_array_equal(traces.placements.nodes, [1, 1, 1, 2])
     np.testing.assert_array_equal(traces.placements.replicas, [1, 1, 2, 2])
@@ -229,17 +230,17 @@ def test_reads_synthetic_app(tmp_path):
 def test_missing_column_names_file_and_column(tmp_path):
     app = _write_app(tmp_path)
     (app / "scalability.csv").write_text("num_nodes,local_bsz,step_time,sync_time\n6,8,0.3,0.2\n")
-    with pytest.raises(cal.TraceFormatError, match=r"scalability\.csv.*num_replicas"):
-        cal.read_app_traces(app)
+    with pytest.raises(app_traces.TraceFormatError, match=r"scalability\.csv.*num_replicas"):
+        app_traces.read_app_traces(app)
 
 
 def test_missing_file_names_file(tmp_path):
     app = _write_app(tmp_path)
     (app / "origin_placements.csv").unlink()
-    with pytest.raises(cal.TraceFormatError, match=r"origin_placements\.csv: file not found"):
-        cal.read_app_traces(app)
-    with pytest.raises(cal.TraceFormatError, match="not found"):
-        cal.read_app_traces(tmp_path / "absent")
+    with pytest.raises(app_traces.TraceFormatError, match=r"origin_placements\.csv: file not found"):
+        app_traces.read_app_traces(app)
+    with pytest.raises(app_traces.TraceFormatError, match="not found"):
+        app_traces.read_app_traces(tmp_path / "absent")
 
 
 def test_non_numeric_value_names_file_row_and_column(tmp_path):
@@ -247,18 +248,18 @@ def test_non_numeric_value_names_file_row_and_column(tmp_path):
     (app / "validation-16.csv").write_text(
         "progress,iteration,metric,grad_sqr,grad_var\n10,10,0.5,2.0,1.0\n20,20,0.6,oops,1\n"
     )
-    with pytest.raises(cal.TraceFormatError, match=r"validation-16\.csv: row 3, column 'grad_sqr'.*'oops'"):
-        cal.read_app_traces(app)
+    with pytest.raises(app_traces.TraceFormatError, match=r"validation-16\.csv: row 3, column 'grad_sqr'.*'oops'"):
+        app_traces.read_app_traces(app)
 
 
 def test_bad_placement_and_epoch_mismatch(tmp_path):
     app = _write_app(tmp_path)
     (app / "validation-16.csv").write_text("progress,iteration,metric,grad_sqr,grad_var\n10,10,0.5,2.0,1.0\n")
-    with pytest.raises(cal.TraceFormatError, match="disagree on the number of epochs"):
-        cal.read_app_traces(app)
+    with pytest.raises(app_traces.TraceFormatError, match="disagree on the number of epochs"):
+        app_traces.read_app_traces(app)
     (app / "origin_placements.csv").write_text("placement,local_bsz,step_time,sync_time\n1,8,0.1,0.001\n1x,8,0.1,0.0\n")
-    with pytest.raises(cal.TraceFormatError, match=r"origin_placements\.csv: row 3, column 'placement'"):
-        cal.read_app_traces(app)
+    with pytest.raises(app_traces.TraceFormatError, match=r"origin_placements\.csv: row 3, column 'placement'"):
+        app_traces.read_app_traces(app)
 
 
 # ---------------------------------------------------------------------------------- writing

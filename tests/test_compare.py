@@ -10,7 +10,8 @@ import pytest
 
 from deepboot_env.sim.metrics import GPU_STATES
 from deepboot_harness.cli import main
-from deepboot_harness.compare import RUN_COLUMNS, compare, expand_workloads, run_comparison
+from deepboot_harness.compare import compare
+from deepboot_harness.compare_grid import RUN_COLUMNS, expand_workloads, run_comparison
 from deepboot_harness.plots import plot_timeline
 from traces.generate import generate_workload, write_workload_csv
 from traces.loaders import list_shipped_workloads

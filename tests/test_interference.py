@@ -13,7 +13,7 @@ from builders import cluster_state, job_view
 
 from baselines.interference_aware import InterferenceAwarePlacer, InterferenceAwarePolicy
 from baselines.interference_predictor import InterferencePredictor
-from baselines.pollux import PolluxProblem
+from baselines.pollux_ga import PolluxProblem
 from deepboot_env.evaluation import run_episode
 from deepboot_env.placement import place_counts
 from deepboot_env.policy import Allocation, BasePolicy, ClusterState, make_policy

@@ -1,4 +1,4 @@
-"""Pollux GA policy (baselines/pollux.py): determinism, hard constraints, lending, fitness, warm start."""
+"""Pollux GA policy (baselines/pollux.py, pollux_ga.py): determinism, hard constraints, lending, fitness, warm start."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from builders import cluster_state, job_view, lending_requests
 
-from baselines.pollux import (
-    PolluxPolicy,
+from baselines.pollux import PolluxPolicy
+from baselines.pollux_ga import (
     PolluxProblem,
     bernoulli_positions,
     build_problem,

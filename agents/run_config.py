@@ -1,0 +1,165 @@
+"""Settings of a training run: configuration presets, command-line flags, env options.
+
+``train_policy.py`` resolves every setting as built-in default < configuration preset (a YAML
+file, ``conf/deepboot.yml`` unless ``--conf-file`` says otherwise) < flag:
+:func:`load_conf` reads a preset, :func:`resolve_settings` merges the run settings
+(:data:`RUN_KEYS`), the behaviour-cloning warm start (:data:`PRETRAIN_KEYS`,
+:func:`resolve_pretrain`), the env options (checked by :func:`env_config`) and the
+hyperparameters; every bad value is a :class:`~agents.factory.ConfigError`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agents.factory import ALGOS, ConfigError, check_hyperparams, parse_kv, resolve_hyperparams
+from deepboot_env.config import EnvConfig
+
+DEFAULT_CONF = Path(__file__).resolve().parents[1] / "conf" / "deepboot.yml"
+"""Configuration read when ``--conf-file`` is not given (if it exists)."""
+
+RUN_KEYS: dict[str, Any] = {
+    "n_timesteps": 200_000,
+    "n_envs": 4,
+    "eval_freq": 20_000,
+    "eval_episodes": 0,
+    "save_freq": 0,
+}
+"""Run settings a configuration preset may default, with their built-in defaults."""
+
+PRETRAIN_KEYS: dict[str, Any] = {
+    "pretrain_expert": None,
+    "pretrain_epochs": 15,
+    "pretrain_noise": [0.0, 0.05],
+    "residual_neutral_prob": 0.9,
+}
+"""Behaviour-cloning warm start (:mod:`agents.imitation`) settings and their defaults."""
+
+FIXED_ENV_KWARGS = ("workload", "render_mode")
+"""Env arguments that ``--env-kwargs`` may not set (``workload`` comes from ``--workload``)."""
+
+
+def load_conf(path: str | Path | None, preset: str, algo: str) -> dict[str, Any]:
+    """The flat defaults for ``algo`` from ``preset`` of a configuration file (``common`` first).
+
+    A file whose top level has ``common``/algorithm keys is a single preset.
+
+    Raises:
+        ConfigError: unreadable file, unknown preset, or entries that are not mappings.
+    """
+    if path is None:
+        if not DEFAULT_CONF.is_file():
+            return {}
+        path = DEFAULT_CONF
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read --conf-file {p}: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"--conf-file {p}: expected a mapping of presets")
+    if set(data) & {"common", *ALGOS}:
+        section = data
+    elif preset in data:
+        section = data[preset]
+    else:
+        raise ConfigError(f"--conf-file {p}: no preset {preset!r}; presets: {', '.join(map(str, data))}")
+    if not isinstance(section, dict):
+        raise ConfigError(f"--conf-file {p}: preset {preset!r} is not a mapping")
+    out: dict[str, Any] = {}
+    for key in ("common", algo):
+        part = section.get(key) or {}
+        if not isinstance(part, dict):
+            raise ConfigError(f"--conf-file {p}: {preset}.{key} is not a mapping")
+        for k, v in part.items():
+            if k == "env_kwargs":
+                if not isinstance(v, dict):
+                    raise ConfigError(f"--conf-file {p}: {preset}.{key}.env_kwargs is not a mapping")
+                out.setdefault("env_kwargs", {}).update(v)
+            else:
+                out[k] = copy.deepcopy(v)
+    return out
+
+
+def env_config(env_kwargs: Mapping[str, Any]) -> EnvConfig:
+    """The :class:`~deepboot_env.config.EnvConfig` of the env options (``workload`` and
+    ``render_mode`` are not options: ``--workload`` sets the workloads).
+
+    Raises:
+        ConfigError: naming the key (and the accepted ones) or the bad value.
+    """
+    for key in env_kwargs:
+        if key in FIXED_ENV_KWARGS:
+            raise ConfigError(f"--env-kwargs: {key!r} cannot be set here (use --workload)")
+    try:
+        return EnvConfig.from_options(**env_kwargs)
+    except ValueError as exc:
+        raise ConfigError(f"--env-kwargs: {exc}") from None
+
+
+def resolve_settings(args: argparse.Namespace, algo: str) -> dict[str, Any]:
+    """Run settings, env kwargs and raw hyperparameters: built-in < config preset < flags."""
+    conf = load_conf(args.conf_file, args.preset, algo)
+    settings: dict[str, Any] = {}
+    for key, default in RUN_KEYS.items():
+        value = conf.pop(key, default)
+        if getattr(args, key) is not None:
+            value = getattr(args, key)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ConfigError(f"{key} must be an integer, got {value!r}")
+        settings[key] = value
+    if settings["n_timesteps"] < 1:
+        raise ConfigError(f"--n-timesteps must be >= 1, got {settings['n_timesteps']}")
+    if settings["n_envs"] < 1:
+        raise ConfigError(f"--n-envs must be >= 1, got {settings['n_envs']}")
+    if settings["eval_episodes"] < 0:
+        raise ConfigError(f"--eval-episodes must be >= 0, got {settings['eval_episodes']}")
+    settings.update(resolve_pretrain(args, conf))
+    env_kwargs = dict(conf.pop("env_kwargs", {}) or {})
+    env_kwargs.update(parse_kv(args.env_kwargs, "--env-kwargs"))
+    env_config(env_kwargs)
+    cli = parse_kv(args.hyperparams, "--hyperparams")
+    check_hyperparams(cli)
+    settings["env_kwargs"] = env_kwargs
+    settings["cli_hyperparams"] = cli
+    settings["hyperparams"] = resolve_hyperparams(algo, conf, cli)
+    return settings
+
+
+def resolve_pretrain(args: argparse.Namespace, conf: dict[str, Any]) -> dict[str, Any]:
+    """The behaviour-cloning settings (``conf`` entries are consumed): built-in < preset < flags.
+
+    Raises:
+        ConfigError: an unknown expert policy, negative epochs or a noise level outside [0, 1).
+    """
+    from deepboot_env.policy import available_policies
+
+    out: dict[str, Any] = {}
+    for key, default in PRETRAIN_KEYS.items():
+        value = conf.pop(key, default)
+        if getattr(args, key) is not None:
+            value = getattr(args, key)
+        out[key] = value
+    expert = out["pretrain_expert"]
+    if expert in ("", "none", None):
+        out["pretrain_expert"] = None
+    elif expert not in available_policies():
+        raise ConfigError(f"--pretrain-expert: unknown policy {expert!r}; available: {', '.join(available_policies())}")
+    epochs = out["pretrain_epochs"]
+    if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 0:
+        raise ConfigError(f"--pretrain-epochs must be an integer >= 0, got {epochs!r}")
+    noise = out["pretrain_noise"]
+    noise = [noise] if isinstance(noise, int | float) else list(noise or [])
+    if not noise or any(not isinstance(p, int | float) or not 0.0 <= p < 1.0 for p in noise):
+        raise ConfigError(f"--pretrain-noise needs levels in [0, 1), got {out['pretrain_noise']!r}")
+    out["pretrain_noise"] = [float(p) for p in noise]
+    prob = out["residual_neutral_prob"]
+    if not isinstance(prob, int | float) or not 0.0 < prob < 1.0:
+        raise ConfigError(f"--residual-neutral-prob must lie in (0, 1), got {prob!r}")
+    return out

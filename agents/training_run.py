@@ -1,0 +1,274 @@
+"""One training run of ``train_policy.py``: build or resume the model, train it, record the run.
+
+:func:`train` resolves the settings (:mod:`agents.run_config`), loads the workloads, builds the
+vectorised env and the model (or loads ``--resume``), optionally clones an expert first
+(:func:`warm_start`) and starts a residual policy at its base policy, trains with the
+``sched/*`` and evaluation callbacks, and writes the run folder ``<log-folder>/<algo>_<n>/``
+(:func:`next_run_dir`): ``config.yml`` (:func:`write_config`), ``final_model.zip``,
+``best_model.zip``, ``evaluations.csv``, ``progress.csv``, TensorBoard events and checkpoints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agents.factory import (
+    ConfigError,
+    algo_class,
+    build_model,
+    check_algo,
+    make_vec_env_for,
+    model_kwargs,
+    resolve_device,
+)
+from agents.run_config import DEFAULT_CONF, PRETRAIN_KEYS, RUN_KEYS, env_config, resolve_settings
+
+
+def warm_start(model: Any, settings: Mapping[str, Any], workloads: Sequence[Any], seed: int) -> dict[str, Any]:
+    """Clone ``settings["pretrain_expert"]`` into ``model`` (see :mod:`agents.imitation`);
+    returns what to record in ``config.yml``, and logs ``pretrain/*`` scalars."""
+    from agents.imitation import collect_demonstrations, pretrain
+
+    t0 = time.perf_counter()
+    demos = collect_demonstrations(
+        settings["pretrain_expert"],
+        workloads,
+        env_kwargs=settings["env_kwargs"],
+        gamma=float(model.gamma),
+        noise=settings["pretrain_noise"],
+        seed=seed,
+    )
+    history = pretrain(model, demos, epochs=settings["pretrain_epochs"], seed=seed)
+    for epoch, losses in enumerate(history):
+        for key, value in losses.items():
+            model.logger.record(f"pretrain/{key}", value)
+        model.logger.dump(epoch)
+    return {
+        "expert": settings["pretrain_expert"],
+        "transitions": len(demos),
+        "expert_jct_mean": round(float(sum(demos.episode_jct) / len(demos.episode_jct)), 1),
+        "epochs": settings["pretrain_epochs"],
+        "noise": settings["pretrain_noise"],
+        "final_losses": {k: round(v, 5) for k, v in history[-1].items()} if history else {},
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+
+
+def next_run_dir(log_folder: str | Path, algo: str) -> Path:
+    """``<log_folder>/<algo>_<n>`` with n one more than the largest existing (from 1)."""
+    root = Path(log_folder)
+    pattern = re.compile(rf"^{re.escape(algo)}_(\d+)$")
+    taken = [int(m.group(1)) for d in root.glob(f"{algo}_*") if (m := pattern.match(d.name)) and d.is_dir()]
+    run = root / f"{algo}_{max(taken, default=0) + 1}"
+    run.mkdir(parents=True, exist_ok=False)
+    return run
+
+
+def load_workloads(values: Sequence[str]) -> list[tuple[str, Any]]:
+    """``(label, Workload)`` for every workload named (splits ``train``/``val``/``test`` expanded)."""
+    from traces.loaders import expand_workload_sources, load_workload
+
+    out = []
+    for source in expand_workload_sources(list(values)):
+        out.append((str(source), load_workload(source)))
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """YAML-safe copy of ``value``."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, bool):
+        return value
+    for kind in (int, float, str):  # also numpy scalars and str subclasses (torch's version)
+        if isinstance(value, kind):
+            return kind(value)
+    return str(value)
+
+
+def write_config(path: Path, config: Mapping[str, Any]) -> None:
+    """Write ``config.yml``."""
+    path.write_text(yaml.safe_dump(_plain(dict(config)), sort_keys=False), encoding="utf-8")
+
+
+def _versions() -> dict[str, Any]:
+    from stable_baselines3 import get_system_info
+
+    import deepboot_env
+
+    info, _ = get_system_info(print_info=False)
+    try:
+        import sb3_contrib
+
+        info["sb3-contrib"] = sb3_contrib.__version__
+    except ImportError:  # pragma: no cover
+        pass
+    info["deepboot-env"] = deepboot_env.__version__
+    return info
+
+
+# ---------------------------------------------------------------------------------- training
+def train(args: argparse.Namespace) -> Path:
+    """Train as ``args`` say; returns the run folder.
+
+    Raises:
+        ConfigError, FileNotFoundError, ValueError: bad flags, files or env arguments.
+    """
+    import torch
+    from stable_baselines3.common.callbacks import CallbackList, CheckpointCallback
+    from stable_baselines3.common.logger import Logger, make_output_format
+    from torch.distributions import Distribution
+
+    from agents.callbacks import SchedMetricsCallback, WorkloadEvalCallback
+    from agents.policy_adapter import detect_algo, env_shape_of, resolve_model_path
+
+    resume = resolve_model_path(args.resume) if args.resume else None
+    algo = args.algo or (detect_algo(resume) if resume else "ppo")
+    check_algo(algo)
+    if resume is not None and detect_algo(resume) != algo:
+        raise ConfigError(f"--resume {resume} holds a {detect_algo(resume)} model, not {algo}")
+    if args.num_threads > 0:
+        torch.set_num_threads(args.num_threads)
+    device = resolve_device(args.device)
+    settings = resolve_settings(args, algo)
+    env_kwargs = settings["env_kwargs"]
+    cls = algo_class(algo)
+    saved_shape: dict[str, Any] = {}
+    if resume is not None:
+        saved_shape = env_shape_of(cls.load(resume, device="cpu"))
+        for key, value in saved_shape.items():
+            if key in env_kwargs and type(value)(env_kwargs[key]) != value:
+                raise ConfigError(f"--resume model was trained with {key}={value}, not {env_kwargs[key]}")
+            env_kwargs[key] = value
+        for key in ("policy", "policy_kwargs"):
+            if key in settings["cli_hyperparams"]:
+                raise ConfigError(f"--hyperparams {key} cannot change when resuming")
+
+    try:
+        train_workloads = [w for _, w in load_workloads(args.workload)]
+        eval_workloads = load_workloads(args.eval_workload) if settings["eval_freq"] > 0 else []
+        vec_env = make_vec_env_for(train_workloads, settings["n_envs"], args.seed, env_kwargs, vec_env=args.vec_env)
+    except (ValueError, TypeError) as exc:  # bad workload files or env argument values
+        raise ConfigError(str(exc).splitlines()[0]) from None
+    run_dir = next_run_dir(args.log_folder, algo)
+    tb_dir = Path(args.tensorboard_log) / run_dir.name if args.tensorboard_log else run_dir / "tb"
+    config: dict[str, Any] = {
+        "algo": algo,
+        "run_dir": str(run_dir),
+        "tensorboard_dir": str(tb_dir),
+        "device": device,
+        "seed": args.seed,
+        "workload": list(args.workload),
+        "eval_workload": list(args.eval_workload),
+        **{k: settings[k] for k in RUN_KEYS},
+        "env_kwargs": env_kwargs,
+        "hyperparams": settings["cli_hyperparams"] if resume else settings["hyperparams"],
+        "resumed_from": str(resume) if resume else None,
+        **{k: settings[k] for k in PRETRAIN_KEYS},
+        "conf_file": str(args.conf_file or (DEFAULT_CONF if DEFAULT_CONF.is_file() else "")),
+        "preset": args.preset,
+        "args": vars(args),
+        "command": " ".join(sys.argv) if args.command is None else args.command,
+        "versions": _versions(),
+    }
+    write_config(run_dir / "config.yml", config)
+
+    if resume is None:
+        model = build_model(algo, vec_env, device=device, seed=args.seed, hyperparams=settings["hyperparams"])
+    else:
+        overrides = model_kwargs(settings["cli_hyperparams"])
+        model = cls.load(resume, env=vec_env, device=device, **overrides)
+        model.set_random_seed(args.seed)
+    formats = [make_output_format("csv", str(run_dir)), make_output_format("tensorboard", str(tb_dir))]
+    if args.verbose >= 1:
+        formats.append(make_output_format("stdout", str(run_dir)))
+    model.set_logger(Logger(str(run_dir), formats))
+    pretrained = resume is None and settings["pretrain_expert"] is not None
+    if pretrained:
+        config["pretrain"] = warm_start(model, settings, train_workloads, args.seed)
+    cfg = env_config(env_kwargs)
+    neutral = cfg.make_codec().neutral_action()
+    residual_start = resume is None and neutral is not None
+    if residual_start:  # start at the base policy (after cloning, whose critic it keeps)
+        from agents.imitation import init_residual_policy
+
+        init_residual_policy(model, neutral, float(settings["residual_neutral_prob"]))
+        config["residual_neutral_prob"] = settings["residual_neutral_prob"]
+    if pretrained or residual_start:
+        write_config(run_dir / "config.yml", config)
+
+    sched = SchedMetricsCallback()
+    callbacks: list[Any] = [sched]
+    evaluator = None
+    if settings["eval_freq"] > 0:
+        evaluator = WorkloadEvalCallback(
+            eval_workloads,
+            cfg.sim,
+            eval_freq=settings["eval_freq"],
+            n_episodes=settings["eval_episodes"],
+            log_dir=run_dir,
+            max_rounds=cfg.max_rounds,
+            eval_at_start=pretrained or residual_start,
+            base_policy=cfg.base_policy,
+            verbose=args.verbose,
+        )
+        callbacks.append(evaluator)
+    if settings["save_freq"] > 0:
+        callbacks.append(
+            CheckpointCallback(
+                save_freq=max(settings["save_freq"] // settings["n_envs"], 1),
+                save_path=str(run_dir / "checkpoints"),
+                name_prefix=algo,
+            )
+        )
+
+    start_steps = model.num_timesteps
+    # MaskablePPO builds one Categorical per action dimension (33 by default) at every step;
+    # validating their arguments costs ~30% of the training time and checks nothing we need.
+    validate_before = Distribution._validate_args
+    Distribution.set_default_validate_args(bool(args.distribution_checks))
+    t0 = time.perf_counter()
+    try:
+        model.learn(
+            total_timesteps=settings["n_timesteps"],
+            callback=CallbackList(callbacks),
+            reset_num_timesteps=resume is None,
+            progress_bar=not args.no_progress,
+        )
+    finally:
+        Distribution.set_default_validate_args(validate_before)
+    wall = time.perf_counter() - t0
+    model.logger.dump(model.num_timesteps)  # flush the last update's train/* values
+    model.save(run_dir / "final_model.zip")
+    vec_env.close()
+
+    steps = model.num_timesteps - start_steps
+    eval_s = evaluator.eval_seconds if evaluator is not None else 0.0
+    config["results"] = {
+        "timesteps": steps,
+        "total_timesteps": model.num_timesteps,
+        "wall_seconds": round(wall, 2),
+        "eval_seconds": round(eval_s, 2),
+        "steps_per_second": round(steps / max(wall - eval_s, 1e-9), 1),
+        "train_episodes": sched.episodes,
+        "best_val_censored_jct_mean": evaluator.best_score if evaluator is not None else None,
+        "evaluations": [list(h) for h in evaluator.history] if evaluator is not None else [],
+    }
+    write_config(run_dir / "config.yml", config)
+    if args.verbose >= 1:
+        r = config["results"]
+        print(
+            f"run folder: {run_dir}  ({steps} steps in {wall:.1f} s, "
+            f"{r['steps_per_second']} steps/s excluding {eval_s:.1f} s of evaluation)"
+        )
+    return run_dir

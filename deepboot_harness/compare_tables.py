@@ -1,0 +1,182 @@
+"""The result tables of a comparison: per-policy summary, per-workload JCTs, ``results.md``.
+
+:func:`policy_summary` gives the per-policy statistics as a frame; :func:`summary_rows` and
+:func:`per_workload_table` format them as table cells, which :func:`results_markdown` writes as
+Markdown and :func:`print_summary_table` prints as a rich table.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from deepboot_harness.compare_grid import Comparison
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+SUMMARY_METRICS: tuple[tuple[str, str, float], ...] = (
+    ("train_jct_mean", "JCT mean (s)", 1.0),
+    ("train_jct_p99", "JCT p99 (s)", 1.0),
+    ("makespan", "makespan (h)", 1 / 3600),
+    ("infer_latency_p99", "infer. latency p99 (s)", 1.0),
+    ("restarts", "restarts", 1.0),
+    ("reclaims", "reclaims", 1.0),
+    ("lent_gpu_seconds", "lent GPU-h", 1 / 3600),
+)
+"""(column, heading with unit, scale) of the per-policy summary."""
+
+
+def policy_summary(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per policy (in row order): runs, mean and std over runs of :data:`SUMMARY_METRICS`, ratios.
+
+    Columns ``<metric>_mean`` / ``<metric>_std`` (std is NaN with one run), ``runs``,
+    ``jobs_done`` / ``jobs`` (summed), ``truncated`` (runs cut at ``max_time``),
+    ``jct_vs_best`` (mean JCT / the lowest mean JCT of any policy) and ``jct_vs_bound`` (mean JCT
+    / mean JCT lower bound over the same runs).
+    """
+    rows = []
+    for policy, group in frame.groupby("policy", sort=False):
+        row: dict[str, object] = {"policy": policy, "runs": len(group)}
+        for col, _, _ in SUMMARY_METRICS:
+            values = group[col].astype(float)
+            row[f"{col}_mean"] = float(values.mean())
+            row[f"{col}_std"] = float(values.std(ddof=1)) if len(values) > 1 else math.nan
+        row["jobs_done"] = int(group["train_jobs_done"].sum())
+        row["jobs"] = int(group["train_jobs"].sum())
+        row["truncated"] = int(group["truncated"].astype(bool).sum())
+        row["jct_vs_bound"] = row["train_jct_mean_mean"] / float(group["jct_lower_bound_mean"].mean())
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    best = out["train_jct_mean_mean"].min()
+    out["jct_vs_best"] = out["train_jct_mean_mean"] / best
+    return out
+
+
+def _fmt(value: float, scale: float = 1.0) -> str:
+    if value is None or not np.isfinite(value):
+        return "-"
+    v = value * scale
+    if abs(v) >= 100 or v == round(v):
+        return f"{v:,.0f}"
+    if abs(v) >= 10:
+        return f"{v:,.1f}"
+    return f"{v:,.2f}"
+
+
+def _pm(mean: float, std: float, scale: float = 1.0) -> str:
+    if std is None or not np.isfinite(std):
+        return _fmt(mean, scale)
+    return f"{_fmt(mean, scale)} ± {_fmt(std, scale)}"
+
+
+def summary_rows(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """Heading and formatted cells of the per-policy table (shared by markdown and rich)."""
+    summary = policy_summary(frame)
+    heading = ["policy", "runs", *(h for _, h, _ in SUMMARY_METRICS), "JCT ÷ best", "JCT ÷ lower bound"]
+    rows = []
+    for _, s in summary.iterrows():
+        name = str(s["policy"])
+        if s["jobs_done"] < s["jobs"]:
+            name += f" ({s['jobs_done']}/{s['jobs']} jobs done)"
+        cells = [name, str(int(s["runs"]))]
+        cells += [_pm(s[f"{col}_mean"], s[f"{col}_std"], scale) for col, _, scale in SUMMARY_METRICS]
+        cells += [f"{s['jct_vs_best']:.2f}", f"{s['jct_vs_bound']:.2f}"]
+        rows.append(cells)
+    return heading, rows
+
+
+def per_workload_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """Mean training JCT (s) per workload (rows) and policy (columns), ± std over seeds; best in bold."""
+    policies = list(frame["policy"].unique())
+    heading = ["workload", "lower bound", *policies]
+    rows = []
+    for workload, group in frame.groupby("workload", sort=False):
+        stats = group.groupby("policy", sort=False)["train_jct_mean"].agg(["mean", "std", "count"])
+        best = stats["mean"].min()
+        cells = [str(workload), _fmt(float(group["jct_lower_bound_mean"].mean()))]
+        for policy in policies:
+            if policy not in stats.index:
+                cells.append("-")
+                continue
+            mean, std, count = stats.loc[policy, "mean"], stats.loc[policy, "std"], stats.loc[policy, "count"]
+            text = _pm(mean, std if count > 1 else math.nan)
+            cells.append(f"**{text}**" if mean == best else text)
+        rows.append(cells)
+    return heading, rows
+
+
+def _markdown_table(heading: list[str], rows: list[list[str]], align_left: int = 1) -> str:
+    lines = ["| " + " | ".join(heading) + " |"]
+    lines.append("|" + "|".join(":---" if i < align_left else "---:" for i in range(len(heading))) + "|")
+    lines += ["| " + " | ".join(cells) + " |" for cells in rows]
+    return "\n".join(lines)
+
+
+def results_markdown(comparison: Comparison) -> str:
+    """The ``results.md`` report."""
+    frame, cfg = comparison.frame, comparison.config
+    seeds = list(frame["seed"].unique())
+    workloads = list(frame["workload"].unique())
+    policy, workload, seed = comparison.timeline_run
+    parts = [
+        "# Policy comparison",
+        "",
+        f"- cluster: {cfg.cluster.describe()}; restart model: {cfg.restart}; protect scale P = "
+        f"{cfg.protect_scale:g}; scheduling interval {cfg.interval:g} s"
+        + (f"; interference: {cfg.interference.describe()}" if cfg.interference is not None else ""),
+        f"- workloads ({len(workloads)}): {', '.join(map(str, workloads))}",
+        f"- seeds: {' '.join(map(str, seeds))}; runs: {len(frame)}",
+        "",
+        "## Per policy",
+        "",
+        f"Mean ± standard deviation over the {len(workloads) * len(seeds)} runs of each policy "
+        "(workloads × seeds). *JCT ÷ best*: the policy's mean training JCT over the lowest mean "
+        "of any policy; *JCT ÷ lower bound*: over the mean JCT lower bound (each job alone with "
+        "its best allocation, no restarts). Latency: queueing plus cold start of inference requests.",
+        "",
+        _markdown_table(*summary_rows(frame)),
+        "",
+        "## Training JCT mean per workload (s)",
+        "",
+        "Mean over seeds (± standard deviation where there are several); the best policy per workload in bold.",
+        "",
+        _markdown_table(*per_workload_table(frame)),
+        "",
+    ]
+    truncated = frame[frame["truncated"].astype(bool)]
+    if len(truncated):
+        runs = ", ".join(f"{r.policy}/{r.workload}/seed {r.seed}" for r in truncated.itertuples())
+        parts += [f"**Warning**: {len(truncated)} run(s) were cut at the time limit: {runs}.", ""]
+    parts += [
+        "## Files",
+        "",
+        "- `results.csv`: one row per run, every metric (seconds; `gpu_s_<state>` = GPU-seconds per state)",
+        "- `jcts.csv`: per-job training JCT of every run",
+        "- `jct_cdf.png`: CDF of training JCT per policy (all workloads and seeds pooled)",
+        "- `avg_jct.png`: mean training JCT per policy, error bars = standard deviation over runs",
+        f"- `timeline.png`, `timeline.csv`: GPUs by state over time for {policy} on {workload}, seed {seed}",
+        "",
+    ]
+    return "\n".join(parts)
+
+
+def print_summary_table(frame: pd.DataFrame, title: str = "policy comparison", console: Console | None = None) -> None:
+    """Print the per-policy summary as a rich table."""
+    from rich.console import Console
+    from rich.table import Table
+
+    heading, rows = summary_rows(frame)
+    table = Table(title=title, header_style="bold")
+    for i, h in enumerate(heading):
+        table.add_column(h, justify="left" if i == 0 else "right")
+    for cells in rows:
+        table.add_row(*cells)
+    if console is None:
+        console = Console()
+        if not console.is_terminal:  # a pipe or file: do not squeeze the table into 80 columns
+            console = Console(width=200)
+    console.print(table)
