@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from agents.checkpoint import CheckpointError
 from agents.factory import ALGOS, DEVICES, ConfigError
 from agents.training_run import train
 
@@ -66,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-conf", "--conf-file", default=None, help="YAML of defaults (default: conf/deepboot.yml)")
     p.add_argument("--preset", default="default", help="preset of the configuration file (default: default)")
     p.add_argument("--resume", default=None, metavar="PATH", help="continue training a saved model (zip or run)")
+    p.add_argument(
+        "--trust-checkpoint",
+        action="store_true",
+        help="--resume: also unpickle the checkpoint's pickled fields (runs any code in the file; "
+        "by default they are rebuilt from checked data)",
+    )
     p.add_argument(
         "--pretrain-expert",
         default=None,
@@ -106,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.command = None if argv is None else "train_policy.py " + " ".join(argv)
     try:
         train(args)
-    except (ConfigError, FileNotFoundError) as exc:
+    except (ConfigError, CheckpointError, FileNotFoundError) as exc:
         parser.error(str(exc))
     return 0
 

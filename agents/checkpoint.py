@@ -81,9 +81,10 @@ def saved_algo(path: Path, data: dict[str, Any]) -> str:
     """
     field = data.get("policy_class")
     text = json.dumps(field) if isinstance(field, dict) else ""
-    if "MaskableMultiInputActorCriticPolicy" in text:
+    ppo_fields = all(key in data for key in ("clip_range", "n_epochs", "batch_size"))  # A2C has none
+    if ppo_fields and "MaskableMultiInputActorCriticPolicy" in text:
         return "maskable_ppo"
-    if "MultiInputActorCriticPolicy" in text:
+    if ppo_fields and "MultiInputActorCriticPolicy" in text:
         return "ppo"
     raise CheckpointError(
         f"{path}: policy_class is not a PPO or MaskablePPO multi-input policy (a model of another algorithm?)"
@@ -136,7 +137,7 @@ def _policy_kwargs(path: Path, field: dict[str, Any]) -> dict[str, Any]:
     try:
         return policy_kwargs_from_mapping(entries, from_repr=True)
     except ConfigError as exc:
-        raise CheckpointError(f"{path}: policy_kwargs: {exc}") from None
+        raise CheckpointError(f"{path}: {exc}") from None
 
 
 _DROPPED = ("_last_obs", "_last_episode_starts", "_last_original_obs")

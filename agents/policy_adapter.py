@@ -196,19 +196,19 @@ def model_env_kwargs(path: str | Path) -> dict[str, Any]:
 
 
 def detect_algo(path: str | Path) -> str:
-    """``maskable_ppo`` or ``ppo`` for a saved model: ``config.yml`` beside it, else the saved
-    policy class's module."""
+    """``maskable_ppo`` or ``ppo`` for a saved model: ``config.yml`` beside it, else the policy
+    class the zip names (read as text, never unpickled).
+
+    Raises:
+        agents.checkpoint.CheckpointError: if the file is not a PPO / MaskablePPO zip.
+    """
+    from agents.checkpoint import read_data, saved_algo
+
     p = Path(path)
     algo = run_config(p).get("algo")
     if algo in ("ppo", "maskable_ppo"):
         return algo
-    try:
-        with zipfile.ZipFile(p) as zf:
-            data = json.loads(zf.read("data"))
-        module = str(data.get("policy_class", {}).get("__module__", ""))
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
-        raise ValueError(f"{p} is not a stable-baselines3 model zip ({exc})") from None
-    return "maskable_ppo" if module.startswith("sb3_contrib.common.maskable") else "ppo"
+    return saved_algo(p, read_data(p))
 
 
 def load_model(path: str | Path, device: str = "cpu", algo: str | None = None, trust: bool = False) -> Any:

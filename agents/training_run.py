@@ -22,7 +22,6 @@ import yaml
 
 from agents.factory import (
     ConfigError,
-    algo_class,
     build_model,
     check_algo,
     make_vec_env_for,
@@ -130,6 +129,7 @@ def train(args: argparse.Namespace) -> Path:
     from torch.distributions import Distribution
 
     from agents.callbacks import SchedMetricsCallback, WorkloadEvalCallback
+    from agents.checkpoint import load_checkpoint
     from agents.policy_adapter import detect_algo, env_shape_of, resolve_model_path
 
     resume = resolve_model_path(args.resume) if args.resume else None
@@ -142,10 +142,9 @@ def train(args: argparse.Namespace) -> Path:
     device = resolve_device(args.device)
     settings = resolve_settings(args, algo)
     env_kwargs = settings["env_kwargs"]
-    cls = algo_class(algo)
     saved_shape: dict[str, Any] = {}
     if resume is not None:
-        saved_shape = env_shape_of(cls.load(resume, device="cpu"))
+        saved_shape = env_shape_of(load_checkpoint(resume, algo, device="cpu", trust=args.trust_checkpoint))
         for key, value in saved_shape.items():
             if key in env_kwargs and type(value)(env_kwargs[key]) != value:
                 raise ConfigError(f"--resume model was trained with {key}={value}, not {env_kwargs[key]}")
@@ -187,7 +186,7 @@ def train(args: argparse.Namespace) -> Path:
         model = build_model(algo, vec_env, device=device, seed=args.seed, hyperparams=settings["hyperparams"])
     else:
         overrides = model_kwargs(settings["cli_hyperparams"])
-        model = cls.load(resume, env=vec_env, device=device, **overrides)
+        model = load_checkpoint(resume, algo, device=device, env=vec_env, trust=args.trust_checkpoint, **overrides)
         model.set_random_seed(args.seed)
     formats = [make_output_format("csv", str(run_dir)), make_output_format("tensorboard", str(tb_dir))]
     if args.verbose >= 1:
