@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
+from deepboot_env.config import EnvConfig
 from deepboot_env.sim.simulator import SimConfig
 from deepboot_env.sim.workload import Workload
 
@@ -155,19 +156,20 @@ class WorkloadEvalCallback(BaseCallback):
     Args:
         workloads: ``(label, Workload)`` pairs; episode k runs workload ``k % len`` with policy
             seed ``k // len``.
-        sim_config: cluster / restart / protect settings (the training env's).
+        env_config: the training env's settings (its simulation settings, ``max_rounds`` and
+            ``base_policy`` apply to the evaluation episodes).
         eval_freq: period in environment timesteps (all sub-envs together); <= 0 disables the
             periodic evaluation.
         n_episodes: episodes per evaluation (None or 0: one per workload).
         log_dir: folder of ``evaluations.csv`` and ``best_model.zip`` (None: no files).
-        max_rounds: bound on the simulated time, as the env's ``max_rounds``: the run is cut at
-            ``last arrival + max_rounds x interval`` (metrics then say ``truncated``).
         deterministic: most likely actions (True) or sampled.
         eval_at_end: evaluate once more when training ends, unless the last evaluation was at
             the final timestep.
         eval_at_start: evaluate before the first update too (a pretrained model's score, so
             ``best_model.zip`` is never worse than the starting point).
-        base_policy: the base policy of a residual model (env ``base_policy``).
+
+    Each episode is cut, as the env's ``max_rounds`` cuts training episodes, at ``last arrival +
+    max_rounds x interval`` of simulated time (its metrics then say ``truncated``).
 
     Attributes:
         best_score: best mean censored JCT so far (lower is better).
@@ -179,30 +181,26 @@ class WorkloadEvalCallback(BaseCallback):
     def __init__(
         self,
         workloads: Sequence[tuple[str, Workload]],
-        sim_config: SimConfig,
+        env_config: EnvConfig,
         eval_freq: int,
         n_episodes: int | None = None,
         log_dir: str | Path | None = None,
-        max_rounds: int = 3000,
         deterministic: bool = True,
         eval_at_end: bool = True,
         eval_at_start: bool = False,
-        base_policy: str = "ats",
         verbose: int = 0,
     ) -> None:
         super().__init__(verbose)
         if not workloads:
             raise ValueError("no evaluation workloads")
         self.workloads = list(workloads)
-        self.sim_config = sim_config
+        self.env_config = env_config
         self.eval_freq = int(eval_freq)
         self.n_episodes = int(n_episodes) if n_episodes else len(self.workloads)
         self.log_dir = Path(log_dir) if log_dir is not None else None
-        self.max_rounds = int(max_rounds)
         self.deterministic = deterministic
         self.eval_at_end = eval_at_end
         self.eval_at_start = eval_at_start
-        self.base_policy = base_policy
         self.best_score = math.inf
         self.history: list[tuple[int, float, float]] = []
         self.last_rows: list[dict[str, Any]] = []
@@ -228,9 +226,10 @@ class WorkloadEvalCallback(BaseCallback):
             self._next_eval = self.num_timesteps + self.eval_freq
 
     def _config_for(self, workload: Workload) -> SimConfig:
+        sim = self.env_config.sim
         last = max((j.arrival for j in workload.jobs), default=0.0)
-        limit = last + self.max_rounds * self.sim_config.interval
-        return replace(self.sim_config, max_time=min(self.sim_config.max_time, limit))
+        limit = last + self.env_config.max_rounds * sim.interval
+        return replace(sim, max_time=min(sim.max_time, limit))
 
     def evaluate(self) -> list[dict[str, Any]]:
         """Run the evaluation episodes now; returns the rows (also logged and written)."""
@@ -238,7 +237,9 @@ class WorkloadEvalCallback(BaseCallback):
         from deepboot_env.evaluation import run_episode
 
         start = time.perf_counter()
-        policy = AgentPolicy(self.model, deterministic=self.deterministic, name="eval", base_policy=self.base_policy)
+        policy = AgentPolicy(
+            self.model, deterministic=self.deterministic, name="eval", base_policy=self.env_config.base_policy
+        )
         rows = []
         for k in range(self.n_episodes):
             label, workload = self.workloads[k % len(self.workloads)]

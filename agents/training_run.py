@@ -212,13 +212,11 @@ def train(args: argparse.Namespace) -> Path:
     if settings["eval_freq"] > 0:
         evaluator = WorkloadEvalCallback(
             eval_workloads,
-            cfg.sim,
+            cfg,
             eval_freq=settings["eval_freq"],
             n_episodes=settings["eval_episodes"],
             log_dir=run_dir,
-            max_rounds=cfg.max_rounds,
             eval_at_start=pretrained or residual_start,
-            base_policy=cfg.base_policy,
             verbose=args.verbose,
         )
         callbacks.append(evaluator)
