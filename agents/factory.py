@@ -17,7 +17,11 @@ import copy
 import re
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported where used: SB3 and torch are slow to import
+    from sb3_contrib import MaskablePPO
+    from stable_baselines3 import PPO
 
 ALGOS: tuple[str, ...] = ("ppo", "maskable_ppo")
 """Algorithms :func:`build_model` accepts."""
@@ -275,7 +279,7 @@ def check_algo(algo: str) -> str:
     return algo
 
 
-def algo_class(algo: str) -> type:
+def algo_class(algo: str) -> type[PPO] | type[MaskablePPO]:
     """The SB3 class of ``algo`` (``PPO`` or sb3-contrib ``MaskablePPO``)."""
     check_algo(algo)
     if algo == "maskable_ppo":

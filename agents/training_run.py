@@ -198,7 +198,7 @@ def train(args: argparse.Namespace) -> Path:
     cfg = env_config(env_kwargs)
     neutral = cfg.make_codec().neutral_action()
     residual_start = resume is None and neutral is not None
-    if residual_start:  # start at the base policy (after cloning, whose critic it keeps)
+    if residual_start and neutral is not None:  # start at the base policy (after cloning, whose critic it keeps)
         from agents.imitation import init_residual_policy
 
         init_residual_policy(model, neutral, float(settings["residual_neutral_prob"]))

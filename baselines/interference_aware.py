@@ -39,6 +39,7 @@ partial nodes; the measured gain over oblivious placement came almost entirely f
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -334,6 +335,7 @@ class InterferenceAwarePolicy(BasePolicy):
         return self.base.choose_reclaim(state, request)
 
 
-def wrap(base: str, **kwargs: object) -> InterferenceAwarePolicy:
-    """``ia:<base>``: the registered policy ``base`` with interference-aware placement."""
+def wrap(base: str, **kwargs: Any) -> InterferenceAwarePolicy:
+    """``ia:<base>``: the registered policy ``base`` with interference-aware placement
+    (``kwargs``: keyword arguments of :class:`InterferenceAwarePolicy`)."""
     return InterferenceAwarePolicy(base=base, **kwargs)

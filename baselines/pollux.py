@@ -167,7 +167,9 @@ class PolluxPolicy(BasePolicy):
     def initial_population(self, prob: PolluxProblem) -> np.ndarray:
         """Previous final population with rows mapped to this round's jobs, or [current]."""
         prev = self._pop
-        if prev is None or self._pop_nodes is None or not np.array_equal(self._pop_nodes, prob.nodes):
+        if prev is None or self._pop_ids is None or self._pop_nodes is None:
+            return prob.base[None].copy()
+        if not np.array_equal(self._pop_nodes, prob.nodes):
             return prob.base[None].copy()
         where = {int(jid): i for i, jid in enumerate(self._pop_ids)}
         src = np.array([where.get(int(jid), -1) for jid in prob.job_ids])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import cast
 
 from deepboot_env.plugins import load_plugins
 from deepboot_env.sim.workload import Workload
@@ -58,7 +59,8 @@ def load_workloads(
     Raises:
         ValueError: if the sources hold no workload.
     """
-    items = list(source) if isinstance(source, list | tuple) else [source]
+    # anything but a list or a tuple is one source
+    items = list(source) if isinstance(source, list | tuple) else [cast(WorkloadSource, source)]
     out: list[Workload] = []
     for item in items:
         if isinstance(item, Workload):

@@ -60,8 +60,10 @@ def sim_config_from_args(args: argparse.Namespace) -> SimConfig:
 def config_title(config: SimConfig) -> str:
     """``cluster, restart=...[, interference=...]`` for report titles."""
     text = f"{config.cluster.describe()}, restart={config.restart}"
-    if config.interference is not None:
-        text += f", interference={config.interference.describe()}"
+    interference = config.interference
+    if interference is not None:
+        assert isinstance(interference, InterferenceModel)  # SimConfig stores it normalised
+        text += f", interference={interference.describe()}"
     return text
 
 

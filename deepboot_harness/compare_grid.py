@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from deepboot_env.sim.interference import InterferenceModel
 from deepboot_env.sim.metrics import GPU_STATES
 from deepboot_env.sim.simulator import SimConfig
 from deepboot_harness.compare_workers import RunTask, load_workload_once, run_tasks
@@ -108,8 +109,9 @@ def _row(task: RunTask, metrics: dict[str, object]) -> dict[str, object]:
         "restart": task.config.restart,
         "protect_scale": task.config.protect_scale,
     }
-    if task.config.interference is not None:  # the column exists only when interference is on
-        row["interference"] = task.config.interference.describe()
+    interference = task.config.interference
+    if isinstance(interference, InterferenceModel):  # the column exists only when interference is on
+        row["interference"] = interference.describe()
     for key, value in metrics.items():
         if key == "gpu_seconds_by_state":
             assert isinstance(value, dict)

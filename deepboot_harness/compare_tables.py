@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from deepboot_env.sim.interference import InterferenceModel
 from deepboot_harness.compare_grid import Comparison
 
 if TYPE_CHECKING:
@@ -41,14 +42,15 @@ def policy_summary(frame: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for policy, group in frame.groupby("policy", sort=False):
         row: dict[str, object] = {"policy": policy, "runs": len(group)}
+        means: dict[str, float] = {}
         for col, _, _ in SUMMARY_METRICS:
             values = group[col].astype(float)
-            row[f"{col}_mean"] = float(values.mean())
+            row[f"{col}_mean"] = means[col] = float(values.mean())
             row[f"{col}_std"] = float(values.std(ddof=1)) if len(values) > 1 else math.nan
         row["jobs_done"] = int(group["train_jobs_done"].sum())
         row["jobs"] = int(group["train_jobs"].sum())
         row["truncated"] = int(group["truncated"].astype(bool).sum())
-        row["jct_vs_bound"] = row["train_jct_mean_mean"] / float(group["jct_lower_bound_mean"].mean())
+        row["jct_vs_bound"] = means["train_jct_mean"] / float(group["jct_lower_bound_mean"].mean())
         rows.append(row)
     out = pd.DataFrame(rows)
     best = out["train_jct_mean_mean"].min()
@@ -127,7 +129,7 @@ def results_markdown(comparison: Comparison) -> str:
         "",
         f"- cluster: {cfg.cluster.describe()}; restart model: {cfg.restart}; protect scale P = "
         f"{cfg.protect_scale:g}; scheduling interval {cfg.interval:g} s"
-        + (f"; interference: {cfg.interference.describe()}" if cfg.interference is not None else ""),
+        + (f"; interference: {cfg.interference.describe()}" if isinstance(cfg.interference, InterferenceModel) else ""),
         f"- workloads ({len(workloads)}): {', '.join(map(str, workloads))}",
         f"- seeds: {' '.join(map(str, seeds))}; runs: {len(frame)}",
         "",

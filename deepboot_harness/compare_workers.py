@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
+from typing import Any
 
 from deepboot_env.sim.metrics import EpisodeMetrics
 from deepboot_env.sim.simulator import SimConfig
@@ -100,7 +101,7 @@ class _ProgressBar:
     def __init__(self, total: int, enabled: bool) -> None:
         self.total = total
         self.enabled = enabled
-        self._progress = None
+        self._progress: Any = None  # a rich Progress while entered
 
     def __enter__(self) -> Callable[[RunTask], None]:
         if not self.enabled:

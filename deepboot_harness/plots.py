@@ -14,7 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.artist import Artist
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
@@ -164,7 +166,7 @@ def plot_avg_jct_bars(
     top = float(np.nanmax(means + stds)) if len(means) else 1.0
     for xi, m, s in zip(x, means, stds, strict=True):
         if np.isfinite(m):
-            ax.text(xi, m + s + 0.015 * top, _hours_label(m), ha="center", va="bottom", fontsize=9)
+            ax.text(float(xi), m + s + 0.015 * top, _hours_label(m), ha="center", va="bottom", fontsize=9)
     if "jct_lower_bound_mean" in df:
         bound = float(df["jct_lower_bound_mean"].mean()) / 3600.0
         if np.isfinite(bound):
@@ -270,12 +272,12 @@ def plot_timeline(
     ax.yaxis.set_major_locator(MaxNLocator(nbins=8, integer=True))
     # Legend: one entry per state, top of the stack first (idle appears once).
     # States that never occur in this run (e.g. ``lent`` without lending) are left out.
-    first = {}
+    first: dict[str, PolyCollection] = {}
     for (state, v), poly in zip(layers, polys, strict=True):
         if np.any(v > 0):
             first.setdefault(state, poly)
     order = [s for s in reversed(GPU_STATES) if s in first]
-    handles = [first[s] for s in order]
+    handles: list[Artist] = [first[s] for s in order]
     labels = [STATE_LABELS[s] for s in order]
     if data.shape[1] > n_states + 2 and len(seconds) > 1:
         arrivals = data[:, n_states + 2]

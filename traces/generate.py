@@ -51,6 +51,7 @@ import json
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -299,13 +300,14 @@ def generate_workload(
         stats: Philly statistics (default: shipped).
     """
     rng = make_rng(seed)
-    train_kw = dict(train or {})
-    jobs = generate_training(**train_kw, seed=rng, stats=stats)  # type: ignore[arg-type]
+    # keyword arguments, checked against the generators' signatures when they are called
+    train_kw: dict[str, Any] = dict(train or {})
+    jobs = generate_training(**train_kw, seed=rng, stats=stats)
     requests: list[InferenceRequestSpec] = []
-    inf_kw = None if inference is None else dict(inference)
+    inf_kw: dict[str, Any] | None = None if inference is None else dict(inference)
     if inf_kw is not None:
         inf_kw.setdefault("horizon_s", DAY_S)
-        requests = generate_periodic_inference(**inf_kw, seed=rng)  # type: ignore[arg-type]
+        requests = generate_periodic_inference(**inf_kw, seed=rng)
     desc = {"seed": seed, "train": train_kw, "inference": inf_kw}
     source = "traces.generate " + json.dumps(desc, sort_keys=True, default=str)
     return Workload(name=name, jobs=tuple(jobs), requests=tuple(requests), source=source)

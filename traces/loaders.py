@@ -27,6 +27,7 @@ import csv
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -88,7 +89,7 @@ class TraceError(WorkloadError):
 
 def list_shipped_workloads() -> list[str]:
     """Names (``<split>/<stem>``) of the workloads shipped in ``traces/workloads/``, sorted."""
-    names = []
+    names: list[str] = []
     for split in SPLITS:
         folder = WORKLOADS_DIR / split
         if folder.is_dir():
@@ -103,7 +104,8 @@ def expand_workload_sources(source: str | Path | Sequence[str | Path]) -> list[s
     Raises:
         ValueError: if nothing is left.
     """
-    items = list(source) if isinstance(source, list | tuple) else [source]
+    # anything but a list or a tuple is one source
+    items = list(source) if isinstance(source, list | tuple) else [cast("str | Path", source)]
     out: list[str | Path] = []
     for item in items:
         if isinstance(item, str) and item in SPLITS:

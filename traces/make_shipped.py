@@ -143,10 +143,11 @@ def _readme(rows: list[dict[str, object]]) -> str:
     ]
     for r in rows:
         apps = r["apps"]
+        assert isinstance(apps, dict)  # application -> job count, see main()
         lines.append(
-            f"| {r['name']} | {r['seed']} | {r['jobs']} | {apps.get('cifar10', 0)} | {apps.get('ncf', 0)} | "  # type: ignore[union-attr]
-            f"{apps.get('deepspeech2', 0)} | {apps.get('bert', 0)} | {apps.get('yolov3', 0)} | "  # type: ignore[union-attr]
-            f"{apps.get('imagenet', 0)} | {r['gpus']} | {r['first']}-{r['last']} | {r['requests']} | "  # type: ignore[union-attr]
+            f"| {r['name']} | {r['seed']} | {r['jobs']} | {apps.get('cifar10', 0)} | {apps.get('ncf', 0)} | "
+            f"{apps.get('deepspeech2', 0)} | {apps.get('bert', 0)} | {apps.get('yolov3', 0)} | "
+            f"{apps.get('imagenet', 0)} | {r['gpus']} | {r['first']}-{r['last']} | {r['requests']} | "
             f"{r['off_min']:.1f} / {r['off_mean']:.1f} / {r['off_max']:.1f} | {r['kb']:.0f} |"
         )
     lines.append("")

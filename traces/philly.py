@@ -24,9 +24,11 @@ import hashlib
 import json
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -110,7 +112,7 @@ class PhillyStats:
         }
 
     @classmethod
-    def from_json(cls, obj: dict[str, object], origin: str = "philly_stats.json") -> PhillyStats:
+    def from_json(cls, obj: Mapping[str, Any], origin: str = "philly_stats.json") -> PhillyStats:
         """Build from the stored JSON object, checking format and totals."""
         if obj.get("format") != STATS_FORMAT:
             raise ValueError(f"{origin}: not a {STATS_FORMAT} file (format={obj.get('format')!r})")
@@ -118,7 +120,7 @@ class PhillyStats:
             stats = cls(counts=np.asarray(obj["counts"], dtype=np.int64), provenance=dict(obj.get("provenance", {})))
         except (KeyError, ValueError) as exc:
             raise ValueError(f"{origin}: invalid Philly statistics: {exc}") from None
-        if "total" in obj and int(obj["total"]) != stats.total:  # type: ignore[arg-type]
+        if "total" in obj and int(obj["total"]) != stats.total:
             raise ValueError(f"{origin}: total {obj['total']} does not match the counts ({stats.total})")
         return stats
 
@@ -194,8 +196,9 @@ def save_philly_stats(stats: PhillyStats, path: str | Path) -> None:
     """Write statistics as JSON, one line per minute of the day (diff-friendly, ~25 kB)."""
     obj = stats.to_json()
     counts = obj.pop("counts")
+    assert isinstance(counts, list)  # to_json stores the rows as lists of ints
     head = json.dumps(obj, indent=2)[:-2]  # drop the closing "\n}"
-    rows = ",\n".join("    " + json.dumps(r) for r in counts)  # type: ignore[union-attr]
+    rows = ",\n".join("    " + json.dumps(r) for r in counts)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(f'{head},\n  "counts": [\n{rows}\n  ]\n}}\n')
 

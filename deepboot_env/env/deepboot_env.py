@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -21,7 +21,7 @@ from deepboot_env.workloads import WorkloadLoader, WorkloadSource, load_workload
 def spaces_for(codec: ActionCodec) -> tuple[spaces.Dict, spaces.MultiDiscrete]:
     """The observation and action spaces of the env with action codec ``codec`` (its slots,
     lending levels and extra observation entries)."""
-    entries = {
+    entries: dict[str, spaces.Space[Any]] = {
         "jobs": spaces.Box(0.0, 1.0, (codec.max_jobs * len(JOB_FEATURES),), dtype=np.float32),
         "cluster": spaces.Box(0.0, 1.0, (len(CLUSTER_FEATURES),), dtype=np.float32),
     }
@@ -106,6 +106,8 @@ class DeepBootEnv(gym.Env):
     """
 
     metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
+    observation_space: spaces.Dict  # narrower than gym.Env's Space: set in __init__
+    action_space: spaces.MultiDiscrete
 
     def __init__(
         self,
@@ -227,7 +229,11 @@ class DeepBootEnv(gym.Env):
         return obs, float(r_jct + r_infer), terminated, truncated, info
 
     def _empty_obs(self) -> dict[str, np.ndarray]:
-        return {key: np.zeros(space.shape, dtype=np.float32) for key, space in self.observation_space.spaces.items()}
+        # every part of the observation is a Box (see __init__)
+        return {
+            key: np.zeros(cast(spaces.Box, space).shape, dtype=np.float32)
+            for key, space in self.observation_space.spaces.items()
+        }
 
     def render(self):
         """``ansi``: a text summary; ``rgb_array``: the GPU-state timeline so far."""

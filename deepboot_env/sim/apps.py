@@ -13,10 +13,12 @@ Restart and cold-start constants are the DeepBoot simulator's (docs/inference.md
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -155,7 +157,7 @@ class AppProfile:
         }
 
     @classmethod
-    def from_json(cls, name: str, obj: dict[str, object]) -> AppProfile:
+    def from_json(cls, name: str, obj: Mapping[str, Any]) -> AppProfile:
         """Build a profile from its ``apps.json`` object, checking shapes."""
         try:
             prof = cls(

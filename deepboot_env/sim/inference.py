@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Protocol
+from typing import Protocol, cast
 
 from deepboot_env.sim.apps import COLD_START_DELAY_S
 from deepboot_env.sim.cluster import NODE_INFER, NODE_TRAIN, ClusterLedger
@@ -193,7 +193,7 @@ class InferencePool:
     def __setstate__(self, state: dict[str, object]) -> None:
         """Restore a pickled or copied pool (the training side held weakly again)."""
         self.__dict__.update(state)
-        self._training = weakref.ref(state["_training"])
+        self._training = weakref.ref(cast(TrainingSide, state["_training"]))
 
     # ------------------------------------------------------------------ events
     def arrive(self, idx: int, now: float) -> None:

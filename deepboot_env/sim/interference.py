@@ -78,10 +78,11 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 
@@ -117,7 +118,7 @@ class InterferenceError(ValueError):
     """Bad interference settings or matrix file; the message names the file, row and field."""
 
 
-def _matrix(values: Sequence[Sequence[float]]) -> tuple[tuple[float, ...], ...]:
+def _matrix(values: Iterable[Iterable[float]]) -> tuple[tuple[float, ...], ...]:
     return tuple(tuple(float(v) for v in row) for row in values)
 
 
@@ -225,8 +226,8 @@ class InterferenceModel:
                     continue
                 if isinstance(value, bool):
                     raise InterferenceError(f"{where}: {label}: field {field!r}: expected a number, got {value!r}")
-                try:
-                    number = float(value)  # type: ignore[arg-type]
+                try:  # float() decides what converts; anything else raises TypeError, reported below
+                    number = float(cast(Any, value))
                 except (TypeError, ValueError):
                     raise InterferenceError(
                         f"{where}: {label}: field {field!r}: expected a number, got {value!r}"

@@ -156,11 +156,15 @@ def episode_metrics(
         truncated: whether the episode was cut at its time limit.
         timeline: the per-interval samples (copied).
     """
-    done_jobs = [j for j in jobs if j.completion is not None]
-    jcts = np.array([j.completion - j.spec.arrival for j in done_jobs], dtype=float)
-    served = [r for r in requests if r.start is not None]
-    latency = np.array([r.start - r.arrival for r in served], dtype=float)
-    infer_jct = np.array([r.finish - r.arrival for r in served], dtype=float)
+    # (spec, completion) of the completed jobs; (record, start, finish) of the served requests
+    # (a request's finish is set together with its start)
+    done_jobs = [(j.spec, completion) for j in jobs if (completion := j.completion) is not None]
+    jcts = np.array([completion - spec.arrival for spec, completion in done_jobs], dtype=float)
+    served = [
+        (r, start, finish) for r in requests if (start := r.start) is not None and (finish := r.finish) is not None
+    ]
+    latency = np.array([start - r.arrival for r, start, _ in served], dtype=float)
+    infer_jct = np.array([finish - r.arrival for r, _, finish in served], dtype=float)
     bounds = {}
     for job in jobs:
         if job.app.name not in bounds:
@@ -172,14 +176,14 @@ def episode_metrics(
         train_jct_p50=percentile(jcts, 50),
         train_jct_p95=percentile(jcts, 95),
         train_jct_p99=percentile(jcts, 99),
-        makespan=max((j.completion for j in done_jobs), default=0.0),
+        makespan=max((completion for _, completion in done_jobs), default=0.0),
         train_jobs_done=len(done_jobs),
         train_jobs=len(jobs),
         infer_latency_mean=float(latency.mean()) if len(latency) else 0.0,
         infer_latency_p99=percentile(latency, 99) if len(latency) else 0.0,
         infer_jct_mean=float(infer_jct.mean()) if len(infer_jct) else 0.0,
-        infer_cold_starts=sum(1 for r in served if r.cold),
-        infer_warm_hits=sum(1 for r in served if not r.cold),
+        infer_cold_starts=sum(1 for r, _, _ in served if r.cold),
+        infer_warm_hits=sum(1 for r, _, _ in served if not r.cold),
         infer_requests=len(requests),
         infer_requests_done=sum(1 for r in requests if r.finish is not None and r.finish <= sim_end),
         restarts=restarts,
@@ -191,6 +195,6 @@ def episode_metrics(
         sim_end=sim_end,
         wall_seconds=wallclock.perf_counter() - wall_start,
         truncated=truncated,
-        jcts={j.spec.name: float(j.completion - j.spec.arrival) for j in done_jobs},
+        jcts={spec.name: float(completion - spec.arrival) for spec, completion in done_jobs},
         timeline=list(timeline),
     )

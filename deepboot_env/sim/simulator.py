@@ -56,6 +56,7 @@ from deepboot_env.sim.config import SimConfig
 from deepboot_env.sim.events import Event, EventKind, EventQueue
 from deepboot_env.sim.goodput import RateTable, shared_rate_table
 from deepboot_env.sim.inference import InferencePool, Pod, RequestRecord
+from deepboot_env.sim.interference import InterferenceModel
 from deepboot_env.sim.jobs import TrainingJob, frozen_alloc
 from deepboot_env.sim.metrics import EpisodeMetrics, episode_metrics
 from deepboot_env.sim.restart import PARKED, plan_change
@@ -294,8 +295,10 @@ class Simulator:
                 if kind == _REQUEST_ARRIVAL:
                     arrive(target, t)
                 elif kind == _REQUEST_DONE:
+                    assert pod is not None  # looked up and checked when the event was popped
                     request_done(pod, t)
                 elif kind == _POD_SLEEP:
+                    assert pod is not None
                     pod_sleep(pod, t)
                 else:
                     self._train_done(job)
@@ -317,7 +320,7 @@ class Simulator:
         """``job`` completes now (its TRAIN_DONE event is not stale)."""
         index = job.index
         job.advance(self.now)
-        if not job.done:  # pragma: no cover - projection and advance share one rule
+        if job.completion is None:  # pragma: no cover - projection and advance share one rule
             raise RuntimeError(f"job {job.spec.name!r} was projected to complete at t={self.now}")
         self.ledger.change_training(-job.alloc, f"job {job.spec.name!r}")
         job.apply_change(np.zeros_like(job.alloc), PARKED, self.now)
@@ -375,6 +378,8 @@ class Simulator:
         """Recompute every placed job's interference speed factor from the current placements;
         jobs whose factor changes are advanced to now, re-anchored and re-projected."""
         model = self.config.interference
+        # called only with interference on; SimConfig stores it normalised (a model, never a number)
+        assert isinstance(model, InterferenceModel)
         placed = [self.jobs[i] for i in self._active if self.jobs[i].replicas > 0]
         if not placed:
             return
