@@ -1,9 +1,11 @@
 """Gym-free simulation core: clusters, jobs, goodput, inference pods, restarts, events, metrics.
 
-The engine is :class:`~deepboot_env.sim.simulator.Simulator` (clock, events, boundaries,
-training), configured by :class:`~deepboot_env.sim.config.SimConfig`; around it:
-:mod:`~deepboot_env.sim.inference` (pods and the :class:`~deepboot_env.sim.inference.InferencePool`),
-:mod:`~deepboot_env.sim.completions` (lazy TRAIN_DONE events), :mod:`~deepboot_env.sim.accounting`
+The engine is :class:`~deepboot_env.sim.simulator.Simulator` (clock, events, boundaries),
+configured by :class:`~deepboot_env.sim.config.SimConfig`; around it: :mod:`~deepboot_env.sim.training`
+(the training jobs: admission, placements, restarts, completions, interference, in
+:class:`~deepboot_env.sim.training.TrainingJobs`), :mod:`~deepboot_env.sim.inference` (pods and the
+:class:`~deepboot_env.sim.inference.InferencePool`), :mod:`~deepboot_env.sim.completions` (lazy
+TRAIN_DONE events, owned by the training side), :mod:`~deepboot_env.sim.accounting`
 (GPU-seconds, the timeline), :mod:`~deepboot_env.sim.snapshot` (the state policies see, defined in
 :mod:`~deepboot_env.sim.state`) and :mod:`~deepboot_env.sim.metrics` (episode metrics).
 

@@ -2,10 +2,11 @@
 
 Projecting a job's completion walks its remaining epochs, and most jobs are re-planned (a new
 placement, a new speed) long before they complete, so :class:`CompletionSchedule` defers the
-projection. At each change the simulator hands it the job; the event's sequence number is
-reserved at once (so the event sorts exactly as if it had been pushed then), but the projection
-waits until the *horizon* (the end of the event run in progress or about to start: the next
-boundary) reaches the job's lower bound on its completion. Events of jobs re-planned since are
+projection. At each change the training side (:class:`~deepboot_env.sim.training.TrainingJobs`,
+which owns the schedule) hands it the job; the event's sequence number is reserved at once (so
+the event sorts exactly as if it had been pushed then), but the projection waits until the
+*horizon* (the end of the event run in progress or about to start: the next boundary, set by the
+simulator) reaches the job's lower bound on its completion. Events of jobs re-planned since are
 dropped: they would be stale.
 """
 

@@ -21,8 +21,10 @@ and the request records, places requests (warm pod -> empty inference GPU -> SLE
 evicted -> a lent training GPU reclaimed through its :class:`TrainingSide` -> wait), and handles
 the REQUEST_DONE and POD_SLEEP events. It counts GPUs on the simulator's shared
 :class:`~deepboot_env.sim.cluster.ClusterLedger` and schedules its events on the shared
-:class:`~deepboot_env.sim.events.EventQueue`; the training side (the jobs, their placements)
-stays with the :class:`~deepboot_env.sim.simulator.Simulator`.
+:class:`~deepboot_env.sim.events.EventQueue`. The training jobs and their placements live in
+the simulator's :class:`~deepboot_env.sim.training.TrainingJobs`; the pool's :class:`TrainingSide`
+is the :class:`~deepboot_env.sim.simulator.Simulator` itself (it keeps the clock and the whole
+state a reclaim hook sees, and hands the GPU over to its training jobs).
 """
 
 from __future__ import annotations

@@ -11,15 +11,16 @@ Between boundaries training never grows; inference requests are placed as they a
 -> empty inference GPU -> SLEEP pod's GPU (evicted) -> a lent training GPU chosen by the policy's
 reclaim hook (ATS-I by default) -> wait.
 
-The :class:`Simulator` keeps the clock, the event loop, the scheduling boundaries and the
-training jobs (admission, placement changes, reclaimed GPUs, completions, interference), and
+The :class:`Simulator` keeps the clock, the event loop and the scheduling boundaries, and
 drives the helpers it builds at each reset, which share its
 :class:`~deepboot_env.sim.cluster.ClusterLedger` and :class:`~deepboot_env.sim.events.EventQueue`:
 
+* :class:`~deepboot_env.sim.training.TrainingJobs`: the training side (the jobs, admission,
+  placement changes, reclaimed GPUs, completions through its
+  :class:`~deepboot_env.sim.completions.CompletionSchedule`, interference, restarts);
 * :class:`~deepboot_env.sim.inference.InferencePool`: the inference side (pods, waiting
   requests, evictions, reclaims); it reaches back only through
   :class:`~deepboot_env.sim.inference.TrainingSide` (``observe``, ``take_training_gpu``);
-* :class:`~deepboot_env.sim.completions.CompletionSchedule`: the lazily projected TRAIN_DONE events;
 * :class:`~deepboot_env.sim.accounting.EpisodeAccount`: GPU-seconds, waiting and job-seconds,
   the timeline;
 * :class:`~deepboot_env.sim.snapshot.StateBuilder`: the :class:`~deepboot_env.sim.state.ClusterState`
@@ -40,34 +41,22 @@ Deliberate differences from the original DeepBoot simulator (docs/simulator.md Â
 from __future__ import annotations
 
 import math
-import operator
 import time as wallclock
 from collections import deque
 from collections.abc import Mapping
 from heapq import heappop
 
-import numpy as np
-
 from deepboot_env.sim.accounting import EpisodeAccount
 from deepboot_env.sim.apps import AppProfile, default_profiles
-from deepboot_env.sim.cluster import NODE_TRAIN, ClusterLedger
-from deepboot_env.sim.completions import CompletionSchedule
+from deepboot_env.sim.cluster import ClusterLedger
 from deepboot_env.sim.config import SimConfig
 from deepboot_env.sim.events import Event, EventKind, EventQueue
-from deepboot_env.sim.goodput import RateTable, shared_rate_table
 from deepboot_env.sim.inference import InferencePool, Pod, RequestRecord
-from deepboot_env.sim.interference import InterferenceModel
-from deepboot_env.sim.jobs import TrainingJob, frozen_alloc
+from deepboot_env.sim.jobs import TrainingJob
 from deepboot_env.sim.metrics import EpisodeMetrics, episode_metrics
-from deepboot_env.sim.restart import PARKED, plan_change
 from deepboot_env.sim.snapshot import StateBuilder
-from deepboot_env.sim.state import (
-    Allocation,
-    AllocationError,
-    ClusterState,
-    GpuRef,
-    validate_allocation,
-)
+from deepboot_env.sim.state import Allocation, ClusterState, GpuRef, validate_allocation
+from deepboot_env.sim.training import TrainingJobs
 from deepboot_env.sim.workload import Workload
 
 _REQUEST_DONE, _POD_SLEEP, _TRAIN_DONE, _REQUEST_ARRIVAL = (
@@ -109,41 +98,27 @@ class Simulator:
         self.policy = policy
         self.profiles = profiles or default_profiles()
         self.adaptive = bool(getattr(policy, "adaptive_batch", True))
-        self._tables: dict[tuple[str, int | None], RateTable] = {}
         self.reset()
 
     # ------------------------------------------------------------------ setup
-    def _table(self, app: AppProfile, fixed_batch: int | None) -> RateTable:
-        key = (app.name, fixed_batch)
-        table = self._tables.get(key)
-        if table is None:
-            usable = self.config.cluster.total_gpus
-            if fixed_batch is None:
-                cap = app.max_useful_replicas()
-            else:
-                cap = max(1, fixed_batch // app.min_local_bsz)
-            table = shared_rate_table(app, min(cap, usable), fixed_batch)
-            self._tables[key] = table
-        return table
-
     def reset(self) -> None:
         """Start the episode again from time 0 and run to the first decision."""
         cfg = self.config
         self.ledger = ClusterLedger(cfg.cluster)
         self.events = EventQueue()
         self.now = 0.0
-        self.jobs: list[TrainingJob] = []
-        for i, spec in enumerate(self.workload.jobs):
-            app = self.profiles[spec.app]
-            fixed = None if self.adaptive else spec.batch_size
-            self.jobs.append(TrainingJob(i, spec, app, self._table(app, fixed), cfg.cluster.num_nodes))
-        self._next_arrival = 0
-        self._active: list[int] = []
-        self._snapshot = StateBuilder(self.jobs, self.ledger, cfg.cluster, cfg.interval, cfg.restart, self.adaptive)
         self._pool = self._pool_type(
             self.workload.requests, self.ledger, self.events, cfg.protect_scale, self, self.policy
         )
         self._books = EpisodeAccount(self.ledger, self._pool, [spec.arrival for spec in self.workload.jobs])
+        self._training = TrainingJobs(
+            self.workload.jobs, self.profiles, self.adaptive, cfg, self.ledger, self.events, self._pool, self._books
+        )
+        self.jobs: list[TrainingJob] = self._training.jobs
+        """Every training job of the episode (the training side's list; read it, never change it)."""
+        self._active = self._training.active
+        """The training side's active job indices (the same list, changed in place there)."""
+        self._snapshot = StateBuilder(self.jobs, self.ledger, cfg.cluster, cfg.interval, cfg.restart, self.adaptive)
         # Request arrivals are known in advance: a sorted stream merged with the event heap (which
         # holds only what the simulation schedules) instead of thousands of heap entries. They are
         # ordered as if pushed first, in order: by arrival, then index.
@@ -155,13 +130,11 @@ class Simulator:
         self._arrived_before = 0
         """:attr:`_next_request` when the last interval closed."""
         self._recent: deque[int] = deque([0] * RECENT_INTERVALS, maxlen=RECENT_INTERVALS)
-        self.restarts = 0
         self.num_events = 0
         self.truncated = False
         self.done = False
         self._wall_start = wallclock.perf_counter()
         self._boundary = 0.0
-        self._completion_events = CompletionSchedule(self.jobs, self.events)
         if self.workload.requests and not self._pool.inference_nodes:
             raise ValueError(
                 f"workload {self.workload.name!r} has {len(self.workload.requests)} inference requests but the "
@@ -180,45 +153,42 @@ class Simulator:
         self.now = t
 
     # ------------------------------------------------------------ boundaries
-    def _admit_arrivals(self) -> None:
-        jobs = self.jobs
-        while self._next_arrival < len(jobs) and jobs[self._next_arrival].spec.arrival <= self.now:
-            self._active.append(self._next_arrival)
-            self._next_arrival += 1
-
     def _next_boundary(self) -> float | None:
         interval = self.config.interval
         nxt = (math.floor(self._boundary / interval) + 1) * interval
         if self._active:
             return nxt
-        if self._next_arrival < len(self.jobs):
-            arrival = self.jobs[self._next_arrival].spec.arrival
+        arrival = self._training.next_arrival_time()
+        if arrival is not None:
             return max(nxt, math.ceil(arrival / interval) * interval)
         return None
 
     def _go_to_next_decision(self, first: bool = False) -> None:
+        training = self._training
+        completions = training.completions
         while True:
-            if first and self._next_arrival < len(self.jobs) and self.jobs[0].spec.arrival <= 0:
+            arrival = training.next_arrival_time() if first else None
+            if arrival is not None and arrival <= 0:  # the first job arrives at time 0
                 boundary: float | None = 0.0
             else:
                 boundary = self._next_boundary()
             first = False
             if boundary is None or boundary > self.config.max_time:
-                self._completion_events.extend_horizon(math.inf, self.now)
+                completions.extend_horizon(math.inf, self.now)
                 self._drain(self.config.max_time)
                 self.truncated = (
                     bool(self._active)
-                    or self._next_arrival < len(self.jobs)
+                    or training.next_arrival_time() is not None
                     or self._next_live_time() < math.inf
                     or bool(self._pool.waiting)
                 )
                 self._finish()
                 return
-            self._completion_events.extend_horizon(boundary, self.now)
+            completions.extend_horizon(boundary, self.now)
             self._run_events(boundary)
             self._close_interval(boundary)
             self._boundary = boundary
-            self._admit_arrivals()
+            training.admit(boundary)
             if self._active:
                 return
 
@@ -264,6 +234,7 @@ class Simulator:
         pool = self._pool
         jobs, pods = self.jobs, pool.pods
         arrive, request_done, pod_sleep = pool.arrive, pool.request_done, pool.pod_sleep
+        train_done = self._training.train_done
         account = self._books.account
         arrival_times, arrival_order = self._arrival_times, self._arrival_order
         n_requests = len(arrival_times)
@@ -301,7 +272,7 @@ class Simulator:
                     assert pod is not None
                     pod_sleep(pod, t)
                 else:
-                    self._train_done(job)
+                    train_done(job, t)
         finally:  # the position in the arrival stream and the event count, kept in locals above
             self._next_request = nxt
             self.num_events += processed
@@ -316,82 +287,15 @@ class Simulator:
             return pod is None or pod.version != ev.version
         return False
 
-    def _train_done(self, job: TrainingJob) -> None:
-        """``job`` completes now (its TRAIN_DONE event is not stale)."""
-        index = job.index
-        job.advance(self.now)
-        if job.completion is None:  # pragma: no cover - projection and advance share one rule
-            raise RuntimeError(f"job {job.spec.name!r} was projected to complete at t={self.now}")
-        self.ledger.change_training(-job.alloc, f"job {job.spec.name!r}")
-        job.apply_change(np.zeros_like(job.alloc), PARKED, self.now)
-        self._active.remove(index)
-        self._books.job_done(index, job.spec.arrival, job.completion)
-        if self.config.interference is not None:
-            self._refresh_interference()
-        if self._pool.waiting:
-            self._pool.serve_waiting(self.now)
-
-    # ------------------------------------------------------------ training
-    def _change_job(self, job: TrainingJob, counts: list[int], update_ledger: bool = True) -> None:
-        """Move ``job`` to ``counts`` GPUs per node (a list of ints the job takes over)."""
-        now = self.now
-        job.advance(now)
-        new = frozen_alloc(counts)
-        replicas = sum(counts)
-        plan = plan_change(
-            self.config.restart,
-            job.app,
-            job.alloc,
-            new,
-            job.first_start is not None,
-            replicas=(job.replicas, replicas),
-        )
-        if update_ledger:
-            self.ledger.change_training(new - job.alloc, f"job {job.spec.name!r}")
-        job.adopt_change(new, counts, plan, now, replicas)
-        if plan.counts_as_restart:
-            self.restarts += 1
-        self._completion_events.schedule(job, now)
-
     def take_training_gpu(self, ref: GpuRef) -> None:
         """Take one GPU from a training job now, for an inference pod (the
-        :class:`~deepboot_env.sim.inference.InferencePool`'s reclaim): the job is re-planned on
-        the rest of its GPUs.
+        :class:`~deepboot_env.sim.inference.InferencePool`'s reclaim; see
+        :meth:`TrainingJobs.take_gpu <deepboot_env.sim.training.TrainingJobs.take_gpu>`).
 
         Raises:
             AllocationError: if ``ref`` is not a GPU of an active job on a node inference may use.
         """
-        if not (0 <= ref.job_id < len(self.jobs)) or ref.job_id not in self._active:
-            raise AllocationError(f"reclaim: job id {ref.job_id} is not an active training job")
-        job = self.jobs[ref.job_id]
-        if not (0 <= ref.node < len(job.alloc)) or job.alloc[ref.node] <= 0:
-            raise AllocationError(f"reclaim: job {job.spec.name!r} holds no GPU on node {ref.node}")
-        if self.ledger.kinds[ref.node] == NODE_TRAIN:
-            raise AllocationError(f"reclaim: node {ref.node} is a training node; inference may not take it")
-        counts = job.counts.copy()
-        counts[ref.node] -= 1
-        self._change_job(job, counts)
-        if self.config.interference is not None:
-            self._refresh_interference()
-
-    def _refresh_interference(self) -> None:
-        """Recompute every placed job's interference speed factor from the current placements;
-        jobs whose factor changes are advanced to now, re-anchored and re-projected."""
-        model = self.config.interference
-        # called only with interference on; SimConfig stores it normalised (a model, never a number)
-        assert isinstance(model, InterferenceModel)
-        placed = [self.jobs[i] for i in self._active if self.jobs[i].replicas > 0]
-        if not placed:
-            return
-        factors = model.speed_factors(np.stack([j.alloc for j in placed]), [j.app.name for j in placed])
-        for job, factor in zip(placed, factors, strict=True):
-            if factor != job.speed:
-                due = job.time_of_completion()
-                if due is not None and due <= self.now:
-                    continue  # completes at this instant: its pending TRAIN_DONE event finishes it
-                job.advance(self.now)
-                job.set_speed(float(factor))
-                self._completion_events.schedule(job, self.now)
+        self._training.take_gpu(ref, self.now)
 
     # ------------------------------------------------------------ public API
     @property
@@ -411,20 +315,18 @@ class Simulator:
         return self._pool.reclaims
 
     @property
+    def restarts(self) -> int:
+        """Placement changes so far that counted as restarts."""
+        return self._training.restarts
+
+    @property
     def active_jobs(self) -> list[TrainingJob]:
         """Training jobs admitted at a boundary and not finished, in arrival order."""
         return [self.jobs[i] for i in self._active]
 
     def job_seconds(self, t0: float, t1: float) -> float:
         """Training job-seconds spent in the system (arrived, not finished) during [t0, t1]."""
-        jobs = self.jobs
-        unfinished = [jobs[i].spec.arrival for i in self._active]
-        for i in range(self._next_arrival, len(jobs)):
-            arrival = jobs[i].spec.arrival
-            if arrival >= t1:
-                break
-            unfinished.append(arrival)
-        return self._books.job_seconds(t0, t1, unfinished)
+        return self._books.job_seconds(t0, t1, self._training.unfinished_arrivals(t1))
 
     @property
     def waiting_seconds(self) -> float:
@@ -456,7 +358,8 @@ class Simulator:
         if self.done:
             raise RuntimeError("the episode is over; call reset()")
         wanted = validate_allocation(state or self.observe(), allocation)
-        self._apply_counts({job_id: arr.tolist() for job_id, arr in wanted.items()})
+        self._books.account(self.now)
+        self._training.apply_counts({job_id: arr.tolist() for job_id, arr in wanted.items()}, self.now)
 
     def apply_valid_counts(self, counts: Mapping[int, list[int]]) -> None:
         """Apply an allocation that is valid by construction, without checking it again: GPUs per
@@ -471,45 +374,8 @@ class Simulator:
         """
         if self.done:
             raise RuntimeError("the episode is over; call reset()")
-        self._apply_counts(counts)
-
-    def _apply_counts(self, wanted: Mapping[int, list[int]]) -> None:
-        """Apply a checked allocation (GPUs per node as lists of ints): evict the SLEEP pods in
-        the way, update the ledger, then re-plan every job whose placement changes (in arrival
-        order)."""
         self._books.account(self.now)
-        n = self.config.cluster.num_nodes
-        changes: list[tuple[TrainingJob, list[int]]] = []
-        rows = [[0] * n]  # plain ints: a few nodes
-        jobs = self.jobs
-        for index in self._active:
-            job = jobs[index]
-            counts = wanted.get(index)
-            if counts is None:
-                if job.replicas:
-                    changes.append((job, [0] * n))
-                continue
-            rows.append(counts)
-            if counts != job.counts:
-                changes.append((job, counts))
-        total = list(map(sum, zip(*rows, strict=True)))
-        led = self.ledger
-        pods = led.pod_counts()
-        cap = led.capacity
-        used = list(map(operator.add, total, pods))
-        if max(used) > cap:  # SLEEP pods in the way are evicted (validation left room for them)
-            evict = self._pool.evict_one_sleeper
-            for node, held in enumerate(used):
-                for _ in range(held - cap):
-                    evict(node)
-            pods = led.pod_counts()
-        led.set_training(total, "allocation", pods)
-        for job, counts in changes:
-            self._change_job(job, counts, update_ledger=False)
-        if changes and self.config.interference is not None:
-            self._refresh_interference()
-        if self._pool.waiting:  # the allocation may have given lent inference GPUs back
-            self._pool.serve_waiting(self.now)
+        self._training.apply_counts(counts, self.now)
 
     def advance(self) -> None:
         """Run every event up to the next decision (or to the end of the episode)."""
@@ -522,7 +388,7 @@ class Simulator:
         return episode_metrics(
             self.jobs,
             self._pool.requests,
-            lambda app: self._table(app, None),
+            lambda app: self._training.table(app, None),
             gpus_per_node=self.config.cluster.gpus_per_node,
             gpu_seconds=self._books.gpu_seconds,
             restarts=self.restarts,

@@ -1,0 +1,248 @@
+"""The training side of one episode: the jobs, their placements, restarts, completions and interference.
+
+:class:`TrainingJobs` owns the training jobs of an episode (built from the workload with their
+rate tables), which of them are active, and the restarts so far. The
+:class:`~deepboot_env.sim.simulator.Simulator` keeps the clock and the event loop and hands it
+the current time: it admits the jobs that have arrived at a boundary, applies a policy's
+allocation (:meth:`TrainingJobs.apply_counts`), gives a GPU up to an inference pod
+(:meth:`TrainingJobs.take_gpu`, the simulator's
+:class:`~deepboot_env.sim.inference.TrainingSide` delegates there) and completes a job at its
+TRAIN_DONE event (:meth:`TrainingJobs.train_done`).
+
+It counts GPUs on the simulator's shared :class:`~deepboot_env.sim.cluster.ClusterLedger`,
+schedules completions through its :class:`~deepboot_env.sim.completions.CompletionSchedule` (on
+the shared :class:`~deepboot_env.sim.events.EventQueue`), and touches the inference side only to
+evict SLEEP pods in the way of an allocation and to serve waiting requests once training has
+freed GPUs; it records completions in the :class:`~deepboot_env.sim.accounting.EpisodeAccount`.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from deepboot_env.sim.accounting import EpisodeAccount
+from deepboot_env.sim.apps import AppProfile
+from deepboot_env.sim.cluster import NODE_TRAIN, ClusterLedger
+from deepboot_env.sim.completions import CompletionSchedule
+from deepboot_env.sim.config import SimConfig
+from deepboot_env.sim.events import EventQueue
+from deepboot_env.sim.goodput import RateTable, shared_rate_table
+from deepboot_env.sim.inference import InferencePool
+from deepboot_env.sim.interference import InterferenceModel
+from deepboot_env.sim.jobs import TrainingJob, frozen_alloc
+from deepboot_env.sim.restart import PARKED, plan_change
+from deepboot_env.sim.state import AllocationError, GpuRef
+from deepboot_env.sim.workload import TrainingJobSpec
+
+__all__ = ["TrainingJobs"]
+
+
+class TrainingJobs:
+    """The training jobs of one episode and what changes them (rebuilt at each reset).
+
+    Every method that changes something at the current time takes that time as ``now`` (the
+    simulator's clock).
+
+    Args:
+        specs: the workload's training jobs, in arrival order.
+        profiles: application profiles by name.
+        adaptive: whether jobs choose their batch size (else each keeps its spec's).
+        config: simulation settings (cluster, restart model, interference).
+        ledger: the cluster's GPU ledger, shared with inference.
+        events: the simulator's event queue (TRAIN_DONE events go there).
+        pool: the inference pool (SLEEP pods evicted, waiting requests served).
+        books: the episode's account (job completions recorded).
+
+    Attributes:
+        jobs: every training job, indexed by job index (arrival order).
+        active: indices of the jobs admitted and not finished, in arrival order (changed in
+            place, never replaced).
+        next_arrival: index of the first job not admitted yet (``len(jobs)`` once all are).
+        restarts: placement changes so far that counted as restarts.
+        completions: the jobs' TRAIN_DONE events.
+    """
+
+    def __init__(
+        self,
+        specs: Sequence[TrainingJobSpec],
+        profiles: Mapping[str, AppProfile],
+        adaptive: bool,
+        config: SimConfig,
+        ledger: ClusterLedger,
+        events: EventQueue,
+        pool: InferencePool,
+        books: EpisodeAccount,
+    ) -> None:
+        self.ledger = ledger
+        self.pool = pool
+        self.books = books
+        self.restart = config.restart
+        self.interference = config.interference
+        self.num_nodes = num_nodes = config.cluster.num_nodes
+        self._usable = config.cluster.total_gpus
+        self._tables: dict[tuple[str, int | None], RateTable] = {}
+        self.jobs: list[TrainingJob] = []
+        for i, spec in enumerate(specs):
+            app = profiles[spec.app]
+            fixed = None if adaptive else spec.batch_size
+            self.jobs.append(TrainingJob(i, spec, app, self.table(app, fixed), num_nodes))
+        self.active: list[int] = []
+        self.next_arrival = 0
+        self.restarts = 0
+        self.completions = CompletionSchedule(self.jobs, events)
+
+    def table(self, app: AppProfile, fixed_batch: int | None) -> RateTable:
+        """The rate table of ``app`` (at ``fixed_batch``, or choosing the batch size if None),
+        up to the GPUs it can use on this cluster."""
+        key = (app.name, fixed_batch)
+        table = self._tables.get(key)
+        if table is None:
+            if fixed_batch is None:
+                cap = app.max_useful_replicas()
+            else:
+                cap = max(1, fixed_batch // app.min_local_bsz)
+            table = shared_rate_table(app, min(cap, self._usable), fixed_batch)
+            self._tables[key] = table
+        return table
+
+    # ------------------------------------------------------------ arrivals
+    def admit(self, now: float) -> None:
+        """Admit every job arrived by ``now`` (a boundary)."""
+        jobs, active = self.jobs, self.active
+        while self.next_arrival < len(jobs) and jobs[self.next_arrival].spec.arrival <= now:
+            active.append(self.next_arrival)
+            self.next_arrival += 1
+
+    def next_arrival_time(self) -> float | None:
+        """Arrival time of the next job not admitted yet, None if every job was."""
+        if self.next_arrival < len(self.jobs):
+            return self.jobs[self.next_arrival].spec.arrival
+        return None
+
+    def unfinished_arrivals(self, before: float) -> list[float]:
+        """Arrival times of the unfinished jobs, those not admitted yet only if they arrive
+        ``before`` (see :meth:`~deepboot_env.sim.accounting.EpisodeAccount.job_seconds`)."""
+        jobs = self.jobs
+        out = [jobs[i].spec.arrival for i in self.active]
+        for i in range(self.next_arrival, len(jobs)):
+            arrival = jobs[i].spec.arrival
+            if arrival >= before:
+                break
+            out.append(arrival)
+        return out
+
+    # ------------------------------------------------------------ changes
+    def apply_counts(self, wanted: Mapping[int, list[int]], now: float) -> None:
+        """Apply a checked allocation (GPUs per node as lists of ints) at ``now``: evict the SLEEP
+        pods in the way, update the ledger, then re-plan every job whose placement changes (in
+        arrival order); waiting requests are served last (lent GPUs may have come back)."""
+        n = self.num_nodes
+        changes: list[tuple[TrainingJob, list[int]]] = []
+        rows = [[0] * n]  # plain ints: a few nodes
+        jobs = self.jobs
+        for index in self.active:
+            job = jobs[index]
+            counts = wanted.get(index)
+            if counts is None:
+                if job.replicas:
+                    changes.append((job, [0] * n))
+                continue
+            rows.append(counts)
+            if counts != job.counts:
+                changes.append((job, counts))
+        total = list(map(sum, zip(*rows, strict=True)))
+        led = self.ledger
+        pods = led.pod_counts()
+        cap = led.capacity
+        used = list(map(operator.add, total, pods))
+        if max(used) > cap:  # SLEEP pods in the way are evicted (validation left room for them)
+            evict = self.pool.evict_one_sleeper
+            for node, held in enumerate(used):
+                for _ in range(held - cap):
+                    evict(node)
+            pods = led.pod_counts()
+        led.set_training(total, "allocation", pods)
+        for job, counts in changes:
+            self._change_job(job, counts, now, update_ledger=False)
+        if changes and self.interference is not None:
+            self._refresh_interference(now)
+        if self.pool.waiting:
+            self.pool.serve_waiting(now)
+
+    def take_gpu(self, ref: GpuRef, now: float) -> None:
+        """Take the GPU ``ref`` from its job at ``now`` for an inference pod: the job is re-planned
+        on the rest of its GPUs.
+
+        Raises:
+            AllocationError: if ``ref`` is not a GPU of an active job on a node inference may use.
+        """
+        if not (0 <= ref.job_id < len(self.jobs)) or ref.job_id not in self.active:
+            raise AllocationError(f"reclaim: job id {ref.job_id} is not an active training job")
+        job = self.jobs[ref.job_id]
+        if not (0 <= ref.node < len(job.alloc)) or job.alloc[ref.node] <= 0:
+            raise AllocationError(f"reclaim: job {job.spec.name!r} holds no GPU on node {ref.node}")
+        if self.ledger.kinds[ref.node] == NODE_TRAIN:
+            raise AllocationError(f"reclaim: node {ref.node} is a training node; inference may not take it")
+        counts = job.counts.copy()
+        counts[ref.node] -= 1
+        self._change_job(job, counts, now)
+        if self.interference is not None:
+            self._refresh_interference(now)
+
+    def train_done(self, job: TrainingJob, now: float) -> None:
+        """``job`` completes at ``now`` (its TRAIN_DONE event is not stale): its GPUs are freed
+        and waiting requests served."""
+        index = job.index
+        job.advance(now)
+        if job.completion is None:  # pragma: no cover - projection and advance share one rule
+            raise RuntimeError(f"job {job.spec.name!r} was projected to complete at t={now}")
+        self.ledger.change_training(-job.alloc, f"job {job.spec.name!r}")
+        job.apply_change(np.zeros_like(job.alloc), PARKED, now)
+        self.active.remove(index)
+        self.books.job_done(index, job.spec.arrival, job.completion)
+        if self.interference is not None:
+            self._refresh_interference(now)
+        if self.pool.waiting:
+            self.pool.serve_waiting(now)
+
+    def _change_job(self, job: TrainingJob, counts: list[int], now: float, update_ledger: bool = True) -> None:
+        """Move ``job`` to ``counts`` GPUs per node (a list of ints the job takes over) at ``now``."""
+        job.advance(now)
+        new = frozen_alloc(counts)
+        replicas = sum(counts)
+        plan = plan_change(
+            self.restart,
+            job.app,
+            job.alloc,
+            new,
+            job.first_start is not None,
+            replicas=(job.replicas, replicas),
+        )
+        if update_ledger:
+            self.ledger.change_training(new - job.alloc, f"job {job.spec.name!r}")
+        job.adopt_change(new, counts, plan, now, replicas)
+        if plan.counts_as_restart:
+            self.restarts += 1
+        self.completions.schedule(job, now)
+
+    def _refresh_interference(self, now: float) -> None:
+        """Recompute every placed job's interference speed factor from the current placements;
+        jobs whose factor changes are advanced to ``now``, re-anchored and re-projected."""
+        model = self.interference
+        assert isinstance(model, InterferenceModel)  # SimConfig stores a number as a model
+        jobs = self.jobs
+        placed = [jobs[i] for i in self.active if jobs[i].replicas > 0]
+        if not placed:
+            return
+        factors = model.speed_factors(np.stack([j.alloc for j in placed]), [j.app.name for j in placed])
+        for job, factor in zip(placed, factors, strict=True):
+            if factor != job.speed:
+                due = job.time_of_completion()
+                if due is not None and due <= now:
+                    continue  # completes at this instant: its pending TRAIN_DONE event finishes it
+                job.advance(now)
+                job.set_speed(float(factor))
+                self.completions.schedule(job, now)
