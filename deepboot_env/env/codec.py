@@ -137,10 +137,6 @@ class ActionCodec(ABC):
         """Observation entries the codec adds (name -> length of its float32 vector in [0, 1])."""
         return {}
 
-    def env_options(self) -> dict[str, object]:
-        """The env options that rebuild this codec (besides ``max_jobs`` and ``lend_levels``)."""
-        return {"action_mode": self.mode}
-
     def reset(self, seed: int | None = None) -> None:  # noqa: B027 - optional hook, nothing to reset by default
         """Start an episode."""
 
@@ -286,10 +282,6 @@ class ResidualCodec(ActionCodec):
     def extra_observation(self) -> dict[str, int]:
         """``base``: the proposed GPUs per slot over the cluster's GPUs."""
         return {"base": self.max_jobs}
-
-    def env_options(self) -> dict[str, object]:
-        """``action_mode`` and ``base_policy``."""
-        return {"action_mode": self.mode, "base_policy": self.base_name}
 
     def reset(self, seed: int | None = None) -> None:
         """Start an episode (resets the base policy)."""
