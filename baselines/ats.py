@@ -57,12 +57,11 @@ def option_values(job: JobView, fair: int, gpus_per_node: int, max_w: int) -> np
     multi = (np.ceil(w / gpus_per_node) > 1).astype(int)
     values = table[multi, kk] / base
     values[0] = 0.0
-    phi = restart_factor(job)
     held = job.replicas
-    scale = np.full(max_w + 1, phi)
+    out = values * restart_factor(job)  # every option but keeping the held count pays phi
     if held <= max_w:
-        scale[held] = 1.0
-    return values * scale
+        out[held] = values[held]
+    return out
 
 
 def knapsack(values: list[np.ndarray], capacity: int) -> list[int]:
@@ -72,16 +71,14 @@ def knapsack(values: list[np.ndarray], capacity: int) -> list[int]:
     optimum, else 0.
     """
     n = len(values)
-    neg = -np.inf
     dp = np.zeros((n + 1, capacity + 1))
     for i, v in enumerate(values):
         prev = dp[i]
-        best = prev.copy()
+        best = dp[i + 1]
+        best[:] = prev
         for w in range(1, min(len(v) - 1, capacity) + 1):
-            cand = np.full(capacity + 1, neg)
-            cand[w:] = prev[: capacity + 1 - w] + v[w]
-            np.maximum(best, cand, out=best)
-        dp[i + 1] = best
+            # capacities below w cannot take w GPUs: only c >= w may improve
+            np.maximum(best[w:], prev[: capacity + 1 - w] + v[w], out=best[w:])
     choice = [0] * n
     c = capacity
     for i in range(n - 1, -1, -1):

@@ -49,7 +49,7 @@ import argparse
 import csv
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -360,6 +360,12 @@ def build_generate_parser(parser: argparse.ArgumentParser | None = None) -> argp
         )
     p = parser
     p.add_argument("--out", metavar="FILE", default=None, help="output CSV (default: standard output)")
+    p.add_argument(
+        "--inference-gpus",
+        type=int,
+        default=32,
+        help="GPUs of the inference cluster the peak offered load is compared with (default 32: 8x4)",
+    )
     p.add_argument("--name", default=None, help="workload name (default: the output file stem)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--num-jobs", type=int, default=160, help="training jobs at load 1.0 (default 160)")
@@ -394,6 +400,22 @@ def build_generate_parser(parser: argparse.ArgumentParser | None = None) -> argp
     return p
 
 
+PEAK_WINDOW_S = 600.0
+"""Window over which :func:`peak_offered_gpus` averages the offered load."""
+
+
+def peak_offered_gpus(requests: Sequence[InferenceRequestSpec], window_s: float = PEAK_WINDOW_S) -> float:
+    """The offered inference load of the busiest window: GPU-seconds of service of the requests
+    arriving in it (duration plus the full cold start, the module docstring's offered load),
+    over its length."""
+    if not requests:
+        return 0.0
+    arrivals = np.array([r.arrival for r in requests])
+    work = np.array([r.duration + COLD_START_DELAY_S[r.app] for r in requests])
+    bins = np.floor(arrivals / window_s).astype(np.int64)
+    return float(np.bincount(bins - bins.min(), weights=work).max() / window_s)
+
+
 def run_generate(args: argparse.Namespace) -> int:
     """Run ``deepboot generate`` with parsed arguments; returns the exit status."""
     try:
@@ -423,6 +445,20 @@ def run_generate(args: argparse.Namespace) -> int:
                 f"wrote {path}: {s['training_jobs']} training jobs, {s['inference_requests']} inference requests "
                 f"on {s['inference_instances']} instances, last arrival {s['last_arrival_s']:g} s"
             )
+        if wl.requests:
+            peak = peak_offered_gpus(wl.requests)
+            share = peak / args.inference_gpus
+            print(
+                f"peak offered inference load: {peak:.1f} GPUs ({share:.0%} of a {args.inference_gpus}-GPU inference "
+                "cluster, busiest 10 minutes)",
+                file=sys.stderr,
+            )
+            if share > 1.0:
+                print(
+                    "warning: the peaks exceed the inference cluster: requests will queue for a GPU "
+                    "(and take every lent GPU back)",
+                    file=sys.stderr,
+                )
         else:
             w = csv.writer(sys.stdout, lineterminator="\n")
             w.writerow(DEEPBOOT_OUTPUT_COLUMNS)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -49,6 +49,10 @@ PROTECT = "protect"
 SLEEP = "sleep"
 
 _REQUEST_DONE, _POD_SLEEP = int(EventKind.REQUEST_DONE), int(EventKind.POD_SLEEP)
+
+_PLACED, _NO_GPU, _REFUSED = 1, 0, -1
+"""Outcomes of placing one request: started; no GPU free, evictable or lent; the reclaim hook
+refused (lent GPUs exist)."""
 
 
 @cache
@@ -144,8 +148,8 @@ class InferencePool:
     Attributes:
         pods: live pods by pod id (creation order).
         requests: one record per request of the workload.
-        waiting: indices of the requests waiting for a GPU, in FIFO order (replaced, not
-            changed, when several are retried at once).
+        waiting: the requests waiting for a GPU, in FIFO order: arrival ticket -> request index
+            (see :meth:`serve_waiting`).
         reclaims: lent training GPUs taken back so far.
         inference_nodes: nodes pods may run on (every node that is not a training node).
     """
@@ -169,7 +173,12 @@ class InferencePool:
         self.pods: dict[int, Pod] = {}
         self._pods_by_instance: dict[str, list[int]] = {}
         self._pod_seq = 0
-        self.waiting: deque[int] = deque()
+        self.waiting: OrderedDict[int, int] = OrderedDict()
+        self._waiting_of: dict[str, deque[int]] = {}
+        """Instance -> the tickets of its waiting requests, in FIFO order."""
+        self._tickets = 0
+        self._dirty: set[str] = set()
+        """Instances that may have gained a warm pod while requests of theirs wait."""
         self.reclaims = 0
         kinds = ledger.kinds.tolist()
         self.inference_nodes: list[int] = [node for node, kind in enumerate(kinds) if kind != NODE_TRAIN]
@@ -200,8 +209,17 @@ class InferencePool:
     # ------------------------------------------------------------------ events
     def arrive(self, idx: int, now: float) -> None:
         """Request ``idx`` arrives now: it joins the queue, which is served at once."""
-        self.waiting.append(idx)
-        self.serve_waiting(now)
+        alone = not self.waiting
+        if alone and self._place_request(idx, now) == _PLACED:
+            return  # the common case: nobody waits and it finds a pod or a GPU
+        instance = self._specs[idx].instance
+        ticket = self._tickets
+        self._tickets += 1
+        self._waiting_of.setdefault(instance, deque()).append(ticket)
+        self.waiting[ticket] = idx
+        if not alone:  # tried in FIFO order behind the others
+            self._dirty.add(instance)
+            self.serve_waiting(now)
 
     def request_done(self, pod: Pod, now: float) -> None:
         """The request ``pod`` runs finishes now (its REQUEST_DONE event is not stale)."""
@@ -212,6 +230,7 @@ class InferencePool:
         pod.sleep_at = now + protect_time(pod.hits, self.protect_scale) + 1
         self.events.push(pod.sleep_at, _POD_SLEEP, pod.pid, pod.version)
         if self.waiting:
+            self._dirty.add(pod.instance)
             self.serve_waiting(now)
 
     def pod_sleep(self, pod: Pod, now: float) -> None:
@@ -226,40 +245,96 @@ class InferencePool:
 
     # --------------------------------------------------------------- placement
     def serve_waiting(self, now: float) -> None:
-        """Try to place every waiting request, in FIFO order; those that find no GPU keep waiting."""
-        waiting = self.waiting
-        if len(waiting) == 1:  # the common case, without a new deque
-            idx = waiting.popleft()
-            if not self._place_request(idx, now):
-                waiting.append(idx)
-            return
-        # A new queue: while a request is placed, the old one holds only those not tried yet
-        # (a reclaim's state counts them as waiting).
-        still: deque[int] = deque()
-        while self.waiting:
-            idx = self.waiting.popleft()
-            if not self._place_request(idx, now):
-                still.append(idx)
-        self.waiting = still
+        """Place the waiting requests that can start now, in FIFO order; the others keep waiting.
 
-    def _place_request(self, idx: int, now: float) -> bool:
-        """Start request ``idx`` now if it finds a pod or a GPU (see the module docstring)."""
+        The result is that of trying every waiting request in FIFO order, at a cost proportional
+        to the requests placed rather than to the queue's length:
+
+        1. from the head, requests are placed while they find a pod or a GPU. The first one that
+           finds neither (no warm pod of its instance, no empty inference GPU, no SLEEP pod, no
+           lent training GPU) shows that no request behind it can get a GPU either: what is left
+           is the warm pods of their own instances;
+        2. after every pass no waiting request has a warm pod of its instance (it would have
+           taken it), so only instances that gained one since (a pod whose request finished, a
+           new arrival) are looked at: their first requests, as many as they have warm pods, are
+           placed in FIFO order.
+
+        Only when the policy's reclaim hook refuses a request while lent GPUs exist (a choice that
+        may depend on the request) is the rest of the queue tried one by one.
+        """
+        waiting = self.waiting
+        waiting_of = self._waiting_of
+        specs = self._specs
+        while waiting:
+            ticket, idx = waiting.popitem(last=False)  # a reclaim's state counts only those behind it
+            outcome = self._place_request(idx, now)
+            if outcome == _PLACED:
+                waiting_of[specs[idx].instance].popleft()
+                continue
+            if outcome == _REFUSED:
+                self._try_each(ticket, idx, now)
+                return
+            waiting[ticket] = idx
+            waiting.move_to_end(ticket, last=False)
+            break
+        dirty = self._dirty
+        if dirty and waiting:
+            self._serve_warm(dirty, now)
+        dirty.clear()
+
+    def _serve_warm(self, instances: set[str], now: float) -> None:
+        """Step 2 of :meth:`serve_waiting`: the first waiting requests of ``instances``, as many
+        as each has warm pods, in FIFO order."""
+        pods = self.pods
+        chosen: list[int] = []
+        for instance in instances:
+            queue = self._waiting_of.get(instance)
+            if not queue:
+                continue
+            warm = sum(1 for pid in self._pods_by_instance.get(instance, ()) if pods[pid].status != RUNNING)
+            chosen.extend(queue[i] for i in range(min(warm, len(queue))))
+        waiting = self.waiting
+        for ticket in sorted(chosen):
+            idx = waiting.pop(ticket)
+            if self._place_request(idx, now) != _PLACED:  # pragma: no cover - a warm pod was counted
+                raise RuntimeError(f"request {idx} found no warm pod of its instance")
+            self._waiting_of[self._specs[idx].instance].popleft()
+
+    def _try_each(self, ticket: int, idx: int, now: float) -> None:
+        """Try every request behind the refused request ``idx`` (ticket ``ticket``) in FIFO
+        order, as a hook that may refuse one request and accept another requires."""
+        waiting = self.waiting
+        still = [(ticket, idx)]
+        while waiting:
+            item = waiting.popitem(last=False)
+            if self._place_request(item[1], now) != _PLACED:
+                still.append(item)
+        waiting.update(still)
+        self._waiting_of = {}
+        for t, i in still:
+            self._waiting_of.setdefault(self._specs[i].instance, deque()).append(t)
+        self._dirty.clear()
+
+    def _place_request(self, idx: int, now: float) -> int:
+        """Start request ``idx`` now if it finds a pod or a GPU (see the module docstring):
+        :data:`_PLACED`, :data:`_NO_GPU` (none free, evictable or lent) or :data:`_REFUSED`
+        (lent GPUs exist but the reclaim hook chose none)."""
         spec = self._specs[idx]
         rec = self.requests[idx]
         pod = self._warm_pod(spec.instance)
         if pod is not None:
             self._start_on_pod(pod, rec, spec.duration, False, now)
-            return True
+            return _PLACED
         node = self._free_inference_gpu()
         if node is None:
             node = self._evict_sleep_pod()
         if node is None:
             node = self._reclaim(idx)
-        if node is None:
-            return False
+            if node is None or node < 0:
+                return _NO_GPU if node is None else _REFUSED
         pod = self._new_pod(spec.instance, spec.app, node, now)
         self._start_on_pod(pod, rec, spec.duration, True, now)
-        return True
+        return _PLACED
 
     def _warm_pod(self, instance: str) -> Pod | None:
         """The SLEEP or PROTECT pod of ``instance`` with the most consecutive hits (the first
@@ -324,7 +399,8 @@ class InferencePool:
 
     def _reclaim(self, idx: int) -> int | None:
         """Take a lent training GPU for request ``idx``: the victim is the policy's
-        ``choose_reclaim`` choice (ATS-I by default); its node, or None if there is none."""
+        ``choose_reclaim`` choice (ATS-I by default); its node, None if no training GPU is
+        reclaimable, -1 if the hook chose none."""
         key = self._reclaimable_total
         if key is not None:
             if self.ledger.totals[key] <= 0:
@@ -342,7 +418,7 @@ class InferencePool:
         chooser = getattr(self.policy, "choose_reclaim", None)
         ref = chooser(state, view) if chooser is not None else ats_i_victim(state)
         if ref is None:
-            return None
+            return -1
         training.take_training_gpu(ref)
         self.reclaims += 1
         return ref.node
