@@ -11,8 +11,10 @@ Each run writes ``<log-folder>/<algo>_<n>/``: ``config.yml`` (arguments, resolve
 hyperparameters and env arguments, versions), ``final_model.zip``, ``best_model.zip`` (best mean
 validation JCT), ``evaluations.csv`` (one row per validation episode), ``progress.csv`` and
 TensorBoard events (``tb/`` there, or ``<tensorboard-log>/<algo>_<n>/``) with ``sched/*``,
-``reward/*``, ``eval/*``, ``rollout/*`` and ``train/*`` scalars; ``checkpoints/`` with
-``--save-freq``. Evaluate the result like any baseline::
+``reward/*``, ``eval/*``, ``rollout/*`` and ``train/*`` scalars; ``checkpoints/`` every
+``--save-freq`` steps (25,000 by default). SIGINT (Ctrl-C) or SIGTERM stops the run at the next
+step: the model, its config and the evaluations so far are saved as at a normal end, one line
+says how to resume, and the exit status is 130 or 143. Evaluate the result like any baseline::
 
     deepboot compare --policies ats ppo:runs/maskable_ppo_1/best_model.zip --workloads test
 
@@ -30,6 +32,7 @@ from typing import NoReturn
 
 from agents.checkpoint import CheckpointError
 from agents.factory import ALGOS, DEVICES, ConfigError
+from agents.interrupt import TrainingInterrupted
 from agents.training_run import train
 
 
@@ -57,7 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-workload", nargs="+", default=["val"], help="validation workloads (default val)")
     p.add_argument("--eval-freq", type=int, default=None, help="evaluate every N timesteps; <= 0: never (preset)")
     p.add_argument("--eval-episodes", type=int, default=None, help="episodes per evaluation (0: one per workload)")
-    p.add_argument("--save-freq", type=int, default=None, help="checkpoint every N timesteps; <= 0: never (default)")
+    p.add_argument(
+        "--save-freq", type=int, default=None, help="checkpoint every N timesteps (default 25000); <= 0: never"
+    )
     p.add_argument("-f", "--log-folder", default="runs", help="runs go to <log-folder>/<algo>_<n>/ (default runs)")
     p.add_argument("-tb", "--tensorboard-log", default="", help="TensorBoard root (default: <run>/tb)")
     p.add_argument(
@@ -115,6 +120,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         train(args)
     except (ConfigError, CheckpointError, FileNotFoundError) as exc:
         parser.error(str(exc))
+    except TrainingInterrupted as stop:
+        print(f"train_policy.py: {stop}", file=sys.stderr)
+        return stop.exit_status
     return 0
 
 

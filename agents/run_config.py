@@ -29,7 +29,7 @@ RUN_KEYS: dict[str, Any] = {
     "n_envs": 4,
     "eval_freq": 20_000,
     "eval_episodes": 0,
-    "save_freq": 0,
+    "save_freq": 25_000,
 }
 """Run settings a configuration preset may default, with their built-in defaults."""
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import signal
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -28,6 +29,7 @@ from agents.factory import (
     model_kwargs,
     resolve_device,
 )
+from agents.interrupt import StopOnSignal, TrainingInterrupted
 from agents.run_config import DEFAULT_CONF, PRETRAIN_KEYS, RUN_KEYS, env_config, resolve_settings
 
 
@@ -229,6 +231,12 @@ def train(args: argparse.Namespace) -> Path:
             )
         )
 
+    def skip_final_evaluation() -> None:
+        if evaluator is not None:
+            evaluator.eval_at_end = False
+
+    stopper = StopOnSignal(on_stop=skip_final_evaluation)
+    callbacks.insert(0, stopper)
     start_steps = model.num_timesteps
     # MaskablePPO builds one Categorical per action dimension (33 by default) at every step;
     # validating their arguments costs ~30% of the training time and checks nothing we need.
@@ -236,17 +244,38 @@ def train(args: argparse.Namespace) -> Path:
     Distribution.set_default_validate_args(bool(args.distribution_checks))
     t0 = time.perf_counter()
     try:
-        model.learn(
-            total_timesteps=settings["n_timesteps"],
-            callback=CallbackList(callbacks),
-            reset_num_timesteps=resume is None,
-            progress_bar=not args.no_progress,
-        )
+        with stopper:  # SIGINT/SIGTERM end learn() at the next step; the model is saved below
+            model.learn(
+                total_timesteps=settings["n_timesteps"],
+                callback=CallbackList(callbacks),
+                reset_num_timesteps=resume is None,
+                progress_bar=not args.no_progress,
+            )
+            final = _finish_run(model, vec_env, run_dir, config, sched, evaluator, start_steps, t0, stopper.signum)
     finally:
         Distribution.set_default_validate_args(validate_before)
+    if stopper.signum is not None:
+        raise TrainingInterrupted(stopper.signum, run_dir, final)
+    return run_dir
+
+
+def _finish_run(
+    model: Any,
+    vec_env: Any,
+    run_dir: Path,
+    config: dict[str, Any],
+    sched: Any,
+    evaluator: Any,
+    start_steps: int,
+    t0: float,
+    signum: int | None,
+) -> Path:
+    """Save the final model and the run's results in ``config.yml`` (``interrupted``: the signal
+    that stopped the run, or None); returns the model's path."""
     wall = time.perf_counter() - t0
     model.logger.dump(model.num_timesteps)  # flush the last update's train/* values
-    model.save(run_dir / "final_model.zip")
+    final = run_dir / "final_model.zip"
+    model.save(final)
     vec_env.close()
 
     steps = model.num_timesteps - start_steps
@@ -260,12 +289,13 @@ def train(args: argparse.Namespace) -> Path:
         "train_episodes": sched.episodes,
         "best_val_censored_jct_mean": evaluator.best_score if evaluator is not None else None,
         "evaluations": [list(h) for h in evaluator.history] if evaluator is not None else [],
+        "interrupted": None if signum is None else signal.Signals(signum).name,
     }
     write_config(run_dir / "config.yml", config)
-    if args.verbose >= 1:
+    if config["args"].get("verbose", 1) >= 1:
         r = config["results"]
         print(
             f"run folder: {run_dir}  ({steps} steps in {wall:.1f} s, "
             f"{r['steps_per_second']} steps/s excluding {eval_s:.1f} s of evaluation)"
         )
-    return run_dir
+    return final

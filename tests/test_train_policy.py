@@ -134,3 +134,40 @@ def test_bad_flags_give_one_line_errors(argv, message, tmp_path, capsys) -> None
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err, err
+
+
+def test_sigint_saves_a_resumable_model_and_exits_130(tiny_csv, tmp_path) -> None:
+    """Ctrl-C during training: no traceback, one line naming the resume command, exit 130, and
+    --resume continues the step count."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = Path(__file__).resolve().parents[1]
+    runs = tmp_path / "runs"
+    argv = [sys.executable, str(root / "train_policy.py"), "--algo", "ppo", "-n", "200000", "--eval-freq", "0"]
+    argv += _common(tiny_csv, runs)[:-2] + ["--verbose", "0", "--num-threads", "1"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 120
+    progress = runs / "ppo_1" / "progress.csv"
+    while time.monotonic() < deadline and not (progress.is_file() and progress.stat().st_size > 0):
+        time.sleep(0.5)  # wait for the first PPO update: training is under way
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "SIGINT" in lines[0] and "--resume" in lines[0] and "Traceback" not in err, err
+    run = runs / "ppo_1"
+    config = yaml.safe_load((run / "config.yml").read_text())
+    assert config["results"]["interrupted"] == "SIGINT"
+    steps = config["results"]["total_timesteps"]
+    assert 0 < steps < 200000
+
+    resumed = train_policy.run(
+        ["--resume", str(run / "final_model.zip"), "-n", "256", "--eval-freq", "0"] + _common(tiny_csv, runs)
+    )
+    again = yaml.safe_load((resumed / "config.yml").read_text())
+    assert again["results"]["total_timesteps"] >= steps + 256 and again["results"]["interrupted"] is None
