@@ -8,6 +8,7 @@ exit with status 2, never as a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -126,12 +127,44 @@ def print_summary(title: str, metrics: EpisodeMetrics) -> None:
     Console().print(table)
 
 
+def check_output_file(path: str | Path, flag: str) -> None:
+    """Refuse, before any work, an output file that cannot be written.
+
+    Raises:
+        ValueError: naming the flag and the path (a folder, or a missing folder above it).
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise ValueError(f"{flag} {p}: is a folder, not a file")
+    if not p.parent.is_dir():
+        raise ValueError(f"{flag} {p}: the folder {p.parent} does not exist")
+
+
+def check_output_folder(path: str | Path, flag: str) -> None:
+    """Refuse, before any work, an output folder that is a file or cannot be created (nothing is
+    created here).
+
+    Raises:
+        ValueError: naming the flag and the path.
+    """
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise ValueError(f"{flag} {p}: is a file, not a folder")
+    existing = next(parent for parent in (p, *p.parents) if parent.exists())
+    if not existing.is_dir():
+        raise ValueError(f"{flag} {p}: {existing} is a file, so the folder cannot be created")
+    if not os.access(existing, os.W_OK):
+        raise ValueError(f"{flag} {p}: {existing} is not writable")
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Run one episode and print / write its metrics."""
     from deepboot_env.evaluation import run_episode
     from deepboot_env.policy import make_policy
     from traces.loaders import load_workload
 
+    if args.json:
+        check_output_file(args.json, "--json")
     workload = load_workload(args.workload)
     config = sim_config_from_args(args)
     policy = make_policy(args.policy)
@@ -151,6 +184,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from deepboot_harness.compare_grid import run_comparison
     from deepboot_harness.compare_tables import print_summary_table
 
+    check_output_folder(args.out, "--out")
     config = sim_config_from_args(args)
     seeds = args.seeds if args.seeds is not None else [args.seed]
     comparison = run_comparison(
@@ -234,7 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-USER_ERRORS = (WorkloadError, ClusterConfigError, AllocationError, ValueError, FileNotFoundError, KeyError)
+USER_ERRORS = (WorkloadError, ClusterConfigError, AllocationError, ValueError, OSError, KeyError)
+"""Errors a user's input causes: one line on stderr and exit status 2, never a traceback."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -126,10 +126,35 @@ def test_bad_arguments_and_actions(small_workload) -> None:
     with pytest.raises(RuntimeError, match="reset"):
         env.step(np.zeros(5, dtype=int))
     env.reset(seed=0)
-    with pytest.raises(ValueError, match="entries"):
+    with pytest.raises(ValueError, match="must have shape"):
         env.step(np.zeros(3, dtype=int))
     with pytest.raises(ValueError, match="outside"):
         env.step(np.array([99, 0, 0, 0, 0]))
+    with pytest.raises(ValueError, match="must hold integers"):
+        env.step(np.array([1.7, 0, 0, 0, 4]))  # refused, not truncated
+    with pytest.raises(ValueError, match=r"must have shape \(5,\), got \(5, 1\)"):
+        env.step(np.zeros((5, 1), dtype=int))  # refused, not flattened
+    env.step(np.array([1, 0, 0, 0, 4], dtype=np.int32))  # any integer dtype
+
+
+def test_bad_output_paths_and_strict_json(small_workload, tmp_path, capsys) -> None:
+    import json
+
+    from deepboot_harness.cli import main
+    from traces.generate import write_workload_csv
+
+    csv = write_workload_csv(small_workload, tmp_path / "w.csv")
+    assert main(["simulate", "--workload", str(csv), "--policy", "fifo", "--json", str(tmp_path), "--quiet"]) == 2
+    assert "is a folder" in capsys.readouterr().err
+    (tmp_path / "file").write_text("x")
+    assert main(["compare", "--workloads", str(csv), "--policies", "fifo", "--out", str(tmp_path / "file")]) == 2
+    assert "is a file" in capsys.readouterr().err
+    # no job completes within max_time: the mean JCT is NaN in Python and null in the JSON
+    from deepboot_env.evaluation import run_episode
+    from deepboot_env.sim.simulator import SimConfig
+
+    metrics = run_episode("fifo", small_workload, SimConfig(max_time=60.0))
+    assert metrics.train_jobs_done == 0 and json.loads(metrics.to_json())["train_jct_mean"] is None
 
 
 def test_render_modes(small_workload) -> None:

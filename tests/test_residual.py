@@ -98,7 +98,7 @@ def test_decode_rejects_bad_actions_and_needs_a_proposal(tiny) -> None:
     with pytest.raises(RuntimeError, match="observe"):
         codec.decode(env.neutral_action(), env._state)
     codec.observe(env._state)
-    with pytest.raises(ValueError, match="entries"):
+    with pytest.raises(ValueError, match="must have shape"):
         codec.decode(np.zeros(3, dtype=int), env._state)
     bad = env.neutral_action()
     bad[0] = len(RESIDUAL_DELTAS)

@@ -61,15 +61,19 @@ def split_action(action: np.ndarray, max_jobs: int, slot_choices: int, lend_leve
     ``max_jobs`` slots of ``slot_choices`` choices and ``lend_levels`` levels.
 
     Raises:
-        ValueError: if the action has the wrong shape or a choice outside the action space.
+        ValueError: if the action is not a 1-D integer array of ``max_jobs + 1`` entries (a float
+            or a (n, 1) array is refused, not truncated or flattened) or has a choice outside the
+            action space.
     """
-    action = np.asarray(action, dtype=np.int64).reshape(-1)
-    if action.shape != (max_jobs + 1,):
-        raise ValueError(f"action must have {max_jobs + 1} entries, got shape {action.shape}")
-    choices = action.tolist()
+    raw = np.asarray(action)
+    if raw.shape != (max_jobs + 1,):
+        raise ValueError(f"action must have shape ({max_jobs + 1},), got {raw.shape}")
+    if raw.dtype.kind not in "iu":
+        raise ValueError(f"action must hold integers, got dtype {raw.dtype}")
+    choices = raw.tolist()
     lend = choices.pop()
     if not (0 <= lend < lend_levels and 0 <= min(choices) and max(choices) < slot_choices):
-        raise ValueError(f"action {action.tolist()} outside the action space")
+        raise ValueError(f"action {raw.tolist()} outside the action space")
     return choices, lend
 
 

@@ -14,6 +14,7 @@ delegates to it).
 from __future__ import annotations
 
 import json
+import math
 import time as wallclock
 import weakref
 from collections.abc import Callable, Sequence
@@ -81,8 +82,9 @@ class EpisodeMetrics:
         return out
 
     def to_json(self, path: str | Path | None = None, include_jcts: bool = True) -> str:
-        """JSON text (sorted keys, stable floats); written to ``path`` if given."""
-        text = json.dumps(self.to_dict(include_jcts), indent=2, sort_keys=True)
+        """Strict JSON text (sorted keys, stable floats; a NaN or infinite value, such as the mean
+        JCT of an episode where no job completed, is ``null``); written to ``path`` if given."""
+        text = json.dumps(_json_safe(self.to_dict(include_jcts)), indent=2, sort_keys=True, allow_nan=False)
         if path is not None:
             Path(path).write_text(text + "\n")
         return text
@@ -92,6 +94,17 @@ class EpisodeMetrics:
         out = self.to_dict()
         out.pop("wall_seconds")
         return out
+
+
+def _json_safe(value: object) -> object:
+    """``value`` with every non-finite float replaced by None (JSON has no NaN)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
 
 
 def percentile(values: np.ndarray, q: float) -> float:
