@@ -227,9 +227,14 @@ def build_parser() -> argparse.ArgumentParser:
     build_generate_parser(gen)
     gen.set_defaults(func=cmd_generate)
 
-    cal = sub.add_parser("calibrate", help="fit application profiles from raw Pollux traces")
+    cal = sub.add_parser(
+        "calibrate", help="fit application profiles and tabulate measured step times from raw Pollux traces"
+    )
     cal.add_argument("--apps", required=True, help="folder with <app>/origin_placements.csv etc.")
-    cal.add_argument("--out", help="output JSON (default: the shipped deepboot_env/sim/data/apps.json)")
+    cal.add_argument(
+        "--out",
+        help="output apps.json; step_times.json is written beside it (default: the shipped deepboot_env/sim/data/)",
+    )
     cal.set_defaults(func=cmd_calibrate)
     return parser
 
