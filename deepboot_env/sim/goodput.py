@@ -9,7 +9,9 @@ All functions are vectorised over configurations. Notation (docs/goodput.md §1)
 * Goodput = throughput x efficiency (examples/s at M0 worth); progress rate = gain / T
   (M0-equivalent iterations per second), which is what moves a job through its epochs.
 
-The environment's ground truth and the schedulers' model share the calibrated throughput model.
+By default the environment's ground truth and the schedulers' model share the calibrated
+throughput model (``SimConfig(truth="measured")`` times the steps with measurements instead:
+:mod:`deepboot_env.sim.measured`, docs/goodput.md §9).
 A job chooses its batch configuration at (N, K, epoch) with :func:`optimize` using the gradient
 statistics it observes, normalised to M0 (the epoch's statistics at the smallest traced batch, the
 view Pollux's agent has; docs/references.md §6.1 uses the same); it then progresses at the *true*
@@ -280,8 +282,9 @@ def seconds_from(
 
 class ProgressRates(Protocol):
     """What advancing a job reads: per-epoch progress rates keyed by a placement *class* and the
-    GPUs. :class:`RateTable` provides it (the class is the multi-node flag); see
-    :class:`~deepboot_env.sim.jobs.TrainingJob`."""
+    GPUs. :class:`RateTable` (the fitted truth; the class is the multi-node flag) and
+    :class:`~deepboot_env.sim.measured.MeasuredRates` (the measured truth; the class is the
+    placement's shape) provide it; see :class:`~deepboot_env.sim.jobs.TrainingJob`."""
 
     def placement_class(self, counts: list[int], multi_node: bool, /) -> Any:
         """The class of a placement of GPUs per node ``counts``."""
@@ -392,7 +395,8 @@ class RateTable:
         (any epoch, placement and GPU count), less half a second for the rounding of its end to
         whole seconds (an epoch that ends in several constant-rate stretches has only its last
         one rounded; :func:`bounds_after`). Computes the rates of every epoch once. The bound
-        holds for every placement, so ``placement_class`` is not used."""
+        holds for every placement, so ``placement_class`` (the measured truth's argument) is
+        not used."""
         bounds = self._min_after
         if bounds is None:
             n = len(self._thresholds)
@@ -467,7 +471,8 @@ class RateTable:
 
     def batch_columns(self, multi_node: bool, replicas: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per epoch, the batch configuration chosen at ``replicas`` (>= 1) GPUs: arrays of the
-        micro-batch m, the accumulation steps s and whether the choice is feasible (rate > 0)."""
+        micro-batch m, the accumulation steps s and whether the choice is feasible (rate > 0).
+        The measured truth runs these choices at measured step times."""
         flag, k = int(multi_node), min(int(replicas), self.max_replicas)
         n = len(self._thresholds)
         m, s, ok = np.empty(n), np.empty(n), np.empty(n, dtype=bool)
@@ -478,7 +483,9 @@ class RateTable:
         return m, s, ok
 
     def placement_class(self, counts: list[int], multi_node: bool) -> bool:
-        """The key of a placement's rates in this table: only whether it spans several nodes."""
+        """The key of a placement's rates in this table: only whether it spans several nodes
+        (the measured truth's :meth:`~deepboot_env.sim.measured.MeasuredRates.placement_class`
+        keys them by shape)."""
         return multi_node
 
     def phase_class(self, phase: Phase) -> bool:

@@ -1,9 +1,10 @@
 """Training-job progress: epochs, placements, restarts, attained service.
 
 A job moves through its application's epochs at the progress rate of its placement, read from
-its *truth* (a :class:`~deepboot_env.sim.goodput.ProgressRates`, by default the fitted model's
-:class:`~deepboot_env.sim.goodput.RateTable`, keyed by the multi-node flag and the GPUs); the
-key is the placement's *class*. Between changes the rate is constant except at
+its *truth*: the fitted model's :class:`~deepboot_env.sim.goodput.RateTable` (keyed by the
+multi-node flag and the GPUs) or the measured
+:class:`~deepboot_env.sim.measured.MeasuredRates` (keyed by the placement's shape); the key is
+the placement's *class* (docs/goodput.md §9). Between changes the rate is constant except at
 epoch ends, where the batch size is re-chosen; the time to reach an epoch end is rounded to whole
 seconds as in the Pollux and DeepBoot simulators. The job is advanced lazily: only when its
 placement changes, when a policy looks at it and when it completes.
@@ -51,8 +52,9 @@ class TrainingJob:
         spec: the job as submitted.
         app: its application profile.
         rates: its progress-rate table (the fitted model: what schedulers see).
-        truth: the rates it progresses at (``rates`` itself unless given).
-        rate_class: the class of its placement in ``truth`` (for ``rates``, the multi-node flag).
+        truth: the rates it progresses at: ``rates`` itself (the fitted truth) or the measured
+            :class:`~deepboot_env.sim.measured.MeasuredRates` of ``rates``.
+        rate_class: the class of its placement in ``truth`` (the multi-node flag, or the shape).
         alloc: GPUs per node currently held (a read-only array shared by equal placements, see
             :func:`frozen_alloc`; views of the job share it too).
         epoch: epochs completed.

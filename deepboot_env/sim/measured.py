@@ -1,8 +1,11 @@
-"""Measured step times per placement shape, interpolated as the Pollux and DeepBoot simulators do.
+"""The measured truth: jobs progress at the step times measured for their placement shape.
 
-Both originals advance a job at the step time *measured* for its placement shape at its
-micro-batch m (docs/goodput.md §9). The measurements are shipped as ``data/step_times.json``
-(built by :mod:`traces.step_times`) and interpolated here:
+With ``SimConfig(truth="measured")`` a training job advances as in the Pollux and DeepBoot
+simulators (docs/goodput.md §9): the batch configuration is still chosen with the calibrated
+model (:class:`~deepboot_env.sim.goodput.RateTable`, which is also what every scheduler sees),
+but one optimiser step then takes the time *measured* for the job's placement shape at its
+micro-batch m, interpolated in the traces shipped as ``data/step_times.json``
+(:mod:`traces.step_times`):
 
 * the shape is the job's GPUs per node in node order with the empty nodes dropped, rotated to its
   lexicographically smallest rotation (``(2, 1)`` and ``(1, 2)`` are shape ``12``; ``(1, 2, 3)``
@@ -11,17 +14,22 @@ micro-batch m (docs/goodput.md §9). The measurements are shipped as ``data/step
 * any other shape (more than 4 nodes, or more GPUs on a node than the set has): piecewise-linear
   (Delaunay) interpolation in (min(nodes, 16), GPUs, m) over the per-(nodes, GPUs, m) means of
   the set's shapes together with the ``scalability.csv`` rows;
+* a step with s accumulation passes takes ``step + s * (step - sync)``, and the job progresses at
+  ``gain / that`` with the gain of the batch it uses (as with the fitted model);
 * outside the measurements (m outside a shape's measured range, or a point outside the
-  interpolation's hull), where the originals stop with an error, NaN is returned.
+  interpolation's hull), where the originals stop with an error, the fitted model's time is used.
 
 :class:`StepTimes` holds one application's measurements in one trace set (``pollux``: the
 artifact's placements; ``deepboot``: DeepBoot's copy, which adds every shape again with its digits
-shifted by 4).
+shifted by 4). :class:`MeasuredRates` is the per-epoch rate table keyed by placement class that
+:class:`~deepboot_env.sim.jobs.TrainingJob` advances with, cached per (application, batch
+policy, trace set) like the rate tables (:func:`shared_measured_rates`).
 """
 
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from importlib import resources
@@ -30,8 +38,22 @@ from typing import Any
 
 import numpy as np
 
+from deepboot_env.sim.goodput import (
+    RateTable,
+    bounds_after,
+    epoch_suffix,
+    finish_time_from_suffix,
+    iteration_time,
+    seconds_from,
+    statistical_gain,
+)
+from deepboot_env.sim.restart import Phase
+
+TRUTHS: tuple[str, ...] = ("fitted", "measured")
+"""Ground truths of a job's progress (``SimConfig.truth``)."""
+
 TRACE_SETS: tuple[str, ...] = ("pollux", "deepboot")
-"""Placement trace sets of the table (docs/goodput.md §9.3)."""
+"""Placement traces of the measured truth (``SimConfig.trace_set``)."""
 
 STEP_TIMES_PATH = "data/step_times.json"
 """The shipped step-time table, relative to this package."""
@@ -44,6 +66,13 @@ PlacementClass = str | tuple[int, int]
 (min(nodes, 16), GPUs) on the interpolation grid."""
 
 _CLASS_CACHE_MAX = 16384
+
+
+def validate_truth(truth: str) -> str:
+    """Return ``truth`` if known, else raise ``ValueError`` listing the choices."""
+    if truth not in TRUTHS:
+        raise ValueError(f"unknown truth {truth!r}; expected one of {', '.join(TRUTHS)}")
+    return truth
 
 
 def validate_trace_set(trace_set: str) -> str:
@@ -129,9 +158,17 @@ class StepTimes:
     def _interpolator(self) -> Any:
         if self._grid is None:
             from scipy.interpolate import LinearNDInterpolator
+            from scipy.spatial import Delaunay
 
             points, values = self.grid_points()
-            self._grid = LinearNDInterpolator(points, values)
+            tri = Delaunay(points)  # LinearNDInterpolator's own triangulation (same qhull options)
+            if getattr(tri, "_transform", False) is None:
+                # scipy computes the barycentric transforms lazily, one LAPACK call per simplex;
+                # with a threaded BLAS on a busy machine that takes seconds instead of milliseconds.
+                # The same transforms in closed form (if scipy ever renames the cache, it simply
+                # computes them itself).
+                tri._transform = barycentric_transforms(points, tri.simplices)
+            self._grid = LinearNDInterpolator(tri, values)
         return self._grid
 
     def times(self, cls: PlacementClass, local_bsz: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -146,6 +183,38 @@ class StepTimes:
         query = np.column_stack([np.full(m.size, float(n)), np.full(m.size, float(k)), m.ravel()])
         out = self._interpolator()(query)
         return out[:, 0].reshape(m.shape), out[:, 1].reshape(m.shape)
+
+
+def barycentric_transforms(points: np.ndarray, simplices: np.ndarray) -> np.ndarray:
+    """The affine maps to barycentric coordinates of 3-D simplices, as scipy's
+    ``Delaunay.transform``: entry ``[i, :3]`` is the inverse of the 3x3 matrix whose column j is
+    vertex j minus vertex 3 of simplex i, entry ``[i, 3]`` is vertex 3; all NaN for a simplex whose
+    reciprocal 1-norm condition number is below 1000 machine epsilons (a flat one), as scipy
+    marks them. Computed in closed form (cofactors), vectorised over the simplices."""
+    v = np.asarray(points, dtype=float)[simplices]  # (S, 4, 3)
+    r = v[:, 3, :]
+    t = np.transpose(v[:, :3, :] - r[:, None, :], (0, 2, 1))  # t[i, row, col] = v_col[row] - r[row]
+    a, b, c = t[:, 0, 0], t[:, 0, 1], t[:, 0, 2]
+    d, e, f = t[:, 1, 0], t[:, 1, 1], t[:, 1, 2]
+    g, h, k = t[:, 2, 0], t[:, 2, 1], t[:, 2, 2]
+    adjugate = np.stack(
+        [
+            np.stack([e * k - f * h, c * h - b * k, b * f - c * e], axis=-1),
+            np.stack([f * g - d * k, a * k - c * g, c * d - a * f], axis=-1),
+            np.stack([d * h - e * g, b * g - a * h, a * e - b * d], axis=-1),
+        ],
+        axis=1,
+    )
+    det = a * adjugate[:, 0, 0] + b * adjugate[:, 1, 0] + c * adjugate[:, 2, 0]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inverse = adjugate / det[:, None, None]
+        rcond = 1.0 / (np.abs(t).sum(axis=2).max(axis=1) * np.abs(inverse).sum(axis=2).max(axis=1))
+    flat = ~(np.isfinite(rcond) & (rcond >= 1000 * np.finfo(float).eps))
+    out = np.empty((len(simplices), 4, 3))
+    out[:, :3, :] = inverse
+    out[:, 3, :] = r
+    out[flat] = np.nan
+    return out
 
 
 def _series(value: object, where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -194,3 +263,142 @@ def load_step_times(trace_set: str, path: str | Path | None = None) -> dict[str,
 def _shipped_step_times(trace_set: str) -> dict[str, StepTimes]:
     text = resources.files("deepboot_env.sim").joinpath(STEP_TIMES_PATH).read_text()
     return step_times_from_json(json.loads(text), trace_set, "deepboot_env/sim/" + STEP_TIMES_PATH)
+
+
+class MeasuredRates:
+    """Per-epoch progress rates of the measured truth by placement class, for one rate table.
+
+    The batch configuration of every epoch is the one ``model`` chooses at the class's (multi-node
+    flag, GPUs); its step takes the measured time (:class:`StepTimes`). Offers the methods of
+    :class:`~deepboot_env.sim.goodput.RateTable` that advance a job, with the placement class in
+    place of the multi-node flag (see :class:`~deepboot_env.sim.jobs.TrainingJob`).
+
+    Args:
+        model: the fitted rate table (batch choice; the schedulers' view).
+        steps: the application's measured step times.
+    """
+
+    def __init__(self, model: RateTable, steps: StepTimes) -> None:
+        self.model = model
+        self.app = model.app
+        self.steps = steps
+        self._thresholds: list[float] = self.app.epoch_progress.tolist()
+        self._zeros = [0.0] * len(self._thresholds)
+        self._columns: dict[PlacementClass, list[float]] = {}
+        self._suffix: dict[PlacementClass, list[float]] = {}
+        self._after: dict[PlacementClass, list[float]] = {}
+
+    def placement_class(self, counts: Sequence[int], multi_node: bool) -> PlacementClass:
+        """The class of GPUs per node ``counts`` (:meth:`StepTimes.placement_class`)."""
+        return self.steps.placement_class(counts)
+
+    def phase_class(self, phase: Phase) -> PlacementClass:
+        """The class of the replicas that train during a restart ``phase``."""
+        return self.steps.placement_class(phase.counts)
+
+    def iteration_times(self, cls: PlacementClass, local_bsz: np.ndarray, accum_steps: np.ndarray) -> np.ndarray:
+        """Seconds of one optimiser step of class ``cls``: ``step + s * (step - sync)`` measured,
+        or the fitted model's time where the measurements do not reach."""
+        m = np.asarray(local_bsz, dtype=float)
+        s = np.asarray(accum_steps, dtype=float)
+        step, sync = self.steps.times(cls, m)
+        measured = step + s * (step - sync)
+        missing = np.isnan(measured)
+        if np.any(missing):
+            n, k = class_nodes_replicas(cls)
+            fitted = iteration_time(self.app.throughput_params, np.full(m.shape, n), np.full(m.shape, k), m, s)
+            measured = np.where(missing, fitted, measured)
+        return measured
+
+    def rate_column(self, cls: PlacementClass, replicas: int) -> list[float]:
+        """The progress rate of every epoch at class ``cls`` (cached; shared: do not modify)."""
+        if replicas <= 0:
+            return self._zeros
+        column = self._columns.get(cls)
+        if column is None:
+            column = self._columns[cls] = self._column(cls)
+        return column
+
+    def _column(self, cls: PlacementClass) -> list[float]:
+        n, k = class_nodes_replicas(cls)
+        app = self.app
+        m, s, feasible = self.model.batch_columns(n > 1, k)
+        t_iter = self.iteration_times(cls, m, s)
+        total = k * m * (s + 1)
+        sqr, var = _stats_per_epoch(app.traced_batch_sizes, app.grad_sqr, app.grad_var, total)
+        gain = statistical_gain(total, app.init_batch_size, sqr, var)
+        return np.where(feasible, gain / t_iter, 0.0).tolist()
+
+    def epoch_suffix_list(self, cls: PlacementClass, replicas: int) -> list[float]:
+        """Suffix sums of the rounded per-epoch durations at class ``cls`` (cached; see
+        :func:`~deepboot_env.sim.goodput.epoch_suffix`)."""
+        suffix = self._suffix.get(cls)
+        if suffix is None:
+            column = self.rate_column(cls, replicas)
+            suffix = self._suffix[cls] = epoch_suffix(self.app.epoch_progress, column).tolist()
+        return suffix
+
+    def finish_time(self, t: float, epoch: int, cls: PlacementClass, replicas: int) -> float | None:
+        """Completion time of a job starting ``epoch`` at ``t`` on a constant placement of class
+        ``cls`` (None if some rate is 0)."""
+        return finish_time_from_suffix(self.epoch_suffix_list(cls, replicas), t, epoch)
+
+    def min_seconds_after(self, epoch: int, placement_class: PlacementClass | None = None) -> float:
+        """A lower bound on the seconds a job training at ``placement_class`` needs from the end
+        of ``epoch`` to finish (the fastest rate of that class over all epochs, see
+        :func:`~deepboot_env.sim.goodput.bounds_after`); 0 without a class."""
+        if placement_class is None:
+            return 0.0
+        bounds = self._after.get(placement_class)
+        if bounds is None:
+            n, k = class_nodes_replicas(placement_class)
+            peak = max(self.rate_column(placement_class, k))
+            bounds = self._after[placement_class] = bounds_after(self._thresholds, peak)
+        return bounds[epoch]
+
+    def min_seconds_from(self, epoch: int, progress: float, cls: PlacementClass, replicas: int) -> float:
+        """A lower bound on the seconds a job at ``progress`` in ``epoch`` needs on class ``cls``
+        from now on (see :meth:`~deepboot_env.sim.goodput.RateTable.min_seconds_from`)."""
+        rate = self.rate_column(cls, replicas)[epoch]
+        if rate <= 0:
+            return float("inf")
+        return seconds_from(self._thresholds, self.epoch_suffix_list(cls, replicas), rate, epoch, progress)
+
+
+def _stats_per_epoch(
+    batches: np.ndarray, grad_sqr: np.ndarray, grad_var: np.ndarray, total: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Gradient statistics of epoch ``e`` at total batch ``total[e]``, for every epoch at once:
+    :meth:`~deepboot_env.sim.apps.AppProfile.grad_stats` (linear in the batch, clamped to the
+    traced range) vectorised over the epochs, with numpy's ``interp`` arithmetic."""
+    x = np.clip(total, batches[0], batches[-1])
+    j = np.clip(np.searchsorted(batches, x, side="right") - 1, 0, len(batches) - 1)
+    rows = np.arange(len(x))
+    out = []
+    for table in (grad_sqr, grad_var):
+        lo = table[rows, j]
+        if len(batches) == 1:
+            out.append(lo)
+            continue
+        j1 = np.minimum(j + 1, len(batches) - 1)
+        span = batches[j1] - batches[j]
+        safe = np.where(span > 0, span, 1.0)
+        slope = (table[rows, j1] - lo) / safe
+        out.append(np.where(span > 0, slope * (x - batches[j]) + lo, lo))
+    return out[0], out[1]
+
+
+_SHARED: weakref.WeakKeyDictionary[RateTable, dict[str, MeasuredRates]] = weakref.WeakKeyDictionary()
+
+
+def shared_measured_rates(model: RateTable, trace_set: str) -> MeasuredRates:
+    """The process-wide :class:`MeasuredRates` of rate table ``model`` in ``trace_set`` (a pure
+    cache of deterministic values, shared like :func:`~deepboot_env.sim.goodput.shared_rate_table`)."""
+    per_set = _SHARED.setdefault(model, {})
+    rates = per_set.get(trace_set)
+    if rates is None:
+        steps = _shipped_step_times(validate_trace_set(trace_set))
+        if model.app.name not in steps:
+            raise ValueError(f"the step-time table has no application {model.app.name!r} in trace set {trace_set!r}")
+        rates = per_set[trace_set] = MeasuredRates(model, steps[model.app.name])
+    return rates

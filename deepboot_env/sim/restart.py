@@ -54,8 +54,8 @@ class Phase(NamedTuple):
         seconds: duration.
         replicas: replicas that train during it (0 = stalled).
         multi_node: whether those replicas span more than one node.
-        counts: GPUs per node of those replicas, in node order (only for a phase that trains:
-            the placement class of its rates, see ``ProgressRates.phase_class``).
+        counts: GPUs per node of those replicas, in node order (only for a phase that trains;
+            the measured truth reads the placement shape from it, docs/goodput.md §9).
     """
 
     seconds: float
