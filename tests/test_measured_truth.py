@@ -34,7 +34,7 @@ from deepboot_env.sim.measured import (
     load_step_times,
     shared_measured_rates,
 )
-from deepboot_env.sim.restart import plan_change
+from deepboot_env.sim.restart import Phase, plan_change
 from deepboot_env.sim.simulator import SimConfig
 from deepboot_env.sim.state import Allocation
 from deepboot_env.sim.workload import TrainingJobSpec, Workload
@@ -303,6 +303,10 @@ def test_restart_plans_carry_the_shape_of_the_workers_that_train() -> None:
     plan = plan_change("stopfree", get_app("bert"), np.array([2, 1, 0]), np.array([2, 2, 2]), True)
     training = [p for p in plan.phases if p.replicas]
     assert len(training) == 1 and training[0].counts == (2, 1, 0) and training[0].multi_node
+    rates = shared_measured_rates(shared_rate_table(get_app("bert"), 64), "pollux")
+    assert rates.phase_class(training[0]) == "12"
+    with pytest.raises(ValueError, match="needs their GPUs per node"):
+        rates.phase_class(Phase(10.0, 3, True))  # a training phase that does not say where
 
 
 @pytest.fixture(scope="module")
@@ -349,3 +353,14 @@ def test_measured_completion_bounds_never_exceed_the_projection(workload, restar
         if terminated:
             break
     assert checked > 100
+
+
+def test_compare_records_the_truth(workload, tmp_path: Path) -> None:
+    from deepboot_harness.compare import compare
+    from traces.generate import write_workload_csv
+
+    csv = write_workload_csv(workload, tmp_path / "measured-gen.csv")
+    frame = compare(["fifo"], [str(csv)], config=SimConfig(truth="measured"), out_dir=tmp_path / "out", progress=False)
+    assert list(frame["truth"]) == ["measured (pollux)"]
+    assert "truth: measured (pollux traces)" in (tmp_path / "out" / "results.md").read_text()
+    assert "truth" not in compare(["fifo"], [str(csv)], progress=False).columns

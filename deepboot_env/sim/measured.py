@@ -293,7 +293,13 @@ class MeasuredRates:
         return self.steps.placement_class(counts)
 
     def phase_class(self, phase: Phase) -> PlacementClass:
-        """The class of the replicas that train during a restart ``phase``."""
+        """The class of the replicas that train during a restart ``phase``.
+
+        Raises:
+            ValueError: if the phase does not say on which nodes they train (``counts``).
+        """
+        if sum(phase.counts) != phase.replicas:
+            raise ValueError(f"a restart phase training {phase.replicas} replicas needs their GPUs per node")
         return self.steps.placement_class(phase.counts)
 
     def iteration_times(self, cls: PlacementClass, local_bsz: np.ndarray, accum_steps: np.ndarray) -> np.ndarray:
