@@ -2,6 +2,7 @@
 
     python benchmarks/bench_env.py [--workload test/test-01] [--cluster 8x4+8x4] [--steps 3000]
                                    [--policy-like] [--warmup 0] [--repeat 1]
+                                   [--truth fitted|measured] [--trace-set pollux|deepboot]
 
 Each step samples a uniformly random valid choice in every action dimension from
 ``env.action_masks()`` (the random masked actions of the acceptance criterion: the argmax of
@@ -27,6 +28,7 @@ import numpy as np
 
 from deepboot_env.env import DeepBootEnv
 from deepboot_env.env.codec import GPU_BUCKETS
+from deepboot_env.sim.measured import TRACE_SETS, TRUTHS
 
 
 def masked_random(env: DeepBootEnv, rng: np.random.Generator, mask: np.ndarray | None = None) -> np.ndarray:
@@ -89,8 +91,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--repeat", type=int, default=1, help="timed repeats of the same steps; the best and the median are reported"
     )
+    parser.add_argument("--truth", choices=TRUTHS, default="fitted", help="what jobs progress at (default fitted)")
+    parser.add_argument("--trace-set", choices=TRACE_SETS, default="pollux", help="traces of --truth measured")
     args = parser.parse_args(argv)
-    env = DeepBootEnv(workload=args.workload, cluster=args.cluster, max_jobs=args.max_jobs)
+    env = DeepBootEnv(
+        workload=args.workload,
+        cluster=args.cluster,
+        max_jobs=args.max_jobs,
+        truth=args.truth,
+        trace_set=args.trace_set,
+    )
     if args.warmup:
         env.reset(seed=args.seed)
         run(env, args.warmup, args.policy_like, np.random.default_rng(args.seed))
@@ -99,8 +109,9 @@ def main(argv: list[str] | None = None) -> int:
         env.reset(seed=args.seed)
         results.append(run(env, args.steps, args.policy_like, np.random.default_rng(args.seed)))
     kind = "policy-like actions (kept 10 steps)" if args.policy_like else "random masked actions"
+    truth = "" if args.truth == "fitted" else f", truth {args.truth} ({args.trace_set} traces)"
     print(
-        f"DeepBoot-v0, {kind}, workload {args.workload}, cluster {args.cluster}, max_jobs {args.max_jobs}: "
+        f"DeepBoot-v0, {kind}, workload {args.workload}, cluster {args.cluster}, max_jobs {args.max_jobs}{truth}: "
         f"{args.steps} steps ({results[0]['episodes']} episodes finished, warm-up {args.warmup})"
     )
     for label, r in _best_and_median(results):

@@ -8,7 +8,9 @@ Simulation options (:func:`sim_config`): ``cluster`` ("8x4+8x4": training + infe
 GPUs), ``shared_pool`` ("16x4": one pool with inference priority, instead of ``cluster``),
 ``restart`` ("afe", "full", "stopfree" or "pollux"), ``protect_scale`` (1.0), ``interval`` (60 s
 between scheduling boundaries), ``interference`` (None, a flat slowdown F in [0, 1), or an
-:class:`~deepboot_env.sim.interference.InterferenceModel`), ``max_time`` (30 days).
+:class:`~deepboot_env.sim.interference.InterferenceModel`), ``max_time`` (30 days), ``truth``
+("fitted" or "measured": what jobs progress at, docs/goodput.md §9) and ``trace_set`` ("pollux"
+or "deepboot": the placement traces of the measured truth).
 
 Agent options (fields of :class:`EnvConfig`): ``max_jobs`` (32 job slots), ``lend_levels`` (5),
 ``jct_scale`` (10), ``infer_weight`` (1.0), ``max_rounds`` (3000 decisions per episode),
@@ -38,6 +40,8 @@ SIM_OPTIONS: tuple[str, ...] = (
     "interval",
     "interference",
     "max_time",
+    "truth",
+    "trace_set",
 )
 """Flat option names that set the :class:`~deepboot_env.sim.simulator.SimConfig`."""
 
@@ -67,6 +71,8 @@ def sim_config(
     interval: float = 60.0,
     interference: InterferenceModel | float | None = None,
     max_time: float | None = None,
+    truth: str = "fitted",
+    trace_set: str = "pollux",
 ) -> SimConfig:
     """The :class:`~deepboot_env.sim.simulator.SimConfig` of the flat simulation options."""
     extra = {} if max_time is None else {"max_time": float(max_time)}
@@ -76,6 +82,8 @@ def sim_config(
         protect_scale=float(protect_scale),
         interval=float(interval),
         interference=interference,
+        truth=truth,
+        trace_set=trace_set,
         **extra,
     )
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from deepboot_env.config import cluster_config
 from deepboot_env.sim.cluster import ClusterConfig, ClusterConfigError
 from deepboot_env.sim.interference import InterferenceError, InterferenceModel
+from deepboot_env.sim.measured import TRACE_SETS, TRUTHS
 from deepboot_env.sim.metrics import EpisodeMetrics
 from deepboot_env.sim.restart import RESTART_MODELS
 from deepboot_env.sim.simulator import SimConfig
@@ -55,21 +56,26 @@ def sim_config_from_args(args: argparse.Namespace) -> SimConfig:
         protect_scale=args.protect_scale,
         interval=args.interval,
         interference=interference_from_args(args),
+        truth=args.truth,
+        trace_set=args.trace_set,
     )
 
 
 def config_title(config: SimConfig) -> str:
-    """``cluster, restart=...[, interference=...]`` for report titles."""
+    """``cluster, restart=...[, interference=...][, truth=measured (... traces)]`` for report titles."""
     text = f"{config.cluster.describe()}, restart={config.restart}"
     interference = config.interference
     if interference is not None:
         assert isinstance(interference, InterferenceModel)  # SimConfig stores it normalised
         text += f", interference={interference.describe()}"
+    if config.truth != "fitted":
+        text += f", truth={config.truth} ({config.trace_set} traces)"
     return text
 
 
 def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags shared by ``simulate`` and ``compare``: cluster, restart model, protect scale."""
+    """Flags shared by ``simulate`` and ``compare``: cluster, restart model, protect scale,
+    interval, interference, truth and seed."""
     parser.add_argument("--cluster", help="training+inference cluster, NxG+MxG (default 8x4+8x4)")
     parser.add_argument("--shared-pool", metavar="NxG", help="one shared pool with inference priority, e.g. 16x4")
     parser.add_argument("--restart", choices=RESTART_MODELS, default="afe", help="restart-cost model (default afe)")
@@ -85,6 +91,18 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         "--interference-matrix",
         metavar="FILE",
         help="per-application-pair slowdowns (CSV/JSON, or 'default'); see deepboot_env/sim/interference.py",
+    )
+    parser.add_argument(
+        "--truth",
+        choices=TRUTHS,
+        default="fitted",
+        help="what jobs progress at: the fitted model or the step times measured per placement shape (default fitted)",
+    )
+    parser.add_argument(
+        "--trace-set",
+        choices=TRACE_SETS,
+        default="pollux",
+        help="placement traces of --truth measured: Pollux's or DeepBoot's (default pollux)",
     )
     parser.add_argument("--seed", type=int, default=0, help="policy seed (default 0)")
 
@@ -261,9 +279,14 @@ def build_parser() -> argparse.ArgumentParser:
     build_generate_parser(gen)
     gen.set_defaults(func=cmd_generate)
 
-    cal = sub.add_parser("calibrate", help="fit application profiles from raw Pollux traces")
+    cal = sub.add_parser(
+        "calibrate", help="fit application profiles and tabulate measured step times from raw Pollux traces"
+    )
     cal.add_argument("--apps", required=True, help="folder with <app>/origin_placements.csv etc.")
-    cal.add_argument("--out", help="output JSON (default: the shipped deepboot_env/sim/data/apps.json)")
+    cal.add_argument(
+        "--out",
+        help="output apps.json; step_times.json is written beside it (default: the shipped deepboot_env/sim/data/)",
+    )
     cal.set_defaults(func=cmd_calibrate)
     return parser
 

@@ -112,6 +112,8 @@ def _row(task: RunTask, metrics: dict[str, object]) -> dict[str, object]:
     interference = task.config.interference
     if isinstance(interference, InterferenceModel):  # the column exists only when interference is on
         row["interference"] = interference.describe()
+    if task.config.truth != "fitted":  # the column exists only with the measured truth
+        row["truth"] = f"{task.config.truth} ({task.config.trace_set})"
     for key, value in metrics.items():
         if key == "gpu_seconds_by_state":
             assert isinstance(value, dict)

@@ -405,15 +405,15 @@ def test_plan_change_full_golden_values() -> None:
 def test_plan_change_stopfree_phases() -> None:
     # joiners: kept workers train for FULL s while the 4 joiners start, then a NEXT-s sync pause
     grow = _plan("stopfree", "bert", [4, 0], [4, 4])
-    assert grow.phases == (Phase(103.0, 4, False), Phase(5.0, 0, False))
+    assert grow.phases == (Phase(103.0, 4, False, (4, 0)), Phase(5.0, 0, False))
     assert grow.stall_seconds == 5.0 and grow.counts_as_restart
     spread = _plan("stopfree", "imagenet", [2, 2, 0], [2, 2, 4])
-    assert spread.phases == (Phase(35.0, 4, True), Phase(3.0, 0, False))
+    assert spread.phases == (Phase(35.0, 4, True, (2, 2, 0)), Phase(3.0, 0, False))
     # scale-in: only the sync pause
     assert _plan("stopfree", "bert", [4, 4], [4, 2]).phases == (Phase(5.0, 0, False),)
     # nothing kept (migration): full start
     assert _plan("stopfree", "bert", [4, 0], [0, 4]).phases == (Phase(103.0, 0, False),)
     # partial migration: kept = min(old, new) per node = 2
     part = _plan("stopfree", "cifar10", [4, 0], [2, 2])
-    assert part.phases == (Phase(24.0, 2, False), Phase(3.0, 0, False))
+    assert part.phases == (Phase(24.0, 2, False, (2, 0)), Phase(3.0, 0, False))
     assert _plan("stopfree", "bert", [0, 0], [4, 0], started=False).phases == (Phase(103.0, 0, False),)

@@ -46,9 +46,10 @@ stays 4.5-7.5 % (plain fit: 4.5-8.3 %). ``fit_throughput`` without ``pin`` is th
 procedure; the report written into ``apps.json`` lists both fits.
 
 Modules: :mod:`traces.app_traces` reads the trace folders, :mod:`traces.throughput_fit` fits the
-throughput parameters; this module derives the constants, calibrates each application
-(:func:`calibrate`), writes ``apps.json`` (:func:`write_profiles`) and the fit report, and holds
-the command line.
+throughput parameters, :mod:`traces.step_times` builds the measured step-time table
+(``step_times.json``, the measured truth of docs/goodput.md §9, written next to ``apps.json``);
+this module derives the constants, calibrates each application (:func:`calibrate`), writes
+``apps.json`` (:func:`write_profiles`) and the fit report, and holds the command line.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ from deepboot_env.sim import apps as _apps_module
 from deepboot_env.sim.apps import APP_NAMES, AppProfile
 from deepboot_env.sim.goodput import sync_step_time
 from traces.app_traces import RawAppTraces, TimingTable, TraceFormatError, read_app_traces
+from traces.step_times import build_step_times, step_times_path_for, write_step_times
 from traces.throughput_fit import PARAM_NAMES, fit_throughput
 
 MAX_LOCAL_BSZ_OVERRIDE: dict[str, int] = {"yolov3": 8}
@@ -330,17 +332,21 @@ def format_report(report: Mapping[str, dict]) -> str:
 
 
 def run_calibration(apps_dir: Path, out: Path | None = None) -> dict:
-    """Calibrate the six applications from ``apps_dir`` and write ``apps.json``.
+    """Calibrate the six applications from ``apps_dir``; write ``apps.json`` and, next to it,
+    the measured step-time table ``step_times.json`` (:mod:`traces.step_times`).
 
     Args:
         apps_dir: folder with one trace sub-folder per application.
-        out: output file; defaults to the shipped ``deepboot_env/sim/data/apps.json``.
+        out: output file; defaults to the shipped ``deepboot_env/sim/data/apps.json`` (and
+            ``step_times.json`` beside it).
 
     Returns:
         The calibration report by application.
     """
     profiles, report = calibrate(Path(apps_dir))
+    step_times = build_step_times(Path(apps_dir))
     write_profiles(profiles, report, DEFAULT_OUT if out is None else Path(out))
+    write_step_times(step_times, step_times_path_for(out))
     return report
 
 
@@ -348,7 +354,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command line: ``python -m traces.calibrate --apps DIR [--out FILE]``."""
     parser = argparse.ArgumentParser(prog="python -m traces.calibrate", description=__doc__.splitlines()[0])
     parser.add_argument("--apps", required=True, type=Path, help="folder with one trace folder per application")
-    parser.add_argument("--out", type=Path, default=None, help=f"output apps.json (default: {DEFAULT_OUT})")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help=f"output apps.json, step_times.json is written beside it (default: {DEFAULT_OUT})",
+    )
     args = parser.parse_args(argv)
     try:
         report = run_calibration(args.apps, args.out)
@@ -356,7 +367,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(format_report(report))
-    print(f"wrote {args.out or DEFAULT_OUT}")
+    print(f"wrote {args.out or DEFAULT_OUT} and {step_times_path_for(args.out)}")
     return 0
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from deepboot_env.sim.cluster import ClusterConfig
 from deepboot_env.sim.interference import InterferenceModel, as_model
+from deepboot_env.sim.measured import validate_trace_set, validate_truth
 from deepboot_env.sim.restart import validate_model
 
 
@@ -24,6 +25,12 @@ class SimConfig:
             a number F (Pollux's flat rule: distributed jobs sharing a node run at 1 - F) or an
             :class:`~deepboot_env.sim.interference.InterferenceModel`; stored normalised (a model
             or None).
+        truth: what a training job progresses at: ``fitted`` (the calibrated model, the default)
+            or ``measured`` (the step times measured for its placement shape, as in the
+            originals; docs/goodput.md §9). Schedulers see the fitted model either way.
+        trace_set: the placement traces of the measured truth: ``pollux`` (the Pollux
+            artifact's) or ``deepboot`` (DeepBoot's copy, with shapes shifted by 4 GPUs per node
+            added); unused with ``truth="fitted"``.
     """
 
     cluster: ClusterConfig = ClusterConfig()
@@ -32,9 +39,13 @@ class SimConfig:
     interval: float = 60.0
     max_time: float = 30 * 86400.0
     interference: InterferenceModel | float | None = None
+    truth: str = "fitted"
+    trace_set: str = "pollux"
 
     def __post_init__(self) -> None:
         validate_model(self.restart)
+        validate_truth(self.truth)
+        validate_trace_set(self.trace_set)
         object.__setattr__(self, "interference", as_model(self.interference))
         if not (math.isfinite(self.protect_scale) and self.protect_scale > 0):
             raise ValueError(f"protect_scale must be a finite number > 0, got {self.protect_scale}")

@@ -9,7 +9,9 @@ All functions are vectorised over configurations. Notation (docs/goodput.md §1)
 * Goodput = throughput x efficiency (examples/s at M0 worth); progress rate = gain / T
   (M0-equivalent iterations per second), which is what moves a job through its epochs.
 
-The environment's ground truth and the schedulers' model share the calibrated throughput model.
+By default the environment's ground truth and the schedulers' model share the calibrated
+throughput model (``SimConfig(truth="measured")`` times the steps with measurements instead:
+:mod:`deepboot_env.sim.measured`, docs/goodput.md §9).
 A job chooses its batch configuration at (N, K, epoch) with :func:`optimize` using the gradient
 statistics it observes, normalised to M0 (the epoch's statistics at the smallest traced batch, the
 view Pollux's agent has; docs/references.md §6.1 uses the same); it then progresses at the *true*
@@ -21,11 +23,14 @@ from __future__ import annotations
 
 import math
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
 from deepboot_env.sim.apps import AppProfile
+from deepboot_env.sim.restart import Phase
 
 N_BATCH_CANDIDATES = 50
 """Candidate total batch sizes per configuration (numpy geomspace default, as Pollux)."""
@@ -220,6 +225,89 @@ def optimize(
     )
 
 
+def epoch_suffix(thresholds: np.ndarray, column: Sequence[float]) -> np.ndarray:
+    """Suffix sums of the per-epoch durations at a constant placement: epoch ``e`` lasts
+    ``round((thresholds[e] - thresholds[e - 1]) / column[e])`` whole seconds (inf if its rate is 0);
+    entry ``e`` of the result is the seconds a job starting epoch ``e`` needs, the last entry 0."""
+    n = len(thresholds)
+    durations = np.empty(n)
+    prev = 0.0
+    for e in range(n):
+        rate = column[e]
+        target = thresholds[e]
+        durations[e] = round((target - prev) / rate) if rate > 0 else np.inf
+        prev = float(target)
+    return np.append(np.cumsum(durations[::-1])[::-1], 0.0)
+
+
+def finish_time_from_suffix(suffix: Sequence[float], t: float, epoch: int) -> float | None:
+    """Completion time of a job starting ``epoch`` at time ``t`` on a constant placement whose
+    :func:`epoch_suffix` is ``suffix`` (None if some rate is 0). Adds the durations one by one
+    when ``t`` is fractional, so the float result equals a step-by-step advance."""
+    rest = suffix[epoch]
+    if rest == math.inf:
+        return None
+    if float(t).is_integer():
+        return t + rest
+    for e in range(epoch, len(suffix) - 1):
+        t += suffix[e] - suffix[e + 1]
+    return t
+
+
+def bounds_after(thresholds: Sequence[float], peak: float) -> list[float]:
+    """Per epoch ``e``, a lower bound on the seconds needed from the end of ``e`` to finish the
+    epochs after it at rates of at most ``peak``: each epoch's work at ``peak``, less half a
+    second for the rounding of its end (inf if ``peak`` is 0)."""
+    n = len(thresholds)
+    bounds = [0.0] * n
+    acc = 0.0
+    for e in range(n - 1, 0, -1):
+        if peak > 0:
+            acc += max((thresholds[e] - thresholds[e - 1]) / peak - 0.5, 0.0)
+        else:
+            acc = math.inf  # no placement makes progress: the job never completes
+        bounds[e - 1] = acc
+    return bounds
+
+
+def seconds_from(
+    thresholds: Sequence[float], suffix: Sequence[float], rate: float, epoch: int, progress: float
+) -> float:
+    """A lower bound on the seconds a job at ``progress`` in ``epoch`` needs at ``rate`` (> 0)
+    now and a placement of suffix sums ``suffix`` after (see :meth:`RateTable.min_seconds_from`)."""
+    later_epochs = len(suffix) - 2 - epoch
+    rest = max((thresholds[epoch] - progress) / rate - 0.5, 0.0)
+    return rest + suffix[epoch + 1] - later_epochs
+
+
+class ProgressRates(Protocol):
+    """What advancing a job reads: per-epoch progress rates keyed by a placement *class* and the
+    GPUs. :class:`RateTable` (the fitted truth; the class is the multi-node flag) and
+    :class:`~deepboot_env.sim.measured.MeasuredRates` (the measured truth; the class is the
+    placement's shape) provide it; see :class:`~deepboot_env.sim.jobs.TrainingJob`."""
+
+    def placement_class(self, counts: list[int], multi_node: bool, /) -> Any:
+        """The class of a placement of GPUs per node ``counts``."""
+
+    def phase_class(self, phase: Phase, /) -> Any:
+        """The class of the replicas that train during a restart phase."""
+
+    def rate_column(self, cls: Any, replicas: int, /) -> list[float]:
+        """Progress rate of every epoch at a class (0 for 0 GPUs)."""
+
+    def epoch_suffix_list(self, cls: Any, replicas: int, /) -> list[float]:
+        """Suffix sums of the rounded per-epoch durations at a class."""
+
+    def finish_time(self, t: float, epoch: int, cls: Any, replicas: int, /) -> float | None:
+        """Completion time from ``epoch`` at ``t`` at a constant class."""
+
+    def min_seconds_after(self, epoch: int, placement_class: Any = None, /) -> float:
+        """A lower bound on the seconds needed after ``epoch`` at a class."""
+
+    def min_seconds_from(self, epoch: int, progress: float, cls: Any, replicas: int, /) -> float:
+        """A lower bound on the seconds needed from ``progress`` at a class."""
+
+
 class RateTable:
     """Cached progress rates of one application under one batch policy.
 
@@ -235,6 +323,8 @@ class RateTable:
         self._rates: dict[int, np.ndarray] = {}
         self._goodputs: dict[int, np.ndarray] = {}
         self._batches: dict[int, np.ndarray] = {}
+        self._choices: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        """Per epoch the chosen (micro-batch m, accumulation steps s) by [multi-node flag, K]."""
         self._suffix: dict[tuple[int, int], np.ndarray] = {}
         self._suffix_lists: dict[tuple[int, int], list[float]] = {}
         self._curves: dict[tuple[int, tuple[int, ...], int], np.ndarray] = {}
@@ -253,6 +343,8 @@ class RateTable:
             table = np.zeros((2, self.max_replicas + 1))
             goodput = np.zeros((2, self.max_replicas + 1))
             batch = np.zeros((2, self.max_replicas + 1))
+            local = np.zeros((2, self.max_replicas + 1))
+            accum = np.zeros((2, self.max_replicas + 1))
             observed = self.app.observed_stats(epoch)
             for flag in (0, 1):
                 nodes = np.full_like(ks, 1.0 + flag)
@@ -263,24 +355,19 @@ class RateTable:
                 table[flag, 1:] = np.where(choice.goodput > 0, true_rate, 0.0)
                 goodput[flag, 1:] = np.where(choice.goodput > 0, true_goodput, 0.0)
                 batch[flag, 1:] = choice.total_batch
+                local[flag, 1:] = choice.local_bsz
+                accum[flag, 1:] = choice.accum_steps
             self._rates[epoch] = table
             self._goodputs[epoch] = goodput
             self._batches[epoch] = batch
+            self._choices[epoch] = (local, accum)
         return table
 
     def finish_time(self, t: float, epoch: int, multi_node: bool, replicas: int) -> float | None:
         """Completion time of a job starting ``epoch`` at time ``t`` on a constant placement, with
-        each epoch's duration rounded to whole seconds (None if some rate is 0). Adds the durations
-        one by one when ``t`` is fractional, so the float result equals a step-by-step advance."""
-        suffix = self.epoch_suffix_list(multi_node, replicas)
-        rest = suffix[epoch]
-        if rest == math.inf:
-            return None
-        if float(t).is_integer():
-            return t + rest
-        for e in range(epoch, len(suffix) - 1):
-            t += suffix[e] - suffix[e + 1]
-        return t
+        each epoch's duration rounded to whole seconds (None if some rate is 0); see
+        :func:`finish_time_from_suffix`."""
+        return finish_time_from_suffix(self.epoch_suffix_list(multi_node, replicas), t, epoch)
 
     def epoch_suffix_list(self, multi_node: bool, replicas: int) -> list[float]:
         """Suffix sums of the rounded per-epoch durations at a constant placement, as Python
@@ -298,38 +385,23 @@ class RateTable:
         suffix = self._suffix.get(key)
         if suffix is None:
             thresholds = self.app.epoch_progress
-            n = len(thresholds)
-            durations = np.empty(n)
-            prev = 0.0
-            for e in range(n):
-                rate = self.rate(e, bool(key[0]), key[1])
-                target = thresholds[e]
-                durations[e] = round((target - prev) / rate) if rate > 0 else np.inf
-                prev = float(target)
-            suffix = np.append(np.cumsum(durations[::-1])[::-1], 0.0)
-            self._suffix[key] = suffix
+            column = [self.rate(e, bool(key[0]), key[1]) for e in range(len(thresholds))]
+            suffix = self._suffix[key] = epoch_suffix(thresholds, column)
         return suffix
 
-    def min_seconds_after(self, epoch: int) -> float:
+    def min_seconds_after(self, epoch: int, placement_class: object = None) -> float:
         """A lower bound on the seconds any job of this table needs, from the end of ``epoch``,
         to finish the epochs after it: each epoch's work at the fastest rate of the whole table
         (any epoch, placement and GPU count), less half a second for the rounding of its end to
         whole seconds (an epoch that ends in several constant-rate stretches has only its last
-        one rounded). Computes the rates of every epoch once."""
+        one rounded; :func:`bounds_after`). Computes the rates of every epoch once. The bound
+        holds for every placement, so ``placement_class`` (the measured truth's argument) is
+        not used."""
         bounds = self._min_after
         if bounds is None:
-            thresholds = self.app.epoch_progress.tolist()
-            n = len(thresholds)
+            n = len(self._thresholds)
             peak = max(float(self._table(e).max()) for e in range(n))
-            bounds = [0.0] * n
-            acc = 0.0
-            for e in range(n - 1, 0, -1):
-                if peak > 0:
-                    acc += max((thresholds[e] - thresholds[e - 1]) / peak - 0.5, 0.0)
-                else:
-                    acc = math.inf  # no placement makes progress: the job never completes
-                bounds[e - 1] = acc
-            self._min_after = bounds
+            bounds = self._min_after = bounds_after(self._thresholds, peak)
         return bounds[epoch]
 
     def min_seconds_from(self, epoch: int, progress: float, multi_node: bool, replicas: int) -> float:
@@ -343,10 +415,7 @@ class RateTable:
         rate = self.rate(epoch, multi_node, replicas)
         if rate <= 0:
             return math.inf
-        suffix = self.epoch_suffix_list(multi_node, replicas)
-        later_epochs = len(suffix) - 2 - epoch
-        rest = max((self._thresholds[epoch] - progress) / rate - 0.5, 0.0)
-        return rest + suffix[epoch + 1] - later_epochs
+        return seconds_from(self._thresholds, self.epoch_suffix_list(multi_node, replicas), rate, epoch, progress)
 
     def speedup_curve(self, epoch: int, points: tuple[int, ...], gpus_per_node: int) -> np.ndarray:
         """Rates at ``points`` GPUs packed on nodes of ``gpus_per_node``, divided by their peak
@@ -399,6 +468,29 @@ class RateTable:
         """Array (2, max_replicas + 1): best goodput by [multi-node flag, K]."""
         self._table(epoch)
         return self._goodputs[epoch]
+
+    def batch_columns(self, multi_node: bool, replicas: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per epoch, the batch configuration chosen at ``replicas`` (>= 1) GPUs: arrays of the
+        micro-batch m, the accumulation steps s and whether the choice is feasible (rate > 0).
+        The measured truth runs these choices at measured step times."""
+        flag, k = int(multi_node), min(int(replicas), self.max_replicas)
+        n = len(self._thresholds)
+        m, s, ok = np.empty(n), np.empty(n), np.empty(n, dtype=bool)
+        for e in range(n):
+            rate = self._table(e)[flag, k]
+            local, accum = self._choices[e]
+            m[e], s[e], ok[e] = local[flag, k], accum[flag, k], rate > 0
+        return m, s, ok
+
+    def placement_class(self, counts: list[int], multi_node: bool) -> bool:
+        """The key of a placement's rates in this table: only whether it spans several nodes
+        (the measured truth's :meth:`~deepboot_env.sim.measured.MeasuredRates.placement_class`
+        keys them by shape)."""
+        return multi_node
+
+    def phase_class(self, phase: Phase) -> bool:
+        """:meth:`placement_class` of the replicas that train during a restart ``phase``."""
+        return phase.multi_node
 
     def total_batch(self, epoch: int, multi_node: bool, replicas: int) -> float:
         """Total batch chosen at ``replicas`` GPUs (0 for 0 GPUs)."""

@@ -1,7 +1,10 @@
 """Training-job progress: epochs, placements, restarts, attained service.
 
-A job moves through its application's epochs at the progress rate of its placement
-(:class:`~deepboot_env.sim.goodput.RateTable`). Between changes the rate is constant except at
+A job moves through its application's epochs at the progress rate of its placement, read from
+its *truth*: the fitted model's :class:`~deepboot_env.sim.goodput.RateTable` (keyed by the
+multi-node flag and the GPUs) or the measured
+:class:`~deepboot_env.sim.measured.MeasuredRates` (keyed by the placement's shape); the key is
+the placement's *class* (docs/goodput.md §9). Between changes the rate is constant except at
 epoch ends, where the batch size is re-chosen; the time to reach an epoch end is rounded to whole
 seconds as in the Pollux and DeepBoot simulators. The job is advanced lazily: only when its
 placement changes, when a policy looks at it and when it completes.
@@ -10,12 +13,12 @@ placement changes, when a policy looks at it and when it completes.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 import numpy as np
 
 from deepboot_env.sim.apps import AppProfile
-from deepboot_env.sim.goodput import RateTable
+from deepboot_env.sim.goodput import ProgressRates, RateTable
 from deepboot_env.sim.restart import Phase, RestartPlan
 from deepboot_env.sim.workload import TrainingJobSpec
 
@@ -48,7 +51,10 @@ class TrainingJob:
         index: position in the workload (stable id).
         spec: the job as submitted.
         app: its application profile.
-        rates: its progress-rate table.
+        rates: its progress-rate table (the fitted model: what schedulers see).
+        truth: the rates it progresses at: ``rates`` itself (the fitted truth) or the measured
+            :class:`~deepboot_env.sim.measured.MeasuredRates` of ``rates``.
+        rate_class: the class of its placement in ``truth`` (the multi-node flag, or the shape).
         alloc: GPUs per node currently held (a read-only array shared by equal placements, see
             :func:`frozen_alloc`; views of the job share it too).
         epoch: epochs completed.
@@ -63,11 +69,21 @@ class TrainingJob:
             set by the simulator from every job's placement, :mod:`deepboot_env.sim.interference`).
     """
 
-    def __init__(self, index: int, spec: TrainingJobSpec, app: AppProfile, rates: RateTable, num_nodes: int) -> None:
+    def __init__(
+        self,
+        index: int,
+        spec: TrainingJobSpec,
+        app: AppProfile,
+        rates: RateTable,
+        num_nodes: int,
+        truth: ProgressRates | None = None,
+    ) -> None:
         self.index = index
         self.spec = spec
         self.app = app
         self.rates = rates
+        self.truth: ProgressRates = rates if truth is None else truth
+        self.rate_class: Hashable = False
         self.counts = [0] * num_nodes
         """:attr:`alloc` as a list of ints (kept in step with it)."""
         self.alloc = frozen_alloc(self.counts)
@@ -87,7 +103,7 @@ class TrainingJob:
         self._t = spec.arrival
         self._settled = -1
         """Version at which the job was last advanced to ``_t`` (advancing again is then a no-op)."""
-        self._rate_now = rates.rate_column(False, 0)
+        self._rate_now = self.truth.rate_column(False, 0)
         """Progress rate per epoch at the current placement (at speed 1)."""
         self._thresholds = app.epoch_progress.tolist()
         self.target_progress = self._thresholds[-1]
@@ -169,12 +185,15 @@ class TrainingJob:
         the stalls before that phase count. :meth:`completion_bound_from` is tighter and dearer."""
         if self.speed > 1.0:
             return -math.inf
+        truth = self.truth
+        after = truth.min_seconds_after(self.epoch, self.rate_class)
         stall = 0.0
         for phase in self._phases:
             if phase.replicas:
+                after = min(after, truth.min_seconds_after(self.epoch, truth.phase_class(phase)))
                 break
             stall += phase.seconds
-        return self._t + stall + self.rates.min_seconds_after(self.epoch) - 1.0
+        return self._t + stall + after - 1.0
 
     def completion_bound_from(self, state: ProjectionState) -> float:
         """A lower bound on :meth:`completion_from` ``(state)``, much tighter than
@@ -190,7 +209,7 @@ class TrainingJob:
             if phase.replicas:
                 return -math.inf
             stall += phase.seconds
-        return t0 + stall + self.rates.min_seconds_from(epoch, progress, self.multi_node, self.replicas) - 1.0
+        return t0 + stall + self.truth.min_seconds_from(epoch, progress, self.rate_class, self.replicas) - 1.0
 
     def apply_change(
         self, new_alloc: np.ndarray, plan: RestartPlan, now: float, counts: list[int] | None = None
@@ -210,7 +229,9 @@ class TrainingJob:
         self.counts = counts
         self.replicas = replicas = sum(counts) if replicas is None else replicas
         self.multi_node = multi_node = len(counts) - counts.count(0) > 1
-        self._rate_now = self.rates.rate_column(multi_node, replicas)
+        truth = self.truth
+        self.rate_class = cls = truth.placement_class(counts, multi_node)
+        self._rate_now = truth.rate_column(cls, replicas)
         self._phases = plan.phases  # an immutable tuple: _run copies what it changes
         self._anchor = None
         if plan.counts_as_restart:
@@ -251,7 +272,7 @@ def _run(
     else:
         epoch, progress, job_phases, anchor = state
     thresholds = job._thresholds
-    rates = job.rates
+    truth = job.truth
     speed = job.speed
     if job.replicas == 0:
         return epoch, progress, list(job_phases), None, None
@@ -261,12 +282,12 @@ def _run(
         head = job_phases[0]
         if head.replicas == 0 and t0 + head.seconds > t1:  # [t0, t1] lies inside a restart stall
             phases = list(job_phases)
-            phases[0] = Phase(head.seconds - (t1 - t0), head.replicas, head.multi_node)
+            phases[0] = Phase(head.seconds - (t1 - t0), head.replicas, head.multi_node, head.counts)
             return epoch, progress, phases, None, None
         if projecting and speed == 1.0 and head.replicas == 0 and len(job_phases) == 1:
             # the projection after a change: one stall, then the final stretch
             t = t0 + head.seconds
-            k, multi = job.replicas, job.multi_node
+            k, cls = job.replicas, job.rate_class
             rate = job._rate_now[epoch]
             if rate <= 0:
                 return epoch, progress, [], None, None
@@ -275,7 +296,7 @@ def _run(
             epoch += 1
             if epoch >= len(thresholds):
                 return epoch, float(target), [], None, t
-            return len(thresholds), float(thresholds[-1]), [], None, rates.finish_time(t, epoch, multi, k)
+            return len(thresholds), float(thresholds[-1]), [], None, truth.finish_time(t, epoch, cls, k)
         if not projecting and head.replicas == 0 and len(job_phases) == 1:
             # the advance after a change: the stall ends by t1, then no epoch end by t1
             t_anchor = t0 + head.seconds
@@ -305,17 +326,18 @@ def _run(
         if phases:
             head = phases[0]
             seg_end = min(t + head.seconds, t1)
-            k, multi = head.replicas, head.multi_node
+            k = head.replicas
+            cls = truth.phase_class(head) if k else False
             if seg_end >= t + head.seconds:
                 phases.pop(0)
                 stretch_ends = True
             else:
-                phases[0] = Phase(head.seconds - (seg_end - t), head.replicas, head.multi_node)
+                phases[0] = Phase(head.seconds - (seg_end - t), head.replicas, head.multi_node, head.counts)
         else:
             seg_end = t1
-            k, multi = job.replicas, job.multi_node
+            k, cls = job.replicas, job.rate_class
         if k > 0:
-            column = job._rate_now if k == job.replicas and multi == job.multi_node else rates.rate_column(multi, k)
+            column = job._rate_now if k == job.replicas and cls == job.rate_class else truth.rate_column(cls, k)
         while k > 0:
             rate = column[epoch] * speed
             if rate <= 0:
@@ -339,8 +361,8 @@ def _run(
             if speed == 1.0:
                 if projecting and final_stretch:
                     # Whole epochs at a constant rate: their rounded durations are cached per table.
-                    return last_epoch, float(thresholds[-1]), [], None, rates.finish_time(t, epoch, multi, k)
-                skipped = _whole_epochs(rates, t, epoch, multi, k, seg_end)
+                    return last_epoch, float(thresholds[-1]), [], None, truth.finish_time(t, epoch, cls, k)
+                skipped = _whole_epochs(truth, t, epoch, cls, k, seg_end)
                 if skipped:
                     t, epoch = skipped
                     progress = float(thresholds[epoch - 1])
@@ -359,17 +381,18 @@ _EXACT = 2.0**53
 
 
 def _whole_epochs(
-    rates: RateTable, t: float, epoch: int, multi: bool, k: int, seg_end: float
+    truth: ProgressRates, t: float, epoch: int, cls: Hashable, k: int, seg_end: float
 ) -> tuple[float, int] | None:
     """Jump over the epochs a job that starts ``epoch`` at ``t`` on a constant placement
-    (``k`` replicas, ``multi`` node, speed 1) completes by ``seg_end``: (time, epoch) after the
-    last of them, or None if it completes none or ``t`` is not a whole number of seconds.
+    (``k`` replicas of placement class ``cls`` in ``truth``, speed 1) completes by ``seg_end``:
+    (time, epoch) after the last of them, or None if it completes none or ``t`` is not a whole
+    number of seconds.
 
     Each epoch then lasts its rounded duration of :meth:`RateTable.epoch_suffix_list`, exactly as
     the step-by-step loop of :func:`_run` computes it; from a whole ``t`` every partial sum is a
     whole number below 2**53, so the sum of several durations at once is the same float.
     """
-    suffix = rates.epoch_suffix_list(multi, k)
+    suffix = truth.epoch_suffix_list(cls, k)
     rest = suffix[epoch]
     if not (float(t).is_integer() and t + rest < _EXACT):  # also false for an infinite rest
         return None

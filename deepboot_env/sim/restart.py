@@ -54,11 +54,14 @@ class Phase(NamedTuple):
         seconds: duration.
         replicas: replicas that train during it (0 = stalled).
         multi_node: whether those replicas span more than one node.
+        counts: GPUs per node of those replicas, in node order (only for a phase that trains;
+            the measured truth reads the placement shape from it, docs/goodput.md §9).
     """
 
     seconds: float
     replicas: int
     multi_node: bool
+    counts: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -152,4 +155,5 @@ def _plan_by_placement(app: AppProfile, old: np.ndarray, new: np.ndarray, r_new:
     if kept == r_new:
         return RestartPlan((Phase(fast, 0, False),), counts)
     kept_multi = int(np.count_nonzero(kept_per_node)) > 1
-    return RestartPlan((Phase(full, kept, kept_multi), Phase(fast, 0, False)), counts)
+    kept_counts = tuple(kept_per_node.tolist())
+    return RestartPlan((Phase(full, kept, kept_multi, kept_counts), Phase(fast, 0, False)), counts)

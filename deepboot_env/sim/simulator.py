@@ -33,7 +33,9 @@ Deliberate differences from the original DeepBoot simulator (docs/simulator.md �
 
 * requests arriving exactly on a boundary are placed at once (the original skipped them);
 * waiting requests are retried after every event that could free a GPU, not only at arrivals;
-* the progress model is the calibrated goodput model (no per-job online refits, docs/goodput.md §8 item 4);
+* the progress model is the calibrated goodput model (no per-job online refits, docs/goodput.md §8 item 4),
+  and by default also its step times (``SimConfig.truth="measured"`` uses the measured ones,
+  docs/goodput.md §9);
 * the batch size is chosen with the gradient statistics of the current epoch observed at the
   smallest traced batch size (the original reads them at the batch the job actually ran).
 """

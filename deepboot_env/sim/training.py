@@ -33,6 +33,7 @@ from deepboot_env.sim.goodput import RateTable, shared_rate_table
 from deepboot_env.sim.inference import InferencePool
 from deepboot_env.sim.interference import InterferenceModel
 from deepboot_env.sim.jobs import TrainingJob, frozen_alloc
+from deepboot_env.sim.measured import shared_measured_rates
 from deepboot_env.sim.restart import PARKED, plan_change
 from deepboot_env.sim.state import AllocationError, GpuRef
 from deepboot_env.sim.workload import TrainingJobSpec
@@ -50,7 +51,7 @@ class TrainingJobs:
         specs: the workload's training jobs, in arrival order.
         profiles: application profiles by name.
         adaptive: whether jobs choose their batch size (else each keeps its spec's).
-        config: simulation settings (cluster, restart model, interference).
+        config: simulation settings (cluster, restart model, interference, truth).
         ledger: the cluster's GPU ledger, shared with inference.
         events: the simulator's event queue (TRAIN_DONE events go there).
         pool: the inference pool (SLEEP pods evicted, waiting requests served).
@@ -84,11 +85,14 @@ class TrainingJobs:
         self.num_nodes = num_nodes = config.cluster.num_nodes
         self._usable = config.cluster.total_gpus
         self._tables: dict[tuple[str, int | None], RateTable] = {}
+        self._trace_set = config.trace_set if config.truth == "measured" else None
         self.jobs: list[TrainingJob] = []
         for i, spec in enumerate(specs):
             app = profiles[spec.app]
             fixed = None if adaptive else spec.batch_size
-            self.jobs.append(TrainingJob(i, spec, app, self.table(app, fixed), num_nodes))
+            table = self.table(app, fixed)
+            truth = None if self._trace_set is None else shared_measured_rates(table, self._trace_set)
+            self.jobs.append(TrainingJob(i, spec, app, table, num_nodes, truth))
         self.active: list[int] = []
         self.next_arrival = 0
         self.restarts = 0
