@@ -77,7 +77,7 @@ def job_view(
     import numpy as np
 
     from deepboot_env.sim.apps import get_app
-    from deepboot_env.sim.goodput import RateTable
+    from deepboot_env.sim.rates import RateTable
     from deepboot_env.sim.state import JobView
 
     profile = get_app(app)

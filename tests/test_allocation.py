@@ -11,7 +11,7 @@ from deepboot_env.env.codec import GPU_BUCKETS, TargetCodec
 from deepboot_env.placement import best_fit
 from deepboot_env.sim.apps import get_app
 from deepboot_env.sim.cluster import NODE_TRAIN, ClusterConfig
-from deepboot_env.sim.goodput import RateTable
+from deepboot_env.sim.rates import RateTable
 from deepboot_env.sim.state import (
     Allocation,
     ClusterState,

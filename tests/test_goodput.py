@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from deepboot_env.sim.apps import APP_NAMES, get_app
 from deepboot_env.sim.goodput import (
-    RateTable,
     efficiency,
     evaluate,
     iteration_time,
@@ -21,6 +20,7 @@ from deepboot_env.sim.goodput import (
     split_batch,
     statistical_gain,
 )
+from deepboot_env.sim.rates import RateTable
 
 ADAPTIVE_APPS = tuple(a for a in APP_NAMES if get_app(a).fixed_batch_size is None)
 """Applications whose batch size the optimiser chooses (ncf keeps its fixed 32,768)."""

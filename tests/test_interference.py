@@ -19,8 +19,8 @@ from deepboot_env.placement import place_counts
 from deepboot_env.policy import Allocation, BasePolicy, ClusterState, make_policy
 from deepboot_env.sim.apps import APP_NAMES, get_app
 from deepboot_env.sim.cluster import ClusterConfig
-from deepboot_env.sim.goodput import RateTable
 from deepboot_env.sim.interference import InterferenceError, InterferenceModel
+from deepboot_env.sim.rates import RateTable
 from deepboot_env.sim.simulator import SimConfig, Simulator
 from deepboot_env.sim.state import JobView
 from deepboot_env.sim.workload import TrainingJobSpec, Workload

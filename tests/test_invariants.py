@@ -268,8 +268,8 @@ def test_job_progress_independent_of_advance_pattern(app, first, second, model, 
     redone from every advance, so an advance at a fractional time - e.g. the observe() done for a
     reclaim - moved a projected completion and the simulator raised "was projected to complete".)"""
     from deepboot_env.sim.apps import get_app
-    from deepboot_env.sim.goodput import RateTable
     from deepboot_env.sim.jobs import TrainingJob
+    from deepboot_env.sim.rates import RateTable
     from deepboot_env.sim.restart import plan_change
 
     prof = get_app(app)

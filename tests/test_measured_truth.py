@@ -24,7 +24,7 @@ from deepboot_env.evaluation import run_episode
 from deepboot_env.policy import BasePolicy
 from deepboot_env.sim.apps import APP_NAMES, get_app
 from deepboot_env.sim.cluster import ClusterConfig
-from deepboot_env.sim.goodput import iteration_time, shared_rate_table
+from deepboot_env.sim.goodput import iteration_time
 from deepboot_env.sim.jobs import TrainingJob
 from deepboot_env.sim.measured import (
     STEP_TIMES_PATH,
@@ -34,6 +34,7 @@ from deepboot_env.sim.measured import (
     load_step_times,
     shared_measured_rates,
 )
+from deepboot_env.sim.rates import shared_rate_table
 from deepboot_env.sim.restart import Phase, plan_change
 from deepboot_env.sim.simulator import SimConfig
 from deepboot_env.sim.state import Allocation

@@ -1,7 +1,7 @@
 """Training-job progress: epochs, placements, restarts, attained service.
 
 A job moves through its application's epochs at the progress rate of its placement, read from
-its *truth*: the fitted model's :class:`~deepboot_env.sim.goodput.RateTable` (keyed by the
+its *truth*: the fitted model's :class:`~deepboot_env.sim.rates.RateTable` (keyed by the
 multi-node flag and the GPUs) or the measured
 :class:`~deepboot_env.sim.measured.MeasuredRates` (keyed by the placement's shape); the key is
 the placement's *class* (docs/goodput.md §9). Between changes the rate is constant except at
@@ -18,7 +18,7 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 
 from deepboot_env.sim.apps import AppProfile
-from deepboot_env.sim.goodput import ProgressRates, RateTable
+from deepboot_env.sim.rates import ProgressRates, RateTable
 from deepboot_env.sim.restart import Phase, RestartPlan
 from deepboot_env.sim.workload import TrainingJobSpec
 
@@ -198,7 +198,7 @@ class TrainingJob:
     def completion_bound_from(self, state: ProjectionState) -> float:
         """A lower bound on :meth:`completion_from` ``(state)``, much tighter than
         :meth:`completion_lower_bound`: the restart stalls, then the rest of the work at the
-        rates of the job's placement (:meth:`~deepboot_env.sim.goodput.RateTable.min_seconds_from`),
+        rates of the job's placement (:meth:`~deepboot_env.sim.rates.RateTable.min_seconds_from`),
         minus a second for float rounding; -inf where no such bound is cheap (a speed factor
         above 1, or a phase that trains on part of the GPUs, as stop-free scaling does)."""
         if self.speed > 1.0:

@@ -2,7 +2,7 @@
 
 With ``SimConfig(truth="measured")`` a training job advances as in the Pollux and DeepBoot
 simulators (docs/goodput.md §9): the batch configuration is still chosen with the calibrated
-model (:class:`~deepboot_env.sim.goodput.RateTable`, which is also what every scheduler sees),
+model (:class:`~deepboot_env.sim.rates.RateTable`, which is also what every scheduler sees),
 but one optimiser step then takes the time *measured* for the job's placement shape at its
 micro-batch m, interpolated in the traces shipped as ``data/step_times.json``
 (:mod:`traces.step_times`):
@@ -38,15 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from deepboot_env.sim.goodput import (
-    RateTable,
-    bounds_after,
-    epoch_suffix,
-    finish_time_from_suffix,
-    iteration_time,
-    seconds_from,
-    statistical_gain,
-)
+from deepboot_env.sim.goodput import iteration_time, statistical_gain
+from deepboot_env.sim.rates import RateTable, bounds_after, epoch_suffix, finish_time_from_suffix, seconds_from
 from deepboot_env.sim.restart import Phase
 
 TRUTHS: tuple[str, ...] = ("fitted", "measured")
@@ -270,7 +263,7 @@ class MeasuredRates:
 
     The batch configuration of every epoch is the one ``model`` chooses at the class's (multi-node
     flag, GPUs); its step takes the measured time (:class:`StepTimes`). Offers the methods of
-    :class:`~deepboot_env.sim.goodput.RateTable` that advance a job, with the placement class in
+    :class:`~deepboot_env.sim.rates.RateTable` that advance a job, with the placement class in
     place of the multi-node flag (see :class:`~deepboot_env.sim.jobs.TrainingJob`).
 
     Args:
@@ -337,7 +330,7 @@ class MeasuredRates:
 
     def epoch_suffix_list(self, cls: PlacementClass, replicas: int) -> list[float]:
         """Suffix sums of the rounded per-epoch durations at class ``cls`` (cached; see
-        :func:`~deepboot_env.sim.goodput.epoch_suffix`)."""
+        :func:`~deepboot_env.sim.rates.epoch_suffix`)."""
         suffix = self._suffix.get(cls)
         if suffix is None:
             column = self.rate_column(cls, replicas)
@@ -352,7 +345,7 @@ class MeasuredRates:
     def min_seconds_after(self, epoch: int, placement_class: PlacementClass | None = None) -> float:
         """A lower bound on the seconds a job training at ``placement_class`` needs from the end
         of ``epoch`` to finish (the fastest rate of that class over all epochs, see
-        :func:`~deepboot_env.sim.goodput.bounds_after`); 0 without a class."""
+        :func:`~deepboot_env.sim.rates.bounds_after`); 0 without a class."""
         if placement_class is None:
             return 0.0
         bounds = self._after.get(placement_class)
@@ -364,7 +357,7 @@ class MeasuredRates:
 
     def min_seconds_from(self, epoch: int, progress: float, cls: PlacementClass, replicas: int) -> float:
         """A lower bound on the seconds a job at ``progress`` in ``epoch`` needs on class ``cls``
-        from now on (see :meth:`~deepboot_env.sim.goodput.RateTable.min_seconds_from`)."""
+        from now on (see :meth:`~deepboot_env.sim.rates.RateTable.min_seconds_from`)."""
         rate = self.rate_column(cls, replicas)[epoch]
         if rate <= 0:
             return float("inf")
@@ -399,7 +392,7 @@ _SHARED: weakref.WeakKeyDictionary[RateTable, dict[str, MeasuredRates]] = weakre
 
 def shared_measured_rates(model: RateTable, trace_set: str) -> MeasuredRates:
     """The process-wide :class:`MeasuredRates` of rate table ``model`` in ``trace_set`` (a pure
-    cache of deterministic values, shared like :func:`~deepboot_env.sim.goodput.shared_rate_table`)."""
+    cache of deterministic values, shared like :func:`~deepboot_env.sim.rates.shared_rate_table`)."""
     per_set = _SHARED.setdefault(model, {})
     rates = per_set.get(trace_set)
     if rates is None:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from deepboot_env.sim.apps import AppProfile
-from deepboot_env.sim.goodput import RateTable
+from deepboot_env.sim.rates import RateTable
 
 if TYPE_CHECKING:
     from deepboot_env.sim.inference import RequestRecord

@@ -18,7 +18,7 @@ from functools import cached_property
 import numpy as np
 
 from deepboot_env.sim.cluster import NODE_INFER, ClusterConfig, node_layout
-from deepboot_env.sim.goodput import RateTable
+from deepboot_env.sim.rates import RateTable
 
 
 class AllocationError(ValueError):

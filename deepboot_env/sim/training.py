@@ -29,11 +29,11 @@ from deepboot_env.sim.cluster import NODE_TRAIN, ClusterLedger
 from deepboot_env.sim.completions import CompletionSchedule
 from deepboot_env.sim.config import SimConfig
 from deepboot_env.sim.events import EventQueue
-from deepboot_env.sim.goodput import RateTable, shared_rate_table
 from deepboot_env.sim.inference import InferencePool
 from deepboot_env.sim.interference import InterferenceModel
 from deepboot_env.sim.jobs import TrainingJob, frozen_alloc
 from deepboot_env.sim.measured import shared_measured_rates
+from deepboot_env.sim.rates import RateTable, shared_rate_table
 from deepboot_env.sim.restart import PARKED, plan_change
 from deepboot_env.sim.state import AllocationError, GpuRef
 from deepboot_env.sim.workload import TrainingJobSpec
