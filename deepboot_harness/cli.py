@@ -224,7 +224,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     """Generate a workload (Philly-derived training jobs, periodic inference)."""
-    from traces.generate import run_generate
+    from traces.generate_cli import run_generate
 
     return run_generate(args)
 
@@ -240,7 +240,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``deepboot`` argument parser."""
-    from traces.generate import build_generate_parser
+    from traces.generate_cli import build_generate_parser
 
     parser = argparse.ArgumentParser(prog="deepboot", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)

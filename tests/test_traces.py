@@ -18,12 +18,12 @@ from traces import make_shipped
 from traces.generate import (
     DEFAULT_SERVICE_TIME_S,
     TUNED_JOBS,
-    generate_main,
     generate_periodic_inference,
     generate_training,
     generate_workload,
     write_workload_csv,
 )
+from traces.generate_cli import generate_main
 from traces.loaders import (
     TraceError,
     list_shipped_workloads,

@@ -45,10 +45,8 @@ arguments give identical workloads (and identical CSV bytes).
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -58,7 +56,7 @@ import numpy as np
 from deepboot_env.sim.apps import APP_NAMES, COLD_START_DELAY_S
 from deepboot_env.sim.workload import InferenceRequestSpec, TrainingJobSpec, Workload
 from traces.loaders import DEEPBOOT_OUTPUT_COLUMNS
-from traces.philly import PhillyStats, default_philly_stats, load_philly_stats
+from traces.philly import PhillyStats, default_philly_stats
 
 TUNED_JOBS: dict[str, tuple[tuple[int, int], ...]] = {
     "bert": ((6, 384), (8, 384), (12, 384), (16, 384)),
@@ -351,55 +349,6 @@ def write_workload_csv(workload: Workload, path: str | Path) -> Path:
 # command line
 
 
-def build_generate_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    """Add the ``deepboot generate`` flags to ``parser`` (or a new one) and return it."""
-    if parser is None:
-        parser = argparse.ArgumentParser(
-            prog="deepboot generate",
-            description="Generate a workload: Philly-derived training jobs plus periodic inference (DeepBoot CSV).",
-        )
-    p = parser
-    p.add_argument("--out", metavar="FILE", default=None, help="output CSV (default: standard output)")
-    p.add_argument(
-        "--inference-gpus",
-        type=int,
-        default=32,
-        help="GPUs of the inference cluster the peak offered load is compared with (default 32: 8x4)",
-    )
-    p.add_argument("--name", default=None, help="workload name (default: the output file stem)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    p.add_argument("--num-jobs", type=int, default=160, help="training jobs at load 1.0 (default 160)")
-    p.add_argument("--load", type=float, default=1.0, help="relative job load: round(num_jobs * load) jobs")
-    p.add_argument("--start-hour", type=float, default=2.0, help="Philly time of day of the window start (default 2)")
-    p.add_argument("--window-hours", type=float, default=8.0, help="arrival window length in hours (default 8)")
-    p.add_argument(
-        "--inference-mean-gpus",
-        type=float,
-        default=DEFAULT_INFERENCE_MEAN_GPUS,
-        help=f"mean offered inference load in GPUs (default {DEFAULT_INFERENCE_MEAN_GPUS:g})",
-    )
-    p.add_argument(
-        "--inference-amplitude",
-        type=float,
-        default=DEFAULT_INFERENCE_AMPLITUDE,
-        help=f"relative day/night amplitude in [0, 1] (default {DEFAULT_INFERENCE_AMPLITUDE:g})",
-    )
-    p.add_argument("--period-hours", type=float, default=DEFAULT_PERIOD_HOURS, help="period of the inference rate")
-    p.add_argument(
-        "--phase-hours",
-        type=float,
-        default=DEFAULT_PHASE_HOURS,
-        help=f"phase of the inference rate (default {DEFAULT_PHASE_HOURS:g}: trough at 2 h, peak at 14 h)",
-    )
-    p.add_argument(
-        "--horizon-hours", type=float, default=DEFAULT_HORIZON_HOURS, help="inference arrivals in [0, horizon)"
-    )
-    p.add_argument("--instances-per-app", type=int, default=1, help="inference app instances per model (default 1)")
-    p.add_argument("--no-inference", action="store_true", help="training jobs only")
-    p.add_argument("--stats", metavar="JSON", default=None, help="Philly statistics (default: shipped)")
-    return p
-
-
 PEAK_WINDOW_S = 600.0
 """Window over which :func:`peak_offered_gpus` averages the offered load."""
 
@@ -414,65 +363,3 @@ def peak_offered_gpus(requests: Sequence[InferenceRequestSpec], window_s: float 
     work = np.array([r.duration + COLD_START_DELAY_S[r.app] for r in requests])
     bins = np.floor(arrivals / window_s).astype(np.int64)
     return float(np.bincount(bins - bins.min(), weights=work).max() / window_s)
-
-
-def run_generate(args: argparse.Namespace) -> int:
-    """Run ``deepboot generate`` with parsed arguments; returns the exit status."""
-    try:
-        stats = load_philly_stats(args.stats) if args.stats else None
-        train = {
-            "num_jobs": args.num_jobs,
-            "start_hour": args.start_hour,
-            "window_hours": args.window_hours,
-            "load": args.load,
-        }
-        inference = None
-        if not args.no_inference:
-            inference = {
-                "horizon_s": args.horizon_hours * 3600.0,
-                "instances_per_app": args.instances_per_app,
-                "mean_gpus": args.inference_mean_gpus,
-                "amplitude": args.inference_amplitude,
-                "period_s": args.period_hours * 3600.0,
-                "phase_s": args.phase_hours * 3600.0,
-            }
-        name = args.name or (Path(args.out).stem if args.out else f"generated-{args.seed}")
-        wl = generate_workload(name, args.seed, train=train, inference=inference, stats=stats)
-        if args.out:
-            path = write_workload_csv(wl, args.out)
-            s = wl.summary()
-            print(
-                f"wrote {path}: {s['training_jobs']} training jobs, {s['inference_requests']} inference requests "
-                f"on {s['inference_instances']} instances, last arrival {s['last_arrival_s']:g} s"
-            )
-        if wl.requests:
-            peak = peak_offered_gpus(wl.requests)
-            share = peak / args.inference_gpus
-            print(
-                f"peak offered inference load: {peak:.1f} GPUs ({share:.0%} of a {args.inference_gpus}-GPU inference "
-                "cluster, busiest 10 minutes)",
-                file=sys.stderr,
-            )
-            if share > 1.0:
-                print(
-                    "warning: the peaks exceed the inference cluster: requests will queue for a GPU "
-                    "(and take every lent GPU back)",
-                    file=sys.stderr,
-                )
-        else:
-            w = csv.writer(sys.stdout, lineterminator="\n")
-            w.writerow(DEEPBOOT_OUTPUT_COLUMNS)
-            w.writerows(workload_csv_rows(wl))
-    except (ValueError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def generate_main(argv: list[str] | None = None) -> int:
-    """Entry point of ``deepboot generate`` (``argv`` without the sub-command)."""
-    return run_generate(build_generate_parser().parse_args(argv))
-
-
-if __name__ == "__main__":
-    raise SystemExit(generate_main())
