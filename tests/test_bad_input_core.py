@@ -327,3 +327,17 @@ def test_valid_reclaim_hook_passes() -> None:
     sim = _lent_sim(lambda state: GpuRef(0, 1))
     sim.advance()
     assert sim.jobs[0].alloc.tolist() == [4, 3] and sim.reclaims == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# workloads that do not fit the application, the horizon or the cluster
+
+
+def test_batch_size_beyond_the_application_maximum() -> None:
+    Workload("ok", (job(batch=384),))  # bert's largest total batch
+    with pytest.raises(WorkloadError) as err:
+        Workload("bad", (job(), job("b", 1.0, batch=10**11)), source="bad.csv")
+    assert str(err.value) == (
+        "bad.csv: training job 2 ('b'): field 'batch_size': batch size 100000000000 exceeds the largest total "
+        "batch of bert (384)"
+    )

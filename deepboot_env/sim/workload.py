@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from deepboot_env.sim.apps import APP_NAMES
+from deepboot_env.sim.apps import APP_NAMES, default_profiles
 
 
 class WorkloadError(ValueError):
@@ -32,7 +32,8 @@ class TrainingJobSpec:
         arrival: submission time in seconds since the start of the episode.
         app: application name (one of :data:`deepboot_env.sim.apps.APP_NAMES`).
         num_replicas: GPUs requested (used by gang schedulers such as FIFO and Tiresias).
-        batch_size: requested total batch size (used by fixed-batch schedulers).
+        batch_size: requested total batch size (used by fixed-batch schedulers), at most the
+            application's ``max_batch_size`` (checked by :meth:`Workload.validate`).
     """
 
     name: str
@@ -85,9 +86,12 @@ class Workload:
 
         Raises:
             WorkloadError: naming the workload source, the row (1-based, in arrival order of
-                its kind) and the field that is wrong.
+                its kind) and the field that is wrong. Besides the checks of each field on its
+                own, a job's batch size may not exceed its application's ``max_batch_size`` (of
+                the shipped profiles, :func:`~deepboot_env.sim.apps.default_profiles`).
         """
         src = self.source or self.name
+        profiles = default_profiles()
         seen: set[str] = set()
         last = -np.inf
         for i, job in enumerate(self.jobs, start=1):
@@ -108,6 +112,12 @@ class Workload:
                 raise WorkloadError(f"{where}: field 'num_replicas': must be >= 1, got {job.num_replicas}")
             if job.batch_size < 1:
                 raise WorkloadError(f"{where}: field 'batch_size': must be >= 1, got {job.batch_size}")
+            max_bsz = profiles[job.app].max_batch_size
+            if job.batch_size > max_bsz:
+                raise WorkloadError(
+                    f"{where}: field 'batch_size': batch size {job.batch_size} exceeds the largest total batch "
+                    f"of {job.app} ({max_bsz})"
+                )
         last = -np.inf
         for i, req in enumerate(self.requests, start=1):
             where = f"{src}: inference request {i} ({req.name!r})"
