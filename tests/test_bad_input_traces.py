@@ -117,7 +117,17 @@ def test_standard_notation_variants_and_the_largest_batch_load(tmp_path):
 # the probes of the trust issue, through the CLI: exit status 2 and one line on stderr
 CLI_CASES: dict[str, tuple[str, list[str], str]] = {
     "huge_batch": (POLLUX + "bert-0,10,bert,4,100000000000\n", [], "line 2: field 'batch_size': batch size"),
+    "arrival_after_max_time": (
+        POLLUX + TRAIN1 + "ncf-1,1000000000000,ncf,1,32768\n",
+        [],
+        "training job 2 ('ncf-1'): field 'time': arrives at 1e+12 s, after the end of the simulation",
+    ),
     "underscore": (POLLUX + "ncf-1,1_000,ncf,1,32768\n", [], "line 2: field 'time': not a number in standard notation"),
+    "gang_beyond_cluster": (
+        POLLUX + "imagenet-0,10,imagenet,1000,6400\n",
+        ["--cluster", "4x4+4x4"],
+        "training job 1 ('imagenet-0'): field 'num_replicas': requests 1000 GPUs but the cluster 4x4+4x4 has only 32",
+    ),
 }
 
 
