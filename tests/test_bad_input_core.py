@@ -327,3 +327,56 @@ def test_valid_reclaim_hook_passes() -> None:
     sim = _lent_sim(lambda state: GpuRef(0, 1))
     sim.advance()
     assert sim.jobs[0].alloc.tolist() == [4, 3] and sim.reclaims == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# workloads that do not fit the application, the horizon or the cluster
+
+
+def test_batch_size_beyond_the_application_maximum() -> None:
+    Workload("ok", (job(batch=384),))  # bert's largest total batch
+    with pytest.raises(WorkloadError) as err:
+        Workload("bad", (job(), job("b", 1.0, batch=10**11)), source="bad.csv")
+    assert str(err.value) == (
+        "bad.csv: training job 2 ('b'): field 'batch_size': batch size 100000000000 exceeds the largest total "
+        "batch of bert (384)"
+    )
+
+
+@pytest.mark.parametrize("kind", ["job", "request"])
+def test_arrival_after_max_time_names_the_culprit(kind: str) -> None:
+    config = SimConfig(cluster=ClusterConfig.parse("1x4+1x4"), max_time=86400.0)
+    late = 1e12
+    if kind == "job":
+        workload = Workload("w", (job(), job("b", 10.0), job("late", late), job("later", late)), source="w.csv")
+        fragment = "w.csv: training job 3 ('late'): field 'time': arrives at 1e+12 s"
+        count = "2 of 4 training jobs arrive after it"
+    else:
+        workload = Workload("w", (job(),), (request(5.0), request(late, name="late")), source="w.csv")
+        fragment = "w.csv: inference request 2 ('late'): field 'time': arrives at 1e+12 s"
+        count = "1 of 2 inference requests arrive after it"
+    with pytest.raises(WorkloadError) as err:
+        Simulator(workload, config)
+    text = str(err.value)
+    assert fragment in text and "after the end of the simulation (max_time 86400 s = 1 days)" in text
+    assert count in text and "\n" not in text
+    # arriving exactly at max_time is allowed (admitted at the last boundary, then truncated)
+    edge = Workload("edge", (job(), job("b", 86400.0)), (request(86400.0),))
+    assert Simulator(edge, config, make_policy("fifo")).workload is edge
+
+
+def test_gang_job_larger_than_the_whole_cluster() -> None:
+    cluster = ClusterConfig.parse("4x4+4x4")  # 32 GPUs, 16 of them training GPUs
+    huge = Workload("w", (job(), TrainingJobSpec("gang", 5.0, "imagenet", 1000, 6400)), source="w.csv")
+    for name in ("fifo", "tiresias", "optimus"):  # the policies that keep the submitted size
+        with pytest.raises(WorkloadError) as err:
+            Simulator(huge, SimConfig(cluster=cluster), make_policy(name))
+        assert str(err.value) == (
+            "w.csv: training job 2 ('gang'): field 'num_replicas': requests 1000 GPUs but the cluster "
+            "4x4+4x4 has only 32 GPUs in all"
+        )
+    # adaptive policies choose the GPU count themselves: the request is only a hint there
+    Simulator(huge, SimConfig(cluster=cluster), make_policy("pollux"))
+    # the bound is all GPUs, not the training cluster's: 32 passes (FIFO caps it at what it can place)
+    fits = Workload("w", (TrainingJobSpec("gang", 0.0, "imagenet", 32, 6400),))
+    Simulator(fits, SimConfig(cluster=cluster), make_policy("fifo"))

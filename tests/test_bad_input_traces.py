@@ -51,6 +51,21 @@ WORKLOAD_CASES: dict[str, tuple[str, int, str, str]] = {
         "> 0",
     ),
     "nan_inference_duration": (DEEPBOOT + "inference-ncf-0,12,infer-ncf-1,1,1,nan,10\n", 2, "'duration'", "finite"),
+    "batch_size_beyond_app_max": (POLLUX + TRAIN1 + "bert-0,20,bert,4,100000000000\n", 3, "'batch_size'", "(384)"),
+    "batch_size_1e11": (POLLUX + "ncf-1,10,ncf,1,1e11\n", 2, "'batch_size'", "exceeds the largest total batch of ncf"),
+    "underscore_in_time": (POLLUX + "ncf-1,1_000,ncf,1,32768\n", 2, "'time'", "standard notation: '1_000' (write 1000"),
+    "underscore_in_batch_size": (POLLUX + "cifar10-0,10,cifar10,6,2_048\n", 2, "'batch_size'", "standard notation"),
+    "underscore_in_replicas": (POLLUX + "cifar10-0,10,cifar10,1_2,2048\n", 2, "'num_replicas'", "standard notation"),
+    "underscore_in_inference_duration": (
+        DEEPBOOT + "inference-ncf-0,12,infer-ncf-1,1,1,1_0.5,10\n",
+        2,
+        "'duration'",
+        "(write 10.5",
+    ),
+    "space_inside_number": (POLLUX + "ncf-1,1 000,ncf,1,32768\n", 2, "'time'", "not a number"),
+    "infinity_spelled_out": (POLLUX + "ncf-1,Infinity,ncf,1,32768\n", 2, "'time'", "finite"),
+    "nan_batch_size": (POLLUX + "ncf-1,10,ncf,1,NaN\n", 2, "'batch_size'", "finite"),
+    "hex_number": (POLLUX + "ncf-1,0x10,ncf,1,32768\n", 2, "'time'", "not a number"),
     "missing_field": (POLLUX + "ncf-1,10,ncf,1\n", 2, "row", "expected 5 fields"),
     "extra_field": (POLLUX + TRAIN1 + "ncf-1,10,ncf,1,32768,7\n", 3, "row", "got 6"),
 }
@@ -70,6 +85,63 @@ def test_malformed_workload_names_file_line_and_field(tmp_path, case):
     assert field in msg
     assert words in msg
     assert info.value.line == line
+
+
+def test_non_ascii_digits_are_not_standard_notation(tmp_path):
+    path = tmp_path / "arabic.csv"
+    path.write_text(POLLUX + "ncf-1,\u0661\u0660,ncf,1,32768\n", encoding="utf-8")  # float() reads 10
+    with pytest.raises(TraceError, match=r"line 2: field 'time': not a number in standard notation") as info:
+        load_workload(path)
+    assert info.value.field == "time"
+    philly = tmp_path / "philly.csv"
+    philly.write_text(PHILLY + "2017-10-09 07:01:55,66,1,66,a\n2017-10-09 07:01:56,6_6,1,66,a\n", encoding="utf-8")
+    with pytest.raises(TraceError, match=r"philly.csv: line 3: field 'duration': not a number in standard notation"):
+        load_philly(philly)
+
+
+def test_standard_notation_variants_and_the_largest_batch_load(tmp_path):
+    path = tmp_path / "ok.csv"
+    rows = [
+        "a,+0,cifar10,6,4096",  # the largest cifar10 batch
+        "b, 1e1 ,bert,4.0,384",  # spaces around, exponent, a whole float
+        "c,10.,ncf,1,3.2768e4",
+        "d,.5e2,yolov3,4,512",
+    ]
+    path.write_text(POLLUX + "\n".join(rows) + "\n")
+    wl = load_workload(path)
+    assert [j.arrival for j in wl.jobs] == [0.0, 10.0, 10.0, 50.0]
+    assert [j.batch_size for j in wl.jobs] == [4096, 384, 32768, 512]
+    assert wl.jobs[1].num_replicas == 4
+
+
+# the probes of the trust issue, through the CLI: exit status 2 and one line on stderr
+CLI_CASES: dict[str, tuple[str, list[str], str]] = {
+    "huge_batch": (POLLUX + "bert-0,10,bert,4,100000000000\n", [], "line 2: field 'batch_size': batch size"),
+    "arrival_after_max_time": (
+        POLLUX + TRAIN1 + "ncf-1,1000000000000,ncf,1,32768\n",
+        [],
+        "training job 2 ('ncf-1'): field 'time': arrives at 1e+12 s, after the end of the simulation",
+    ),
+    "underscore": (POLLUX + "ncf-1,1_000,ncf,1,32768\n", [], "line 2: field 'time': not a number in standard notation"),
+    "gang_beyond_cluster": (
+        POLLUX + "imagenet-0,10,imagenet,1000,6400\n",
+        ["--cluster", "4x4+4x4"],
+        "training job 1 ('imagenet-0'): field 'num_replicas': requests 1000 GPUs but the cluster 4x4+4x4 has only 32",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CLI_CASES))
+def test_cli_refuses_bad_workloads_in_one_line(tmp_path, capsys, case):
+    from deepboot_harness.cli import main
+
+    content, extra, fragment = CLI_CASES[case]
+    path = tmp_path / f"{case}.csv"
+    path.write_text(content)
+    assert main(["simulate", "--workload", str(path), "--policy", "fifo", "--quiet", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("deepboot simulate: error: ")
+    assert path.name in err and fragment in err
 
 
 def test_training_rows_duration_and_num_task_are_ignored(tmp_path):

@@ -29,7 +29,8 @@ WORKLOAD_ARGS = {
 CONFIGS = {
     "two-cluster": SimConfig(),
     "shared-pool": SimConfig(cluster=ClusterConfig.parse_shared("8x4")),
-    "two-cluster-full-p8": SimConfig(cluster=ClusterConfig.parse("2x4+2x4"), restart="full", protect_scale=8.0),
+    # 3x4+3x4: the workload's largest job asks for 24 GPUs, more than a 2x4+2x4 cluster holds
+    "two-cluster-full-p8": SimConfig(cluster=ClusterConfig.parse("3x4+3x4"), restart="full", protect_scale=8.0),
 }
 
 

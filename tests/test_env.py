@@ -149,11 +149,16 @@ def test_bad_output_paths_and_strict_json(small_workload, tmp_path, capsys) -> N
     (tmp_path / "file").write_text("x")
     assert main(["compare", "--workloads", str(csv), "--policies", "fifo", "--out", str(tmp_path / "file")]) == 2
     assert "is a file" in capsys.readouterr().err
-    # no job completes within max_time: the mean JCT is NaN in Python and null in the JSON
+    # no job completes within max_time: the mean JCT is NaN in Python and null in the JSON (a job
+    # arriving after max_time would be an error: the first job, moved to t = 0)
+    from dataclasses import replace
+
     from deepboot_env.evaluation import run_episode
     from deepboot_env.sim.simulator import SimConfig
+    from deepboot_env.sim.workload import Workload
 
-    metrics = run_episode("fifo", small_workload, SimConfig(max_time=60.0))
+    early = Workload("early", (replace(small_workload.jobs[0], arrival=0.0),))
+    metrics = run_episode("fifo", early, SimConfig(max_time=60.0))
     assert metrics.train_jobs_done == 0 and json.loads(metrics.to_json())["train_jct_mean"] is None
 
 

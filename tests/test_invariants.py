@@ -130,7 +130,9 @@ def scenarios(draw):
     for i, t in enumerate(arrivals):
         app = draw(st.sampled_from(FAST_APPS))
         batch = draw(st.sampled_from(BATCHES[app]))
-        jobs.append(TrainingJobSpec(f"j{i}", t, app, draw(st.integers(1, 8)), batch))
+        # a gang policy's simulation refuses a job asking for more GPUs than the cluster holds
+        replicas = min(draw(st.integers(1, 8)), cluster.total_gpus)
+        jobs.append(TrainingJobSpec(f"j{i}", t, app, replicas, batch))
     n_req = draw(st.integers(0, 25))
     req_times = sorted(
         draw(st.lists(st.one_of(st.integers(0, 4000).map(float), st.floats(0, 4000)), min_size=n_req, max_size=n_req))

@@ -32,8 +32,8 @@ SMALL = {"population": 16, "generations": 8, "patience": 4}
 def _workload(n: int = 8, gap: float = 40.0) -> Workload:
     apps = ["cifar10", "ncf", "cifar10", "bert", "ncf", "cifar10", "deepspeech2", "yolov3"]
     jobs = tuple(
-        TrainingJobSpec(name=f"j{i}", arrival=float(i * gap), app=apps[i % len(apps)], num_replicas=4, batch_size=512)
-        for i in range(n)
+        TrainingJobSpec(f"j{i}", float(i * gap), app, num_replicas=4, batch_size=min(512, get_app(app).max_batch_size))
+        for i, app in ((i, apps[i % len(apps)]) for i in range(n))
     )
     return Workload(name="tiny", jobs=jobs)
 

@@ -18,6 +18,7 @@ from baselines.pollux_ga import (
 )
 from deepboot_env.evaluation import run_episode
 from deepboot_env.policy import make_policy
+from deepboot_env.sim.apps import get_app
 from deepboot_env.sim.cluster import NODE_INFER, ClusterConfig
 from deepboot_env.sim.simulator import SimConfig, Simulator
 from deepboot_env.sim.state import ClusterState, validate_allocation
@@ -30,8 +31,8 @@ SMALL = {"population": 16, "generations": 6}
 def _workload(n: int = 8, gap: float = 40.0) -> Workload:
     apps = ["cifar10", "ncf", "cifar10", "bert", "ncf", "cifar10", "deepspeech2", "ncf"]
     jobs = tuple(
-        TrainingJobSpec(name=f"j{i}", arrival=float(i * gap), app=apps[i % len(apps)], num_replicas=4, batch_size=512)
-        for i in range(n)
+        TrainingJobSpec(f"j{i}", float(i * gap), app, num_replicas=4, batch_size=min(512, get_app(app).max_batch_size))
+        for i, app in ((i, apps[i % len(apps)]) for i in range(n))
     )
     return Workload(name="tiny", jobs=jobs)
 

@@ -13,7 +13,11 @@ Formats, detected from the header line:
   workload. :func:`load_workload` refuses it (use ``deepboot generate``); :func:`load_philly`
   reads it for the statistics code (:mod:`traces.philly`).
 
-Extra, unknown columns are ignored. Blank lines are skipped. Every error is a
+Extra, unknown columns are ignored. Blank lines are skipped. Numbers must be written in standard
+notation (:data:`NUMBER_PATTERN`: ASCII digits with an optional sign, decimal point and exponent,
+surrounding spaces allowed); Python's extras (``1_000``, ``nan``, ``inf``, non-ASCII digits) are
+refused. A training row's ``batch_size`` may not exceed its application's largest total batch
+(``max_batch_size`` of its profile, :mod:`deepboot_env.sim.apps`). Every error is a
 :class:`TraceError` naming the file, the CSV line number (1 = header) and the field.
 
 Workloads shipped with the package live in ``traces/workloads/<split>/<name>.csv`` and can be
@@ -24,6 +28,7 @@ named instead of a path: ``load_workload("test/test-01")`` or, where the stem is
 from __future__ import annotations
 
 import csv
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +36,7 @@ from typing import cast
 
 import numpy as np
 
-from deepboot_env.sim.apps import APP_NAMES, UnknownApplicationError, inference_model_of
+from deepboot_env.sim.apps import APP_NAMES, UnknownApplicationError, get_app, inference_model_of
 from deepboot_env.sim.workload import InferenceRequestSpec, TrainingJobSpec, Workload, WorkloadError
 
 POLLUX_COLUMNS: tuple[str, ...] = ("name", "time", "application", "num_replicas", "batch_size")
@@ -47,6 +52,11 @@ WORKLOADS_DIR = Path(__file__).resolve().parent / "workloads"
 """Folder of the shipped workloads: ``<split>/<name>.csv``."""
 SPLITS: tuple[str, ...] = ("train", "val", "test")
 """Splits of the shipped workloads."""
+
+NUMBER_PATTERN = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+"""A number in standard notation (the whole field, once stripped of surrounding spaces): ``12``,
+``-3.5``, ``.5``, ``1e6``, ``2.5E-3``. ``float()`` also accepts underscores (``1_000``), ``nan``,
+``inf`` and non-ASCII digits; the loaders do not."""
 
 _FORMATS: dict[str, tuple[str, ...]] = {
     "Pollux": POLLUX_COLUMNS,
@@ -265,6 +275,14 @@ def load_workload(source: str | Path, name: str | None = None) -> Workload:
                 bsz = _integer(get("batch_size"), path, line, "batch_size")
                 if bsz < 1:
                     raise TraceError(f"must be >= 1, got {bsz}", path, line, "batch_size")
+                max_bsz = get_app(app).max_batch_size
+                if bsz > max_bsz:
+                    raise TraceError(
+                        f"batch size {bsz} exceeds the largest total batch of {app} ({max_bsz})",
+                        path,
+                        line,
+                        "batch_size",
+                    )
                 jobs.append(TrainingJobSpec(name=rec_name, arrival=t, app=app, num_replicas=reps, batch_size=bsz))
     return Workload(name=name or path.stem, jobs=tuple(jobs), requests=tuple(requests), source=str(path))
 
@@ -417,12 +435,22 @@ def _unsupported_header(header: list[str]) -> str:
 
 
 def _number(text: str, path: Path, line: int, field: str) -> float:
+    """``text`` (already stripped) as a float: a finite number in standard notation."""
     try:
         value = float(text)
     except ValueError:
         raise TraceError(f"not a number: {text!r}", path, line, field) from None
     if not np.isfinite(value):
         raise TraceError(f"not a finite number: {text!r}", path, line, field)
+    if NUMBER_PATTERN.fullmatch(text) is None:
+        plain = str(int(value)) if value.is_integer() and abs(value) < 2**53 else repr(value)
+        raise TraceError(
+            f"not a number in standard notation: {text!r} (write {plain}: ASCII digits with an optional sign, "
+            "decimal point and exponent; no underscores)",
+            path,
+            line,
+            field,
+        )
     return value
 
 
@@ -443,4 +471,8 @@ def _column(values: list[str], lines: list[int], path: Path, field: str) -> np.n
     bad = np.flatnonzero(~np.isfinite(arr))
     if bad.size:
         raise TraceError(f"not a finite number: {values[bad[0]]!r}", path, lines[bad[0]], field)
+    joined = "".join(values)
+    if "_" in joined or not joined.isascii():  # what float() accepts beyond standard notation, finite
+        for k, v in enumerate(values):
+            _number(v, path, lines[k], field)
     return arr

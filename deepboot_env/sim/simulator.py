@@ -104,8 +104,20 @@ class Simulator:
 
     # ------------------------------------------------------------------ setup
     def reset(self) -> None:
-        """Start the episode again from time 0 and run to the first decision."""
+        """Start the episode again from time 0 and run to the first decision.
+
+        Raises:
+            WorkloadError: if a job or request arrives after ``config.max_time``
+                (:meth:`Workload.check_horizon <deepboot_env.sim.workload.Workload.check_horizon>`),
+                or, for a policy that keeps the submitted sizes (``adaptive_batch = False``), a job
+                requests more GPUs than the whole cluster holds, training and inference nodes
+                together (:meth:`Workload.check_fits <deepboot_env.sim.workload.Workload.check_fits>`).
+            ValueError: if the workload has inference requests and the cluster no inference nodes.
+        """
         cfg = self.config
+        self.workload.check_horizon(cfg.max_time)
+        if not self.adaptive:
+            self.workload.check_fits(cfg.cluster.total_gpus, cfg.cluster.describe())
         self.ledger = ClusterLedger(cfg.cluster)
         self.events = EventQueue()
         self.now = 0.0

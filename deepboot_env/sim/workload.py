@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from deepboot_env.sim.apps import APP_NAMES
+from deepboot_env.sim.apps import APP_NAMES, default_profiles
 
 
 class WorkloadError(ValueError):
@@ -31,8 +31,11 @@ class TrainingJobSpec:
         name: unique job name.
         arrival: submission time in seconds since the start of the episode.
         app: application name (one of :data:`deepboot_env.sim.apps.APP_NAMES`).
-        num_replicas: GPUs requested (used by gang schedulers such as FIFO and Tiresias).
-        batch_size: requested total batch size (used by fixed-batch schedulers).
+        num_replicas: GPUs requested (used by gang schedulers such as FIFO and Tiresias; a
+            fixed-batch simulation refuses more than the cluster's GPUs, see
+            :meth:`Workload.check_fits`).
+        batch_size: requested total batch size (used by fixed-batch schedulers), at most the
+            application's ``max_batch_size`` (checked by :meth:`Workload.validate`).
     """
 
     name: str
@@ -85,9 +88,12 @@ class Workload:
 
         Raises:
             WorkloadError: naming the workload source, the row (1-based, in arrival order of
-                its kind) and the field that is wrong.
+                its kind) and the field that is wrong. Besides the checks of each field on its
+                own, a job's batch size may not exceed its application's ``max_batch_size`` (of
+                the shipped profiles, :func:`~deepboot_env.sim.apps.default_profiles`).
         """
         src = self.source or self.name
+        profiles = default_profiles()
         seen: set[str] = set()
         last = -np.inf
         for i, job in enumerate(self.jobs, start=1):
@@ -108,6 +114,12 @@ class Workload:
                 raise WorkloadError(f"{where}: field 'num_replicas': must be >= 1, got {job.num_replicas}")
             if job.batch_size < 1:
                 raise WorkloadError(f"{where}: field 'batch_size': must be >= 1, got {job.batch_size}")
+            max_bsz = profiles[job.app].max_batch_size
+            if job.batch_size > max_bsz:
+                raise WorkloadError(
+                    f"{where}: field 'batch_size': batch size {job.batch_size} exceeds the largest total batch "
+                    f"of {job.app} ({max_bsz})"
+                )
         last = -np.inf
         for i, req in enumerate(self.requests, start=1):
             where = f"{src}: inference request {i} ({req.name!r})"
@@ -124,6 +136,46 @@ class Workload:
                 raise WorkloadError(f"{where}: field 'duration': must be > 0, got {req.duration}")
         if not self.jobs and not self.requests:
             raise WorkloadError(f"{src}: the workload has no training jobs and no inference requests")
+
+    def check_horizon(self, max_time: float) -> None:
+        """Check that nothing arrives after ``max_time``, the simulated time at which an episode
+        is cut (:attr:`SimConfig.max_time <deepboot_env.sim.config.SimConfig.max_time>`): such a
+        job or request would never be seen. Called by the simulator at each reset; O(log n).
+
+        Raises:
+            WorkloadError: naming the first job (or request) that arrives too late.
+        """
+        src = self.source or self.name
+        for kind, items in (("training job", self.jobs), ("inference request", self.requests)):
+            if items and items[-1].arrival > max_time:
+                i = _first_after(items, max_time)
+                item = items[i]
+                raise WorkloadError(
+                    f"{src}: {kind} {i + 1} ({item.name!r}): field 'time': arrives at {item.arrival:g} s, after the "
+                    f"end of the simulation (max_time {max_time:g} s = {max_time / 86400:g} days); "
+                    f"{len(items) - i} of {len(items)} {kind}s arrive after it"
+                )
+
+    def check_fits(self, total_gpus: int, cluster: str = "") -> None:
+        """Check that no training job requests more GPUs than ``total_gpus``, all the GPUs of the
+        cluster (training and inference nodes): more than a policy that keeps the submitted
+        size could ever give it, even lending every inference GPU. The simulator calls it at
+        each reset for such policies (``adaptive_batch = False``: FIFO, Tiresias, Optimus), for
+        which the requested count is the job's size; adaptive policies choose the count
+        themselves and may run the job on fewer GPUs. A request between the training cluster's
+        GPUs and ``total_gpus`` passes: gang policies cap it at what they can place.
+
+        Raises:
+            WorkloadError: naming the first such job.
+        """
+        src = self.source or self.name
+        for i, job in enumerate(self.jobs, start=1):
+            if job.num_replicas > total_gpus:
+                on = f"the cluster {cluster}" if cluster else "the cluster"
+                raise WorkloadError(
+                    f"{src}: training job {i} ({job.name!r}): field 'num_replicas': requests {job.num_replicas} GPUs "
+                    f"but {on} has only {total_gpus} GPUs in all"
+                )
 
     @property
     def last_arrival(self) -> float:
@@ -144,6 +196,18 @@ class Workload:
             "jobs_per_app": per_app,
             "last_arrival_s": self.last_arrival,
         }
+
+
+def _first_after(items: tuple[TrainingJobSpec, ...] | tuple[InferenceRequestSpec, ...], t: float) -> int:
+    """Index of the first of ``items`` (sorted by arrival) that arrives after ``t``, by bisection."""
+    lo, hi = 0, len(items)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if items[mid].arrival > t:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 def _check_time(where: str, fieldname: str, value: float) -> None:
