@@ -125,3 +125,25 @@ def cluster_state(cluster: str, jobs, running=None, restart: str = "pollux", tim
         recent_arrivals=(0,) * 10,
         restart_model=restart,
     )
+
+
+def check_completion_bounds(env, steps: int, seed: int = 4) -> int:
+    """Step ``env`` (a reset ``DeepBootEnv``) with masked random actions for up to ``steps``
+    decisions, asserting before each that every active job's completion bounds (the loose one and
+    the one at its placement's rates) never exceed its projected completion; returns how many
+    projections were checked."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    checked = 0
+    for _ in range(steps):
+        for job in env.sim.active_jobs:
+            due = job.time_of_completion()
+            if due is not None:
+                assert job.completion_lower_bound() <= due
+                assert job.completion_bound_from(job.projection_state()) <= due
+                checked += 1
+        _, _, terminated, _, _ = env.step(masked_random_action(env, rng))
+        if terminated:
+            break
+    return checked

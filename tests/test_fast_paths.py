@@ -15,7 +15,7 @@ import json
 
 import numpy as np
 import pytest
-from builders import masked_random_action
+from builders import check_completion_bounds, masked_random_action
 
 from deepboot_env.env import DeepBootEnv
 from deepboot_env.env.codec import TargetCodec
@@ -94,19 +94,7 @@ def test_lazy_completion_projection_equals_eager(workload, policy: str, config: 
 def test_completion_lower_bound_never_exceeds_the_projection(workload, restart: str) -> None:
     env = DeepBootEnv(workload=workload, restart=restart, max_jobs=8)
     env.reset(seed=4)
-    rng = np.random.default_rng(4)
-    checked = 0
-    for _ in range(400):
-        for job in env.sim.active_jobs:
-            due = job.time_of_completion()
-            if due is not None:
-                assert job.completion_lower_bound() <= due
-                assert job.completion_bound_from(job.projection_state()) <= due
-                checked += 1
-        _, _, terminated, _, _ = env.step(masked_random_action(env, rng))
-        if terminated:
-            break
-    assert checked > 100
+    assert check_completion_bounds(env, 400) > 100
 
 
 def test_job_seconds_equals_the_array_formula(workload) -> None:

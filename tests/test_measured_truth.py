@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from builders import masked_random_action
+from builders import check_completion_bounds
 
 from deepboot_env.config import EnvConfig, EnvConfigError
 from deepboot_env.env import DeepBootEnv
@@ -341,19 +341,7 @@ def test_measured_episodes_project_completions_as_an_eager_run(workload, policy,
 def test_measured_completion_bounds_never_exceed_the_projection(workload, restart: str) -> None:
     env = DeepBootEnv(workload=workload, restart=restart, max_jobs=8, truth="measured", shared_pool="16x4")
     env.reset(seed=4)
-    rng = np.random.default_rng(4)
-    checked = 0
-    for _ in range(300):
-        for job in env.sim.active_jobs:
-            due = job.time_of_completion()
-            if due is not None:
-                assert job.completion_lower_bound() <= due
-                assert job.completion_bound_from(job.projection_state()) <= due
-                checked += 1
-        _, _, terminated, _, _ = env.step(masked_random_action(env, rng))
-        if terminated:
-            break
-    assert checked > 100
+    assert check_completion_bounds(env, 300) > 100
 
 
 def test_compare_records_the_truth(workload, tmp_path: Path) -> None:
