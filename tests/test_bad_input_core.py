@@ -358,7 +358,7 @@ def test_arrival_after_max_time_names_the_culprit(kind: str) -> None:
     with pytest.raises(WorkloadError) as err:
         Simulator(workload, config)
     text = str(err.value)
-    assert fragment in text and "after the end of the simulation (max_time 86400 s = 1 days)" in text
+    assert fragment in text and "after the end of the simulation (max_time 86400 s, 1 day)" in text
     assert count in text and "\n" not in text
     # arriving exactly at max_time is allowed (admitted at the last boundary, then truncated)
     edge = Workload("edge", (job(), job("b", 86400.0)), (request(86400.0),))
