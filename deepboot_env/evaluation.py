@@ -1,11 +1,71 @@
-"""The one evaluation loop every policy runs through, heuristic or learned."""
+"""The one evaluation loop every policy runs through, heuristic or learned.
+
+:func:`run_episode` can report how far an episode has come (``progress``, a callback called every
+``progress_every`` decisions with an :class:`EpisodeProgress`) and stops an episode that makes no
+training progress at all for ``stall_limit_s`` of simulated time while training jobs are active
+(:class:`StalledEpisodeError`): a policy that never gives a job a GPU would otherwise run to
+``max_time`` (30 simulated days) without a word.
+"""
 
 from __future__ import annotations
 
-from deepboot_env.policy import Policy, make_policy
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from deepboot_env.policy import ClusterState, Policy, make_policy
 from deepboot_env.sim.metrics import EpisodeMetrics
 from deepboot_env.sim.simulator import SimConfig, Simulator
 from deepboot_env.sim.workload import Workload
+
+STALL_LIMIT_S = 7 * 86400.0
+"""Default watchdog bound: simulated seconds without any training progress while jobs are active.
+
+A gang policy waiting for GPUs always has some job running; a policy that starves every job does
+not. Measured with the shipped baselines on the shipped and reference workloads, the longest such
+stretch is one interval (60 s); in the test suite 480 s for a heuristic and about 3 hours for an
+untrained agent (docs/simulator.md §1).
+"""
+
+PROGRESS_EVERY = 500
+"""Default number of decisions between two calls of the ``progress`` callback."""
+
+
+class StalledEpisodeError(ValueError):
+    """An episode made no training progress for too long while training jobs were active."""
+
+
+@dataclass(frozen=True)
+class EpisodeProgress:
+    """Where an episode stands, passed to :func:`run_episode`'s ``progress`` callback.
+
+    Attributes:
+        decisions: scheduling decisions taken so far.
+        sim_time: simulated time now (s).
+        max_time: simulated time at which the episode is cut (s).
+        jobs_done: training jobs completed so far.
+        jobs_total: training jobs in the workload.
+        active_jobs: training jobs arrived and not finished.
+        wall_s: wall-clock seconds since :func:`run_episode` started.
+        done: True for the one call made when the episode has ended.
+    """
+
+    decisions: int
+    sim_time: float
+    max_time: float
+    jobs_done: int
+    jobs_total: int
+    active_jobs: int
+    wall_s: float
+    done: bool = False
+
+    def line(self) -> str:
+        """One human-readable line, e.g. ``day 2.41 of 30, 57/160 jobs done, 12 active, 3,105
+        decisions, 14 s``."""
+        return (
+            f"day {self.sim_time / 86400:.2f} of {self.max_time / 86400:g}, {self.jobs_done}/{self.jobs_total} jobs "
+            f"done, {self.active_jobs} active, {self.decisions:,} decisions, {self.wall_s:.0f} s"
+        )
 
 
 def run_episode(
@@ -13,6 +73,10 @@ def run_episode(
     workload: Workload,
     config: SimConfig | None = None,
     seed: int = 0,
+    *,
+    progress: Callable[[EpisodeProgress], None] | None = None,
+    progress_every: int = PROGRESS_EVERY,
+    stall_limit_s: float | None = STALL_LIMIT_S,
 ) -> EpisodeMetrics:
     """Simulate ``workload`` from start to end under ``policy`` and return its metrics.
 
@@ -21,13 +85,88 @@ def run_episode(
         workload: what arrives.
         config: cluster, restart model, protect scale, interval.
         seed: reseeds the policy (the simulator itself is deterministic).
+        progress: called with an :class:`EpisodeProgress` every ``progress_every`` decisions and
+            once more when the episode has ended (``done=True``); nothing is called between
+            decisions (stretches with no training job active, inference only, pass silently).
+        progress_every: decisions between two ``progress`` calls (>= 1).
+        stall_limit_s: the watchdog: simulated seconds the episode may go without any training
+            progress (no job's progress grows, none completes) while jobs are active; None
+            turns it off. Checked every ``min(1 h, stall_limit_s / 8)`` of simulated time, so it
+            fires at most that long after the bound.
+
+    Raises:
+        StalledEpisodeError: when the watchdog fires; the message names the policy, how long
+            nothing progressed and the jobs waiting.
+        WorkloadError: if the workload does not fit the simulation (see
+            :meth:`Simulator.reset <deepboot_env.sim.simulator.Simulator.reset>`).
     """
+    if progress_every < 1:
+        raise ValueError(f"progress_every must be >= 1, got {progress_every}")
+    if stall_limit_s is not None and not stall_limit_s > 0:
+        raise ValueError(f"stall_limit_s must be > 0 or None, got {stall_limit_s}")
+    start = time.perf_counter()
     if isinstance(policy, str):
         policy = make_policy(policy)
     policy.reset(seed)
-    sim = Simulator(workload, config or SimConfig(), policy)
+    config = config or SimConfig()
+    sim = Simulator(workload, config, policy)
+    total = len(workload.jobs)
+
+    def report(decisions: int, done: bool = False) -> None:
+        assert progress is not None
+        progress(
+            EpisodeProgress(
+                decisions=decisions,
+                sim_time=sim.now,
+                max_time=config.max_time,
+                jobs_done=sim.jobs_finished,
+                jobs_total=total,
+                active_jobs=len(sim.active_jobs),
+                wall_s=time.perf_counter() - start,
+                done=done,
+            )
+        )
+
+    decisions = 0
+    # watchdog, checked every `period` of simulated time (not at every decision, to cost nothing):
+    # training progressed since the last check iff a job completed or the summed progress of the
+    # active jobs (advanced to now by observe()) grew; jobs admitted since then add exactly 0 (they
+    # had no GPU yet), so the sums compare like with like. `since` is the last check that saw
+    # progress: nothing progressed after it, so the stall reported never overstates.
+    jobs = sim.jobs
+    period = 0.0 if stall_limit_s is None else min(3600.0, stall_limit_s / 8)
+    finished, work, since, next_check = -1, 0.0, sim.now, sim.now
     while not sim.done:
         state = sim.observe()
+        if stall_limit_s is not None and sim.now >= next_check:
+            next_check = sim.now + period
+            now_finished = sim.jobs_finished
+            now_work = sum([jobs[view.id].progress for view in state.jobs])
+            if now_finished != finished or now_work > work:
+                since = sim.now
+            elif sim.now - since > stall_limit_s:
+                raise _stalled(policy, state, sim.now, since)
+            finished, work = now_finished, now_work
         sim.apply(policy.decide(state), state)
         sim.advance()
+        decisions += 1
+        if progress is not None and decisions % progress_every == 0 and not sim.done:
+            report(decisions)
+    if progress is not None:
+        report(decisions, done=True)
     return sim.metrics()
+
+
+def _stalled(policy: Policy, state: ClusterState, now: float, since: float) -> StalledEpisodeError:
+    waiting = [job for job in state.jobs if job.replicas == 0]
+    names = ", ".join(repr(job.name) for job in waiting[:3]) + (", ..." if len(waiting) > 3 else "")
+    held = (
+        f"{len(waiting)} of {len(state.jobs)} active jobs hold no GPU ({names})"
+        if waiting
+        else (f"all {len(state.jobs)} active jobs hold GPUs but none progresses")
+    )
+    return StalledEpisodeError(
+        f"policy {getattr(policy, 'name', type(policy).__name__)!r} made no training progress for "
+        f"{(now - since) / 86400:.1f} simulated days (t = {since:g} s to {now:g} s) while training jobs were "
+        f"active: {held}; stopped by the watchdog (stall_limit_s)"
+    )

@@ -358,7 +358,7 @@ def test_arrival_after_max_time_names_the_culprit(kind: str) -> None:
     with pytest.raises(WorkloadError) as err:
         Simulator(workload, config)
     text = str(err.value)
-    assert fragment in text and "after the end of the simulation (max_time 86400 s = 1 days)" in text
+    assert fragment in text and "after the end of the simulation (max_time 86400 s, 1 day)" in text
     assert count in text and "\n" not in text
     # arriving exactly at max_time is allowed (admitted at the last boundary, then truncated)
     edge = Workload("edge", (job(), job("b", 86400.0)), (request(86400.0),))
@@ -380,3 +380,65 @@ def test_gang_job_larger_than_the_whole_cluster() -> None:
     # the bound is all GPUs, not the training cluster's: 32 passes (FIFO caps it at what it can place)
     fits = Workload("w", (TrainingJobSpec("gang", 0.0, "imagenet", 32, 6400),))
     Simulator(fits, SimConfig(cluster=cluster), make_policy("fifo"))
+
+
+# ---------------------------------------------------------------------------------------------
+# the evaluation loop: progress and the watchdog
+
+
+class _Starver:
+    """Never gives any job a GPU."""
+
+    name = "starver"
+    adaptive_batch = True
+
+    def reset(self, seed=None) -> None:  # noqa: ARG002
+        pass
+
+    def decide(self, state):  # noqa: ARG002
+        return Allocation({})
+
+    def choose_reclaim(self, state, request):  # noqa: ARG002
+        return None
+
+
+def test_watchdog_stops_a_policy_that_never_gives_a_gpu() -> None:
+    from deepboot_env.evaluation import STALL_LIMIT_S, StalledEpisodeError, run_episode
+
+    workload = Workload("w", (job("a", 120.0), job("b", 180.0, app="ncf", batch=32768)))
+    with pytest.raises(StalledEpisodeError) as err:
+        run_episode(_Starver(), workload, SimConfig(cluster=ClusterConfig.parse("1x4+1x4")))
+    text = str(err.value)
+    assert isinstance(err.value, ValueError) and "\n" not in text
+    assert text.startswith("policy 'starver' made no training progress for 7.0 simulated days (t = 120 s to ")
+    assert "2 of 2 active jobs hold no GPU ('a', 'b')" in text and "watchdog (stall_limit_s)" in text
+    # a tighter bound fires sooner; None turns the watchdog off (the episode then runs to max_time)
+    with pytest.raises(StalledEpisodeError, match=r"for 0\.1 simulated days"):
+        run_episode(_Starver(), workload, SimConfig(cluster=ClusterConfig.parse("1x4+1x4")), stall_limit_s=7200.0)
+    metrics = run_episode(
+        _Starver(),
+        workload,
+        SimConfig(cluster=ClusterConfig.parse("1x4+1x4"), max_time=STALL_LIMIT_S + 3600),
+        stall_limit_s=None,
+    )
+    assert metrics.truncated and metrics.train_jobs_done == 0
+    with pytest.raises(ValueError, match="stall_limit_s must be > 0"):
+        run_episode("fifo", workload, stall_limit_s=0.0)
+
+
+def test_progress_callback_reports_every_n_decisions_and_at_the_end() -> None:
+    from deepboot_env.evaluation import EpisodeProgress, run_episode
+
+    workload = Workload("w", (job("a", 0.0, app="cifar10", batch=128), job("b", 30.0, app="ncf", batch=32768)))
+    seen: list[EpisodeProgress] = []
+    metrics = run_episode(
+        "fifo", workload, SimConfig(cluster=ClusterConfig.parse("1x4+1x4")), progress=seen.append, progress_every=7
+    )
+    assert len(seen) >= 2 and seen[-1].done and not any(p.done for p in seen[:-1])
+    assert [p.decisions for p in seen[:-1]] == [7 * (k + 1) for k in range(len(seen) - 1)]
+    assert all(a.sim_time <= b.sim_time and a.jobs_done <= b.jobs_done for a, b in zip(seen, seen[1:], strict=False))
+    assert seen[-1].jobs_done == seen[-1].jobs_total == 2 == metrics.train_jobs_done
+    assert seen[-1].active_jobs == 0 and seen[0].max_time == 30 * 86400.0
+    assert seen[0].line().startswith("day 0.") and "/2 jobs done" in seen[0].line()
+    with pytest.raises(ValueError, match="progress_every must be >= 1"):
+        run_episode("fifo", workload, progress=seen.append, progress_every=0)

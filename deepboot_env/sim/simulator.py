@@ -338,6 +338,11 @@ class Simulator:
         """Training jobs admitted at a boundary and not finished, in arrival order."""
         return [self.jobs[i] for i in self._active]
 
+    @property
+    def jobs_finished(self) -> int:
+        """Training jobs completed so far (admitted and no longer active); O(1)."""
+        return self._training.next_arrival - len(self._active)
+
     def job_seconds(self, t0: float, t1: float) -> float:
         """Training job-seconds spent in the system (arrived, not finished) during [t0, t1]."""
         return self._books.job_seconds(t0, t1, self._training.unfinished_arrivals(t1))

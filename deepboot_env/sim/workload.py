@@ -150,9 +150,11 @@ class Workload:
             if items and items[-1].arrival > max_time:
                 i = _first_after(items, max_time)
                 item = items[i]
+                days = max_time / 86400
+                limit = f"{max_time:.0f}" if float(max_time).is_integer() and max_time < 1e15 else f"{max_time:g}"
                 raise WorkloadError(
                     f"{src}: {kind} {i + 1} ({item.name!r}): field 'time': arrives at {item.arrival:g} s, after the "
-                    f"end of the simulation (max_time {max_time:g} s = {max_time / 86400:g} days); "
+                    f"end of the simulation (max_time {limit} s, {days:g} day{'' if days == 1 else 's'}); "
                     f"{len(items) - i} of {len(items)} {kind}s arrive after it"
                 )
 
