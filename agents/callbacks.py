@@ -168,8 +168,8 @@ class WorkloadEvalCallback(BaseCallback):
         eval_at_start: evaluate before the first update too (a pretrained model's score, so
             ``best_model.zip`` is never worse than the starting point).
 
-    Each episode is cut, as the env's ``max_rounds`` cuts training episodes, at ``last arrival +
-    max_rounds x interval`` of simulated time (its metrics then say ``truncated``).
+    Each episode is cut, as the env's ``max_rounds`` cuts training episodes, at ``last arrival (of a
+    job or an inference request) + max_rounds x interval`` of simulated time (its metrics then say ``truncated``).
 
     Attributes:
         best_score: best mean censored JCT so far (lower is better).
@@ -227,7 +227,8 @@ class WorkloadEvalCallback(BaseCallback):
 
     def _config_for(self, workload: Workload) -> SimConfig:
         sim = self.env_config.sim
-        last = max((j.arrival for j in workload.jobs), default=0.0)
+        # every arrival (jobs and inference requests) must fall within the horizon
+        last = max([j.arrival for j in workload.jobs] + [r.arrival for r in workload.requests], default=0.0)
         limit = last + self.env_config.max_rounds * sim.interval
         return replace(sim, max_time=min(sim.max_time, limit))
 
