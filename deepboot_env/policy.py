@@ -20,12 +20,11 @@ heuristic and ``ia:<name>``) and ``agents`` (``ppo:<path>``).
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, cast, runtime_checkable
 
-from deepboot_env.plugins import load_plugins
+from deepboot_env.plugins import load_plugins, resolve_entry_point
 from deepboot_env.sim.reclaim import ats_i_victim
 from deepboot_env.sim.state import (
     Allocation,
@@ -114,13 +113,7 @@ _PREFIXES: dict[str, tuple[str | Callable[..., Policy], str]] = {}
 
 
 def _resolve(entry_point: str | Callable[..., Policy]) -> Callable[..., Policy]:
-    if callable(entry_point):
-        return entry_point
-    module, _, attr = entry_point.partition(":")
-    target: object = importlib.import_module(module)
-    for part in attr.split("."):
-        target = getattr(target, part)
-    return cast("Callable[..., Policy]", target)  # the entry point names a policy factory
+    return cast("Callable[..., Policy]", resolve_entry_point(entry_point))  # it names a policy factory
 
 
 def register_policy(name: str, entry_point: str | PolicyFactory, **kwargs: object) -> None:

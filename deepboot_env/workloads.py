@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import cast
 
-from deepboot_env.plugins import load_plugins
+from deepboot_env.plugins import load_plugins, resolve_entry_point
 from deepboot_env.sim.workload import Workload
 
 WorkloadSource = str | Path | Workload
@@ -39,13 +39,7 @@ def default_workload_loader() -> WorkloadLoader:
     load_plugins()
     if not _LOADER:
         raise LookupError("no workload loader is registered: pass Workload objects or a workload_loader")
-    entry = _LOADER[0]
-    if callable(entry):
-        return entry
-    import importlib
-
-    module, _, attr = entry.partition(":")
-    loader = getattr(importlib.import_module(module), attr)
+    loader = cast(WorkloadLoader, resolve_entry_point(_LOADER[0]))
     _LOADER[:] = [loader]
     return loader
 
