@@ -10,13 +10,14 @@ import pytest
 from deepboot_env.evaluation import run_episode
 from deepboot_env.policy import BasePolicy, make_policy
 from deepboot_env.sim.cluster import ClusterConfig
-from deepboot_env.sim.inference import _PLACED, PROTECT, RUNNING, SLEEP, InferencePool, protect_time
+from deepboot_env.sim.inference import _PLACED, InferencePool
 from deepboot_env.sim.simulator import SimConfig, Simulator
 from traces.generate import generate_workload
 
 
 class FullScanPool(InferencePool):
-    """The reference: a FIFO deque, every waiting request retried after every event."""
+    """The reference: a FIFO deque, every waiting request retried after every event (the pool's
+    own event handlers call this ``serve_waiting``; the instances they mark are ignored)."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -25,22 +26,6 @@ class FullScanPool(InferencePool):
     def arrive(self, idx: int, now: float) -> None:
         self.waiting.append(idx)
         self.serve_waiting(now)
-
-    def request_done(self, pod, now: float) -> None:
-        self.ledger.move_pod(pod.node, RUNNING, PROTECT)
-        pod.status, pod.since = PROTECT, now
-        pod.version += 1
-        pod.sleep_at = now + protect_time(pod.hits, self.protect_scale) + 1
-        self.events.push(pod.sleep_at, 1, pod.pid, pod.version)  # EventKind.POD_SLEEP
-        if self.waiting:
-            self.serve_waiting(now)
-
-    def pod_sleep(self, pod, now: float) -> None:
-        self.ledger.move_pod(pod.node, PROTECT, SLEEP)
-        pod.status, pod.hits, pod.since = SLEEP, 0, now
-        pod.version += 1
-        if self.waiting:
-            self.serve_waiting(now)
 
     def serve_waiting(self, now: float) -> None:
         still: deque[int] = deque()
