@@ -13,8 +13,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from deepboot_env.config import cluster_config
-from deepboot_env.sim.cluster import ClusterConfig, ClusterConfigError
+from deepboot_env.config import sim_config
+from deepboot_env.sim.cluster import ClusterConfigError
 from deepboot_env.sim.interference import InterferenceError, InterferenceModel
 from deepboot_env.sim.measured import TRACE_SETS, TRUTHS
 from deepboot_env.sim.metrics import EpisodeMetrics
@@ -25,11 +25,6 @@ from deepboot_env.sim.workload import WorkloadError
 
 DEFAULT_WORKLOAD = "test/test-01"
 """Shipped workload used when ``--workload`` is omitted (periodic inference, 160 jobs)."""
-
-
-def cluster_from_args(args: argparse.Namespace) -> ClusterConfig:
-    """The cluster of ``--cluster`` / ``--shared-pool`` (default: 8x4 training + 8x4 inference)."""
-    return cluster_config(args.cluster, args.shared_pool)
 
 
 def interference_from_args(args: argparse.Namespace) -> InterferenceModel | None:
@@ -49,9 +44,10 @@ def interference_from_args(args: argparse.Namespace) -> InterferenceModel | None
 
 
 def sim_config_from_args(args: argparse.Namespace) -> SimConfig:
-    """Simulation settings from the common flags."""
-    return SimConfig(
-        cluster=cluster_from_args(args),
+    """Simulation settings from the common flags (:func:`deepboot_env.config.sim_config`)."""
+    return sim_config(
+        cluster=args.cluster,
+        shared_pool=args.shared_pool,
         restart=args.restart,
         protect_scale=args.protect_scale,
         interval=args.interval,
