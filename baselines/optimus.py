@@ -2,7 +2,9 @@
 
 Each job keeps its submitted total batch size; it may use up to ``batch // min_local_bsz`` GPUs
 (ncf: 1). With the oracle remaining work R_j (the simulator's true remaining progress), a job's
-remaining time at K GPUs is R_j / rate_j(K), rate at K GPUs packed 4 per node. Allocation: in
+remaining time at K GPUs is R_j / rate_j(K), with the oracle's true rate at K GPUs packed on
+nodes (``JobView.oracle_rate``: the measured step time of that shape under the measured truth,
+as the original's oracle reads the traces). Allocation: in
 submission order every job first gets one GPU while GPUs remain; then, repeatedly, one more GPU goes
 to the job with the largest reduction of remaining time, T_j(K) - T_j(K + 1), until GPUs run out or
 no job gains. Jobs whose count is unchanged keep their nodes; the others, in ascending order of
@@ -26,7 +28,7 @@ def remaining_time(job: JobView, replicas: int, gpus_per_node: int) -> float:
     """Oracle seconds to finish at ``replicas`` GPUs packed on nodes (inf at 0 GPUs)."""
     if replicas <= 0:
         return float("inf")
-    rate = job.rate((replicas + gpus_per_node - 1) // gpus_per_node, replicas)
+    rate = job.oracle_rate(replicas, gpus_per_node)
     return job.remaining_work / rate if rate > 0 else float("inf")
 
 

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from deepboot_env.sim.apps import AppProfile
-from deepboot_env.sim.rates import RateTable
+from deepboot_env.sim.rates import ProgressRates
+from deepboot_env.sim.state import packed_counts
 
 if TYPE_CHECKING:
     from deepboot_env.sim.inference import RequestRecord
@@ -112,28 +113,33 @@ def percentile(values: np.ndarray, q: float) -> float:
     return float(np.percentile(values, q)) if len(values) else float("nan")
 
 
-_LOWER_BOUNDS: weakref.WeakKeyDictionary[RateTable, dict[tuple[AppProfile, int], float]] = weakref.WeakKeyDictionary()
-"""lower_bound_seconds by rate table (a pure cache of deterministic values, like the tables)."""
+_LOWER_BOUNDS: weakref.WeakKeyDictionary[ProgressRates, dict[tuple[AppProfile, int, int], float]] = (
+    weakref.WeakKeyDictionary()
+)
+"""lower_bound_seconds by truth (a pure cache of deterministic values, like the tables)."""
 
 
-def lower_bound_seconds(app: AppProfile, rates: RateTable, gpus_per_node: int) -> float:
-    """Seconds ``app`` needs alone with its best GPU count at every epoch (packed on nodes)."""
-    cache = _LOWER_BOUNDS.setdefault(rates, {})
-    key = (app, gpus_per_node)
+def lower_bound_seconds(app: AppProfile, truth: ProgressRates, max_replicas: int, gpus_per_node: int) -> float:
+    """Seconds ``app`` needs alone with its best GPU count (1 to ``max_replicas``, packed on
+    nodes) at every epoch, at the rates it truly progresses at (``truth``: the fitted
+    :class:`~deepboot_env.sim.rates.RateTable` or the measured rates)."""
+    cache = _LOWER_BOUNDS.setdefault(truth, {})
+    key = (app, int(max_replicas), gpus_per_node)
     if key not in cache:
-        cache[key] = _lower_bound_seconds(app, rates, gpus_per_node)
+        cache[key] = _lower_bound_seconds(app, truth, int(max_replicas), gpus_per_node)
     return cache[key]
 
 
-def _lower_bound_seconds(app: AppProfile, rates: RateTable, gpus_per_node: int) -> float:
+def _lower_bound_seconds(app: AppProfile, truth: ProgressRates, max_replicas: int, gpus_per_node: int) -> float:
+    columns = []
+    for k in range(1, max_replicas + 1):
+        counts = packed_counts(k, gpus_per_node)
+        columns.append(truth.rate_column(truth.placement_class(counts, len(counts) > 1), k))
+    best = np.max(np.array(columns, dtype=float), axis=0)
     total = 0.0
     prev = 0.0
-    ks = np.arange(1, rates.max_replicas + 1)
-    multi = ks > gpus_per_node
     for epoch, target in enumerate(app.epoch_progress):
-        table = rates.rates(epoch)
-        best = float(np.max(table[multi.astype(int), ks]))
-        total += (float(target) - prev) / best
+        total += (float(target) - prev) / float(best[epoch])
         prev = float(target)
     return total
 
@@ -141,7 +147,7 @@ def _lower_bound_seconds(app: AppProfile, rates: RateTable, gpus_per_node: int) 
 def episode_metrics(
     jobs: Sequence[TrainingJob],
     requests: Sequence[RequestRecord],
-    rate_table: Callable[[AppProfile], RateTable],
+    truth_of: Callable[[AppProfile], tuple[ProgressRates, int]],
     *,
     gpus_per_node: int,
     gpu_seconds: Sequence[float],
@@ -158,7 +164,8 @@ def episode_metrics(
     Args:
         jobs: every training job of the episode.
         requests: every inference request's record.
-        rate_table: an application's adaptive-batch rate table (for the JCT lower bound).
+        truth_of: an application's true adaptive-batch rates and the most GPUs it may use (for
+            the JCT lower bound).
         gpus_per_node: GPUs per node.
         gpu_seconds: GPU-seconds spent in each of :data:`GPU_STATES`.
         restarts: placement changes counted as restarts.
@@ -181,7 +188,7 @@ def episode_metrics(
     bounds = {}
     for job in jobs:
         if job.app.name not in bounds:
-            bounds[job.app.name] = lower_bound_seconds(job.app, rate_table(job.app), gpus_per_node)
+            bounds[job.app.name] = lower_bound_seconds(job.app, *truth_of(job.app), gpus_per_node)
     lb = np.array([bounds[j.app.name] for j in jobs]) if jobs else np.array([])
     gs = {name: float(v) for name, v in zip(GPU_STATES, gpu_seconds, strict=True)}
     return EpisodeMetrics(

@@ -407,7 +407,7 @@ class Simulator:
         return episode_metrics(
             self.jobs,
             self._pool.requests,
-            lambda app: self._training.table(app, None),
+            self._training.truth_of,
             gpus_per_node=self.config.cluster.gpus_per_node,
             gpu_seconds=self._books.gpu_seconds,
             restarts=self.restarts,

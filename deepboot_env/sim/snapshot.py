@@ -93,6 +93,7 @@ class StateBuilder:
                         "requested_replicas": spec.num_replicas,
                         "requested_batch": spec.batch_size,
                         "rates": job.rates,
+                        "truth": job.truth,
                         "alloc": job.alloc,
                         "throughput_ratio": job.speed if replicas > 0 else 1.0,
                         "replicas": replicas,  # JobView.replicas, precomputed

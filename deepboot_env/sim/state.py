@@ -18,7 +18,7 @@ from functools import cached_property
 import numpy as np
 
 from deepboot_env.sim.cluster import NODE_INFER, ClusterConfig, node_layout
-from deepboot_env.sim.rates import RateTable
+from deepboot_env.sim.rates import ProgressRates, RateTable
 
 
 class AllocationError(ValueError):
@@ -53,6 +53,10 @@ class JobView:
             (1 = no co-location interference; < 1 = slowed by jobs sharing its nodes, see
             :mod:`deepboot_env.sim.interference`). What a real scheduler measures (during a
             restart stall: the factor it will train at); 1 while it holds no GPU.
+        truth: ORACLE: the rates the job really progresses at (the fitted ``rates`` themselves,
+            or the measured step times of ``SimConfig(truth="measured")``); None means ``rates``.
+            Read it through :meth:`oracle_rate`, and only in oracle policies, like
+            ``remaining_work``.
     """
 
     id: int
@@ -72,6 +76,7 @@ class JobView:
     remaining_work: float
     rates: RateTable = field(repr=False)
     throughput_ratio: float = 1.0
+    truth: ProgressRates | None = field(default=None, repr=False)
 
     @cached_property
     def replicas(self) -> int:
@@ -90,6 +95,27 @@ class JobView:
     def rate_table(self) -> np.ndarray:
         """Rates by [multi-node flag, replicas] at the current epoch (column 0 is 0)."""
         return self.rates.rates(self.epoch)
+
+    def oracle_rate(self, replicas: int, gpus_per_node: int) -> float:
+        """ORACLE: the true progress rate at the current epoch with ``replicas`` GPUs packed on
+        nodes of ``gpus_per_node`` (:func:`packed_counts`), as the originals' oracles read it:
+        the measured step time of that shape under the measured truth, the fitted model's
+        :meth:`rate` otherwise (0 for 0 GPUs). Like :meth:`rate`, GPUs beyond the most the
+        job can use (its rate table's ``max_replicas``) add nothing."""
+        if replicas <= 0:
+            return 0.0
+        replicas = min(int(replicas), self.rates.max_replicas)
+        truth = self.rates if self.truth is None else self.truth
+        counts = packed_counts(replicas, gpus_per_node)
+        cls = truth.placement_class(counts, len(counts) > 1)
+        return truth.rate_column(cls, replicas)[self.epoch]
+
+
+def packed_counts(replicas: int, gpus_per_node: int) -> list[int]:
+    """GPUs per node of ``replicas`` GPUs packed on nodes of ``gpus_per_node``: full nodes, then
+    the rest on one more node (``packed_counts(10, 4) == [4, 4, 2]``)."""
+    full, rest = divmod(int(replicas), int(gpus_per_node))
+    return [int(gpus_per_node)] * full + ([rest] if rest else [])
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from deepboot_env.sim.inference import InferencePool
 from deepboot_env.sim.interference import InterferenceModel
 from deepboot_env.sim.jobs import TrainingJob, frozen_alloc
 from deepboot_env.sim.measured import shared_measured_rates
-from deepboot_env.sim.rates import RateTable, shared_rate_table
+from deepboot_env.sim.rates import ProgressRates, RateTable, shared_rate_table
 from deepboot_env.sim.restart import PARKED, plan_change
 from deepboot_env.sim.state import AllocationError, GpuRef
 from deepboot_env.sim.workload import TrainingJobSpec
@@ -111,6 +111,13 @@ class TrainingJobs:
             table = shared_rate_table(app, min(cap, self._usable), fixed_batch)
             self._tables[key] = table
         return table
+
+    def truth_of(self, app: AppProfile) -> tuple[ProgressRates, int]:
+        """The rates an adaptive-batch job of ``app`` truly progresses at on this cluster (its
+        rate table, or the measured rates of that table), and the most GPUs it may use."""
+        table = self.table(app, None)
+        truth = table if self._trace_set is None else shared_measured_rates(table, self._trace_set)
+        return truth, table.max_replicas
 
     # ------------------------------------------------------------ arrivals
     def admit(self, now: float) -> None:
