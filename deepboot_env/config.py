@@ -9,8 +9,9 @@ GPUs), ``shared_pool`` ("16x4": one pool with inference priority, instead of ``c
 ``restart`` ("afe", "full", "stopfree" or "pollux"), ``protect_scale`` (1.0), ``interval`` (60 s
 between scheduling boundaries), ``interference`` (None, a flat slowdown F in [0, 1), or an
 :class:`~deepboot_env.sim.interference.InterferenceModel`), ``max_time`` (30 days), ``truth``
-("fitted" or "measured": what jobs progress at, docs/goodput.md §9) and ``trace_set`` ("pollux"
-or "deepboot": the placement traces of the measured truth).
+("fitted" or "measured": what jobs progress at, docs/goodput.md §9), ``trace_set`` ("pollux"
+or "deepboot": the placement traces of the measured truth), ``batch_stats`` ("m0" or
+"at_batch") and ``cap_growth`` ("allocated" or "trained"), the two rules of docs/goodput.md §9.7.
 
 Agent options (fields of :class:`EnvConfig`): ``max_jobs`` (32 job slots), ``lend_levels`` (5),
 ``jct_scale`` (10), ``infer_weight`` (1.0), ``max_rounds`` (3000 decisions per episode),
@@ -42,6 +43,8 @@ SIM_OPTIONS: tuple[str, ...] = (
     "max_time",
     "truth",
     "trace_set",
+    "batch_stats",
+    "cap_growth",
 )
 """Flat option names that set the :class:`~deepboot_env.sim.simulator.SimConfig`."""
 
@@ -73,6 +76,8 @@ def sim_config(
     max_time: float | None = None,
     truth: str = "fitted",
     trace_set: str = "pollux",
+    batch_stats: str = "m0",
+    cap_growth: str = "allocated",
 ) -> SimConfig:
     """The :class:`~deepboot_env.sim.simulator.SimConfig` of the flat simulation options."""
     extra = {} if max_time is None else {"max_time": float(max_time)}
@@ -84,6 +89,8 @@ def sim_config(
         interference=interference,
         truth=truth,
         trace_set=trace_set,
+        batch_stats=batch_stats,
+        cap_growth=cap_growth,
         **extra,
     )
 

@@ -16,8 +16,10 @@ from pathlib import Path
 from deepboot_env.config import sim_config
 from deepboot_env.sim.cluster import ClusterConfigError
 from deepboot_env.sim.interference import InterferenceError, InterferenceModel
+from deepboot_env.sim.jobs import CAP_GROWTH
 from deepboot_env.sim.measured import TRACE_SETS, TRUTHS
 from deepboot_env.sim.metrics import EpisodeMetrics
+from deepboot_env.sim.rates import BATCH_STATS
 from deepboot_env.sim.restart import RESTART_MODELS
 from deepboot_env.sim.simulator import SimConfig
 from deepboot_env.sim.state import AllocationError
@@ -54,6 +56,8 @@ def sim_config_from_args(args: argparse.Namespace) -> SimConfig:
         interference=interference_from_args(args),
         truth=args.truth,
         trace_set=args.trace_set,
+        batch_stats=args.batch_stats,
+        cap_growth=args.cap_growth,
     )
 
 
@@ -66,6 +70,10 @@ def config_title(config: SimConfig) -> str:
         text += f", interference={interference.describe()}"
     if config.truth != "fitted":
         text += f", truth={config.truth} ({config.trace_set} traces)"
+    if config.batch_stats != "m0":
+        text += f", batch_stats={config.batch_stats}"
+    if config.cap_growth != "allocated":
+        text += f", cap_growth={config.cap_growth}"
     return text
 
 
@@ -99,6 +107,18 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         choices=TRACE_SETS,
         default="pollux",
         help="placement traces of --truth measured: Pollux's or DeepBoot's (default pollux)",
+    )
+    parser.add_argument(
+        "--batch-stats",
+        choices=BATCH_STATS,
+        default="m0",
+        help="gradient statistics of the batch choice: at M0, or at each candidate batch (default m0)",
+    )
+    parser.add_argument(
+        "--cap-growth",
+        choices=CAP_GROWTH,
+        default="allocated",
+        help="when the exploration cap grows: at the allocation, or once the job trained at it (default allocated)",
     )
     parser.add_argument("--seed", type=int, default=0, help="policy seed (default 0)")
 

@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 from deepboot_env.sim.cluster import ClusterConfig
 from deepboot_env.sim.interference import InterferenceModel, as_model
+from deepboot_env.sim.jobs import validate_cap_growth
 from deepboot_env.sim.measured import validate_trace_set, validate_truth
+from deepboot_env.sim.rates import validate_batch_stats
 from deepboot_env.sim.restart import validate_model
 
 
@@ -31,6 +33,13 @@ class SimConfig:
         trace_set: the placement traces of the measured truth: ``pollux`` (the Pollux
             artifact's) or ``deepboot`` (DeepBoot's copy, with shapes shifted by 4 GPUs per node
             added); unused with ``truth="fitted"``.
+        batch_stats: the gradient statistics an adaptive job's batch choice reads: ``m0`` (the
+            epoch's statistics at the smallest traced batch, the default) or ``at_batch`` (each
+            candidate's own, a stationary form of the originals' rule); docs/goodput.md §9.7.
+        cap_growth: when the exploration cap (twice the most GPUs a job has trained with) grows:
+            ``allocated`` (when the allocation is made, the default) or ``trained`` (once the job
+            has trained at that size, after its restart stall, as in the originals);
+            docs/goodput.md §9.7.
     """
 
     cluster: ClusterConfig = ClusterConfig()
@@ -41,11 +50,15 @@ class SimConfig:
     interference: InterferenceModel | float | None = None
     truth: str = "fitted"
     trace_set: str = "pollux"
+    batch_stats: str = "m0"
+    cap_growth: str = "allocated"
 
     def __post_init__(self) -> None:
         validate_model(self.restart)
         validate_truth(self.truth)
         validate_trace_set(self.trace_set)
+        validate_batch_stats(self.batch_stats)
+        validate_cap_growth(self.cap_growth)
         object.__setattr__(self, "interference", as_model(self.interference))
         if not (math.isfinite(self.protect_scale) and self.protect_scale > 0):
             raise ValueError(f"protect_scale must be a finite number > 0, got {self.protect_scale}")

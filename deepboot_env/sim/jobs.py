@@ -61,7 +61,9 @@ class TrainingJob:
         progress: cumulative progress (M0-equivalent iterations).
         attained_service: GPU-seconds held so far (restart stalls included).
         num_restarts: placement changes after the first start.
-        max_profiled: largest replica count the job has run with.
+        max_profiled: largest replica count the job has run with: counted when the allocation is
+            made, or with ``cap_after_training`` once the job has trained at it (after the
+            restart stall of the change; :meth:`profiled`).
         completion: completion time, or None.
         first_start: time it first received GPUs, or None.
         version: bumped at every placement change (invalidates scheduled completions).
@@ -77,8 +79,13 @@ class TrainingJob:
         rates: RateTable,
         num_nodes: int,
         truth: ProgressRates | None = None,
+        cap_after_training: bool = False,
     ) -> None:
         self.index = index
+        self.cap_after_training = cap_after_training
+        self.pending_profile: tuple[float, int] | None = None
+        """With ``cap_after_training``: (time after which the job trains at its new size, that
+        size), until :meth:`profiled` counts it."""
         self.spec = spec
         self.app = app
         self.rates = rates
@@ -236,12 +243,28 @@ class TrainingJob:
         self._anchor = None
         if plan.counts_as_restart:
             self.num_restarts += 1
+        if self.cap_after_training:
+            self.profiled(now)  # a size trained at before this change counts
+            self.pending_profile = None
         if replicas > 0:
             if self.first_start is None:
                 self.first_start = now
             if replicas > self.max_profiled:
-                self.max_profiled = replicas
+                if self.cap_after_training:
+                    self.pending_profile = (now + sum(p.seconds for p in plan.phases), replicas)
+                else:
+                    self.max_profiled = replicas
         self.version += 1
+
+    def profiled(self, now: float) -> int:
+        """:attr:`max_profiled` at ``now``: with ``cap_after_training``, a larger size the job
+        was given counts once it has trained at it, strictly after its restart stall ended
+        (the originals profile a size in the step that trains at it)."""
+        pending = self.pending_profile
+        if pending is not None and now > pending[0]:
+            self.max_profiled = max(self.max_profiled, pending[1])
+            self.pending_profile = None
+        return self.max_profiled
 
     def set_speed(self, speed: float) -> None:
         """Change the interference speed factor (the job must already be advanced to now); the
@@ -249,6 +272,21 @@ class TrainingJob:
         self.speed = float(speed)
         self._anchor = None
         self.version += 1
+
+
+CAP_GROWTH: tuple[str, ...] = ("allocated", "trained")
+"""When the exploration cap grows (``SimConfig.cap_growth``): at the allocation, or once trained."""
+
+
+def validate_cap_growth(cap_growth: str) -> str:
+    """``cap_growth`` if it is one of :data:`CAP_GROWTH`.
+
+    Raises:
+        ValueError: naming the known values.
+    """
+    if cap_growth not in CAP_GROWTH:
+        raise ValueError(f"unknown cap_growth {cap_growth!r}; known: {', '.join(CAP_GROWTH)}")
+    return cap_growth
 
 
 def _run(

@@ -21,6 +21,20 @@ from deepboot_env.sim.goodput import (
 )
 from deepboot_env.sim.restart import Phase
 
+BATCH_STATS: tuple[str, ...] = ("m0", "at_batch")
+"""Gradient statistics the batch choice reads (``SimConfig.batch_stats``, :class:`RateTable`)."""
+
+
+def validate_batch_stats(batch_stats: str) -> str:
+    """``batch_stats`` if it is one of :data:`BATCH_STATS`.
+
+    Raises:
+        ValueError: naming the known values.
+    """
+    if batch_stats not in BATCH_STATS:
+        raise ValueError(f"unknown batch_stats {batch_stats!r}; known: {', '.join(BATCH_STATS)}")
+    return batch_stats
+
 
 def epoch_suffix(thresholds: np.ndarray, column: Sequence[float]) -> np.ndarray:
     """Suffix sums of the per-epoch durations at a constant placement: epoch ``e`` lasts
@@ -111,12 +125,20 @@ class RateTable:
     ``rate(epoch, multi_node, replicas)`` is the true progress rate (M0-iterations/s) of the batch
     configuration the job chooses from its observed statistics; tables are computed once per
     epoch for K = 1..max_replicas with one vectorised :func:`optimize` call per node class.
+
+    ``batch_stats`` is which gradient statistics the batch choice reads (:data:`BATCH_STATS`,
+    docs/goodput.md §9.7): ``m0``, the epoch's statistics at the smallest traced batch M0 for
+    every candidate; ``at_batch``, each candidate's statistics at its own batch, a stationary form
+    of the originals' rule (they read the statistics at the batch the job last ran).
     """
 
-    def __init__(self, app: AppProfile, max_replicas: int, fixed_batch: int | None = None) -> None:
+    def __init__(
+        self, app: AppProfile, max_replicas: int, fixed_batch: int | None = None, batch_stats: str = "m0"
+    ) -> None:
         self.app = app
         self.max_replicas = max(int(max_replicas), 1)
         self.fixed_batch = fixed_batch if fixed_batch is not None else app.fixed_batch_size
+        self.batch_stats = validate_batch_stats(batch_stats)
         self._rates: dict[int, np.ndarray] = {}
         self._goodputs: dict[int, np.ndarray] = {}
         self._batches: dict[int, np.ndarray] = {}
@@ -142,10 +164,10 @@ class RateTable:
             batch = np.zeros((2, self.max_replicas + 1))
             local = np.zeros((2, self.max_replicas + 1))
             accum = np.zeros((2, self.max_replicas + 1))
-            observed = self.app.observed_stats(epoch)
+            observed = self.app.observed_stats(epoch) if self.batch_stats == "m0" else None
             for flag in (0, 1):
                 nodes = np.full_like(ks, 1.0 + flag)
-                choice = optimize(self.app, nodes, ks, stats=observed, fixed_batch=self.fixed_batch)
+                choice = optimize(self.app, nodes, ks, epoch=epoch, stats=observed, fixed_batch=self.fixed_batch)
                 true_goodput, true_rate = evaluate(
                     self.app, nodes, ks, choice.local_bsz, choice.accum_steps, epoch=epoch
                 )
@@ -297,18 +319,20 @@ class RateTable:
         return float(self._batches[epoch][int(multi_node), min(int(replicas), self.max_replicas)])
 
 
-_SHARED_TABLES: weakref.WeakKeyDictionary[AppProfile, dict[tuple[int, int | None], RateTable]] = (
+_SHARED_TABLES: weakref.WeakKeyDictionary[AppProfile, dict[tuple[int, int | None, str], RateTable]] = (
     weakref.WeakKeyDictionary()
 )
 
 
-def shared_rate_table(app: AppProfile, max_replicas: int, fixed_batch: int | None = None) -> RateTable:
-    """The process-wide :class:`RateTable` of ``app`` (by identity) for ``max_replicas`` and
-    ``fixed_batch``: a table is a pure cache of deterministic values, so every simulator of the
-    process shares it and an episode after the first computes no rate again."""
+def shared_rate_table(
+    app: AppProfile, max_replicas: int, fixed_batch: int | None = None, batch_stats: str = "m0"
+) -> RateTable:
+    """The process-wide :class:`RateTable` of ``app`` (by identity) for ``max_replicas``,
+    ``fixed_batch`` and ``batch_stats``: a table is a pure cache of deterministic values, so every
+    simulator of the process shares it and an episode after the first computes no rate again."""
     tables = _SHARED_TABLES.setdefault(app, {})
-    key = (max(int(max_replicas), 1), fixed_batch)
+    key = (max(int(max_replicas), 1), fixed_batch, batch_stats)
     table = tables.get(key)
     if table is None:
-        table = tables[key] = RateTable(app, max_replicas, fixed_batch=fixed_batch)
+        table = tables[key] = RateTable(app, max_replicas, fixed_batch=fixed_batch, batch_stats=batch_stats)
     return table

@@ -54,8 +54,9 @@ class StateBuilder:
         self.interval = interval
         self.restart = restart
         self.adaptive = adaptive
-        self._view_fields: dict[int, tuple[int, dict[str, object], int]] = {}
-        """Job index -> (job version, view fields fixed at that version, the app's epochs)."""
+        self._view_fields: dict[int, tuple[int, dict[str, object], int, int]] = {}
+        """Job index -> (job version, view fields fixed at that version, the app's epochs, the
+        job's max_profiled then)."""
 
     def build(self, now: float, active: Iterable[int], waiting: int, recent: Iterable[int]) -> ClusterState:
         """The state at ``now`` (the ``active`` jobs, in that order, are advanced to ``now``).
@@ -75,10 +76,13 @@ class StateBuilder:
             job = jobs[index]
             job.advance(now)
             version = job.version
-            # Fields that change only with the job's version (a change of placement or speed); the
-            # job's alloc is a read-only array (jobs.frozen_alloc), so its views share it.
+            if job.pending_profile is not None:
+                job.profiled(now)  # SimConfig(cap_growth="trained"): the cap grows once trained
+            # Fields that change only with the job's version (a change of placement or speed) or
+            # its exploration cap; the job's alloc is a read-only array (jobs.frozen_alloc), so
+            # its views share it.
             cached = fixed.get(index)
-            if cached is None or cached[0] != version:
+            if cached is None or cached[0] != version or cached[3] != job.max_profiled:
                 spec = job.spec
                 replicas = job.replicas
                 cached = fixed[index] = (
@@ -99,6 +103,7 @@ class StateBuilder:
                         "replicas": replicas,  # JobView.replicas, precomputed
                     },
                     job.app.max_epochs,
+                    job.max_profiled,
                 )
             # A JobView without its frozen-dataclass __init__ (several times slower): the same
             # instance dict, filled directly. tests/test_env.py checks every field is set.

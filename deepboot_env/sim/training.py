@@ -86,13 +86,15 @@ class TrainingJobs:
         self._usable = config.cluster.total_gpus
         self._tables: dict[tuple[str, int | None], RateTable] = {}
         self._trace_set = config.trace_set if config.truth == "measured" else None
+        self._batch_stats = config.batch_stats
+        cap_after_training = config.cap_growth == "trained"
         self.jobs: list[TrainingJob] = []
         for i, spec in enumerate(specs):
             app = profiles[spec.app]
             fixed = None if adaptive else spec.batch_size
             table = self.table(app, fixed)
             truth = None if self._trace_set is None else shared_measured_rates(table, self._trace_set)
-            self.jobs.append(TrainingJob(i, spec, app, table, num_nodes, truth))
+            self.jobs.append(TrainingJob(i, spec, app, table, num_nodes, truth, cap_after_training))
         self.active: list[int] = []
         self.next_arrival = 0
         self.restarts = 0
@@ -108,7 +110,7 @@ class TrainingJobs:
                 cap = app.max_useful_replicas()
             else:
                 cap = max(1, fixed_batch // app.min_local_bsz)
-            table = shared_rate_table(app, min(cap, self._usable), fixed_batch)
+            table = shared_rate_table(app, min(cap, self._usable), fixed_batch, self._batch_stats)
             self._tables[key] = table
         return table
 
