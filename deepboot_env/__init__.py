@@ -1,7 +1,9 @@
 """deepboot-env: DeepBoot/Pollux GPU-cluster scheduling simulator and Gymnasium environment.
 
-Importing the package registers the Gymnasium id ``DeepBoot-v0`` when gymnasium is installed;
-the simulation core (:mod:`deepboot_env.sim`) never imports gymnasium.
+Importing the package registers the Gymnasium ids ``DeepBoot-v0`` (jobs progress at the fitted
+goodput model; the shipped checkpoint's) and ``DeepBoot-v1`` (at the step times measured for their
+placement shape, as in the original simulators; ``dynamics="v1"``, docs/environment.md) when
+gymnasium is installed; the simulation core (:mod:`deepboot_env.sim`) never imports gymnasium.
 """
 
 __version__ = "0.1.0"
@@ -12,8 +14,11 @@ def _register() -> None:
         import gymnasium
     except ImportError:  # the core works without gymnasium
         return
-    if "DeepBoot-v0" not in gymnasium.registry:
-        gymnasium.register(id="DeepBoot-v0", entry_point="deepboot_env.env:DeepBootEnv")
+    for version in ("v0", "v1"):
+        if f"DeepBoot-{version}" not in gymnasium.registry:
+            gymnasium.register(
+                id=f"DeepBoot-{version}", entry_point="deepboot_env.env:DeepBootEnv", kwargs={"dynamics": version}
+            )
 
 
 _register()

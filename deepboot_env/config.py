@@ -11,7 +11,9 @@ between scheduling boundaries), ``interference`` (None, a flat slowdown F in [0,
 :class:`~deepboot_env.sim.interference.InterferenceModel`), ``max_time`` (30 days), ``truth``
 ("fitted" or "measured": what jobs progress at, docs/goodput.md §9), ``trace_set`` ("pollux"
 or "deepboot": the placement traces of the measured truth), ``batch_stats`` ("m0" or
-"at_batch") and ``cap_growth`` ("allocated" or "trained"), the two rules of docs/goodput.md §9.7.
+"at_batch") and ``cap_growth`` ("allocated" or "trained"), the two rules of docs/goodput.md §9.7;
+``dynamics`` ("v0" or "v1", :data:`DYNAMICS`) sets the defaults of the last three at once: the
+dynamics of the environment versions ``DeepBoot-v0`` and ``DeepBoot-v1`` (docs/environment.md).
 
 Agent options (fields of :class:`EnvConfig`): ``max_jobs`` (32 job slots), ``lend_levels`` (5),
 ``jct_scale`` (10), ``infer_weight`` (1.0), ``max_rounds`` (3000 decisions per episode),
@@ -33,7 +35,16 @@ from deepboot_env.sim.simulator import SimConfig
 DEFAULT_CLUSTER = "8x4+8x4"
 """The default two clusters: 8 training nodes and 8 inference nodes of 4 GPUs."""
 
+DYNAMICS: dict[str, dict[str, str]] = {
+    "v0": {"truth": "fitted", "batch_stats": "m0", "cap_growth": "allocated"},
+    "v1": {"truth": "measured", "batch_stats": "m0", "cap_growth": "trained"},
+}
+"""The dynamics of each environment version: ``v0`` advances jobs at the fitted goodput model;
+``v1`` at the step times measured for their placement shape, with the originals' exploration
+cap (docs/goodput.md §9). Explicit ``truth``/``batch_stats``/``cap_growth`` options override."""
+
 SIM_OPTIONS: tuple[str, ...] = (
+    "dynamics",
     "cluster",
     "shared_pool",
     "restart",
@@ -74,12 +85,21 @@ def sim_config(
     interval: float = 60.0,
     interference: InterferenceModel | float | None = None,
     max_time: float | None = None,
-    truth: str = "fitted",
+    truth: str | None = None,
     trace_set: str = "pollux",
-    batch_stats: str = "m0",
-    cap_growth: str = "allocated",
+    batch_stats: str | None = None,
+    cap_growth: str | None = None,
+    dynamics: str | None = None,
 ) -> SimConfig:
-    """The :class:`~deepboot_env.sim.simulator.SimConfig` of the flat simulation options."""
+    """The :class:`~deepboot_env.sim.simulator.SimConfig` of the flat simulation options;
+    ``truth``, ``batch_stats`` and ``cap_growth`` default to those of ``dynamics`` (``v0``).
+
+    Raises:
+        ValueError: for an unknown ``dynamics`` (naming the known ones) or a bad option.
+    """
+    if dynamics is not None and dynamics not in DYNAMICS:
+        raise ValueError(f"unknown dynamics {dynamics!r}; known: {', '.join(DYNAMICS)}")
+    preset = DYNAMICS[dynamics or "v0"]
     extra = {} if max_time is None else {"max_time": float(max_time)}
     return SimConfig(
         cluster=cluster_config(cluster, shared_pool),
@@ -87,10 +107,10 @@ def sim_config(
         protect_scale=float(protect_scale),
         interval=float(interval),
         interference=interference,
-        truth=truth,
+        truth=preset["truth"] if truth is None else truth,
         trace_set=trace_set,
-        batch_stats=batch_stats,
-        cap_growth=cap_growth,
+        batch_stats=preset["batch_stats"] if batch_stats is None else batch_stats,
+        cap_growth=preset["cap_growth"] if cap_growth is None else cap_growth,
         **extra,
     )
 

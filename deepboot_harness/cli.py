@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from deepboot_env.config import sim_config
+from deepboot_env.config import DYNAMICS, sim_config
 from deepboot_env.sim.cluster import ClusterConfigError
 from deepboot_env.sim.interference import InterferenceError, InterferenceModel
 from deepboot_env.sim.jobs import CAP_GROWTH
@@ -58,6 +58,7 @@ def sim_config_from_args(args: argparse.Namespace) -> SimConfig:
         trace_set=args.trace_set,
         batch_stats=args.batch_stats,
         cap_growth=args.cap_growth,
+        dynamics=args.dynamics,
     )
 
 
@@ -97,10 +98,16 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         help="per-application-pair slowdowns (CSV/JSON, or 'default'); see deepboot_env/sim/interference.py",
     )
     parser.add_argument(
+        "--dynamics",
+        choices=tuple(DYNAMICS),
+        help="the dynamics of DeepBoot-v0 (fitted model, the default) or DeepBoot-v1 (measured step times, "
+        "the originals' exploration cap); --truth, --batch-stats and --cap-growth override",
+    )
+    parser.add_argument(
         "--truth",
         choices=TRUTHS,
-        default="fitted",
-        help="what jobs progress at: the fitted model or the step times measured per placement shape (default fitted)",
+        help="what jobs progress at: the fitted model or the step times measured per placement shape "
+        "(default: that of --dynamics, fitted)",
     )
     parser.add_argument(
         "--trace-set",
@@ -111,14 +118,13 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--batch-stats",
         choices=BATCH_STATS,
-        default="m0",
         help="gradient statistics of the batch choice: at M0, or at each candidate batch (default m0)",
     )
     parser.add_argument(
         "--cap-growth",
         choices=CAP_GROWTH,
-        default="allocated",
-        help="when the exploration cap grows: at the allocation, or once the job trained at it (default allocated)",
+        help="when the exploration cap grows: at the allocation, or once the job trained at it "
+        "(default: that of --dynamics, allocated)",
     )
     parser.add_argument("--seed", type=int, default=0, help="policy seed (default 0)")
 
