@@ -53,6 +53,10 @@ class JobView:
             (1 = no co-location interference; < 1 = slowed by jobs sharing its nodes, see
             :mod:`deepboot_env.sim.interference`). What a real scheduler measures (during a
             restart stall: the factor it will train at); 1 while it holds no GPU.
+        trained: whether the job has trained at all, i.e. a real scheduler has observed its
+            throughput once (False from arrival to the end of its first start-up stall). The
+            original DeepBoot scheduler values a job without an observed profile at a linear
+            speedup (``ats`` option ``linear_untrained``, docs/policies.md §8.3).
     """
 
     id: int
@@ -72,6 +76,7 @@ class JobView:
     remaining_work: float
     rates: RateTable = field(repr=False)
     throughput_ratio: float = 1.0
+    trained: bool = True
 
     @cached_property
     def replicas(self) -> int:
@@ -230,9 +235,19 @@ class Allocation:
 
     Attributes:
         gpus: job id -> integer array of GPUs per node (length = number of nodes).
+        relist: ids of jobs whose new GPU list, in the order the policy took the GPUs, is not in
+            node order. The original DeepBoot simulator keeps each job's GPUs as such a list, and
+            its inference scheduler (ATS-I) rewrites every list in node order at its next pass; a
+            rewritten list counts as a new placement, so the job restarts (a same-count move,
+            the full start-up delay even under AFE). The simulator charges that restart at the
+            first inference arrival or completion after the decision, to each listed job whose
+            placement this allocation changed and that nothing changed again before then
+            (docs/restarts.md §7). Empty (the default) for every policy but ``ats`` with
+            ``relist_restarts=True``.
     """
 
     gpus: Mapping[int, np.ndarray]
+    relist: frozenset[int] = frozenset()
 
     @classmethod
     def keep(cls, state: ClusterState) -> Allocation:
