@@ -321,7 +321,8 @@ def make_vec_env_for(
     monitor_dir: str | None = None,
     vec_env: str = "dummy",
 ) -> Any:
-    """``n_envs`` copies of ``DeepBoot-v0`` in a ``DummyVecEnv``, each wrapped in ``Monitor``.
+    """``n_envs`` copies of the env (``DeepBoot-v0``, or ``DeepBoot-v1`` with ``dynamics="v1"`` in
+    ``env_kwargs``) in a ``DummyVecEnv``, each wrapped in ``Monitor``.
 
     Args:
         workload: the env's ``workload`` argument (split name, shipped name, CSV path,
@@ -336,7 +337,7 @@ def make_vec_env_for(
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
-    import deepboot_env  # noqa: F401  (registers DeepBoot-v0)
+    from deepboot_env.env import DeepBootEnv
 
     if int(n_envs) < 1:
         raise ConfigError(f"n_envs must be >= 1, got {n_envs}")
@@ -345,7 +346,7 @@ def make_vec_env_for(
     kwargs = dict(env_kwargs or {})
     kwargs["workload"] = workload
     return make_vec_env(
-        "DeepBoot-v0",
+        DeepBootEnv,  # the class itself: the same env as gym.make of either id, without its version notice
         n_envs=int(n_envs),
         seed=seed,
         env_kwargs=kwargs,

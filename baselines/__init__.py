@@ -14,6 +14,14 @@ register_policy("afs", "baselines.afs:AfsPolicy", lend=False)
 register_policy("afs-lend", "baselines.afs:AfsPolicy", lend=True)
 register_policy("ats", "baselines.ats:AtsPolicy", lend=True)
 register_policy("ats-nolend", "baselines.ats:AtsPolicy", lend=False)
+register_policy(
+    "ats-deepboot",
+    "baselines.ats:AtsPolicy",
+    lend=True,
+    linear_untrained=True,
+    relist_restarts=True,
+    label="ats-deepboot",
+)
 register_policy("pollux", "baselines.pollux:PolluxPolicy", lend=False)
 register_policy("pollux-lend", "baselines.pollux:PolluxPolicy", lend=True)
 register_policy("pollux-noavoid", "baselines.pollux:PolluxPolicy", lend=False, avoid_interference=False)

@@ -24,6 +24,22 @@ Decisions where the original is arbitrary or silent (documented here, docs/polic
   otherwise on lent inference GPUs (the original had one pool); this keeps lent GPUs for the jobs
   that need them and lowers reclaims;
 * ties in the trace-back are detected with a relative tolerance of 1e-12.
+
+Two options reproduce rules of the original DeepBoot simulator that the defaults leave out
+(docs/policies.md §8.4; both off by default, both on in ``ats-deepboot``):
+
+* ``linear_untrained``: a job that has not trained yet (:attr:`JobView.trained` False: no
+  throughput observed, the original's ``perf_params is None``) is worth ``w / fair`` at w GPUs,
+  the original's placeholder speedup, instead of its rate-table speedup. It makes a new job
+  compete for a GPU with the value of 1/fair of a fair share (the default gives it
+  ``rate(1) / rate(min(fair, its cap))``, which is 1 for ncf, capped at one GPU), so in a busy
+  cluster new jobs wait for GPUs to free up, as they did in the original;
+* ``relist_restarts``: the original keeps a job's GPUs as a list of node ids in the order its
+  placement took them, and ATS-I, which runs at every inference event, rewrites every list in
+  node order; a rewritten list is a new placement, so a job whose best-fit takes were not in
+  node order restarts once more, with the full start-up delay even under AFE. The policy lists
+  those jobs in :attr:`Allocation.relist <deepboot_env.sim.state.Allocation.relist>` and the
+  simulator charges the restart at the next inference arrival or completion.
 """
 
 from __future__ import annotations
@@ -45,8 +61,14 @@ def restart_factor(job: JobView) -> float:
     return max(job.age - RESTART_PENALTY_S * job.num_restarts, 0.0) / (job.age + RESTART_PENALTY_S)
 
 
-def option_values(job: JobView, fair: int, gpus_per_node: int, max_w: int) -> np.ndarray:
-    """Values of giving ``job`` w = 0..max_w GPUs (index w)."""
+def option_values(
+    job: JobView, fair: int, gpus_per_node: int, max_w: int, linear_untrained: bool = False
+) -> np.ndarray:
+    """Values of giving ``job`` w = 0..max_w GPUs (index w); with ``linear_untrained``, a job
+    that has not trained yet is worth ``w / fair`` (the original's speedup without a profile)."""
+    if linear_untrained and not job.trained:
+        values = np.arange(max_w + 1) / max(fair, 1)
+        return _with_restart_factor(job, values)
     table = job.rate_table()
     k_max = table.shape[1] - 1
     base_k = max(1, min(fair, k_max))
@@ -57,9 +79,14 @@ def option_values(job: JobView, fair: int, gpus_per_node: int, max_w: int) -> np
     multi = (np.ceil(w / gpus_per_node) > 1).astype(int)
     values = table[multi, kk] / base
     values[0] = 0.0
+    return _with_restart_factor(job, values)
+
+
+def _with_restart_factor(job: JobView, values: np.ndarray) -> np.ndarray:
+    """``values`` (index w) times the restart factor, except at the count the job holds."""
     held = job.replicas
     out = values * restart_factor(job)  # every option but keeping the held count pays phi
-    if held <= max_w:
+    if held < len(values):
         out[held] = values[held]
     return out
 
@@ -94,14 +121,31 @@ def knapsack(values: list[np.ndarray], capacity: int) -> list[int]:
 
 
 class AtsPolicy(BasePolicy):
-    """DeepBoot ATS allocator; ``lend`` decides whether idle inference GPUs are used."""
+    """DeepBoot ATS allocator.
+
+    Args:
+        lend: whether idle inference GPUs are used.
+        linear_untrained: value jobs that have not trained yet at the linear ``w / fair``
+            (see the module docstring).
+        relist_restarts: report the moved jobs whose GPU list the original's ATS-I would
+            rewrite (:attr:`Allocation.relist <deepboot_env.sim.state.Allocation.relist>`).
+        label: the policy's name in results (default ``ats`` or ``ats-nolend``).
+    """
 
     name = "ats"
     adaptive_batch = True
 
-    def __init__(self, lend: bool = True) -> None:
+    def __init__(
+        self,
+        lend: bool = True,
+        linear_untrained: bool = False,
+        relist_restarts: bool = False,
+        label: str | None = None,
+    ) -> None:
         self.lend = lend
-        self.name = "ats" if lend else "ats-nolend"
+        self.linear_untrained = linear_untrained
+        self.relist_restarts = relist_restarts
+        self.name = label or ("ats" if lend else "ats-nolend")
 
     def decide(self, state: ClusterState) -> Allocation:
         """Knapsack over job GPU counts, then best-fit placement."""
@@ -112,6 +156,12 @@ class AtsPolicy(BasePolicy):
         capacity = int(cap.sum())
         fair = math.ceil(capacity / len(jobs)) if capacity > 0 else 1
         g = state.gpus_per_node
-        values = [option_values(j, fair, g, min(j.max_replicas, capacity)) for j in jobs]
+        linear = self.linear_untrained
+        values = [option_values(j, fair, g, min(j.max_replicas, capacity), linear) for j in jobs]
         counts = knapsack(values, capacity)
-        return Allocation(place_counts(state, {j.id: w for j, w in zip(jobs, counts, strict=True)}, cap))
+        wanted = {j.id: w for j, w in zip(jobs, counts, strict=True)}
+        if not self.relist_restarts:
+            return Allocation(place_counts(state, wanted, cap))
+        order: dict[int, list[int]] = {}
+        placed = place_counts(state, wanted, cap, order=order)
+        return Allocation(placed, relist=frozenset(i for i, nodes in order.items() if nodes != sorted(nodes)))

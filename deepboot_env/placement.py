@@ -117,6 +117,7 @@ def place_counts(
     capacity: np.ndarray | list[int],
     rule: str = "best_fit",
     ascending: bool = True,
+    order: dict[int, list[int]] | None = None,
 ) -> dict[int, np.ndarray]:
     """Turn GPU counts per job into GPUs per node.
 
@@ -131,8 +132,10 @@ def place_counts(
         capacity: GPUs per node training may hold in total.
         rule: placement rule for moved jobs.
         ascending: place moved jobs smallest first.
+        order: if given, receives for each moved job the nodes in the order the rule took
+            GPUs from them (each node once).
     """
-    placed = place_count_lists(state, counts, capacity, rule, ascending)
+    placed = place_count_lists(state, counts, capacity, rule, ascending, order)
     return {job_id: np.array(row, dtype=np.int64) for job_id, row in placed.items()}
 
 
@@ -142,6 +145,7 @@ def place_count_lists(
     capacity: np.ndarray | list[int],
     rule: str = "best_fit",
     ascending: bool = True,
+    order: dict[int, list[int]] | None = None,
 ) -> dict[int, list[int]]:
     """:func:`place_counts` with the GPUs per node of each job as a list of ints (the same
     placements, in the same order)."""
@@ -184,4 +188,6 @@ def place_count_lists(
         row = out[job_id] = [0] * n
         for node, taken in takes:
             row[node] += taken
+        if order is not None:
+            order[job_id] = [node for node, _ in takes]
     return out

@@ -106,7 +106,7 @@ ANCHORS: tuple[Anchor, ...] = (
         policy="ats-nolend",
         options={"shared_pool": "8x4", "restart": "full", **MEASURED_DEEPBOOT},
         reference=4116.2,
-        source="deepboot-model.md §6 (original run, machine A)",
+        source="docs/references.md §4 (DeepBoot original, machine A)",
         group="deepboot",
     ),
     Anchor(
@@ -116,7 +116,7 @@ ANCHORS: tuple[Anchor, ...] = (
         policy="pollux",
         options={"shared_pool": "8x4", "restart": "full", **MEASURED_DEEPBOOT},
         reference=4444.3,
-        source="deepboot-model.md §6 (DeepBoot's copy of Pollux, unseeded)",
+        source="docs/references.md §4 (DeepBoot's copy of Pollux, unseeded)",
         slow=True,
         group="deepboot",
     ),

@@ -249,6 +249,7 @@ class Simulator:
         jobs, pods = self.jobs, pool.pods
         arrive, request_done, pod_sleep = pool.arrive, pool.request_done, pool.pod_sleep
         train_done = self._training.train_done
+        relist, relist_now = self._training.relist_pending, self._training.relist
         account = self._books.account
         arrival_times, arrival_order = self._arrival_times, self._arrival_order
         n_requests = len(arrival_times)
@@ -279,9 +280,13 @@ class Simulator:
                 self.now = t
                 if kind == _REQUEST_ARRIVAL:
                     arrive(target, t)
+                    if relist:  # the original's ATS-I pass at an inference event (Allocation.relist)
+                        relist_now(t)
                 elif kind == _REQUEST_DONE:
                     assert pod is not None  # looked up and checked when the event was popped
                     request_done(pod, t)
+                    if relist:
+                        relist_now(t)
                 elif kind == _POD_SLEEP:
                     assert pod is not None
                     pod_sleep(pod, t)
@@ -371,6 +376,10 @@ class Simulator:
             allocation: GPUs per node per job (absent jobs get none).
             state: the state the policy saw (re-observed if None).
 
+        The jobs of ``allocation.relist`` whose placement it changes restart once more at the
+        next inference arrival or completion (see :attr:`Allocation.relist
+        <deepboot_env.sim.state.Allocation.relist>`).
+
         Raises:
             AllocationError: if the allocation is invalid (the message names the job and node).
         """
@@ -378,7 +387,12 @@ class Simulator:
             raise RuntimeError("the episode is over; call reset()")
         wanted = validate_allocation(state or self.observe(), allocation)
         self._books.account(self.now)
+        jobs = self.jobs
+        relist = getattr(allocation, "relist", None)
+        before = {i: jobs[i].version for i in relist if 0 <= i < len(jobs)} if relist else None
         self._training.apply_counts({job_id: arr.tolist() for job_id, arr in wanted.items()}, self.now)
+        if before:  # only the listed jobs whose placement this allocation changed
+            self._training.mark_relist([i for i, version in before.items() if jobs[i].version != version])
 
     def apply_valid_counts(self, counts: Mapping[int, list[int]]) -> None:
         """Apply an allocation that is valid by construction, without checking it again: GPUs per

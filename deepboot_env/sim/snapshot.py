@@ -116,6 +116,7 @@ class StateBuilder:
             fields["progress_fraction"] = epoch / cached[2]
             fields["stalled_seconds"] = job.stalled_seconds_left
             fields["remaining_work"] = job.target_progress - job.progress
+            fields["trained"] = job.progress > 0.0
             views.append(view)
         counts = self.ledger.counts
         node_counts = (

@@ -57,6 +57,10 @@ class JobView:
             or the measured step times of ``SimConfig(truth="measured")``); None means ``rates``.
             Read it through :meth:`oracle_rate`, and only in oracle policies, like
             ``remaining_work``.
+        trained: whether the job has trained at all, i.e. a real scheduler has observed its
+            throughput once (False from arrival to the end of its first start-up stall). The
+            original DeepBoot scheduler values a job without an observed profile at a linear
+            speedup (``ats`` option ``linear_untrained``, docs/policies.md §8.3).
     """
 
     id: int
@@ -77,6 +81,7 @@ class JobView:
     rates: RateTable = field(repr=False)
     throughput_ratio: float = 1.0
     truth: ProgressRates | None = field(default=None, repr=False)
+    trained: bool = True
 
     @cached_property
     def replicas(self) -> int:
@@ -256,9 +261,19 @@ class Allocation:
 
     Attributes:
         gpus: job id -> integer array of GPUs per node (length = number of nodes).
+        relist: ids of jobs whose new GPU list, in the order the policy took the GPUs, is not in
+            node order. The original DeepBoot simulator keeps each job's GPUs as such a list, and
+            its inference scheduler (ATS-I) rewrites every list in node order at its next pass; a
+            rewritten list counts as a new placement, so the job restarts (a same-count move,
+            the full start-up delay even under AFE). The simulator charges that restart at the
+            first inference arrival or completion after the decision, to each listed job whose
+            placement this allocation changed and that nothing changed again before then
+            (docs/restarts.md §7). Empty (the default) for every policy but ``ats`` with
+            ``relist_restarts=True``.
     """
 
     gpus: Mapping[int, np.ndarray]
+    relist: frozenset[int] = frozenset()
 
     @classmethod
     def keep(cls, state: ClusterState) -> Allocation:

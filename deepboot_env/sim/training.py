@@ -19,7 +19,7 @@ freed GPUs; it records completions in the :class:`~deepboot_env.sim.accounting.E
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -99,6 +99,9 @@ class TrainingJobs:
         self.next_arrival = 0
         self.restarts = 0
         self.completions = CompletionSchedule(self.jobs, events)
+        self.relist_pending: dict[int, int] = {}
+        """Job index -> job version: jobs whose GPU list the original's ATS-I would rewrite in
+        node order at its next pass (see :meth:`mark_relist`); empty unless a policy asks."""
 
     def table(self, app: AppProfile, fixed_batch: int | None) -> RateTable:
         """The rate table of ``app`` (at ``fixed_batch``, or choosing the batch size if None),
@@ -184,6 +187,35 @@ class TrainingJobs:
             self._refresh_interference(now)
         if self.pool.waiting:
             self.pool.serve_waiting(now)
+
+    def mark_relist(self, job_ids: Iterable[int]) -> None:
+        """Jobs of the allocation just applied whose GPU list, as the policy took the GPUs, is
+        out of node order (:attr:`Allocation.relist <deepboot_env.sim.state.Allocation.relist>`):
+        each restarts at the next :meth:`relist` unless its placement changes first. Ids of jobs
+        that are not active or hold no GPU are ignored; earlier marks that no change has
+        superseded stay (the original kept such a list until its next rewrite)."""
+        jobs, pending = self.jobs, self.relist_pending
+        active = set(self.active)
+        for job_id in job_ids:
+            if job_id in active and jobs[job_id].replicas > 0:
+                pending[job_id] = jobs[job_id].version
+
+    def relist(self, now: float) -> None:
+        """The original's ATS-I pass at ``now`` rewrites every marked list in node order: each
+        marked job whose placement has not changed since it was marked restarts as a same-count
+        move (:func:`~deepboot_env.sim.restart.plan_change` from its placement to itself: the
+        full start-up delay under ``full`` and ``afe``), counted as a restart."""
+        jobs = self.jobs
+        pending = self.relist_pending
+        for index, version in pending.items():
+            job = jobs[index]
+            if job.version != version or job.completion is not None or not job.replicas:
+                continue
+            due = job.time_of_completion()
+            if due is not None and due <= now:
+                continue  # completes at this instant: its pending TRAIN_DONE event finishes it
+            self._change_job(job, job.counts.copy(), now, update_ledger=False)
+        pending.clear()
 
     def take_gpu(self, ref: GpuRef, now: float) -> None:
         """Take the GPU ``ref`` from its job at ``now`` for an inference pod: the job is re-planned
