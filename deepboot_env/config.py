@@ -10,7 +10,8 @@ GPUs), ``shared_pool`` ("16x4": one pool with inference priority, instead of ``c
 between scheduling boundaries), ``interference`` (None, a flat slowdown F in [0, 1), or an
 :class:`~deepboot_env.sim.interference.InterferenceModel`), ``max_time`` (30 days), ``truth``
 ("fitted" or "measured": what jobs progress at, docs/goodput.md §9) and ``trace_set`` ("pollux"
-or "deepboot": the placement traces of the measured truth).
+or "deepboot": the placement traces of the measured truth) and ``inference_placement``
+("deepboot" or "aryl": DeepBoot's ATS-I or its Aryl mode, :mod:`deepboot_env.sim.aryl_mode`).
 
 Agent options (fields of :class:`EnvConfig`): ``max_jobs`` (32 job slots), ``lend_levels`` (5),
 ``jct_scale`` (10), ``infer_weight`` (1.0), ``max_rounds`` (3000 decisions per episode),
@@ -42,6 +43,7 @@ SIM_OPTIONS: tuple[str, ...] = (
     "max_time",
     "truth",
     "trace_set",
+    "inference_placement",
 )
 """Flat option names that set the :class:`~deepboot_env.sim.simulator.SimConfig`."""
 
@@ -73,6 +75,7 @@ def sim_config(
     max_time: float | None = None,
     truth: str = "fitted",
     trace_set: str = "pollux",
+    inference_placement: str = "deepboot",
 ) -> SimConfig:
     """The :class:`~deepboot_env.sim.simulator.SimConfig` of the flat simulation options."""
     extra = {} if max_time is None else {"max_time": float(max_time)}
@@ -84,6 +87,7 @@ def sim_config(
         interference=interference,
         truth=truth,
         trace_set=trace_set,
+        inference_placement=inference_placement,
         **extra,
     )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from deepboot_env.sim.aryl_mode import validate_placement
 from deepboot_env.sim.cluster import ClusterConfig
 from deepboot_env.sim.interference import InterferenceModel, as_model
 from deepboot_env.sim.measured import validate_trace_set, validate_truth
@@ -31,6 +32,10 @@ class SimConfig:
         trace_set: the placement traces of the measured truth: ``pollux`` (the Pollux
             artifact's) or ``deepboot`` (DeepBoot's copy, with shapes shifted by 4 GPUs per node
             added); unused with ``truth="fitted"``.
+        inference_placement: where cold inference requests go and how they take GPUs back:
+            ``deepboot`` (ATS-I on any inference node, GPU by GPU; the default) or ``aryl``
+            (DeepBoot's Aryl mode: the inference half only, whole servers lent and reclaimed,
+            training stripped from nodes hosting pods; :mod:`deepboot_env.sim.aryl_mode`).
     """
 
     cluster: ClusterConfig = ClusterConfig()
@@ -41,9 +46,11 @@ class SimConfig:
     interference: InterferenceModel | float | None = None
     truth: str = "fitted"
     trace_set: str = "pollux"
+    inference_placement: str = "deepboot"
 
     def __post_init__(self) -> None:
         validate_model(self.restart)
+        validate_placement(self.inference_placement)
         validate_truth(self.truth)
         validate_trace_set(self.trace_set)
         object.__setattr__(self, "interference", as_model(self.interference))

@@ -50,6 +50,7 @@ from heapq import heappop
 
 from deepboot_env.sim.accounting import EpisodeAccount
 from deepboot_env.sim.apps import AppProfile, default_profiles
+from deepboot_env.sim.aryl_mode import ArylInferencePool, strip_training
 from deepboot_env.sim.cluster import ClusterLedger
 from deepboot_env.sim.config import SimConfig
 from deepboot_env.sim.events import Event, EventKind, EventQueue
@@ -121,9 +122,8 @@ class Simulator:
         self.ledger = ClusterLedger(cfg.cluster)
         self.events = EventQueue()
         self.now = 0.0
-        self._pool = self._pool_type(
-            self.workload.requests, self.ledger, self.events, cfg.protect_scale, self, self.policy
-        )
+        pool_type = ArylInferencePool if cfg.inference_placement == "aryl" else self._pool_type
+        self._pool = pool_type(self.workload.requests, self.ledger, self.events, cfg.protect_scale, self, self.policy)
         self._books = EpisodeAccount(self.ledger, self._pool, [spec.arrival for spec in self.workload.jobs])
         self._training = TrainingJobs(
             self.workload.jobs, self.profiles, self.adaptive, cfg, self.ledger, self.events, self._pool, self._books
@@ -311,6 +311,19 @@ class Simulator:
         """
         self._training.take_gpu(ref, self.now)
 
+    def take_training_node(self, node: int) -> int:
+        """Evict every training replica on ``node`` now, for an inference pod (Aryl mode's
+        server-granular reclaim, :class:`~deepboot_env.sim.aryl_mode.ArylInferencePool`); the GPUs
+        taken."""
+        return self._training.take_node(node, self.now)
+
+    def _apply_counts(self, counts: Mapping[int, list[int]]) -> None:
+        """Hand a checked allocation to the training side (in Aryl mode after
+        :func:`~deepboot_env.sim.aryl_mode.strip_training`)."""
+        if self.config.inference_placement == "aryl":
+            counts = strip_training(counts, self.ledger, self._pool.evict_one_sleeper)
+        self._training.apply_counts(counts, self.now)
+
     # ------------------------------------------------------------ public API
     @property
     def pods(self) -> dict[int, Pod]:
@@ -378,7 +391,7 @@ class Simulator:
             raise RuntimeError("the episode is over; call reset()")
         wanted = validate_allocation(state or self.observe(), allocation)
         self._books.account(self.now)
-        self._training.apply_counts({job_id: arr.tolist() for job_id, arr in wanted.items()}, self.now)
+        self._apply_counts({job_id: arr.tolist() for job_id, arr in wanted.items()})
 
     def apply_valid_counts(self, counts: Mapping[int, list[int]]) -> None:
         """Apply an allocation that is valid by construction, without checking it again: GPUs per
@@ -394,7 +407,7 @@ class Simulator:
         if self.done:
             raise RuntimeError("the episode is over; call reset()")
         self._books.account(self.now)
-        self._training.apply_counts(counts, self.now)
+        self._apply_counts(counts)
 
     def advance(self) -> None:
         """Run every event up to the next decision (or to the end of the episode)."""
