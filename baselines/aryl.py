@@ -14,13 +14,13 @@ This is the fidelity baseline ``aryl-deepboot``, not the Lyra/Aryl paper's sched
 * placement is DeepBoot's (:func:`deepboot_env.placement.place_counts`).
 
 The value grows with T, so the knapsack favours the *longest* jobs and short ones can starve for
-hours: the original's mean JCT on small.csv is 41,413 s (reference-runs/anchors.csv). We keep
+hours: the original's mean JCT on small.csv is 41,413 s (the shared reference runs, ``anchors.csv``). We keep
 that behaviour on purpose.
 
 Decisions: T uses the simulator's oracle remaining work (the original read the remaining epochs'
 iterations and the measured 1-GPU step time: also clairvoyant) and the fitted rate; the value
 formula is the code's ``w / (w + min_replicas + 1)`` (the issue's form; with min_replicas = 0
-it is deepboot-model.md §4.4's ``w / (w + 1)``); capacity is every GPU not held by a RUNNING or
+it is ``w / (w + 1)``); capacity is every GPU not held by a RUNNING or
 PROTECT pod (SLEEP pods are evicted as needed), as in the original.
 """
 

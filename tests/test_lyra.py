@@ -212,6 +212,21 @@ def test_registered() -> None:
     assert isinstance(make_policy("aryl-deepboot"), ArylDeepBootPolicy)
 
 
+def test_compare_runs_lyra_in_aryl_mode(tmp_path: Path) -> None:
+    from deepboot_harness.cli import main
+    from traces.generate import write_workload_csv
+
+    path = write_workload_csv(_workload(), tmp_path / "aryl.csv")
+    out = tmp_path / "out"
+    argv = ["compare", "--workloads", str(path), "--policies", "lyra", "aryl-deepboot", "--shared-pool", "4x4"]
+    assert main([*argv, "--aryl-mode", "--out", str(out), "--quiet"]) == 0
+    with (out / "results.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [r["policy"] for r in rows] == ["lyra", "aryl-deepboot"]
+    assert all(r["inference_placement"] == "aryl" and r["train_jobs_done"] == "8" for r in rows)
+    assert "inference placement: aryl" in (out / "results.md").read_text()
+
+
 def _anchor(key: str) -> float:
     with ANCHORS.open() as f:
         return next(float(row["train_jct_mean_s"]) for row in csv.DictReader(f) if row["key"] == key)

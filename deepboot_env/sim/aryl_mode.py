@@ -1,7 +1,7 @@
-"""Aryl mode: DeepBoot's server-granular inference placement (``--ARYL 1``; docs/inference.md §10).
+"""Aryl mode: DeepBoot's server-granular inference placement (``--ARYL 1``; docs/inference.md §8).
 
 DeepBoot's scripts run the AFS, Optimus and Aryl baselines with ``--ARYL 1``, which changes where
-inference runs and how it takes GPUs back (deepboot-model.md §4.2):
+inference runs and how it takes GPUs back (the original's ``infer_scheduler.py`` and ``aryl_remove``):
 
 * inference runs only on the *inference half*: nodes ``[N/2, N)`` of a shared pool (the inference
   nodes of a two-cluster layout, which are the same upper half);
