@@ -12,6 +12,8 @@ register_policy("tiresias", "baselines.tiresias:TiresiasPolicy")
 register_policy("optimus", "baselines.optimus:OptimusPolicy")
 register_policy("afs", "baselines.afs:AfsPolicy", lend=False)
 register_policy("afs-lend", "baselines.afs:AfsPolicy", lend=True)
+register_policy("aryl-deepboot", "baselines.aryl:ArylDeepBootPolicy")
+register_policy("lyra", "baselines.lyra:LyraPolicy")
 register_policy("ats", "baselines.ats:AtsPolicy", lend=True)
 register_policy("ats-nolend", "baselines.ats:AtsPolicy", lend=False)
 register_policy(

@@ -10,10 +10,12 @@ GPUs), ``shared_pool`` ("16x4": one pool with inference priority, instead of ``c
 between scheduling boundaries), ``interference`` (None, a flat slowdown F in [0, 1), or an
 :class:`~deepboot_env.sim.interference.InterferenceModel`), ``max_time`` (30 days), ``truth``
 ("fitted" or "measured": what jobs progress at, docs/goodput.md §9), ``trace_set`` ("pollux"
-or "deepboot": the placement traces of the measured truth), ``batch_stats`` ("m0" or
-"at_batch") and ``cap_growth`` ("allocated" or "trained"), the two rules of docs/goodput.md §9.7;
-``dynamics`` ("v0" or "v1", :data:`DYNAMICS`) sets the defaults of the last three at once: the
-dynamics of the environment versions ``DeepBoot-v0`` and ``DeepBoot-v1`` (docs/environment.md).
+or "deepboot": the placement traces of the measured truth), ``inference_placement`` ("deepboot"
+or "aryl": DeepBoot's ATS-I or its Aryl mode, :mod:`deepboot_env.sim.aryl_mode`), ``batch_stats``
+("m0" or "at_batch") and ``cap_growth`` ("allocated" or "trained"), the two rules of
+docs/goodput.md §9.7; ``dynamics`` ("v0" or "v1", :data:`DYNAMICS`) sets the defaults of
+``truth``, ``batch_stats`` and ``cap_growth`` at once: the dynamics of the environment versions
+``DeepBoot-v0`` and ``DeepBoot-v1`` (docs/environment.md).
 
 Agent options (fields of :class:`EnvConfig`): ``max_jobs`` (32 job slots), ``lend_levels`` (5),
 ``jct_scale`` (10), ``infer_weight`` (1.0), ``max_rounds`` (3000 decisions per episode),
@@ -56,6 +58,7 @@ SIM_OPTIONS: tuple[str, ...] = (
     "trace_set",
     "batch_stats",
     "cap_growth",
+    "inference_placement",
 )
 """Flat option names that set the :class:`~deepboot_env.sim.simulator.SimConfig`."""
 
@@ -90,6 +93,7 @@ def sim_config(
     batch_stats: str | None = None,
     cap_growth: str | None = None,
     dynamics: str | None = None,
+    inference_placement: str = "deepboot",
 ) -> SimConfig:
     """The :class:`~deepboot_env.sim.simulator.SimConfig` of the flat simulation options;
     ``truth``, ``batch_stats`` and ``cap_growth`` default to those of ``dynamics`` (``v0``).
@@ -111,6 +115,7 @@ def sim_config(
         trace_set=trace_set,
         batch_stats=preset["batch_stats"] if batch_stats is None else batch_stats,
         cap_growth=preset["cap_growth"] if cap_growth is None else cap_growth,
+        inference_placement=inference_placement,
         **extra,
     )
 

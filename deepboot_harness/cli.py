@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from deepboot_env.config import DYNAMICS, sim_config
+from deepboot_env.sim.aryl_mode import INFERENCE_PLACEMENTS
 from deepboot_env.sim.cluster import ClusterConfigError
 from deepboot_env.sim.interference import InterferenceError, InterferenceModel
 from deepboot_env.sim.jobs import CAP_GROWTH
@@ -59,6 +60,7 @@ def sim_config_from_args(args: argparse.Namespace) -> SimConfig:
         batch_stats=args.batch_stats,
         cap_growth=args.cap_growth,
         dynamics=args.dynamics,
+        inference_placement=args.inference_placement,
     )
 
 
@@ -75,12 +77,14 @@ def config_title(config: SimConfig) -> str:
         text += f", batch_stats={config.batch_stats}"
     if config.cap_growth != "allocated":
         text += f", cap_growth={config.cap_growth}"
+    if config.inference_placement != "deepboot":
+        text += f", inference={config.inference_placement}"
     return text
 
 
 def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags shared by ``simulate`` and ``compare``: cluster, restart model, protect scale,
-    interval, interference, truth and seed."""
+    interval, interference, truth, inference placement and seed."""
     parser.add_argument("--cluster", help="training+inference cluster, NxG+MxG (default 8x4+8x4)")
     parser.add_argument("--shared-pool", metavar="NxG", help="one shared pool with inference priority, e.g. 16x4")
     parser.add_argument("--restart", choices=RESTART_MODELS, default="afe", help="restart-cost model (default afe)")
@@ -125,6 +129,20 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         choices=CAP_GROWTH,
         help="when the exploration cap grows: at the allocation, or once the job trained at it "
         "(default: that of --dynamics, allocated)",
+    )
+    parser.add_argument(
+        "--inference-placement",
+        choices=INFERENCE_PLACEMENTS,
+        default="deepboot",
+        help="where cold inference requests go: DeepBoot's ATS-I or its Aryl mode (inference half only, "
+        "whole servers lent and reclaimed; default deepboot)",
+    )
+    parser.add_argument(
+        "--aryl-mode",
+        dest="inference_placement",
+        action="store_const",
+        const="aryl",
+        help="shorthand for --inference-placement aryl",
     )
     parser.add_argument("--seed", type=int, default=0, help="policy seed (default 0)")
 

@@ -114,6 +114,8 @@ def _row(task: RunTask, metrics: dict[str, object]) -> dict[str, object]:
         row["interference"] = interference.describe()
     if task.config.truth != "fitted":  # the column exists only with the measured truth
         row["truth"] = f"{task.config.truth} ({task.config.trace_set})"
+    if task.config.inference_placement != "deepboot":  # the column exists only in Aryl mode
+        row["inference_placement"] = task.config.inference_placement
     for key, value in metrics.items():
         if key == "gpu_seconds_by_state":
             assert isinstance(value, dict)

@@ -130,7 +130,8 @@ def results_markdown(comparison: Comparison) -> str:
         f"- cluster: {cfg.cluster.describe()}; restart model: {cfg.restart}; protect scale P = "
         f"{cfg.protect_scale:g}; scheduling interval {cfg.interval:g} s"
         + (f"; interference: {cfg.interference.describe()}" if isinstance(cfg.interference, InterferenceModel) else "")
-        + (f"; truth: {cfg.truth} ({cfg.trace_set} traces)" if cfg.truth != "fitted" else ""),
+        + (f"; truth: {cfg.truth} ({cfg.trace_set} traces)" if cfg.truth != "fitted" else "")
+        + (f"; inference placement: {cfg.inference_placement}" if cfg.inference_placement != "deepboot" else ""),
         f"- workloads ({len(workloads)}): {', '.join(map(str, workloads))}",
         f"- seeds: {' '.join(map(str, seeds))}; runs: {len(frame)}",
         "",

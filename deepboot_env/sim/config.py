@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from deepboot_env.sim.aryl_mode import validate_placement
 from deepboot_env.sim.cluster import ClusterConfig
 from deepboot_env.sim.interference import InterferenceModel, as_model
 from deepboot_env.sim.jobs import validate_cap_growth
@@ -40,6 +41,10 @@ class SimConfig:
             ``allocated`` (when the allocation is made, the default) or ``trained`` (once the job
             has trained at that size, after its restart stall, as in the originals);
             docs/goodput.md §9.7.
+        inference_placement: where cold inference requests go and how they take GPUs back:
+            ``deepboot`` (ATS-I on any inference node, GPU by GPU; the default) or ``aryl``
+            (DeepBoot's Aryl mode: the inference half only, whole servers lent and reclaimed,
+            training stripped from nodes hosting pods; :mod:`deepboot_env.sim.aryl_mode`).
     """
 
     cluster: ClusterConfig = ClusterConfig()
@@ -52,9 +57,11 @@ class SimConfig:
     trace_set: str = "pollux"
     batch_stats: str = "m0"
     cap_growth: str = "allocated"
+    inference_placement: str = "deepboot"
 
     def __post_init__(self) -> None:
         validate_model(self.restart)
+        validate_placement(self.inference_placement)
         validate_truth(self.truth)
         validate_trace_set(self.trace_set)
         validate_batch_stats(self.batch_stats)

@@ -50,6 +50,7 @@ from heapq import heappop
 
 from deepboot_env.sim.accounting import EpisodeAccount
 from deepboot_env.sim.apps import AppProfile, default_profiles
+from deepboot_env.sim.aryl_mode import ArylInferencePool, strip_training
 from deepboot_env.sim.cluster import ClusterLedger
 from deepboot_env.sim.config import SimConfig
 from deepboot_env.sim.events import Event, EventKind, EventQueue
@@ -121,9 +122,8 @@ class Simulator:
         self.ledger = ClusterLedger(cfg.cluster)
         self.events = EventQueue()
         self.now = 0.0
-        self._pool = self._pool_type(
-            self.workload.requests, self.ledger, self.events, cfg.protect_scale, self, self.policy
-        )
+        pool_type = ArylInferencePool if cfg.inference_placement == "aryl" else self._pool_type
+        self._pool = pool_type(self.workload.requests, self.ledger, self.events, cfg.protect_scale, self, self.policy)
         self._books = EpisodeAccount(self.ledger, self._pool, [spec.arrival for spec in self.workload.jobs])
         self._training = TrainingJobs(
             self.workload.jobs, self.profiles, self.adaptive, cfg, self.ledger, self.events, self._pool, self._books
@@ -316,6 +316,19 @@ class Simulator:
         """
         self._training.take_gpu(ref, self.now)
 
+    def take_training_node(self, node: int) -> int:
+        """Evict every training replica on ``node`` now, for an inference pod (Aryl mode's
+        server-granular reclaim, :class:`~deepboot_env.sim.aryl_mode.ArylInferencePool`); the GPUs
+        taken."""
+        return self._training.take_node(node, self.now)
+
+    def _apply_counts(self, counts: Mapping[int, list[int]]) -> None:
+        """Hand a checked allocation to the training side (in Aryl mode after
+        :func:`~deepboot_env.sim.aryl_mode.strip_training`)."""
+        if self.config.inference_placement == "aryl":
+            counts = strip_training(counts, self.ledger, self._pool.evict_one_sleeper)
+        self._training.apply_counts(counts, self.now)
+
     # ------------------------------------------------------------ public API
     @property
     def pods(self) -> dict[int, Pod]:
@@ -390,7 +403,7 @@ class Simulator:
         jobs = self.jobs
         relist = getattr(allocation, "relist", None)
         before = {i: jobs[i].version for i in relist if 0 <= i < len(jobs)} if relist else None
-        self._training.apply_counts({job_id: arr.tolist() for job_id, arr in wanted.items()}, self.now)
+        self._apply_counts({job_id: arr.tolist() for job_id, arr in wanted.items()})
         if before:  # only the listed jobs whose placement this allocation changed
             self._training.mark_relist([i for i, version in before.items() if jobs[i].version != version])
 
@@ -408,7 +421,7 @@ class Simulator:
         if self.done:
             raise RuntimeError("the episode is over; call reset()")
         self._books.account(self.now)
-        self._training.apply_counts(counts, self.now)
+        self._apply_counts(counts)
 
     def advance(self) -> None:
         """Run every event up to the next decision (or to the end of the episode)."""

@@ -237,6 +237,23 @@ class TrainingJobs:
         if self.interference is not None:
             self._refresh_interference(now)
 
+    def take_node(self, node: int, now: float) -> int:
+        """Evict every training replica on ``node`` at ``now`` (Aryl mode's server-granular
+        reclaim): each job there is re-planned once on the rest of its GPUs; the GPUs taken."""
+        taken = 0
+        jobs = self.jobs
+        for index in list(self.active):
+            job = jobs[index]
+            held = job.counts[node]
+            if held > 0:
+                counts = job.counts.copy()
+                counts[node] = 0
+                self._change_job(job, counts, now)
+                taken += held
+        if taken and self.interference is not None:
+            self._refresh_interference(now)
+        return taken
+
     def train_done(self, job: TrainingJob, now: float) -> None:
         """``job`` completes at ``now`` (its TRAIN_DONE event is not stale): its GPUs are freed
         and waiting requests served."""
