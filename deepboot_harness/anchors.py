@@ -25,8 +25,10 @@ POLLUX_WORKLOADS = "workloads/pollux/load-1.0/workload-{}.csv"
 SMALL = "workloads/deepboot/small.csv"
 PURE_TRAIN = "workloads/deepboot/pure_train.csv"
 
-MEASURED_POLLUX: Mapping[str, Any] = {"truth": "measured", "trace_set": "pollux"}
-MEASURED_DEEPBOOT: Mapping[str, Any] = {"truth": "measured", "trace_set": "deepboot"}
+MEASURED_POLLUX: Mapping[str, Any] = {"dynamics": "v1", "trace_set": "pollux"}
+"""DeepBoot-v1's dynamics with the Pollux artifact's traces (its anchors)."""
+MEASURED_DEEPBOOT: Mapping[str, Any] = {"dynamics": "v1", "trace_set": "deepboot"}
+"""DeepBoot-v1's dynamics with DeepBoot's copy of the traces (its anchors)."""
 
 
 @dataclass(frozen=True)
@@ -79,9 +81,9 @@ def _pollux_anchors(policy: str, references: Sequence[float], slow: bool) -> lis
 ANCHORS: tuple[Anchor, ...] = (
     Anchor(
         key="dp-afe",
-        label="DeepBoot ATS-I + AFE, `small.csv`, shared pool 16x4 (`ats --restart afe`)",
+        label="DeepBoot ATS-I + AFE, `small.csv`, shared pool 16x4 (`ats-deepboot --restart afe`)",
         workload=SMALL,
-        policy="ats",
+        policy="ats-deepboot",
         options={"shared_pool": "16x4", "restart": "afe", **MEASURED_DEEPBOOT},
         reference=2376.7,
         spread=38.2,
@@ -90,9 +92,9 @@ ANCHORS: tuple[Anchor, ...] = (
     ),
     Anchor(
         key="dp-full",
-        label="DeepBoot ATS-I, `small.csv`, shared pool 16x4 (`ats --restart full`)",
+        label="DeepBoot ATS-I, `small.csv`, shared pool 16x4 (`ats-deepboot --restart full`)",
         workload=SMALL,
-        policy="ats",
+        policy="ats-deepboot",
         options={"shared_pool": "16x4", "restart": "full", **MEASURED_DEEPBOOT},
         reference=2471.5,
         spread=28.9,
@@ -107,6 +109,27 @@ ANCHORS: tuple[Anchor, ...] = (
         options={"shared_pool": "8x4", "restart": "full", **MEASURED_DEEPBOOT},
         reference=4116.2,
         source="docs/references.md §4 (DeepBoot original, machine A)",
+        group="deepboot",
+    ),
+    Anchor(
+        key="afs-aryl",
+        label="AFS in Aryl mode + AFE, `small.csv`, shared pool 16x4 (`afs --restart afe --aryl-mode`)",
+        workload=SMALL,
+        policy="afs",
+        options={"shared_pool": "16x4", "restart": "afe", "inference_placement": "aryl", **MEASURED_DEEPBOOT},
+        reference=2662.3,
+        source="reference-runs/anchors.csv afs_afe (machine B)",
+        group="deepboot",
+    ),
+    Anchor(
+        key="aryl-deepboot",
+        label="Aryl (DeepBoot's), Aryl mode + AFE, `small.csv`, 16x4 (`aryl-deepboot --restart afe --aryl-mode`)",
+        workload=SMALL,
+        policy="aryl-deepboot",
+        options={"shared_pool": "16x4", "restart": "afe", "inference_placement": "aryl", **MEASURED_DEEPBOOT},
+        reference=41412.6,
+        tolerance=0.10,
+        source="reference-runs/anchors.csv aryl_afe (machine B)",
         group="deepboot",
     ),
     Anchor(

@@ -18,7 +18,7 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 
 from deepboot_env.sim.apps import AppProfile
-from deepboot_env.sim.rates import ProgressRates, RateTable
+from deepboot_env.sim.rates import ProgressRates, RateTable, validate_choice
 from deepboot_env.sim.restart import Phase, RestartPlan
 from deepboot_env.sim.workload import TrainingJobSpec
 
@@ -279,14 +279,8 @@ CAP_GROWTH: tuple[str, ...] = ("allocated", "trained")
 
 
 def validate_cap_growth(cap_growth: str) -> str:
-    """``cap_growth`` if it is one of :data:`CAP_GROWTH`.
-
-    Raises:
-        ValueError: naming the known values.
-    """
-    if cap_growth not in CAP_GROWTH:
-        raise ValueError(f"unknown cap_growth {cap_growth!r}; known: {', '.join(CAP_GROWTH)}")
-    return cap_growth
+    """``cap_growth`` if it is one of :data:`CAP_GROWTH` (else ``ValueError``)."""
+    return validate_choice("cap_growth", cap_growth, CAP_GROWTH)
 
 
 def _run(

@@ -25,15 +25,20 @@ BATCH_STATS: tuple[str, ...] = ("m0", "at_batch")
 """Gradient statistics the batch choice reads (``SimConfig.batch_stats``, :class:`RateTable`)."""
 
 
-def validate_batch_stats(batch_stats: str) -> str:
-    """``batch_stats`` if it is one of :data:`BATCH_STATS`.
+def validate_choice(option: str, value: str, known: Sequence[str]) -> str:
+    """``value`` if it is one of ``known``.
 
     Raises:
-        ValueError: naming the known values.
+        ValueError: one line naming ``option`` and the known values.
     """
-    if batch_stats not in BATCH_STATS:
-        raise ValueError(f"unknown batch_stats {batch_stats!r}; known: {', '.join(BATCH_STATS)}")
-    return batch_stats
+    if value not in known:
+        raise ValueError(f"unknown {option} {value!r}; known: {', '.join(known)}")
+    return value
+
+
+def validate_batch_stats(batch_stats: str) -> str:
+    """``batch_stats`` if it is one of :data:`BATCH_STATS` (else ``ValueError``)."""
+    return validate_choice("batch_stats", batch_stats, BATCH_STATS)
 
 
 def epoch_suffix(thresholds: np.ndarray, column: Sequence[float]) -> np.ndarray:
