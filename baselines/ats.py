@@ -160,8 +160,7 @@ class AtsPolicy(BasePolicy):
         values = [option_values(j, fair, g, min(j.max_replicas, capacity), linear) for j in jobs]
         counts = knapsack(values, capacity)
         wanted = {j.id: w for j, w in zip(jobs, counts, strict=True)}
-        if not self.relist_restarts:
-            return Allocation(place_counts(state, wanted, cap))
-        order: dict[int, list[int]] = {}
+        order: dict[int, list[int]] | None = {} if self.relist_restarts else None
         placed = place_counts(state, wanted, cap, order=order)
-        return Allocation(placed, relist=frozenset(i for i, nodes in order.items() if nodes != sorted(nodes)))
+        relist = frozenset(i for i, nodes in (order or {}).items() if nodes != sorted(nodes))
+        return Allocation(placed, relist=relist)

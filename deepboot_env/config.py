@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from deepboot_env.env.codec import CODECS, ActionCodec, make_codec
+from deepboot_env.sim.choices import validate_choice
 from deepboot_env.sim.cluster import ClusterConfig, ClusterConfigError
 from deepboot_env.sim.interference import InterferenceModel
 from deepboot_env.sim.simulator import SimConfig
@@ -61,6 +62,23 @@ SIM_OPTIONS: tuple[str, ...] = (
     "inference_placement",
 )
 """Flat option names that set the :class:`~deepboot_env.sim.simulator.SimConfig`."""
+
+
+_V0 = SimConfig()
+"""The default simulation settings (DeepBoot-v0's dynamics)."""
+
+
+def dynamics_notes(sim: SimConfig) -> dict[str, str]:
+    """The dynamics options of ``sim`` that differ from the defaults, as text by option name,
+    for run titles, result rows and report headers: ``truth`` (with its trace set),
+    ``batch_stats``, ``cap_growth`` and ``inference_placement``."""
+    notes = {}
+    if sim.truth != _V0.truth:
+        notes["truth"] = f"{sim.truth} ({sim.trace_set} traces)"
+    for name in ("batch_stats", "cap_growth", "inference_placement"):
+        if getattr(sim, name) != getattr(_V0, name):
+            notes[name] = str(getattr(sim, name))
+    return notes
 
 
 class EnvConfigError(ValueError):
@@ -101,9 +119,7 @@ def sim_config(
     Raises:
         ValueError: for an unknown ``dynamics`` (naming the known ones) or a bad option.
     """
-    if dynamics is not None and dynamics not in DYNAMICS:
-        raise ValueError(f"unknown dynamics {dynamics!r}; known: {', '.join(DYNAMICS)}")
-    preset = DYNAMICS[dynamics or "v0"]
+    preset = DYNAMICS[validate_choice("dynamics", "v0" if dynamics is None else dynamics, tuple(DYNAMICS))]
     extra = {} if max_time is None else {"max_time": float(max_time)}
     return SimConfig(
         cluster=cluster_config(cluster, shared_pool),

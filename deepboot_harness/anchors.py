@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,6 @@ class Anchor:
     spread: float = 0.0
     tolerance: float = 0.05
     slow: bool = False
-    group: str = field(default="")
 
 
 def _pollux_anchors(policy: str, references: Sequence[float], slow: bool) -> list[Anchor]:
@@ -72,7 +71,6 @@ def _pollux_anchors(policy: str, references: Sequence[float], slow: bool) -> lis
             reference=ref,
             source="Pollux artifact README (docs/references.md §4)",
             slow=slow,
-            group=f"{policy}-pollux",
         )
         for i, ref in enumerate(references, start=1)
     ]
@@ -88,7 +86,6 @@ ANCHORS: tuple[Anchor, ...] = (
         reference=2376.7,
         spread=38.2,
         source="reference-runs/anchors.csv dp_afe (mean of two machines)",
-        group="deepboot",
     ),
     Anchor(
         key="dp-full",
@@ -99,7 +96,6 @@ ANCHORS: tuple[Anchor, ...] = (
         reference=2471.5,
         spread=28.9,
         source="reference-runs/anchors.csv dp_full (mean of two machines)",
-        group="deepboot",
     ),
     Anchor(
         key="dp-pure-train",
@@ -109,7 +105,6 @@ ANCHORS: tuple[Anchor, ...] = (
         options={"shared_pool": "8x4", "restart": "full", **MEASURED_DEEPBOOT},
         reference=4116.2,
         source="docs/references.md §4 (DeepBoot original, machine A)",
-        group="deepboot",
     ),
     Anchor(
         key="afs-aryl",
@@ -119,7 +114,6 @@ ANCHORS: tuple[Anchor, ...] = (
         options={"shared_pool": "16x4", "restart": "afe", "inference_placement": "aryl", **MEASURED_DEEPBOOT},
         reference=2662.3,
         source="reference-runs/anchors.csv afs_afe (machine B)",
-        group="deepboot",
     ),
     Anchor(
         key="aryl-deepboot",
@@ -130,7 +124,6 @@ ANCHORS: tuple[Anchor, ...] = (
         reference=41412.6,
         tolerance=0.10,
         source="reference-runs/anchors.csv aryl_afe (machine B)",
-        group="deepboot",
     ),
     Anchor(
         key="pollux-pure-train",
@@ -141,7 +134,6 @@ ANCHORS: tuple[Anchor, ...] = (
         reference=4444.3,
         source="docs/references.md §4 (DeepBoot's copy of Pollux, unseeded)",
         slow=True,
-        group="deepboot",
     ),
     *_pollux_anchors("tiresias", (2474, 5145, 3876, 3280), slow=False),
     *_pollux_anchors("optimus", (4087, 6914, 3944, 5968), slow=False),

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from deepboot_env.config import DYNAMICS, sim_config
+from deepboot_env.config import DYNAMICS, dynamics_notes, sim_config
 from deepboot_env.sim.aryl_mode import INFERENCE_PLACEMENTS
 from deepboot_env.sim.cluster import ClusterConfigError
 from deepboot_env.sim.interference import InterferenceError, InterferenceModel
@@ -65,21 +65,14 @@ def sim_config_from_args(args: argparse.Namespace) -> SimConfig:
 
 
 def config_title(config: SimConfig) -> str:
-    """``cluster, restart=...[, interference=...][, truth=measured (... traces)]`` for report titles."""
+    """``cluster, restart=...[, interference=...][, truth=measured (...), ...]`` for report titles
+    (the dynamics options that differ from the defaults: :func:`deepboot_env.config.dynamics_notes`)."""
     text = f"{config.cluster.describe()}, restart={config.restart}"
     interference = config.interference
     if interference is not None:
         assert isinstance(interference, InterferenceModel)  # SimConfig stores it normalised
         text += f", interference={interference.describe()}"
-    if config.truth != "fitted":
-        text += f", truth={config.truth} ({config.trace_set} traces)"
-    if config.batch_stats != "m0":
-        text += f", batch_stats={config.batch_stats}"
-    if config.cap_growth != "allocated":
-        text += f", cap_growth={config.cap_growth}"
-    if config.inference_placement != "deepboot":
-        text += f", inference={config.inference_placement}"
-    return text
+    return text + "".join(f", {name}={value}" for name, value in dynamics_notes(config).items())
 
 
 def add_sim_arguments(parser: argparse.ArgumentParser) -> None:

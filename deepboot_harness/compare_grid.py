@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from deepboot_env.config import dynamics_notes
 from deepboot_env.sim.interference import InterferenceModel
 from deepboot_env.sim.metrics import GPU_STATES
 from deepboot_env.sim.simulator import SimConfig
@@ -112,10 +113,10 @@ def _row(task: RunTask, metrics: dict[str, object]) -> dict[str, object]:
     interference = task.config.interference
     if isinstance(interference, InterferenceModel):  # the column exists only when interference is on
         row["interference"] = interference.describe()
-    if task.config.truth != "fitted":  # the column exists only with the measured truth
-        row["truth"] = f"{task.config.truth} ({task.config.trace_set})"
-    if task.config.inference_placement != "deepboot":  # the column exists only in Aryl mode
-        row["inference_placement"] = task.config.inference_placement
+    notes = dynamics_notes(task.config)  # a column per dynamics option off its default
+    if "truth" in notes:  # the CSV cell names the trace set alone
+        notes["truth"] = f"{task.config.truth} ({task.config.trace_set})"
+    row.update(notes)
     for key, value in metrics.items():
         if key == "gpu_seconds_by_state":
             assert isinstance(value, dict)

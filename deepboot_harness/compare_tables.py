@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from deepboot_env.config import dynamics_notes
 from deepboot_env.sim.interference import InterferenceModel
 from deepboot_harness.compare_grid import Comparison
 
@@ -130,8 +131,7 @@ def results_markdown(comparison: Comparison) -> str:
         f"- cluster: {cfg.cluster.describe()}; restart model: {cfg.restart}; protect scale P = "
         f"{cfg.protect_scale:g}; scheduling interval {cfg.interval:g} s"
         + (f"; interference: {cfg.interference.describe()}" if isinstance(cfg.interference, InterferenceModel) else "")
-        + (f"; truth: {cfg.truth} ({cfg.trace_set} traces)" if cfg.truth != "fitted" else "")
-        + (f"; inference placement: {cfg.inference_placement}" if cfg.inference_placement != "deepboot" else ""),
+        + "".join(f"; {name.replace('_', ' ')}: {value}" for name, value in dynamics_notes(cfg).items()),
         f"- workloads ({len(workloads)}): {', '.join(map(str, workloads))}",
         f"- seeds: {' '.join(map(str, seeds))}; runs: {len(frame)}",
         "",

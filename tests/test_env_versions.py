@@ -14,7 +14,7 @@ import pytest
 from builders import masked_random_action
 
 import deepboot_env  # noqa: F401  (registers the ids)
-from deepboot_env.config import DYNAMICS, EnvConfig, EnvConfigError, sim_config
+from deepboot_env.config import DYNAMICS, EnvConfig, EnvConfigError, dynamics_notes, sim_config
 from deepboot_harness.cli import main
 
 
@@ -60,7 +60,7 @@ def test_v0_is_the_default_of_every_front_end() -> None:
 
 
 def test_unknown_dynamics_is_a_one_line_error(capsys) -> None:
-    with pytest.raises(EnvConfigError, match="unknown dynamics 'v9'; known: v0, v1"):
+    with pytest.raises(EnvConfigError, match="unknown dynamics 'v9'; expected one of v0, v1"):
         EnvConfig.from_options(dynamics="v9")
     with pytest.raises(SystemExit):
         main(["simulate", "--dynamics", "v9", "--quiet"])
@@ -79,3 +79,13 @@ def test_cli_dynamics_v1_equals_its_explicit_options(tmp_path: Path) -> None:
         assert main(["simulate", "--policy", "ats", "--quiet", "--json", str(path), *flags]) == 0
         out[name] = json.loads(path.read_text())["jcts"]
     assert out["preset"] == out["explicit"] != out["v0"]
+
+
+def test_runs_are_labelled_with_the_dynamics_options_off_their_defaults() -> None:
+    assert dynamics_notes(sim_config()) == {}
+    assert dynamics_notes(sim_config(dynamics="v1", trace_set="deepboot")) == {
+        "truth": "measured (deepboot traces)",
+        "cap_growth": "trained",
+    }
+    notes = dynamics_notes(sim_config(batch_stats="at_batch", inference_placement="aryl"))
+    assert notes == {"batch_stats": "at_batch", "inference_placement": "aryl"}

@@ -29,18 +29,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
+from deepboot_env.sim.choices import validate_choice
 from deepboot_env.sim.cluster import NODE_INFER, ClusterConfig, ClusterLedger
-from deepboot_env.sim.inference import _NO_GPU, _PLACED, _REFUSED, InferencePool, TrainingSide
+from deepboot_env.sim.inference import InferencePool, TrainingSide
 from deepboot_env.sim.state import AllocationError, ClusterState, RequestView
 
 INFERENCE_PLACEMENTS = ("deepboot", "aryl")
 """Values of ``SimConfig.inference_placement``: DeepBoot's ATS-I (the default) or Aryl mode."""
 
 
-def validate_placement(name: str) -> None:
-    """Raise ValueError unless ``name`` is one of :data:`INFERENCE_PLACEMENTS`."""
-    if name not in INFERENCE_PLACEMENTS:
-        raise ValueError(f"inference_placement must be one of {INFERENCE_PLACEMENTS}, got {name!r}")
+def validate_placement(name: str) -> str:
+    """``name`` if it is one of :data:`INFERENCE_PLACEMENTS` (else ``ValueError``)."""
+    return validate_choice("inference_placement", name, INFERENCE_PLACEMENTS)
 
 
 def aryl_inference_nodes(config: ClusterConfig) -> list[int]:
@@ -125,35 +125,28 @@ class ArylInferencePool(InferencePool):
     only on the inference half, server-granular lending (see the module docstring).
 
     Warm hits, the pod lifecycle and the waiting queue are the base pool's; only where a cold
-    request goes differs.
+    request goes differs (:meth:`_cold_node`).
     """
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.inference_nodes = aryl_inference_nodes(self.ledger.config)
 
-    def _place_request(self, idx: int, now: float) -> int:
-        """Start request ``idx`` now on a warm pod or on the server Aryl mode (or the policy's
-        ``choose_inference_server``) picks; see :meth:`InferencePool._place_request`."""
-        spec = self._specs[idx]
-        rec = self.requests[idx]
-        pod = self._warm_pod(spec.instance)
-        if pod is not None:
-            self._start_on_pod(pod, rec, spec.duration, False, now)
-            return _PLACED
+    def _cold_node(self, idx: int) -> int | None:
+        """The server Aryl mode (or the policy's ``choose_inference_server``) picks for request
+        ``idx``, cleared for one pod; None if no server can take it, -1 if the policy let it
+        wait (see :meth:`InferencePool._cold_node`)."""
         node = aryl_server(self.ledger.counts, self.ledger.capacity, self.inference_nodes)
         if node is None:
-            return _NO_GPU
+            return None
         chooser = getattr(self.policy, "choose_inference_server", None)
         if chooser is not None:
             choice = self._ask_policy(chooser, idx)
             if choice is None:
-                return _REFUSED
+                return -1
             node = choice
         self._clear_server(node)
-        pod = self._new_pod(spec.instance, spec.app, node, now)
-        self._start_on_pod(pod, rec, spec.duration, True, now)
-        return _PLACED
+        return node
 
     def _ask_policy(self, chooser: Callable[[ClusterState, RequestView], int | None], idx: int) -> int | None:
         """The policy's server for request ``idx`` (checked), or None."""

@@ -325,16 +325,24 @@ class InferencePool:
         if pod is not None:
             self._start_on_pod(pod, rec, spec.duration, False, now)
             return _PLACED
+        node = self._cold_node(idx)
+        if node is None or node < 0:
+            return _NO_GPU if node is None else _REFUSED
+        pod = self._new_pod(spec.instance, spec.app, node, now)
+        self._start_on_pod(pod, rec, spec.duration, True, now)
+        return _PLACED
+
+    def _cold_node(self, idx: int) -> int | None:
+        """The node on which request ``idx`` cold-starts, with its GPU made free (an empty GPU,
+        else an evicted SLEEP pod's, else a reclaimed training GPU); None if there is none, a
+        negative number if the reclaim hook refused. The one step a placement mode replaces
+        (:class:`~deepboot_env.sim.aryl_mode.ArylInferencePool`)."""
         node = self._free_inference_gpu()
         if node is None:
             node = self._evict_sleep_pod()
         if node is None:
             node = self._reclaim(idx)
-            if node is None or node < 0:
-                return _NO_GPU if node is None else _REFUSED
-        pod = self._new_pod(spec.instance, spec.app, node, now)
-        self._start_on_pod(pod, rec, spec.duration, True, now)
-        return _PLACED
+        return node
 
     def _warm_pod(self, instance: str) -> Pod | None:
         """The SLEEP or PROTECT pod of ``instance`` with the most consecutive hits (the first

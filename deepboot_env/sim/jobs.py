@@ -18,7 +18,8 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 
 from deepboot_env.sim.apps import AppProfile
-from deepboot_env.sim.rates import ProgressRates, RateTable, validate_choice
+from deepboot_env.sim.choices import validate_choice
+from deepboot_env.sim.rates import ProgressRates, RateTable
 from deepboot_env.sim.restart import Phase, RestartPlan
 from deepboot_env.sim.workload import TrainingJobSpec
 

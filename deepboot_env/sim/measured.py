@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from deepboot_env.sim.choices import validate_choice
 from deepboot_env.sim.goodput import iteration_time, statistical_gain
 from deepboot_env.sim.rates import RateTable, bounds_after, epoch_suffix, finish_time_from_suffix, seconds_from
 from deepboot_env.sim.restart import Phase
@@ -63,16 +64,12 @@ _CLASS_CACHE_MAX = 16384
 
 def validate_truth(truth: str) -> str:
     """Return ``truth`` if known, else raise ``ValueError`` listing the choices."""
-    if truth not in TRUTHS:
-        raise ValueError(f"unknown truth {truth!r}; expected one of {', '.join(TRUTHS)}")
-    return truth
+    return validate_choice("truth", truth, TRUTHS)
 
 
 def validate_trace_set(trace_set: str) -> str:
     """Return ``trace_set`` if known, else raise ``ValueError`` listing the choices."""
-    if trace_set not in TRACE_SETS:
-        raise ValueError(f"unknown trace set {trace_set!r}; expected one of {', '.join(TRACE_SETS)}")
-    return trace_set
+    return validate_choice("trace set", trace_set, TRACE_SETS)
 
 
 def canonical_shape(counts: Sequence[int]) -> tuple[int, ...]:

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from deepboot_env.sim.apps import AppProfile
+from deepboot_env.sim.choices import validate_choice
 from deepboot_env.sim.goodput import (
     evaluate,
     optimize,
@@ -23,17 +24,6 @@ from deepboot_env.sim.restart import Phase
 
 BATCH_STATS: tuple[str, ...] = ("m0", "at_batch")
 """Gradient statistics the batch choice reads (``SimConfig.batch_stats``, :class:`RateTable`)."""
-
-
-def validate_choice(option: str, value: str, known: Sequence[str]) -> str:
-    """``value`` if it is one of ``known``.
-
-    Raises:
-        ValueError: one line naming ``option`` and the known values.
-    """
-    if value not in known:
-        raise ValueError(f"unknown {option} {value!r}; known: {', '.join(known)}")
-    return value
 
 
 def validate_batch_stats(batch_stats: str) -> str:

@@ -39,6 +39,7 @@ from typing import NamedTuple
 import numpy as np
 
 from deepboot_env.sim.apps import AppProfile
+from deepboot_env.sim.choices import validate_choice
 
 RESTART_MODELS: tuple[str, ...] = ("full", "afe", "stopfree", "pollux")
 
@@ -88,9 +89,7 @@ PARKED = RestartPlan((), False)
 
 def validate_model(model: str) -> str:
     """Return ``model`` if known, else raise ``ValueError`` listing the choices."""
-    if model not in RESTART_MODELS:
-        raise ValueError(f"unknown restart model {model!r}; expected one of {', '.join(RESTART_MODELS)}")
-    return model
+    return validate_choice("restart model", model, RESTART_MODELS)
 
 
 _PLANS: dict[tuple[str, str, int, int, bool], RestartPlan] = {}

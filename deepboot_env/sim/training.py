@@ -93,8 +93,7 @@ class TrainingJobs:
             app = profiles[spec.app]
             fixed = None if adaptive else spec.batch_size
             table = self.table(app, fixed)
-            truth = None if self._trace_set is None else shared_measured_rates(table, self._trace_set)
-            self.jobs.append(TrainingJob(i, spec, app, table, num_nodes, truth, cap_after_training))
+            self.jobs.append(TrainingJob(i, spec, app, table, num_nodes, self._truth(table), cap_after_training))
         self.active: list[int] = []
         self.next_arrival = 0
         self.restarts = 0
@@ -121,8 +120,12 @@ class TrainingJobs:
         """The rates an adaptive-batch job of ``app`` truly progresses at on this cluster (its
         rate table, or the measured rates of that table), and the most GPUs it may use."""
         table = self.table(app, None)
-        truth = table if self._trace_set is None else shared_measured_rates(table, self._trace_set)
-        return truth, table.max_replicas
+        return self._truth(table), table.max_replicas
+
+    def _truth(self, table: RateTable) -> ProgressRates:
+        """What a job with rate table ``table`` progresses at: the table itself (the fitted
+        truth) or its measured rates."""
+        return table if self._trace_set is None else shared_measured_rates(table, self._trace_set)
 
     # ------------------------------------------------------------ arrivals
     def admit(self, now: float) -> None:
