@@ -1,18 +1,26 @@
-"""Named workloads for the env: sources, and the loader that turns names into workloads.
+"""Named workloads for the env: sources, the loader that turns names into workloads, and
+scenario samplers.
 
 The env takes :class:`~deepboot_env.sim.workload.Workload` objects, or names (a shipped workload,
 a split such as ``train``, a CSV path) that a *workload loader* resolves. The loader is an argument
 of the env, or the one a plugin registered (:mod:`deepboot_env.plugins`; the ``traces`` package
 registers :func:`traces.loaders.load_workload_source`). deepboot_env itself reads no file.
+
+The env also takes a distribution of worlds: a :class:`ScenarioSampler`, or the name of a
+workload family ``family:<name>[:<split>]`` that the registered *family resolver* turns into one
+(the ``traces`` package registers :func:`traces.families.family_sampler`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import cast
+from typing import Protocol, cast, runtime_checkable
+
+import numpy as np
 
 from deepboot_env.plugins import load_plugins, resolve_entry_point
+from deepboot_env.sim.scenario import Scenario
 from deepboot_env.sim.workload import Workload
 
 WorkloadSource = str | Path | Workload
@@ -64,3 +72,53 @@ def load_workloads(
     if not out:
         raise ValueError(f"no workloads in {source!r}")
     return out
+
+
+# ----------------------------------------------------------------------------------------------
+# scenario samplers
+
+FAMILY_PREFIX = "family:"
+"""Workload sources starting with this name a workload family: ``family:<name>[:<split>]``."""
+
+
+@runtime_checkable
+class ScenarioSampler(Protocol):
+    """A distribution of scenarios: one seed gives one :class:`~deepboot_env.sim.scenario.Scenario`."""
+
+    @property
+    def name(self) -> str:
+        """What the sampler draws, e.g. ``family:mixed:train``."""
+
+    def draw_seed(self, rng: np.random.Generator) -> int:
+        """A scenario seed drawn with ``rng`` (from the sampler's own seed range)."""
+
+    def sample(self, seed: int) -> Scenario:
+        """Scenario ``seed``: the same seed always gives an equal scenario."""
+
+
+_FAMILY_RESOLVER: list[str | Callable[[str], ScenarioSampler]] = []
+
+
+def register_family_resolver(entry_point: str | Callable[[str], ScenarioSampler]) -> None:
+    """Make ``entry_point`` (``"module:attr"`` or a callable) the resolver of ``family:`` sources."""
+    _FAMILY_RESOLVER[:] = [entry_point]
+
+
+def scenario_sampler(source: object) -> ScenarioSampler | None:
+    """The sampler ``source`` stands for: itself if it is a :class:`ScenarioSampler`, the
+    registered resolver's answer for a ``family:`` name, None for any other source.
+
+    Raises:
+        LookupError: for a ``family:`` name when no plugin registered a resolver.
+        ValueError: from the resolver, for an unknown family or split.
+    """
+    if isinstance(source, ScenarioSampler):
+        return source
+    if not (isinstance(source, str) and source.startswith(FAMILY_PREFIX)):
+        return None
+    load_plugins()
+    if not _FAMILY_RESOLVER:
+        raise LookupError(f"{source!r}: no workload-family resolver is registered (install the traces package)")
+    resolver = cast(Callable[[str], ScenarioSampler], resolve_entry_point(_FAMILY_RESOLVER[0]))
+    _FAMILY_RESOLVER[:] = [resolver]
+    return resolver(source)

@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from deepboot_env.config import DYNAMICS, dynamics_notes, sim_config
 from deepboot_env.sim.aryl_mode import INFERENCE_PLACEMENTS
@@ -255,6 +256,66 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _policy_seeds(items: Sequence[str]) -> dict[str, int]:
+    """``--policy-seeds pollux-lend=3 ...`` as a dict."""
+    out = {}
+    for item in items:
+        policy, sep, count = item.rpartition("=")
+        if not sep or not policy or not count.isdigit():
+            raise ValueError(f"--policy-seeds {item!r}: expected POLICY=N, e.g. pollux-lend=3")
+        out[policy] = int(count)
+    return out
+
+
+def cmd_benchmark(args: argparse.Namespace) -> int:
+    """Run policies on the test seeds of workload families; write the results and the leaderboard."""
+    import time
+
+    from deepboot_harness.benchmark import BenchmarkSpec, run_benchmark
+    from deepboot_harness.leaderboard import write_outputs
+
+    options: dict[str, object] = {"dynamics": args.dynamics or "v1"}
+    spec = BenchmarkSpec(
+        families=tuple(args.families),
+        policies=tuple(args.policies),
+        seeds=args.seeds,
+        split=args.split,
+        options=options,
+        policy_seeds=_policy_seeds(args.policy_seeds or []),
+    )
+    start = time.perf_counter()
+
+    def progress(done: int, total: int, row: dict[str, Any]) -> None:
+        if not args.quiet:
+            print(
+                f"[{done}/{total}] {row['policy']} on {row['family']} seed {row['seed']}: mean JCT "
+                f"{float(row['train_jct_mean']):,.0f} s ({float(row['cpu_s']):.1f} CPU s, "
+                f"{time.perf_counter() - start:,.0f} s elapsed)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    try:
+        rows = run_benchmark(spec, args.out, jobs=args.jobs, resume=args.resume, progress=progress)
+    except KeyboardInterrupt:
+        print(
+            f"deepboot benchmark: interrupted; finished runs are saved in {args.out}: continue with --resume",
+            file=sys.stderr,
+        )
+        return 130
+    wall = time.perf_counter() - start
+    notes = [
+        f"Families {', '.join(spec.families)}; the first {spec.seeds} {spec.split} seeds of each; dynamics "
+        f"{options['dynamics']} (each scenario sets its cluster and restart model).",
+        f"`deepboot benchmark` with --jobs {args.jobs}: {wall / 60:.1f} min wall for the runs this invocation made.",
+    ]
+    paths = write_outputs(rows, args.out, "Benchmark leaderboard", notes)
+    if not args.quiet:
+        print(Path(paths["leaderboard"]).read_text(encoding="utf-8"))
+        print(f"wrote {', '.join(p.name for p in paths.values())} to {args.out}")
+    return 0
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     """Generate a workload (Philly-derived training jobs, periodic inference)."""
     from traces.generate_cli import run_generate
@@ -307,6 +368,37 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--out", required=True, metavar="DIR", help="output folder (created)")
     cmp.add_argument("--quiet", action="store_true", help="no progress bar or table")
     cmp.set_defaults(func=cmd_compare)
+
+    from deepboot_harness.benchmark import DEFAULT_POLICIES
+    from traces.families import FAMILIES
+
+    bench = sub.add_parser(
+        "benchmark",
+        help="run policies on the test seeds of workload families; write results, leaderboard.md and plots",
+    )
+    bench.add_argument(
+        "--families", nargs="+", default=list(FAMILIES), metavar="F", help="workload families (default: all)"
+    )
+    bench.add_argument(
+        "--policies",
+        nargs="+",
+        default=list(DEFAULT_POLICIES),
+        metavar="P",
+        help="policies (default: the leaderboard's)",
+    )
+    bench.add_argument("--seeds", type=int, default=10, help="seeds per family: the split's first N (default 10)")
+    bench.add_argument("--split", default="test", help="seed range: test (default), val or train")
+    bench.add_argument(
+        "--policy-seeds", nargs="+", metavar="P=N", help="fewer seeds for slow policies, e.g. pollux-lend=3"
+    )
+    bench.add_argument(
+        "--dynamics", choices=("v0", "v1"), default=None, help="environment dynamics (default v1: measured step times)"
+    )
+    bench.add_argument("--jobs", "-j", type=int, default=1, help="worker processes (default 1)")
+    bench.add_argument("--out", required=True, metavar="DIR", help="output folder (created)")
+    bench.add_argument("--resume", action="store_true", help="continue the benchmark in --out, skipping finished runs")
+    bench.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    bench.set_defaults(func=cmd_benchmark)
 
     gen = sub.add_parser("generate", help="generate a workload CSV (Philly-derived jobs + periodic inference)")
     build_generate_parser(gen)

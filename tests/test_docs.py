@@ -10,8 +10,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 _MD = re.compile(r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.md)\b")
-GENERATED = {"results.md"}
-"""Markdown files the tools write (``deepboot compare``'s table), not documents to cite."""
+GENERATED = {"results.md", "leaderboard.md"}
+"""Markdown files the tools write (the tables of ``deepboot compare`` and ``deepboot benchmark``),
+not documents to cite."""
 
 _SECTION = re.compile(r"(docs/[\w-]+\.md) §(\d+(?:\.\d+)*)")
 

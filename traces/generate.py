@@ -203,6 +203,9 @@ def generate_periodic_inference(
     seed: SeedLike = 0,
     duration_model: Mapping[str, tuple[int, int]] | None = None,
     cold_start_fraction: float = 1.0,
+    bursts: int = 0,
+    burst_s: float = 600.0,
+    burst_factor: float = 3.0,
 ) -> list[InferenceRequestSpec]:
     """Periodic (day/night) inference requests: non-homogeneous Poisson arrivals per instance.
 
@@ -221,6 +224,13 @@ def generate_periodic_inference(
             :data:`DEFAULT_SERVICE_TIME_S` (missing models fall back to it).
         cold_start_fraction: share of the cold-start delay charged per request in the offered
             load (1 = every request cold).
+        bursts: number of load bursts over the horizon (0 = none). Each burst starts at a
+            uniform time in ``[0, horizon_s - burst_s)`` (drawn after the periodic arrivals, so
+            ``bursts = 0`` leaves them unchanged) and adds, for ``burst_s`` seconds, Poisson
+            arrivals at ``(burst_factor - 1)`` times every instance's mean rate: the offered
+            load rises by ``(burst_factor - 1) * mean_gpus`` during the burst.
+        burst_s: length of a burst, seconds.
+        burst_factor: the rate during a burst over the mean rate (> 1 adds load).
 
     Returns:
         Requests sorted by (integer) arrival, instance keys ``infer-<model>-<k>``, names
@@ -236,6 +246,11 @@ def generate_periodic_inference(
         raise ValueError(f"mean_gpus must be >= 0, got {mean_gpus}")
     if not 0.0 <= cold_start_fraction <= 1.0:
         raise ValueError(f"cold_start_fraction must be in [0, 1], got {cold_start_fraction}")
+    if bursts < 0 or (bursts and not (0 < burst_s < horizon_s and np.isfinite(burst_factor) and burst_factor >= 1)):
+        raise ValueError(
+            f"bursts must be >= 0, with 0 < burst_s < horizon_s and burst_factor >= 1; got bursts={bursts}, "
+            f"burst_s={burst_s}, burst_factor={burst_factor}"
+        )
     services = dict(DEFAULT_SERVICE_TIME_S)
     services.update(duration_model or {})
     for m, (lo, hi) in services.items():
@@ -258,19 +273,33 @@ def generate_periodic_inference(
         times_l.append(t)
         inst_l.append(np.full(t.size, j))
         dur_l.append(rng.integers(int(lo), int(hi) + 1, size=t.size).astype(float))
+    starts = rng.uniform(0.0, horizon_s - burst_s, size=bursts) if bursts else ()
+    for start in starts:
+        for j, (_key, model) in enumerate(instances):
+            extra_rate = (
+                (burst_factor - 1.0) * per_instance_gpus / mean_busy_time_s(model, services, cold_start_fraction)
+            )
+            n = rng.poisson(extra_rate * burst_s)
+            lo, hi = services[model]
+            times_l.append(np.floor(start + rng.uniform(0.0, burst_s, size=n)))
+            inst_l.append(np.full(n, j))
+            dur_l.append(rng.integers(int(lo), int(hi) + 1, size=n).astype(float))
     times = np.concatenate(times_l)
     inst = np.concatenate(inst_l)
     durs = np.concatenate(dur_l)
     order = np.lexsort((inst, times))  # by time, then instance; within an instance draw order
-    out = []
-    for i, k in enumerate(order):
-        key, model = instances[int(inst[k])]
-        out.append(
-            InferenceRequestSpec(
-                name=f"inference-{model}-{i}", arrival=float(times[k]), instance=key, app=model, duration=float(durs[k])
-            )
+    return [
+        InferenceRequestSpec(
+            name=f"inference-{instances[j][1]}-{i}",
+            arrival=t,
+            instance=instances[j][0],
+            app=instances[j][1],
+            duration=d,
         )
-    return out
+        for i, (j, t, d) in enumerate(
+            zip(inst[order].tolist(), times[order].tolist(), durs[order].tolist(), strict=True)
+        )
+    ]
 
 
 # ----------------------------------------------------------------------------------------------

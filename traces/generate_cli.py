@@ -1,6 +1,7 @@
 """``deepboot generate``: the command line of the workload generator (:mod:`traces.generate`).
 
     deepboot generate --out my.csv --seed 7 [--load 1.5] [--inference-mean-gpus 14 --inference-amplitude 0.85]
+    deepboot generate --family heavy-inference --seed 2000000 --out s.csv   # also writes s.scenario.json
 
 Writes a generated workload as a DeepBoot-format CSV (or to standard output) and reports the peak
 offered inference load against the inference cluster, with a warning when the peaks exceed it.
@@ -10,9 +11,13 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import sys
 from pathlib import Path
 
+from deepboot_env.sim.scenario import Scenario
+from deepboot_env.sim.workload import Workload
+from traces.families import FAMILIES, sample_scenario
 from traces.generate import (
     DEEPBOOT_OUTPUT_COLUMNS,
     DEFAULT_HORIZON_HOURS,
@@ -74,31 +79,92 @@ def build_generate_parser(parser: argparse.ArgumentParser | None = None) -> argp
     p.add_argument("--instances-per-app", type=int, default=1, help="inference app instances per model (default 1)")
     p.add_argument("--no-inference", action="store_true", help="training jobs only")
     p.add_argument("--stats", metavar="JSON", default=None, help="Philly statistics (default: shipped)")
+    p.add_argument(
+        "--family",
+        default=None,
+        metavar="NAME",
+        help="draw scenario --seed of a workload family instead (every generator parameter, the cluster and the "
+        "restart model); with --out it also writes <out stem>.scenario.json; see --list-families",
+    )
+    p.add_argument("--list-families", action="store_true", help="list the workload families and exit")
     return p
+
+
+GENERATOR_FLAGS: tuple[str, ...] = (
+    "num_jobs",
+    "load",
+    "start_hour",
+    "window_hours",
+    "inference_mean_gpus",
+    "inference_amplitude",
+    "period_hours",
+    "phase_hours",
+    "horizon_hours",
+    "instances_per_app",
+    "no_inference",
+    "stats",
+)
+"""Flags that set the generator's parameters; a family draws its own, so they go without ``--family``."""
+
+
+def _flag_workload(args: argparse.Namespace) -> Workload:
+    """The workload the generator flags describe."""
+    stats = load_philly_stats(args.stats) if args.stats else None
+    train = {
+        "num_jobs": args.num_jobs,
+        "start_hour": args.start_hour,
+        "window_hours": args.window_hours,
+        "load": args.load,
+    }
+    inference = None
+    if not args.no_inference:
+        inference = {
+            "horizon_s": args.horizon_hours * 3600.0,
+            "instances_per_app": args.instances_per_app,
+            "mean_gpus": args.inference_mean_gpus,
+            "amplitude": args.inference_amplitude,
+            "period_s": args.period_hours * 3600.0,
+            "phase_s": args.phase_hours * 3600.0,
+        }
+    name = args.name or (Path(args.out).stem if args.out else f"generated-{args.seed}")
+    return generate_workload(name, args.seed, train=train, inference=inference, stats=stats)
+
+
+def _family_scenario(args: argparse.Namespace) -> Scenario:
+    """The scenario ``--family`` and ``--seed`` name (the generator flags must keep their defaults)."""
+    defaults = build_generate_parser().parse_args([])
+    changed = [
+        f"--{flag.replace('_', '-')}" for flag in GENERATOR_FLAGS if getattr(args, flag) != getattr(defaults, flag)
+    ]
+    if changed:
+        raise ValueError(f"--family draws every generator parameter itself; drop {', '.join(changed)}")
+    return sample_scenario(args.family, args.seed)
+
+
+def scenario_sidecar(csv_path: str | Path) -> Path:
+    """Where ``deepboot generate --family`` writes a scenario's description next to its CSV
+    (``x.csv`` -> ``x.scenario.json``)."""
+    path = Path(csv_path)
+    return path.with_name(path.stem + ".scenario.json")
+
+
+def list_families() -> str:
+    """One line per workload family: its name and description."""
+    return "\n".join(f"{name:<16} {family.description}" for name, family in FAMILIES.items())
 
 
 def run_generate(args: argparse.Namespace) -> int:
     """Run ``deepboot generate`` with parsed arguments; returns the exit status."""
+    if args.list_families:
+        print(list_families())
+        return 0
     try:
-        stats = load_philly_stats(args.stats) if args.stats else None
-        train = {
-            "num_jobs": args.num_jobs,
-            "start_hour": args.start_hour,
-            "window_hours": args.window_hours,
-            "load": args.load,
-        }
-        inference = None
-        if not args.no_inference:
-            inference = {
-                "horizon_s": args.horizon_hours * 3600.0,
-                "instances_per_app": args.instances_per_app,
-                "mean_gpus": args.inference_mean_gpus,
-                "amplitude": args.inference_amplitude,
-                "period_s": args.period_hours * 3600.0,
-                "phase_s": args.phase_hours * 3600.0,
-            }
-        name = args.name or (Path(args.out).stem if args.out else f"generated-{args.seed}")
-        wl = generate_workload(name, args.seed, train=train, inference=inference, stats=stats)
+        scenario = None
+        if args.family:
+            scenario = _family_scenario(args)
+            wl = scenario.workload
+        else:
+            wl = _flag_workload(args)
         if args.out:
             path = write_workload_csv(wl, args.out)
             s = wl.summary()
@@ -106,11 +172,22 @@ def run_generate(args: argparse.Namespace) -> int:
                 f"wrote {path}: {s['training_jobs']} training jobs, {s['inference_requests']} inference requests "
                 f"on {s['inference_instances']} instances, last arrival {s['last_arrival_s']:g} s"
             )
+            if scenario is not None:
+                sidecar = scenario_sidecar(path)
+                sidecar.write_text(json.dumps(scenario.describe(), indent=2) + "\n", encoding="utf-8")
+                print(f"wrote {sidecar}: cluster {scenario.describe()['cluster']}, restart {scenario.restart}")
+        else:
+            w = csv.writer(sys.stdout, lineterminator="\n")
+            w.writerow(DEEPBOOT_OUTPUT_COLUMNS)
+            w.writerows(workload_csv_rows(wl))
+        inference_gpus = args.inference_gpus
+        if scenario is not None and scenario.cluster is not None:
+            inference_gpus = scenario.cluster.infer_nodes * scenario.cluster.gpus_per_node
         if wl.requests:
             peak = peak_offered_gpus(wl.requests)
-            share = peak / args.inference_gpus
+            share = peak / inference_gpus
             print(
-                f"peak offered inference load: {peak:.1f} GPUs ({share:.0%} of a {args.inference_gpus}-GPU inference "
+                f"peak offered inference load: {peak:.1f} GPUs ({share:.0%} of a {inference_gpus}-GPU inference "
                 "cluster, busiest 10 minutes)",
                 file=sys.stderr,
             )
@@ -120,10 +197,6 @@ def run_generate(args: argparse.Namespace) -> int:
                     "(and take every lent GPU back)",
                     file=sys.stderr,
                 )
-        else:
-            w = csv.writer(sys.stdout, lineterminator="\n")
-            w.writerow(DEEPBOOT_OUTPUT_COLUMNS)
-            w.writerows(workload_csv_rows(wl))
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

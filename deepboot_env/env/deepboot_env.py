@@ -11,11 +11,12 @@ from gymnasium import spaces
 
 from deepboot_env.config import EnvConfig
 from deepboot_env.env.codec import ActionCodec
-from deepboot_env.env.encoding import CLUSTER_FEATURES, JOB_FEATURES, encode_observation
+from deepboot_env.env.encoding import CLUSTER_FEATURES, JOB_FEATURES, encode_observation, observation_limits
 from deepboot_env.policy import BasePolicy
+from deepboot_env.sim.scenario import Scenario
 from deepboot_env.sim.simulator import Simulator
 from deepboot_env.sim.state import ClusterState
-from deepboot_env.workloads import WorkloadLoader, WorkloadSource, load_workloads
+from deepboot_env.workloads import ScenarioSampler, WorkloadLoader, WorkloadSource, load_workloads, scenario_sampler
 
 
 def spaces_for(codec: ActionCodec) -> tuple[spaces.Dict, spaces.MultiDiscrete]:
@@ -92,14 +93,26 @@ class DeepBootEnv(gym.Env):
     ``workload``: a Workload, a name (a shipped workload, a split ``train``/``val``/``test``, a CSV
     path) resolved by ``workload_loader`` (default: the registered one, :mod:`deepboot_env.workloads`),
     or a list of them; one is drawn per reset with the env's RNG, or chosen by
-    ``reset(options={"workload": ...})``. ``config``: an :class:`~deepboot_env.config.EnvConfig`, or
-    instead its flat options as keyword arguments (``cluster``, ``shared_pool``, ``restart``,
-    ``protect_scale``, ``interval``, ``interference``, ``max_time``, ``max_jobs``, ``lend_levels``,
-    ``jct_scale``, ``infer_weight``, ``max_rounds``, ``action_mode``, ``base_policy``; defaults and
-    meaning in :mod:`deepboot_env.config`). ``render_mode``: "ansi" or "rgb_array".
+    ``reset(options={"workload": ...})``. Or a distribution of worlds: a workload family
+    ``"family:<name>[:<split>]"`` (:mod:`traces.families`; split ``train`` by default) or any
+    :class:`~deepboot_env.workloads.ScenarioSampler`. Each reset then draws a scenario seed of the
+    split with the env's RNG (so ``reset(seed=s)`` gives the same scenario for the same ``s``), or
+    takes ``reset(options={"scenario_seed": k})``, and runs that scenario's workload on its
+    cluster with its restart model (they replace ``cluster`` and ``restart`` of the config; every
+    other setting stays). The scenario is checked against the observation's limits
+    (:func:`~deepboot_env.env.encoding.observation_limits`): the features it would saturate are
+    listed in the reset info under ``saturates`` (absent when it fits).
+    ``config``: an :class:`~deepboot_env.config.EnvConfig`, or instead its flat options as keyword
+    arguments (``cluster``, ``shared_pool``, ``restart``, ``protect_scale``, ``interval``,
+    ``interference``, ``max_time``, ``max_jobs``, ``lend_levels``, ``jct_scale``, ``infer_weight``,
+    ``max_rounds``, ``action_mode``, ``base_policy``; defaults and meaning in
+    :mod:`deepboot_env.config`). ``render_mode``: "ansi" or "rgb_array".
 
     ## Version History
-    * v0: initial version.
+    * v0: jobs progress at the fitted goodput model.
+    * v1: jobs progress at the measured step times, with the originals' exploration cap
+      (``dynamics="v1"``, docs/environment.md §8).
+    * Both versions take workload families and scenario samplers (``workload="family:mixed"``).
 
     ## References
     Chen et al., DeepBoot, IEEE TPDS 34(9), 2023; Qiao et al., Pollux, OSDI 2021.
@@ -125,7 +138,11 @@ class DeepBootEnv(gym.Env):
         self.sim_config = self.config.sim
         self.cluster = self.sim_config.cluster
         self._loader = workload_loader
-        self.workloads = load_workloads(workload, workload_loader)
+        self.sampler: ScenarioSampler | None = scenario_sampler(workload)
+        """The scenario distribution each reset draws from, or None for a fixed list of workloads."""
+        self.workloads = [] if self.sampler is not None else load_workloads(workload, workload_loader)
+        self.scenario: Scenario | None = None
+        """The scenario of the current episode (a sampler's draw, or the workload on the config's cluster)."""
         self.render_mode = render_mode
         self.codec: ActionCodec = self.config.make_codec()
         self.observation_space, self.action_space = spaces_for(self.codec)
@@ -175,20 +192,43 @@ class DeepBootEnv(gym.Env):
 
     # --------------------------------------------------------------- Gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        """Start an episode on a workload drawn with the env's RNG (or ``options["workload"]``)."""
+        """Start an episode on a workload drawn with the env's RNG (or ``options["workload"]``), or
+        on a scenario of the sampler (seed drawn with the env's RNG, or ``options["scenario_seed"]``)."""
         super().reset(seed=seed)
-        options = options or {}
-        if "workload" in options:
-            workload = load_workloads(options["workload"], self._loader)[0]
-        else:
-            workload = self.workloads[int(self.np_random.integers(len(self.workloads)))]
-        self.sim = Simulator(workload, self.sim_config, _EnvReclaim())
+        scenario = self._draw_scenario(options or {})
+        self.scenario = scenario
+        self.sim_config = scenario.configure(self.config.sim)
+        saturates = observation_limits(scenario.workload, self.sim_config)
+        self.sim = Simulator(scenario.workload, self.sim_config, _EnvReclaim())
         self.codec.reset(seed)
         self.rounds = 0
         self._reward_from = 0.0
         self._waited_from = 0.0
         obs = self._observe()
-        return obs, {"time": self.sim.now, "workload": self.sim.workload.name}
+        info: dict[str, Any] = {"time": self.sim.now, "workload": scenario.name}
+        if saturates:
+            info["saturates"] = saturates
+        if scenario.family:
+            info.update(family=scenario.family, scenario_seed=scenario.seed, cluster=self.sim_config.cluster.describe())
+        return obs, info
+
+    def _draw_scenario(self, options: dict[str, Any]) -> Scenario:
+        """The scenario of the next episode (see the class docstring's Arguments)."""
+        unknown = sorted(set(options) - {"workload", "scenario_seed"})
+        if unknown:
+            raise ValueError(f"unknown reset option(s) {', '.join(unknown)}; known: scenario_seed, workload")
+        if "workload" in options:
+            sampler = scenario_sampler(options["workload"])
+            if sampler is None:
+                return Scenario(load_workloads(options["workload"], self._loader)[0])
+        else:
+            sampler = self.sampler
+        if sampler is not None:
+            seed = options.get("scenario_seed")
+            return sampler.sample(sampler.draw_seed(self.np_random) if seed is None else int(seed))
+        if "scenario_seed" in options:
+            raise ValueError("reset option scenario_seed needs a scenario sampler (workload='family:<name>')")
+        return Scenario(self.workloads[int(self.np_random.integers(len(self.workloads)))])
 
     def action_masks(self) -> np.ndarray:
         """Valid choices per action dimension, flattened (for sb3-contrib MaskablePPO)."""

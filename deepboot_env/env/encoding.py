@@ -21,7 +21,9 @@ import numpy as np
 
 from deepboot_env.sim.apps import APP_NAMES
 from deepboot_env.sim.cluster import node_layout
+from deepboot_env.sim.config import SimConfig
 from deepboot_env.sim.state import ClusterState, JobView
+from deepboot_env.sim.workload import Workload
 
 SPEEDUP_POINTS: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 """GPU counts at which a job's speedup curve is observed."""
@@ -175,3 +177,18 @@ def encode_observation(state: ClusterState, max_jobs: int) -> dict[str, np.ndarr
 def _float32_packer(slots: int) -> struct.Struct:
     """Packs the features of ``slots`` job rows as float32 (faster than ``np.array`` of a list)."""
     return struct.Struct(f"={slots * len(JOB_FEATURES)}f")
+
+
+def observation_limits(workload: Workload, config: SimConfig) -> list[str]:
+    """The features whose scale ``workload`` exceeds on ``config``'s cluster (empty if none):
+    ``arrivals_last_interval`` (and ``arrivals_recent_mean``, its mean) when more inference
+    requests arrive in one interval than :data:`_ARRIVAL_SCALE`: the feature then reads 1.0 in
+    every busier interval. (More active jobs than slots is not a limit of a scenario but of a
+    moment; ``jobs_beyond_slots`` reports it in the observation.)
+    """
+    if not workload.requests:
+        return []
+    arrivals = np.fromiter((r.arrival for r in workload.requests), dtype=float, count=len(workload.requests))
+    if np.bincount((arrivals // config.interval).astype(np.int64)).max() > _ARRIVAL_SCALE:
+        return ["arrivals_last_interval", "arrivals_recent_mean"]
+    return []

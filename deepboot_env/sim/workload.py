@@ -120,6 +120,9 @@ class Workload:
                     f"{where}: field 'batch_size': batch size {job.batch_size} exceeds the largest total batch "
                     f"of {job.app} ({max_bsz})"
                 )
+        if _requests_valid(self.requests):
+            self._check_not_empty(src)
+            return
         last = -np.inf
         for i, req in enumerate(self.requests, start=1):
             where = f"{src}: inference request {i} ({req.name!r})"
@@ -134,6 +137,9 @@ class Workload:
             last = req.arrival
             if not np.isfinite(req.duration) or req.duration <= 0:
                 raise WorkloadError(f"{where}: field 'duration': must be > 0, got {req.duration}")
+        self._check_not_empty(src)
+
+    def _check_not_empty(self, src: str) -> None:
         if not self.jobs and not self.requests:
             raise WorkloadError(f"{src}: the workload has no training jobs and no inference requests")
 
@@ -210,6 +216,26 @@ def _first_after(items: tuple[TrainingJobSpec, ...] | tuple[InferenceRequestSpec
         else:
             lo = mid + 1
     return lo
+
+
+_APP_SET = frozenset(APP_NAMES)
+
+
+def _requests_valid(requests: tuple[InferenceRequestSpec, ...]) -> bool:
+    """Whether every request passes the checks of :meth:`Workload.validate`, tested on whole
+    columns at once (the row-by-row checks then run only to name the first bad row)."""
+    if not requests:
+        return True
+    try:
+        arrivals = np.fromiter((r.arrival for r in requests), dtype=float, count=len(requests))
+        durations = np.fromiter((r.duration for r in requests), dtype=float, count=len(requests))
+    except (TypeError, ValueError):
+        return False
+    return (
+        {r.app for r in requests} <= _APP_SET
+        and bool(np.isfinite(arrivals).all() and (arrivals >= 0).all() and (np.diff(arrivals) >= 0).all())
+        and bool(np.isfinite(durations).all() and (durations > 0).all())
+    )
 
 
 def _check_time(where: str, fieldname: str, value: float) -> None:

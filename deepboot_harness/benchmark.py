@@ -1,0 +1,295 @@
+"""``deepboot benchmark``: every policy on the test seeds of every workload family, resumable.
+
+    deepboot benchmark --families philly-periodic heavy-inference --policies ats ones-lend \\
+        --seeds 10 --jobs 2 --out runs/benchmark [--resume]
+
+A run is one (policy, family, seed): scenario ``seed`` of the family (:mod:`traces.families`) on
+its own cluster with its restart model, under the benchmark's dynamics (DeepBoot-v1 by default).
+Each finished run is appended at once to ``runs.jsonl`` in the output folder, so an interrupted
+benchmark continues with ``--resume`` where it stopped; ``benchmark.json`` records the settings a
+resume must match. At the end the folder holds ``results.csv`` (one tidy row per run),
+``jobs.csv`` (one row per training job), ``leaderboard.md`` and the plots
+(:mod:`deepboot_harness.leaderboard`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from deepboot_env.config import sim_config
+from deepboot_env.sim.scenario import Scenario
+
+DEFAULT_POLICIES: tuple[str, ...] = (
+    "fifo",
+    "ats-nolend",
+    "ats",
+    "afs-lend",
+    "ones-lend",
+    "pollux-lend",
+    "ppo:agents/pretrained/deepboot-v0.zip",
+    "oracle-lookahead",
+)
+"""The policies of the README's leaderboard."""
+
+DEFAULT_OPTIONS: dict[str, Any] = {"dynamics": "v1"}
+"""Simulation options of every run (flat :func:`deepboot_env.config.sim_config` options): the
+benchmark runs on DeepBoot-v1's dynamics; each scenario sets its cluster and restart model."""
+
+SETTINGS_FILE = "benchmark.json"
+RUNS_FILE = "runs.jsonl"
+
+
+class BenchmarkError(ValueError):
+    """Bad benchmark input (unknown family or policy, empty seed range, unusable output folder)."""
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    """What a benchmark runs.
+
+    Attributes:
+        families: workload families, in table order.
+        policies: policy names, in table order.
+        seeds: how many seeds of ``split`` each family runs (its first ones).
+        split: the seed range: ``test`` for the leaderboard.
+        options: flat simulation options of every run.
+        policy_seeds: fewer seeds for some policies (a slow one), by policy name.
+    """
+
+    families: tuple[str, ...]
+    policies: tuple[str, ...]
+    seeds: int = 10
+    split: str = "test"
+    options: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_OPTIONS))
+    policy_seeds: dict[str, int] = field(default_factory=dict)
+
+    def check(self) -> None:
+        """Refuse, before any work, what cannot run.
+
+        Raises:
+            BenchmarkError: for no families or policies, an unknown family, split or policy, a
+                seed count < 1 or beyond the split, or bad simulation options.
+        """
+        from deepboot_env.policy import make_policy
+        from traces.families import FamilyError, get_family, split_seeds
+
+        if not self.families:
+            raise BenchmarkError("no families given (--families)")
+        if not self.policies:
+            raise BenchmarkError("no policies given (--policies)")
+        try:
+            for family in self.families:
+                get_family(family)
+            seeds = split_seeds(self.split)
+        except FamilyError as exc:
+            raise BenchmarkError(str(exc)) from None
+        counts = {"--seeds": self.seeds, **{f"--policy-seeds {p}": n for p, n in self.policy_seeds.items()}}
+        for flag, n in counts.items():
+            if not 1 <= n <= len(seeds):
+                raise BenchmarkError(f"{flag}: the seed range is empty or too long: {n} (1 to {len(seeds)})")
+        stray = sorted(set(self.policy_seeds) - set(self.policies))
+        if stray:
+            raise BenchmarkError(f"--policy-seeds names policies not benchmarked: {', '.join(stray)}")
+        for policy in self.policies:
+            try:
+                make_policy(policy)
+            except (ValueError, OSError, TypeError) as exc:
+                raise BenchmarkError(f"--policies {policy}: {exc}") from None
+        try:
+            sim_config(**self.options)
+        except (ValueError, TypeError) as exc:
+            raise BenchmarkError(f"simulation options {self.options}: {exc}") from None
+
+    def seeds_of(self, policy: str) -> list[int]:
+        """The scenario seeds ``policy`` runs on."""
+        from traces.families import split_seeds
+
+        return list(split_seeds(self.split)[: self.policy_seeds.get(policy, self.seeds)])
+
+    def runs(self) -> list[tuple[str, str, int]]:
+        """Every (policy, family, seed), seeds outermost so that a partial run covers every policy."""
+        width = max(len(self.seeds_of(p)) for p in self.policies)
+        out = []
+        for k in range(width):
+            for family in self.families:
+                for policy in self.policies:
+                    seeds = self.seeds_of(policy)
+                    if k < len(seeds):
+                        out.append((policy, family, seeds[k]))
+        return out
+
+    def settings(self) -> dict[str, Any]:
+        """What a resumed benchmark must share with the one it continues."""
+        return {"split": self.split, "options": self.options}
+
+
+# ----------------------------------------------------------------------------------------------
+# one run (worker side)
+
+_SCENARIOS: dict[tuple[str, int], Scenario] = {}
+
+
+def _scenario(family: str, seed: int) -> Scenario:
+    """Scenario ``seed`` of ``family`` (kept per process: every policy runs it)."""
+    from traces.families import sample_scenario
+
+    key = (family, seed)
+    if key not in _SCENARIOS:
+        if len(_SCENARIOS) > 8:
+            _SCENARIOS.clear()
+        _SCENARIOS[key] = sample_scenario(family, seed)
+    return _SCENARIOS[key]
+
+
+def run_one(policy: str, family: str, seed: int, options: dict[str, Any]) -> dict[str, Any]:
+    """Run ``policy`` on scenario ``seed`` of ``family``; the result row with per-job JCTs
+    (``jcts``) and the run's CPU seconds (``cpu_s``)."""
+    from deepboot_env.evaluation import run_episode
+
+    scenario = _scenario(family, seed)
+    config = scenario.configure(sim_config(**options))
+    start = time.process_time()
+    metrics = run_episode(policy, scenario.workload, config, seed=0)
+    row = metrics.to_dict(include_jcts=True)
+    row.pop("timeline", None)
+    row.pop("gpu_seconds_by_state", None)
+    row.pop("wall_seconds", None)
+    return {
+        "policy": policy,
+        "family": family,
+        "seed": seed,
+        "cluster": config.cluster.describe(),
+        "restart": config.restart,
+        "cpu_s": round(time.process_time() - start, 3),
+        **row,
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# the output folder
+
+
+def prepare_folder(out: Path, spec: BenchmarkSpec, resume: bool) -> set[tuple[str, str, int]]:
+    """Check and set up ``out``; the (policy, family, seed) already done when resuming.
+
+    Raises:
+        BenchmarkError: if ``out`` is a file or cannot be written; if it holds a benchmark and
+            ``resume`` is off; if ``resume`` is on and its settings differ.
+    """
+    if out.exists() and not out.is_dir():
+        raise BenchmarkError(f"--out {out}: is a file, not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BenchmarkError(f"--out {out}: cannot create the folder ({exc.strerror})") from None
+    if not os.access(out, os.W_OK):
+        raise BenchmarkError(f"--out {out}: the folder is not writable")
+    settings_path, runs_path = out / SETTINGS_FILE, out / RUNS_FILE
+    if settings_path.exists() and not resume:
+        raise BenchmarkError(
+            f"--out {out}: holds a benchmark already; add --resume to continue it, or pick another folder"
+        )
+    if settings_path.exists():
+        try:
+            saved = json.loads(settings_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise BenchmarkError(f"{settings_path}: unreadable ({exc})") from None
+        if saved.get("settings") != json.loads(json.dumps(spec.settings())):
+            raise BenchmarkError(
+                f"--resume: {settings_path} was run with {saved.get('settings')}, not {spec.settings()}; "
+                "use another --out"
+            )
+    settings_path.write_text(json.dumps({"settings": spec.settings(), "spec": asdict(spec)}, indent=2) + "\n")
+    rows = read_runs(runs_path)
+    if runs_path.exists():  # rewrite without a line an interruption cut short, so appends start on a new line
+        runs_path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return {(r["policy"], r["family"], r["seed"]) for r in rows}
+
+
+def read_runs(path: Path) -> list[dict[str, Any]]:
+    """The runs saved in ``path`` (a line cut short by an interruption is dropped)."""
+    if not path.exists():
+        return []
+    rows = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                continue
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------
+# running
+
+
+def execute(
+    todo: Sequence[tuple[str, str, int]],
+    options: dict[str, Any],
+    jobs: int,
+    save: Callable[[dict[str, Any]], None],
+) -> None:
+    """Run ``todo`` in ``jobs`` processes, calling ``save`` with each row as it finishes."""
+    if jobs <= 1 or len(todo) <= 1:
+        for policy, family, seed in todo:
+            save(run_one(policy, family, seed, options))
+        return
+    executor = ProcessPoolExecutor(max_workers=min(jobs, len(todo)))
+    try:
+        pending: set[Future[dict[str, Any]]] = set()
+        queue: Iterator[tuple[str, str, int]] = iter(todo)
+        for task in queue:  # keep 2 tasks per worker in flight, in order
+            pending.add(executor.submit(run_one, *task, options))
+            if len(pending) >= 2 * jobs:
+                break
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                save(fut.result())
+                nxt = next(queue, None)
+                if nxt is not None:
+                    pending.add(executor.submit(run_one, *nxt, options))
+    finally:
+        executor.shutdown(wait=True, cancel_futures=True)
+
+
+def run_benchmark(
+    spec: BenchmarkSpec,
+    out: str | Path,
+    jobs: int = 1,
+    resume: bool = False,
+    progress: Callable[[int, int, dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Run what ``spec`` asks for that ``out`` does not hold yet; every run's row, in spec order.
+
+    Raises:
+        BenchmarkError: for bad input (see :meth:`BenchmarkSpec.check`, :func:`prepare_folder`).
+    """
+    spec.check()
+    if jobs < 1:
+        raise BenchmarkError(f"--jobs must be >= 1, got {jobs}")
+    out = Path(out)
+    done = prepare_folder(out, spec, resume)
+    runs = spec.runs()
+    todo = [run for run in runs if run not in done]
+    runs_path = out / RUNS_FILE
+    count = [len(runs) - len(todo)]
+
+    def save(row: dict[str, Any]) -> None:
+        with open(runs_path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row) + "\n")
+        count[0] += 1
+        if progress is not None:
+            progress(count[0], len(runs), row)
+
+    execute(todo, spec.options, jobs, save)
+    rows = {(r["policy"], r["family"], r["seed"]): r for r in read_runs(runs_path)}
+    return [rows[run] for run in runs if run in rows]

@@ -1,0 +1,147 @@
+"""``deepboot benchmark``: runs, resume, the leaderboard's statistics and clear errors."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from deepboot_env.config import sim_config
+from deepboot_env.evaluation import run_episode
+from deepboot_harness.benchmark import RUNS_FILE, BenchmarkSpec, read_runs
+from deepboot_harness.cli import main
+from deepboot_harness.leaderboard import ALL, leaderboard, mean_ci, with_ratios
+from traces.families import SPLIT_SEEDS, sample_scenario
+
+FAMILIES = ["philly-periodic", "short-period"]
+ARGS = ["--families", *FAMILIES, "--policies", "ats", "fifo", "--quiet"]
+
+
+def _bench(out: Path, *extra: str) -> int:
+    return main(["benchmark", *ARGS, "--out", str(out), *extra])
+
+
+def test_a_benchmark_runs_every_policy_on_the_test_seeds_and_writes_its_tables(tmp_path) -> None:
+    out = tmp_path / "bench"
+    assert _bench(out, "--seeds", "2", "--jobs", "2") == 0
+    results = pd.read_csv(out / "results.csv")
+    first_two = list(SPLIT_SEEDS["test"][:2])
+    assert sorted(zip(results["policy"], results["family"], results["seed"], strict=True)) == sorted(
+        (p, f, s) for p in ("ats", "fifo") for f in FAMILIES for s in first_two
+    )
+    # a row is the run of the scenario on its own cluster under DeepBoot-v1's dynamics
+    row = results[(results["policy"] == "ats") & (results["family"] == "short-period")].iloc[0]
+    scenario = sample_scenario("short-period", int(row["seed"]))
+    expected = run_episode("ats", scenario.workload, scenario.configure(sim_config(dynamics="v1")))
+    assert row["train_jct_mean"] == pytest.approx(expected.train_jct_mean, rel=1e-12)
+    jobs = pd.read_csv(out / "jobs.csv")
+    assert len(jobs) == int(results["train_jobs"].sum())
+    board = (out / "leaderboard.md").read_text()
+    assert "| fifo |" in board and "± " in board and ALL in board
+    assert len(pd.read_csv(out / "leaderboard.csv")) == 2 * (len(FAMILIES) + 1)
+    for name in ("jct_ratio.png", "jct_cdf.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (out / name).stat().st_size > 10_000
+
+
+def test_resume_runs_only_what_is_missing_and_drops_a_cut_line(tmp_path) -> None:
+    out = tmp_path / "bench"
+    assert _bench(out, "--seeds", "1") == 0
+    first = read_runs(out / RUNS_FILE)
+    assert len(first) == 4
+    # an interrupted write leaves half a line: it is dropped and that run is made again
+    with open(out / RUNS_FILE, "a", encoding="utf-8") as fh:
+        fh.write('{"policy": "ats", "fam')
+    assert _bench(out, "--seeds", "2", "--resume") == 0
+    runs = read_runs(out / RUNS_FILE)
+    assert runs[:4] == first and len(runs) == 8
+    assert len({(r["policy"], r["family"], r["seed"]) for r in runs}) == 8
+
+
+def test_an_existing_benchmark_is_never_overwritten_without_resume(tmp_path, capsys) -> None:
+    out = tmp_path / "bench"
+    assert _bench(out, "--seeds", "1") == 0
+    capsys.readouterr()
+    assert _bench(out, "--seeds", "1") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("deepboot benchmark: error: --out") and "add --resume" in err and "\n" not in err
+    assert _bench(out, "--seeds", "1", "--resume", "--dynamics", "v0") == 2
+    assert "was run with" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--families", "no-such-family"], "unknown workload family 'no-such-family'"),
+        (["--seeds", "0"], "--seeds: the seed range is empty or too long: 0"),
+        (["--policies", "no-such-policy"], "--policies no-such-policy: unknown policy"),
+        (["--split", "holdout"], "unknown split 'holdout'"),
+        (["--policy-seeds", "fifo"], "expected POLICY=N"),
+        (["--policy-seeds", "pollux=2"], "--policy-seeds names policies not benchmarked: pollux"),
+    ],
+)
+def test_bad_benchmark_input_gets_one_line_and_no_traceback(tmp_path, capsys, extra, message) -> None:
+    assert main(["benchmark", *ARGS, "--out", str(tmp_path / "b"), *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and err.count("\n") == 0 and "Traceback" not in err
+    assert not (tmp_path / "b" / RUNS_FILE).exists()
+
+
+def test_an_unwritable_output_folder_is_refused(tmp_path, capsys) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert _bench(blocker, "--seeds", "1") == 2
+    assert "is a file, not a folder" in capsys.readouterr().err
+    assert _bench(blocker / "below", "--seeds", "1") == 2
+    assert "cannot create the folder" in capsys.readouterr().err
+    if os.geteuid() != 0:  # root writes anywhere
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        assert _bench(locked, "--seeds", "1") == 2
+        assert "not writable" in capsys.readouterr().err
+
+
+def test_fewer_seeds_for_a_slow_policy() -> None:
+    spec = BenchmarkSpec(families=("bursty",), policies=("ats", "fifo"), seeds=3, policy_seeds={"fifo": 1})
+    runs = spec.runs()
+    assert [r for r in runs if r[0] == "fifo"] == [("fifo", "bursty", SPLIT_SEEDS["test"][0])]
+    assert len([r for r in runs if r[0] == "ats"]) == 3
+
+
+def test_the_confidence_interval_is_students_t() -> None:
+    mean, half = mean_ci([1.0, 2.0, 3.0, 4.0])
+    # t(0.975, 3) = 3.182446; s = 1.290994; n = 4
+    assert mean == 2.5 and half == pytest.approx(3.182446 * 1.290994 / 2.0, rel=1e-5)
+    assert math.isnan(mean_ci([5.0])[1])
+
+
+def test_ratios_pair_runs_on_the_same_scenario() -> None:
+    frame = pd.DataFrame(
+        {
+            "policy": ["ats", "ats", "x", "x"],
+            "family": ["f", "f", "f", "f"],
+            "seed": [1, 2, 1, 2],
+            "train_jct_mean": [100.0, 200.0, 50.0, 300.0],
+            "jct_lower_bound_mean": [50.0, 50.0, 50.0, 50.0],
+            "infer_latency_p99": [8.0, 8.0, 9.0, 9.0],
+            "cpu_s": [1.0, 1.0, 2.0, 2.0],
+        }
+    )
+    ratios = with_ratios(frame)
+    assert ratios["jct_ratio"].tolist() == [1.0, 1.0, 0.5, 1.5]
+    board = leaderboard(frame).set_index(["policy", "family"])
+    assert board.loc[("x", "f"), "ratio"] == 1.0 and board.loc[("x", "f"), "jct"] == 175.0
+    assert board.loc[("x", "f"), "bound"] == pytest.approx(3.5)
+    assert board.loc[("x", ALL), "ratio"] == 1.0 and np.isnan(board.loc[("x", ALL), "ratio_ci"])
+
+
+def test_the_settings_file_records_the_spec(tmp_path) -> None:
+    out = tmp_path / "bench"
+    assert _bench(out, "--seeds", "1") == 0
+    saved = json.loads((out / "benchmark.json").read_text())
+    assert saved["settings"] == {"split": "test", "options": {"dynamics": "v1"}}
+    assert saved["spec"]["policies"] == ["ats", "fifo"]
