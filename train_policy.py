@@ -4,6 +4,8 @@ Examples::
 
     python train_policy.py --algo maskable_ppo --n-timesteps 200000 --seed 0
     python train_policy.py --algo ppo --preset smoke --workload tiny.csv --eval-workload tiny.csv
+    python train_policy.py --algo ppo --workload family:mixed --eval-workload family:mixed \
+        --env-kwargs dynamics:v1      # train on a workload family, select on its val seeds
     python train_policy.py --algo maskable_ppo --resume runs/maskable_ppo_1/final_model.zip -n 100000
     tensorboard --logdir runs/
 
@@ -56,8 +58,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vec-env", choices=("dummy", "subproc"), default="dummy", help="VecEnv class (default dummy)")
     p.add_argument("--device", default="cpu", help=f"{' | '.join(DEVICES)} (default cpu); cuda -> cpu if absent")
     p.add_argument("--num-threads", type=int, default=1, help="torch threads (default 1; <= 0: torch's default)")
-    p.add_argument("--workload", nargs="+", default=["train"], help="split, name or CSV (default train)")
-    p.add_argument("--eval-workload", nargs="+", default=["val"], help="validation workloads (default val)")
+    p.add_argument(
+        "--workload",
+        nargs="+",
+        default=["train"],
+        help="split, name or CSV (default train), or one workload family family:<name> (a new train-seed scenario "
+        "per episode)",
+    )
+    p.add_argument(
+        "--eval-workload",
+        nargs="+",
+        default=["val"],
+        help="validation workloads (default val); family:<name> stands for the family's first 8 val seeds",
+    )
     p.add_argument("--eval-freq", type=int, default=None, help="evaluate every N timesteps; <= 0: never (preset)")
     p.add_argument("--eval-episodes", type=int, default=None, help="episodes per evaluation (0: one per workload)")
     p.add_argument(

@@ -24,6 +24,7 @@ import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
 from deepboot_env.config import EnvConfig
+from deepboot_env.sim.scenario import Scenario
 from deepboot_env.sim.simulator import SimConfig
 from deepboot_env.sim.workload import Workload
 
@@ -154,8 +155,9 @@ class WorkloadEvalCallback(BaseCallback):
     """Evaluate the model on validation workloads every ``eval_freq`` timesteps.
 
     Args:
-        workloads: ``(label, Workload)`` pairs; episode k runs workload ``k % len`` with policy
-            seed ``k // len``.
+        workloads: ``(label, Workload)`` or ``(label, Scenario)`` pairs (a scenario runs on its
+            cluster with its restart model); episode k runs workload ``k % len`` with policy seed
+            ``k // len``.
         env_config: the training env's settings (its simulation settings, ``max_rounds`` and
             ``base_policy`` apply to the evaluation episodes).
         eval_freq: period in environment timesteps (all sub-envs together); <= 0 disables the
@@ -180,7 +182,7 @@ class WorkloadEvalCallback(BaseCallback):
 
     def __init__(
         self,
-        workloads: Sequence[tuple[str, Workload]],
+        workloads: Sequence[tuple[str, Workload | Scenario]],
         env_config: EnvConfig,
         eval_freq: int,
         n_episodes: int | None = None,
@@ -193,7 +195,7 @@ class WorkloadEvalCallback(BaseCallback):
         super().__init__(verbose)
         if not workloads:
             raise ValueError("no evaluation workloads")
-        self.workloads = list(workloads)
+        self.workloads = [(label, w if isinstance(w, Scenario) else Scenario(w)) for label, w in workloads]
         self.env_config = env_config
         self.eval_freq = int(eval_freq)
         self.n_episodes = int(n_episodes) if n_episodes else len(self.workloads)
@@ -225,8 +227,9 @@ class WorkloadEvalCallback(BaseCallback):
         if self.eval_freq > 0:
             self._next_eval = self.num_timesteps + self.eval_freq
 
-    def _config_for(self, workload: Workload) -> SimConfig:
-        sim = self.env_config.sim
+    def _config_for(self, scenario: Scenario) -> SimConfig:
+        sim = scenario.configure(self.env_config.sim)
+        workload = scenario.workload
         # every arrival (jobs and inference requests) must fall within the horizon
         last = max([j.arrival for j in workload.jobs] + [r.arrival for r in workload.requests], default=0.0)
         limit = last + self.env_config.max_rounds * sim.interval
@@ -243,10 +246,11 @@ class WorkloadEvalCallback(BaseCallback):
         )
         rows = []
         for k in range(self.n_episodes):
-            label, workload = self.workloads[k % len(self.workloads)]
+            label, scenario = self.workloads[k % len(self.workloads)]
+            workload = scenario.workload
             seed = k // len(self.workloads)
             t0 = time.perf_counter()
-            metrics = run_episode(policy, workload, self._config_for(workload), seed=seed)
+            metrics = run_episode(policy, workload, self._config_for(scenario), seed=seed)
             rows.append(
                 {
                     "timesteps": self.num_timesteps,

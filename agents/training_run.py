@@ -31,6 +31,7 @@ from agents.factory import (
 )
 from agents.interrupt import StopOnSignal, TrainingInterrupted
 from agents.run_config import DEFAULT_CONF, PRETRAIN_KEYS, RUN_KEYS, env_config, resolve_settings
+from deepboot_env.sim.scenario import Scenario
 
 
 def warm_start(model: Any, settings: Mapping[str, Any], workloads: Sequence[Any], seed: int) -> dict[str, Any]:
@@ -73,14 +74,43 @@ def next_run_dir(log_folder: str | Path, algo: str) -> Path:
     return run
 
 
-def load_workloads(values: Sequence[str]) -> list[tuple[str, Any]]:
-    """``(label, Workload)`` for every workload named (splits ``train``/``val``/``test`` expanded)."""
+FAMILY_SEEDS = 8
+"""Scenarios of a workload family that stand for it where a fixed list is needed: the first 8 val
+seeds in evaluations (``--eval-workload family:<name>``), the first 8 train seeds for cloning."""
+
+
+def load_workloads(values: Sequence[str], family_split: str = "train") -> list[tuple[str, Scenario]]:
+    """``(label, Scenario)`` for every workload named: splits ``train``/``val``/``test`` expanded,
+    a family ``family:<name>[:<split>]`` as its first :data:`FAMILY_SEEDS` seeds of the split
+    (``family_split`` when it names none)."""
+    from deepboot_env.workloads import FAMILY_PREFIX, scenario_sampler
     from traces.loaders import expand_workload_sources, load_workload
 
-    out = []
-    for source in expand_workload_sources(list(values)):
-        out.append((str(source), load_workload(source)))
+    out: list[tuple[str, Scenario]] = []
+    files = [v for v in values if not v.startswith(FAMILY_PREFIX)]
+    for source in expand_workload_sources(files) if files else []:
+        out.append((str(source), Scenario(load_workload(source))))
+    for value in values:
+        if value.startswith(FAMILY_PREFIX):
+            sampler = scenario_sampler(value if value.count(":") == 2 else f"{value}:{family_split}")
+            assert sampler is not None
+            out.extend((f"{s.family}-{s.seed}", s) for s in map(sampler.sample, sampler.seeds[:FAMILY_SEEDS]))
     return out
+
+
+def training_source(values: Sequence[str]) -> Any:
+    """What the training envs draw from: the family a single ``family:`` value names (a new
+    scenario per reset), else the workloads named.
+
+    Raises:
+        ConfigError: for a family mixed with other workloads.
+    """
+    from deepboot_env.workloads import FAMILY_PREFIX
+
+    families = [v for v in values if v.startswith(FAMILY_PREFIX)]
+    if families and len(values) > 1:
+        raise ConfigError(f"--workload: give one workload family or a list of workloads, not {' '.join(values)}")
+    return families[0] if families else [s for _, s in load_workloads(values)]
 
 
 def _plain(value: Any) -> Any:
@@ -156,9 +186,9 @@ def train(args: argparse.Namespace) -> Path:
                 raise ConfigError(f"--hyperparams {key} cannot change when resuming")
 
     try:
-        train_workloads = [w for _, w in load_workloads(args.workload)]
-        eval_workloads = load_workloads(args.eval_workload) if settings["eval_freq"] > 0 else []
-        vec_env = make_vec_env_for(train_workloads, settings["n_envs"], args.seed, env_kwargs, vec_env=args.vec_env)
+        train_source = training_source(args.workload)
+        eval_workloads = load_workloads(args.eval_workload, "val") if settings["eval_freq"] > 0 else []
+        vec_env = make_vec_env_for(train_source, settings["n_envs"], args.seed, env_kwargs, vec_env=args.vec_env)
     except (ValueError, TypeError) as exc:  # bad workload files or env argument values
         raise ConfigError(str(exc).splitlines()[0]) from None
     run_dir = next_run_dir(args.log_folder, algo)
@@ -196,7 +226,10 @@ def train(args: argparse.Namespace) -> Path:
     model.set_logger(Logger(str(run_dir), formats))
     pretrained = resume is None and settings["pretrain_expert"] is not None
     if pretrained:
-        config["pretrain"] = warm_start(model, settings, train_workloads, args.seed)
+        demo_scenarios = (
+            train_source if isinstance(train_source, list) else [s for _, s in load_workloads(args.workload)]
+        )
+        config["pretrain"] = warm_start(model, settings, demo_scenarios, args.seed)
     cfg = env_config(env_kwargs)
     neutral = cfg.make_codec().neutral_action()
     residual_start = resume is None and neutral is not None

@@ -23,8 +23,9 @@ from deepboot_env.plugins import load_plugins, resolve_entry_point
 from deepboot_env.sim.scenario import Scenario
 from deepboot_env.sim.workload import Workload
 
-WorkloadSource = str | Path | Workload
-"""A workload, or a name a workload loader resolves."""
+WorkloadSource = str | Path | Workload | Scenario
+"""A workload (or a scenario: a workload with its cluster and restart model), or a name a workload
+loader resolves."""
 
 WorkloadLoader = Callable[[str | Path], Sequence[Workload]]
 """Resolves one name (a workload, a split of several, a file) into its workloads."""
@@ -52,23 +53,26 @@ def default_workload_loader() -> WorkloadLoader:
     return loader
 
 
-def load_workloads(
+def load_scenarios(
     source: WorkloadSource | Sequence[WorkloadSource], loader: WorkloadLoader | None = None
-) -> list[Workload]:
-    """The workloads of ``source`` (one source or a list); names go through ``loader`` (default:
-    the registered one).
+) -> list[Scenario]:
+    """The scenarios of ``source`` (one source or a list): a :class:`Scenario` as it is, a
+    workload as a scenario on the caller's cluster, names through ``loader`` (default: the
+    registered one).
 
     Raises:
         ValueError: if the sources hold no workload.
     """
     # anything but a list or a tuple is one source
     items = list(source) if isinstance(source, list | tuple) else [cast(WorkloadSource, source)]
-    out: list[Workload] = []
+    out: list[Scenario] = []
     for item in items:
-        if isinstance(item, Workload):
+        if isinstance(item, Scenario):
             out.append(item)
+        elif isinstance(item, Workload):
+            out.append(Scenario(item))
         else:
-            out.extend((loader or default_workload_loader())(item))
+            out.extend(Scenario(w) for w in (loader or default_workload_loader())(item))
     if not out:
         raise ValueError(f"no workloads in {source!r}")
     return out
@@ -89,8 +93,12 @@ class ScenarioSampler(Protocol):
     def name(self) -> str:
         """What the sampler draws, e.g. ``family:mixed:train``."""
 
+    @property
+    def seeds(self) -> Sequence[int]:
+        """The sampler's seed range, in order (evaluations take its first ones)."""
+
     def draw_seed(self, rng: np.random.Generator) -> int:
-        """A scenario seed drawn with ``rng`` (from the sampler's own seed range)."""
+        """A scenario seed drawn with ``rng`` from :attr:`seeds`."""
 
     def sample(self, seed: int) -> Scenario:
         """Scenario ``seed``: the same seed always gives an equal scenario."""

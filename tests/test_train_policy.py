@@ -171,3 +171,27 @@ def test_sigint_saves_a_resumable_model_and_exits_130(tiny_csv, tmp_path) -> Non
     )
     again = yaml.safe_load((resumed / "config.yml").read_text())
     assert again["results"]["total_timesteps"] >= steps + 256 and again["results"]["interrupted"] is None
+
+
+def test_training_on_a_family_selects_on_its_val_seeds(tmp_path) -> None:
+    argv = ["--algo", "ppo", "-n", "256", "--eval-freq", "256", "--eval-episodes", "2", "--preset", "smoke"]
+    argv += ["--workload", "family:short-period", "--eval-workload", "family:short-period"]
+    argv += ["--env-kwargs", "max_jobs:8", "max_rounds:300", "--log-folder", str(tmp_path), "--no-progress"]
+    run = train_policy.run([*argv, "--verbose", "0"])
+    with open(run / "evaluations.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    val = [f"short-period-{seed}" for seed in (1_000_000, 1_000_001)]
+    assert [r["workload"] for r in rows] == val and (run / "best_model.zip").is_file()
+    config = yaml.safe_load((run / "config.yml").read_text())
+    assert config["workload"] == ["family:short-period"]
+
+
+def test_a_family_is_trained_on_alone() -> None:
+    from agents.factory import ConfigError
+    from agents.training_run import load_workloads, training_source
+
+    assert training_source(["family:mixed"]) == "family:mixed"
+    with pytest.raises(ConfigError, match="one workload family or a list of workloads"):
+        training_source(["family:mixed", "train"])
+    labels = [label for label, _ in load_workloads(["family:bursty:test"])]
+    assert labels == [f"bursty-{seed}" for seed in range(2_000_000, 2_000_008)]

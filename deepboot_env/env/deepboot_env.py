@@ -16,7 +16,7 @@ from deepboot_env.policy import BasePolicy
 from deepboot_env.sim.scenario import Scenario
 from deepboot_env.sim.simulator import Simulator
 from deepboot_env.sim.state import ClusterState
-from deepboot_env.workloads import ScenarioSampler, WorkloadLoader, WorkloadSource, load_workloads, scenario_sampler
+from deepboot_env.workloads import ScenarioSampler, WorkloadLoader, WorkloadSource, load_scenarios, scenario_sampler
 
 
 def spaces_for(codec: ActionCodec) -> tuple[spaces.Dict, spaces.MultiDiscrete]:
@@ -90,7 +90,8 @@ class DeepBootEnv(gym.Env):
     episode metrics under ``episode_metrics``.
 
     ## Arguments
-    ``workload``: a Workload, a name (a shipped workload, a split ``train``/``val``/``test``, a CSV
+    ``workload``: a Workload (or a :class:`~deepboot_env.sim.scenario.Scenario`, which also sets the
+    cluster and restart model), a name (a shipped workload, a split ``train``/``val``/``test``, a CSV
     path) resolved by ``workload_loader`` (default: the registered one, :mod:`deepboot_env.workloads`),
     or a list of them; one is drawn per reset with the env's RNG, or chosen by
     ``reset(options={"workload": ...})``. Or a distribution of worlds: a workload family
@@ -140,7 +141,9 @@ class DeepBootEnv(gym.Env):
         self._loader = workload_loader
         self.sampler: ScenarioSampler | None = scenario_sampler(workload)
         """The scenario distribution each reset draws from, or None for a fixed list of workloads."""
-        self.workloads = [] if self.sampler is not None else load_workloads(workload, workload_loader)
+        self.scenarios: list[Scenario] = [] if self.sampler is not None else load_scenarios(workload, workload_loader)
+        """The fixed scenarios a reset draws from when there is no sampler (a plain workload runs
+        on the config's cluster)."""
         self.scenario: Scenario | None = None
         """The scenario of the current episode (a sampler's draw, or the workload on the config's cluster)."""
         self.render_mode = render_mode
@@ -220,7 +223,7 @@ class DeepBootEnv(gym.Env):
         if "workload" in options:
             sampler = scenario_sampler(options["workload"])
             if sampler is None:
-                return Scenario(load_workloads(options["workload"], self._loader)[0])
+                return load_scenarios(options["workload"], self._loader)[0]
         else:
             sampler = self.sampler
         if sampler is not None:
@@ -228,7 +231,7 @@ class DeepBootEnv(gym.Env):
             return sampler.sample(sampler.draw_seed(self.np_random) if seed is None else int(seed))
         if "scenario_seed" in options:
             raise ValueError("reset option scenario_seed needs a scenario sampler (workload='family:<name>')")
-        return Scenario(self.workloads[int(self.np_random.integers(len(self.workloads)))])
+        return self.scenarios[int(self.np_random.integers(len(self.scenarios)))]
 
     def action_masks(self) -> np.ndarray:
         """Valid choices per action dimension, flattened (for sb3-contrib MaskablePPO)."""
