@@ -84,8 +84,12 @@ class Simulator:
     Args:
         workload: what arrives.
         config: simulation settings.
-        policy: object with optional ``adaptive_batch`` (bool, default True) and
-            ``choose_reclaim(state, request) -> GpuRef | None`` (default: ATS-I).
+        policy: object with optional ``adaptive_batch`` (bool, default True),
+            ``choose_reclaim(state, request) -> GpuRef | None`` (default: ATS-I) and
+            ``bind_simulator(sim)``, called with this simulator at the end of every
+            :meth:`reset` (only a policy that looks into the simulator itself needs it, such as
+            the clairvoyant ``oracle-lookahead`` upper reference; see
+            :meth:`BasePolicy.bind_simulator <deepboot_env.policy.BasePolicy.bind_simulator>`).
         profiles: application profiles (default: the shipped ones).
 
     A mid-episode simulator can be saved and put back (:meth:`snapshot`, :meth:`restore`) or
@@ -161,6 +165,9 @@ class Simulator:
                 f"cluster {cfg.cluster.describe()} has no inference nodes; use e.g. --cluster 8x4+8x4 or --shared-pool"
             )
         self._go_to_next_decision(first=True)
+        bind = getattr(self.policy, "bind_simulator", None)
+        if bind is not None:
+            bind(self)
 
     # ------------------------------------------------------- snapshots, forks
     def snapshot(self) -> SimSnapshot:
