@@ -31,3 +31,5 @@ register_policy("ones", "baselines.ones:OnesPolicy", lend=False)
 register_policy("ones-lend", "baselines.ones:OnesPolicy", lend=True)
 register_policy("interference-aware", "baselines.interference_aware:InterferenceAwarePolicy", base="ats")
 register_prefix("ia", "baselines.interference_aware:wrap", arg="name")
+# a clairvoyant upper reference (it simulates the true future), not a deployable policy
+register_policy("oracle-lookahead", "baselines.oracle_lookahead:OracleLookaheadPolicy")

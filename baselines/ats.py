@@ -124,7 +124,9 @@ class AtsPolicy(BasePolicy):
     """DeepBoot ATS allocator.
 
     Args:
-        lend: whether idle inference GPUs are used.
+        lend: whether idle inference GPUs are used; a fraction in [0, 1] lends that share of
+            them (:meth:`ClusterState.training_capacity
+            <deepboot_env.sim.state.ClusterState.training_capacity>`).
         linear_untrained: value jobs that have not trained yet at the linear ``w / fair``
             (see the module docstring).
         relist_restarts: report the moved jobs whose GPU list the original's ATS-I would
@@ -137,7 +139,7 @@ class AtsPolicy(BasePolicy):
 
     def __init__(
         self,
-        lend: bool = True,
+        lend: bool | float = True,
         linear_untrained: bool = False,
         relist_restarts: bool = False,
         label: str | None = None,
@@ -157,10 +159,15 @@ class AtsPolicy(BasePolicy):
         fair = math.ceil(capacity / len(jobs)) if capacity > 0 else 1
         g = state.gpus_per_node
         linear = self.linear_untrained
-        values = [option_values(j, fair, g, min(j.max_replicas, capacity), linear) for j in jobs]
+        values = [option_values(j, fair, g, self.job_cap(j, capacity, fair), linear) for j in jobs]
         counts = knapsack(values, capacity)
         wanted = {j.id: w for j, w in zip(jobs, counts, strict=True)}
         order: dict[int, list[int]] | None = {} if self.relist_restarts else None
         placed = place_counts(state, wanted, cap, order=order)
         relist = frozenset(i for i, nodes in (order or {}).items() if nodes != sorted(nodes))
         return Allocation(placed, relist=relist)
+
+    def job_cap(self, job: JobView, capacity: int, fair: int) -> int:
+        """The most GPUs the knapsack may give ``job``: its cap, at most the whole ``capacity``
+        (``fair`` is the fair share ``ceil(capacity / jobs)``; a variant may cap at it)."""
+        return min(job.max_replicas, capacity)

@@ -11,6 +11,13 @@ It also declares ``adaptive_batch``: whether its jobs re-choose their batch size
 (Pollux, DeepBoot) or keep the submitted batch size (FIFO, Tiresias, Optimus). The simulator
 never branches on a policy's name.
 
+One optional hook is not part of the :class:`Policy` protocol: ``bind_simulator(sim)``. The
+:class:`~deepboot_env.sim.simulator.Simulator` looks it up by name and, if the policy has it, calls
+it with itself at the end of every reset (so at the start of every episode, before the first
+decision). Only a policy that looks into the simulator itself needs it: the clairvoyant
+``oracle-lookahead`` upper reference (:mod:`baselines.oracle_lookahead`), which forks the simulator
+to play the true future. :class:`BasePolicy` has a no-op default.
+
 Policies are built by name with :func:`make_policy`. Packages register their own names and
 prefixes (:func:`register_policy`, :func:`register_prefix`), with ``"module:attr"`` entry points
 imported on first use, as Gymnasium's ``register(id, entry_point=...)`` does; the packages that do
@@ -22,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
 
 from deepboot_env.plugins import load_plugins, resolve_entry_point
 from deepboot_env.sim.reclaim import ats_i_victim
@@ -35,6 +42,9 @@ from deepboot_env.sim.state import (
     RequestView,
     validate_allocation,
 )
+
+if TYPE_CHECKING:
+    from deepboot_env.sim.simulator import Simulator
 
 __all__ = [
     "Allocation",
@@ -88,6 +98,11 @@ class BasePolicy:
     def choose_reclaim(self, state: ClusterState, request: RequestView) -> GpuRef | None:
         """DeepBoot's ATS-I rule: the lent GPU whose loss lowers the sum of speedups least."""
         return ats_i_victim(state)
+
+    def bind_simulator(self, sim: Simulator) -> None:
+        """Called by the simulator that runs this policy, with itself, at the end of every reset
+        (the optional hook of the module docstring). Nothing by default: a deployable policy sees
+        only the states it is given."""
 
 
 PolicyFactory = Callable[..., Policy]

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from deepboot_env.sim.cluster import ClusterLedger
+from deepboot_env.sim.fork import clone_object
 from deepboot_env.sim.metrics import GPU_STATES
 
 if TYPE_CHECKING:
@@ -53,6 +54,35 @@ class EpisodeAccount:
         self.job_completions = np.full(len(job_arrivals), np.inf)
         self._done_spans: list[tuple[float, float]] = []
         """(completion, arrival) of the finished jobs, sorted (see :meth:`job_seconds`)."""
+
+    _FORK_FIELDS = frozenset(
+        {
+            "ledger",
+            "pool",
+            "gpu_seconds",
+            "waiting_seconds",
+            "timeline",
+            "_t",
+            "_sample_from",
+            "job_arrivals",
+            "job_completions",
+            "_done_spans",
+        }
+    )
+    """Every attribute of an account (see :meth:`clone`)."""
+
+    def clone(self, ledger: ClusterLedger, pool: InferencePool) -> EpisodeAccount:
+        """An independent copy reading the copies ``ledger`` and ``pool``
+        (:mod:`deepboot_env.sim.fork`): the lists and the completion times are copied, their
+        rows (tuples) and the arrival times shared (``_sample_from`` is replaced, never changed)."""
+        new = clone_object(self, self._FORK_FIELDS)
+        new.ledger = ledger
+        new.pool = pool
+        new.gpu_seconds = self.gpu_seconds.copy()
+        new.timeline = self.timeline.copy()
+        new.job_completions = self.job_completions.copy()
+        new._done_spans = self._done_spans.copy()
+        return new
 
     def account(self, t: float) -> None:
         """Account the GPUs and waiting requests held now for the time from the last call to ``t``."""

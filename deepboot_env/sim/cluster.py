@@ -23,6 +23,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from deepboot_env.sim.fork import clone_object
+
 NODE_TRAIN = 0
 """Node of the training cluster."""
 NODE_INFER = 1
@@ -192,6 +194,19 @@ class ClusterLedger:
         self._infer_nodes = np.flatnonzero(self._infer_mask).tolist()
         self._total_gpus = config.total_gpus
         self.by_state = [0, 0, 0, 0, 0, self._total_gpus]
+
+    _FORK_FIELDS = frozenset(
+        {"config", "capacity", "kinds", "counts", "_infer_mask", "_infer_nodes", "_total_gpus", "by_state"}
+    )
+    """Every attribute (:meth:`clone` copies ``counts`` and ``by_state``, the rest never changes)."""
+
+    def clone(self) -> ClusterLedger:
+        """An independent copy (:mod:`deepboot_env.sim.fork`): the counts are copied, the cluster
+        shape and node kinds shared."""
+        new = clone_object(self, self._FORK_FIELDS)
+        new.counts = {name: list(values) for name, values in self.counts.items()}
+        new.by_state = self.by_state.copy()
+        return new
 
     @property
     def totals(self) -> dict[str, int]:

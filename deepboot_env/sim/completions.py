@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from deepboot_env.sim.events import EventKind, EventQueue
+from deepboot_env.sim.fork import clone_object
 from deepboot_env.sim.jobs import ProjectionState, TrainingJob
 
 _TRAIN_DONE = int(EventKind.TRAIN_DONE)
@@ -38,6 +39,15 @@ class CompletionSchedule:
         self._deferred: dict[int, tuple[float, int, int, ProjectionState]] = {}
         """Job index -> (completion lower bound, reserved event sequence number, job version,
         job state) of TRAIN_DONE events not pushed yet."""
+
+    def clone(self, jobs: Sequence[TrainingJob], events: EventQueue) -> CompletionSchedule:
+        """An independent copy for the copies ``jobs`` and ``events`` (:mod:`deepboot_env.sim.fork`):
+        the deferred events are copied (their entries are tuples, shared)."""
+        new = clone_object(self, frozenset({"jobs", "events", "horizon", "_deferred"}))
+        new.jobs = jobs
+        new.events = events
+        new._deferred = self._deferred.copy()
+        return new
 
     def schedule(self, job: TrainingJob, now: float) -> None:
         """Schedule the TRAIN_DONE event of ``job`` (just changed at ``now``) at its projected

@@ -12,6 +12,8 @@ import heapq
 from dataclasses import dataclass, field
 from enum import IntEnum
 
+from deepboot_env.sim.fork import clone_object
+
 
 class EventKind(IntEnum):
     """Event kinds; the value is the priority among events of the same second."""
@@ -47,6 +49,13 @@ class EventQueue:
     def __init__(self) -> None:
         self._heap: list[tuple[float, int, int, int, int]] = []
         self._seq = 0
+
+    def clone(self) -> EventQueue:
+        """An independent copy (:mod:`deepboot_env.sim.fork`): the heap's list is copied, its
+        tuples shared."""
+        new = clone_object(self, frozenset({"_heap", "_seq"}))
+        new._heap = self._heap.copy()
+        return new
 
     def __len__(self) -> int:
         return len(self._heap)

@@ -40,6 +40,7 @@ from typing import Protocol, cast
 from deepboot_env.sim.apps import COLD_START_DELAY_S
 from deepboot_env.sim.cluster import NODE_INFER, NODE_TRAIN, ClusterLedger
 from deepboot_env.sim.events import EventKind, EventQueue
+from deepboot_env.sim.fork import clone_object, shallow_copy
 from deepboot_env.sim.reclaim import ats_i_victim
 from deepboot_env.sim.state import ClusterState, GpuRef, RequestView
 from deepboot_env.sim.workload import InferenceRequestSpec
@@ -91,9 +92,10 @@ class Pod:
     since: float = 0.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class RequestRecord:
-    """What happened to one inference request.
+    """What happened to one inference request (immutable: the pool replaces a request's record
+    when the request starts, so that snapshots share the records, :mod:`deepboot_env.sim.fork`).
 
     Attributes:
         index: position in the workload.
@@ -193,6 +195,54 @@ class InferencePool:
             self._reclaimable_total = "train"
         else:
             self._reclaimable_total = None
+
+    _FORK_FIELDS = frozenset(
+        {
+            "_specs",
+            "ledger",
+            "events",
+            "protect_scale",
+            "_training",
+            "policy",
+            "requests",
+            "pods",
+            "_pods_by_instance",
+            "_pod_seq",
+            "waiting",
+            "_waiting_of",
+            "_tickets",
+            "_dirty",
+            "reclaims",
+            "inference_nodes",
+            "_node_order",
+            "_node_order_of",
+            "_reclaimable_total",
+        }
+    )
+    """Every attribute of a pool (see :meth:`clone`)."""
+
+    def clone(self, ledger: ClusterLedger, events: EventQueue, training: TrainingSide) -> InferencePool:
+        """An independent copy on the copies ``ledger`` and ``events``, reclaiming from
+        ``training`` (:mod:`deepboot_env.sim.fork`): the pods, the waiting queue and the lists
+        and sets changed in place are copied; the request records (replaced, never changed), the
+        specs, the node order (replaced, never changed) and the policy are shared.
+
+        Raises:
+            ForkError: if the pool has an attribute this method does not classify (a subclass's).
+        """
+        new = clone_object(self, self._FORK_FIELDS)
+        new.ledger = ledger
+        new.events = events
+        new._training = weakref.ref(training)
+        new.requests = self.requests.copy()
+        new.pods = {pid: shallow_copy(pod) for pid, pod in self.pods.items()}
+        new._pods_by_instance = {instance: pids.copy() for instance, pids in self._pods_by_instance.items()}
+        new.waiting = self.waiting.copy()
+        new._waiting_of = {instance: queue.copy() for instance, queue in self._waiting_of.items()}
+        new._dirty = self._dirty.copy()
+        # the cached order stays valid while the ledger's training list is the one it was sorted by
+        new._node_order_of = ledger.counts["train"] if self._node_order_of is self.ledger.counts["train"] else None
+        return new
 
     def __getstate__(self) -> dict[str, object]:
         """The pool's state for pickle and :mod:`copy`, with the training side itself (a pickled
@@ -442,7 +492,7 @@ class InferencePool:
 
     def _start_on_pod(self, pod: Pod, rec: RequestRecord, duration: float, cold: bool, now: float) -> None:
         """Start the request of ``rec`` on ``pod`` now (after the app's start-up delay if
-        ``cold``) and schedule its REQUEST_DONE event."""
+        ``cold``), replace its record by the started one and schedule its REQUEST_DONE event."""
         if not cold:
             if pod.status == PROTECT:
                 pod.hits += 1
@@ -451,11 +501,10 @@ class InferencePool:
             self.ledger.move_pod(pod.node, pod.status, RUNNING)
             pod.status = RUNNING
         delay = COLD_START_DELAY_S[pod.app] if cold else 0.0
-        rec.start = now + delay
-        rec.finish = rec.start + duration
-        rec.cold = cold
-        rec.pod = pod.pid
-        pod.busy_until = rec.finish
+        start = now + delay
+        finish = start + duration
+        self.requests[rec.index] = RequestRecord(rec.index, rec.arrival, start, finish, cold, pod.pid)
+        pod.busy_until = finish
         pod.since = now
         pod.version += 1
-        self.events.push(rec.finish, _REQUEST_DONE, pod.pid, pod.version)
+        self.events.push(finish, _REQUEST_DONE, pod.pid, pod.version)

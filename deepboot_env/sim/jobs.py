@@ -19,6 +19,7 @@ import numpy as np
 
 from deepboot_env.sim.apps import AppProfile
 from deepboot_env.sim.choices import validate_choice
+from deepboot_env.sim.fork import clone_object
 from deepboot_env.sim.rates import ProgressRates, RateTable
 from deepboot_env.sim.restart import Phase, RestartPlan
 from deepboot_env.sim.workload import TrainingJobSpec
@@ -116,6 +117,46 @@ class TrainingJob:
         self._thresholds = app.epoch_progress.tolist()
         self.target_progress = self._thresholds[-1]
         """Progress at which the job completes (``app.target_progress``)."""
+
+    _FORK_FIELDS = frozenset(
+        {
+            "index",
+            "cap_after_training",
+            "pending_profile",
+            "spec",
+            "app",
+            "rates",
+            "truth",
+            "rate_class",
+            "counts",
+            "alloc",
+            "replicas",
+            "multi_node",
+            "epoch",
+            "progress",
+            "attained_service",
+            "num_restarts",
+            "max_profiled",
+            "completion",
+            "first_start",
+            "version",
+            "speed",
+            "_phases",
+            "_anchor",
+            "_t",
+            "_settled",
+            "_rate_now",
+            "_thresholds",
+            "target_progress",
+        }
+    )
+    """Every attribute of a job. None is changed in place: each is a number, a tuple, a shared
+    table or a list that a change replaces (``counts``, ``_phases``, ``_rate_now``), so a shallow
+    copy is an independent one (:meth:`clone`)."""
+
+    def clone(self) -> TrainingJob:
+        """An independent copy of the job (:mod:`deepboot_env.sim.fork`)."""
+        return clone_object(self, self._FORK_FIELDS)
 
     @property
     def done(self) -> bool:

@@ -26,7 +26,9 @@ drives the helpers it builds at each reset, which share its
 * :class:`~deepboot_env.sim.snapshot.StateBuilder`: the :class:`~deepboot_env.sim.state.ClusterState`
   behind :meth:`Simulator.observe`;
 
-and :func:`~deepboot_env.sim.metrics.episode_metrics` assembles :meth:`Simulator.metrics`.
+and :func:`~deepboot_env.sim.metrics.episode_metrics` assembles :meth:`Simulator.metrics`;
+:mod:`~deepboot_env.sim.fork` copies them all for :meth:`Simulator.snapshot`,
+:meth:`Simulator.restore` and :meth:`Simulator.fork`.
 :class:`~deepboot_env.sim.config.SimConfig` is re-exported here.
 
 Deliberate differences from the original DeepBoot simulator (docs/simulator.md §6):
@@ -54,6 +56,7 @@ from deepboot_env.sim.aryl_mode import ArylInferencePool, strip_training
 from deepboot_env.sim.cluster import ClusterLedger
 from deepboot_env.sim.config import SimConfig
 from deepboot_env.sim.events import Event, EventKind, EventQueue
+from deepboot_env.sim.fork import SimSnapshot, clone_into
 from deepboot_env.sim.inference import InferencePool, Pod, RequestRecord
 from deepboot_env.sim.jobs import TrainingJob
 from deepboot_env.sim.metrics import EpisodeMetrics, episode_metrics
@@ -72,7 +75,7 @@ _REQUEST_DONE, _POD_SLEEP, _TRAIN_DONE, _REQUEST_ARRIVAL = (
 RECENT_INTERVALS = 10
 """Intervals of inference-arrival history in :attr:`ClusterState.recent_arrivals`."""
 
-__all__ = ["RECENT_INTERVALS", "SimConfig", "Simulator"]
+__all__ = ["RECENT_INTERVALS", "SimConfig", "SimSnapshot", "Simulator"]
 
 
 class Simulator:
@@ -81,9 +84,16 @@ class Simulator:
     Args:
         workload: what arrives.
         config: simulation settings.
-        policy: object with optional ``adaptive_batch`` (bool, default True) and
-            ``choose_reclaim(state, request) -> GpuRef | None`` (default: ATS-I).
+        policy: object with optional ``adaptive_batch`` (bool, default True),
+            ``choose_reclaim(state, request) -> GpuRef | None`` (default: ATS-I) and
+            ``bind_simulator(sim)``, called with this simulator at the end of every
+            :meth:`reset` (only a policy that looks into the simulator itself needs it, such as
+            the clairvoyant ``oracle-lookahead`` upper reference; see
+            :meth:`BasePolicy.bind_simulator <deepboot_env.policy.BasePolicy.bind_simulator>`).
         profiles: application profiles (default: the shipped ones).
+
+    A mid-episode simulator can be saved and put back (:meth:`snapshot`, :meth:`restore`) or
+    copied (:meth:`fork`), cheaply and exactly (docs/simulator.md §8; :mod:`deepboot_env.sim.fork`).
     """
 
     _pool_type: type[InferencePool] = InferencePool
@@ -155,6 +165,41 @@ class Simulator:
                 f"cluster {cfg.cluster.describe()} has no inference nodes; use e.g. --cluster 8x4+8x4 or --shared-pool"
             )
         self._go_to_next_decision(first=True)
+        bind = getattr(self.policy, "bind_simulator", None)
+        if bind is not None:
+            bind(self)
+
+    # ------------------------------------------------------- snapshots, forks
+    def snapshot(self) -> SimSnapshot:
+        """The episode state now, to :meth:`restore` later (any number of times): everything the
+        episode changes is copied, the workload, settings, rate tables and the ``policy``
+        reference are shared (the policy's own state is not part of a snapshot;
+        :mod:`deepboot_env.sim.fork`). Immutable by contract: do not look inside.
+
+        Raises:
+            ForkError: if a component has an attribute not classified for snapshots (a
+                subclass's; :class:`~deepboot_env.sim.fork.ForkError`).
+        """
+        state = object.__new__(type(self))
+        clone_into(self, state)
+        return SimSnapshot(state)
+
+    def restore(self, snapshot: SimSnapshot) -> None:
+        """Put this simulator back in the state of ``snapshot``, exactly: the episode then
+        continues, event for event, as it did (or would have) from the moment of the snapshot,
+        under the same decisions. Everything is replaced, the workload, settings and ``policy``
+        reference included (those of the snapshot's simulator); ``snapshot`` is left as it is."""
+        clone_into(snapshot._state, self)
+
+    def fork(self) -> Simulator:
+        """An independent copy that continues exactly like this simulator would (the same
+        results under the same decisions): a :meth:`restore` of this simulator's state into a
+        new object, without the intermediate snapshot. It shares the ``policy`` reference (a
+        caller that drives the fork with a policy of its own, or needs the policy's state
+        copied, copies the policy itself); neither simulator sees what the other does later."""
+        twin = object.__new__(type(self))
+        clone_into(self, twin)
+        return twin
 
     # -------------------------------------------------------------- accounting
     def _close_interval(self, t: float) -> None:

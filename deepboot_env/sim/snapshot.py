@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from deepboot_env.sim.cluster import ClusterConfig, ClusterLedger
+from deepboot_env.sim.fork import clone_object
 from deepboot_env.sim.jobs import TrainingJob
 from deepboot_env.sim.state import ClusterState, JobView
 
@@ -57,6 +58,18 @@ class StateBuilder:
         self._view_fields: dict[int, tuple[int, dict[str, object], int, int]] = {}
         """Job index -> (job version, view fields fixed at that version, the app's epochs, the
         job's max_profiled then)."""
+
+    def clone(self, jobs: Sequence[TrainingJob], ledger: ClusterLedger) -> StateBuilder:
+        """An independent builder for the copies ``jobs`` and ``ledger`` (:mod:`deepboot_env.sim.fork`).
+        The per-job cache is copied, not shared: it is keyed by job versions, which the copies of a
+        job reach again with different placements; its entries never change and are shared."""
+        new = clone_object(
+            self, frozenset({"jobs", "ledger", "cluster", "interval", "restart", "adaptive", "_view_fields"})
+        )
+        new.jobs = jobs
+        new.ledger = ledger
+        new._view_fields = self._view_fields.copy()
+        return new
 
     def build(self, now: float, active: Iterable[int], waiting: int, recent: Iterable[int]) -> ClusterState:
         """The state at ``now`` (the ``active`` jobs, in that order, are advanced to ``now``).

@@ -29,6 +29,7 @@ from deepboot_env.sim.cluster import NODE_TRAIN, ClusterLedger
 from deepboot_env.sim.completions import CompletionSchedule
 from deepboot_env.sim.config import SimConfig
 from deepboot_env.sim.events import EventQueue
+from deepboot_env.sim.fork import clone_object
 from deepboot_env.sim.inference import InferencePool
 from deepboot_env.sim.interference import InterferenceModel
 from deepboot_env.sim.jobs import TrainingJob, frozen_alloc
@@ -101,6 +102,45 @@ class TrainingJobs:
         self.relist_pending: dict[int, int] = {}
         """Job index -> job version: jobs whose GPU list the original's ATS-I would rewrite in
         node order at its next pass (see :meth:`mark_relist`); empty unless a policy asks."""
+
+    _FORK_FIELDS = frozenset(
+        {
+            "ledger",
+            "pool",
+            "books",
+            "restart",
+            "interference",
+            "num_nodes",
+            "_usable",
+            "_tables",
+            "_trace_set",
+            "_batch_stats",
+            "jobs",
+            "active",
+            "next_arrival",
+            "restarts",
+            "completions",
+            "relist_pending",
+        }
+    )
+    """Every attribute of the training side (see :meth:`clone`)."""
+
+    def clone(
+        self, ledger: ClusterLedger, events: EventQueue, pool: InferencePool, books: EpisodeAccount
+    ) -> TrainingJobs:
+        """An independent copy on the copies ``ledger``, ``events``, ``pool`` and ``books``
+        (:mod:`deepboot_env.sim.fork`): every job is copied, with the active jobs, the completion
+        schedule and the relist marks; the rate tables (pure caches) are shared."""
+        new = clone_object(self, self._FORK_FIELDS)
+        new.ledger = ledger
+        new.pool = pool
+        new.books = books
+        new._tables = self._tables.copy()
+        new.jobs = jobs = [job.clone() for job in self.jobs]
+        new.active = self.active.copy()
+        new.completions = self.completions.clone(jobs, events)
+        new.relist_pending = self.relist_pending.copy()
+        return new
 
     def table(self, app: AppProfile, fixed_batch: int | None) -> RateTable:
         """The rate table of ``app`` (at ``fixed_batch``, or choosing the batch size if None),

@@ -1,0 +1,296 @@
+"""``oracle-lookahead``: a CLAIRVOYANT UPPER REFERENCE, not a deployable policy (docs/policies.md §15).
+
+It knows the future: at a choice point it forks the simulator it runs in (the true workload, every
+job's true length and speed, every inference request still to come) and plays each candidate
+expert's decisions ahead, then follows the expert whose future turned out best. No scheduler can do
+this; it exists to measure how much a scheduler that switches between the experts at the right
+moments could gain over each of them (the headroom of a learned selector), and is reported as an
+upper reference, never as a baseline.
+
+Algorithm (defaults in brackets):
+
+* every ``every`` boundaries [5], at a *choice point*, for each candidate in order: fork the
+  simulator (:meth:`Simulator.fork <deepboot_env.sim.simulator.Simulator.fork>`, with the
+  candidate's policy deep-copied as it is now), let the candidate decide at every boundary for
+  ``horizon_s`` of simulated time [1,800 s: 30 boundaries], and score the future
+  ``job_seconds(t0, t0 + horizon_s) + infer_weight * (waiting seconds added)`` [infer_weight 1.0]:
+  the training job-seconds spent in the system over the horizon (the integral of the number of jobs
+  in the system, whose sum over an episode is the total JCT) plus the inference request-seconds
+  spent waiting, the two terms of the Gymnasium env's reward. An optional terminal term
+  (``terminal_weight`` [0]) adds, per job still unfinished at the end of the horizon, that weight
+  times its remaining work at its rate on its GPUs then (the time it would still need at that
+  speed, a job without GPUs at one GPU): it counters the horizon's bias toward finishing short jobs
+  at the expense of long ones;
+* the lowest score wins, ties going to the earlier candidate (deterministic); until the next
+  choice point the oracle returns that candidate's decisions, made by its live instance on the
+  real states, and its reclaim hook (``choose_reclaim``) serves the real simulator's reclaims;
+* every candidate's live instance stays consistent with the real episode: a *stateful* candidate
+  (``ones-lend``: an evolving population and an RNG, or any policy not known to be stateless) is
+  asked to decide at every real boundary, followed or not, so that its state is the one it would
+  have had; a stateless one (ATS and its variants, AFS) is asked only when followed. During a
+  lookahead the oracle's own hooks (the fork's simulator still calls the oracle's
+  ``choose_reclaim``) serve the candidate being played.
+
+Candidates [all, in this order]: ``ats``, ``ones-lend``, ``afs-lend``, ``ats-nolend``,
+``ats-lend50`` (ATS lending half of the lendable inference GPUs) and ``ats-spread`` (ATS with
+each job capped at its fair share). They all run in the oracle's simulator, whose jobs choose their
+batch size (``adaptive_batch``): AFS, a fixed-batch policy on its own, proposes GPU counts there.
+
+Cost: per choice point, one fork and ``horizon_s / interval`` decisions per candidate. Measured
+(``benchmarks/bench_oracle.py``; 8x4+8x4, ``dynamics="v1"``, seed 0, defaults, 2-core machine):
+
+==========  ===========  ===========  ================  ==========
+workload    ats JCT (s)  ones-lend    oracle-lookahead  oracle CPU
+==========  ===========  ===========  ================  ==========
+test-01     1,528.3      1,479.5      1,430.0 (-6.4 %)  26 s
+test-02     2,549.5      2,357.0      2,354.7 (-7.6 %)  40 s
+==========  ===========  ===========  ================  ==========
+
+It beats ATS by 6-8 % but the best single candidate (``ones-lend``) by 0.1-3.3 % only: a 30-minute
+window sees which candidate finishes jobs soonest, not what its choices cost later; the longer
+horizons, terminal terms and continuation rollouts tried did no better (docs/policies.md §15).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from baselines.ats import AtsPolicy
+from deepboot_env.policy import (
+    Allocation,
+    BasePolicy,
+    ClusterState,
+    GpuRef,
+    JobView,
+    Policy,
+    RequestView,
+    make_policy,
+)
+from deepboot_env.sim.simulator import Simulator
+
+DEFAULT_EVERY = 5
+"""Boundaries between two choice points."""
+
+DEFAULT_HORIZON_S = 1800.0
+"""Simulated seconds each candidate is played ahead at a choice point."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An expert the oracle may follow.
+
+    Attributes:
+        label: its name in :attr:`OracleLookaheadPolicy.choices` and reports.
+        build: makes a fresh instance (the live one of an episode).
+        stateless: whether its decisions depend only on the state it is shown (then it is asked
+            only when followed; a stateful one decides at every real boundary).
+    """
+
+    label: str
+    build: Callable[[], Policy]
+    stateless: bool = False
+
+
+class SpreadAtsPolicy(AtsPolicy):
+    """ATS with each job capped at its fair share of the capacity (``ceil(C / J)`` GPUs): the
+    knapsack spreads GPUs over more jobs instead of growing the ones that scale best."""
+
+    def __init__(self, lend: bool | float = True, label: str = "ats-spread") -> None:
+        super().__init__(lend=lend, label=label)
+
+    def job_cap(self, job: JobView, capacity: int, fair: int) -> int:
+        """The job's cap, at most the fair share."""
+        return min(job.max_replicas, capacity, fair)
+
+
+CANDIDATES: dict[str, Candidate] = {
+    c.label: c
+    for c in (
+        Candidate("ats", lambda: make_policy("ats"), stateless=True),
+        Candidate("ones-lend", lambda: make_policy("ones-lend")),
+        Candidate("afs-lend", lambda: make_policy("afs-lend"), stateless=True),
+        Candidate("ats-nolend", lambda: make_policy("ats-nolend"), stateless=True),
+        Candidate("ats-lend50", lambda: AtsPolicy(lend=0.5, label="ats-lend50"), stateless=True),
+        Candidate("ats-spread", lambda: SpreadAtsPolicy(), stateless=True),
+    )
+}
+"""The known candidates by label; any other registered policy name is a stateful candidate."""
+
+DEFAULT_CANDIDATES: tuple[str, ...] = tuple(CANDIDATES)
+"""The candidates of ``oracle-lookahead``, in tie-breaking order."""
+
+
+def candidate(name: str) -> Candidate:
+    """The known candidate ``name``, or the registered policy ``name`` as a stateful candidate."""
+    known = CANDIDATES.get(name)
+    if known is not None:
+        return known
+    make_policy(name)  # fails early, naming the known policies
+    return Candidate(name, lambda: make_policy(name))
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One choice point: what each candidate's future scored and which one was followed.
+
+    Attributes:
+        time: the simulated time of the choice.
+        scores: per candidate (in candidate order), its lookahead score (lower is better).
+        chosen: index of the candidate followed (the first with the lowest score).
+    """
+
+    time: float
+    scores: tuple[float, ...]
+    chosen: int
+
+
+class OracleLookaheadPolicy(BasePolicy):
+    """Clairvoyant upper reference: follows, every ``every`` boundaries, the candidate expert whose
+    simulated true future scores best (see the module docstring). Not a deployable policy.
+
+    Args:
+        candidates: labels of :data:`CANDIDATES` or registered policy names, in tie-breaking order.
+        every: boundaries between two choice points (>= 1).
+        horizon_s: simulated seconds each candidate is played ahead (> 0).
+        infer_weight: weight of the inference waiting seconds in the score (>= 0).
+        terminal_weight: weight of the remaining-time term at the end of the horizon (>= 0).
+
+    Attributes:
+        choices: every choice point of the episode so far, in order.
+    """
+
+    name = "oracle-lookahead"
+    adaptive_batch = True
+
+    def __init__(
+        self,
+        candidates: Sequence[str] = DEFAULT_CANDIDATES,
+        every: int = DEFAULT_EVERY,
+        horizon_s: float = DEFAULT_HORIZON_S,
+        infer_weight: float = 1.0,
+        terminal_weight: float = 0.0,
+    ) -> None:
+        if not candidates:
+            raise ValueError("oracle-lookahead needs at least one candidate")
+        if not (isinstance(every, int) and every >= 1):
+            raise ValueError(f"every must be an integer >= 1, got {every!r}")
+        if not (math.isfinite(horizon_s) and horizon_s > 0):
+            raise ValueError(f"horizon_s must be a finite number > 0, got {horizon_s!r}")
+        if not (infer_weight >= 0 and terminal_weight >= 0):
+            raise ValueError("infer_weight and terminal_weight must be >= 0")
+        self.candidates: tuple[Candidate, ...] = tuple(candidate(name) for name in candidates)
+        self.every = every
+        self.horizon_s = float(horizon_s)
+        self.infer_weight = float(infer_weight)
+        self.terminal_weight = float(terminal_weight)
+        self.reset(None)
+
+    # ------------------------------------------------------------------ episode
+    def reset(self, seed: int | None = None) -> None:
+        """Fresh live instances of every candidate, reset with ``seed``; forget the episode."""
+        self._live: list[Policy] = []
+        for cand in self.candidates:
+            policy = cand.build()
+            policy.reset(seed)
+            self._live.append(policy)
+        self._sim: weakref.ref[Simulator] | None = None
+        self._decisions = 0
+        self._following = 0
+        self._playing: Policy | None = None
+        """The candidate copy being played in a lookahead (its hooks serve the fork)."""
+        self.choices: list[Choice] = []
+
+    def bind_simulator(self, sim: Simulator) -> None:
+        """Keep (weakly) the simulator this policy runs in: the one it forks at choice points."""
+        self._sim = weakref.ref(sim)
+        self._decisions = 0
+        self._following = 0
+        self.choices = []
+
+    @property
+    def following(self) -> str:
+        """The label of the candidate followed now."""
+        return self.candidates[self._following].label
+
+    # ------------------------------------------------------------------ decisions
+    def decide(self, state: ClusterState) -> Allocation:
+        """At a choice point, look ahead and pick the candidate to follow; return the followed
+        candidate's decision (every stateful candidate decides too, to stay in step).
+
+        Raises:
+            RuntimeError: if the policy is not bound to a simulator, or ``state`` is not the
+                current state of the simulator it is bound to.
+        """
+        sim = self._bound_simulator(state)
+        if self._decisions % self.every == 0:
+            choice = self.evaluate(sim)
+            self.choices.append(choice)
+            self._following = choice.chosen
+        self._decisions += 1
+        allocation: Allocation | None = None
+        for i, (cand, live) in enumerate(zip(self.candidates, self._live, strict=True)):
+            if i == self._following:
+                allocation = live.decide(state)
+            elif not cand.stateless:
+                live.decide(state)  # its state follows the real episode
+        assert allocation is not None
+        return allocation
+
+    def evaluate(self, sim: Simulator) -> Choice:
+        """Score every candidate's future from ``sim``'s current boundary (``sim`` itself is not
+        changed: each candidate plays on a fork, with a copy of its live instance)."""
+        t0, waited = sim.now, sim.waiting_seconds
+        end = t0 + self.horizon_s
+        scores = []
+        for live in self._live:
+            player = copy.deepcopy(live)
+            twin = sim.fork()
+            self._playing = player
+            try:
+                while not twin.done and twin.now < end:
+                    state = twin.observe()
+                    twin.apply(player.decide(state), state)
+                    twin.advance()
+            finally:
+                self._playing = None
+            score = twin.job_seconds(t0, end) + self.infer_weight * (twin.waiting_seconds - waited)
+            if self.terminal_weight and not twin.done:
+                score += self.terminal_weight * _remaining_seconds(twin)
+            scores.append(score)
+        best = min(range(len(scores)), key=scores.__getitem__)  # the first of equals
+        return Choice(t0, tuple(scores), best)
+
+    def choose_reclaim(self, state: ClusterState, request: RequestView) -> GpuRef | None:
+        """The reclaim of the candidate being played (in a lookahead) or followed."""
+        policy = self._playing if self._playing is not None else self._live[self._following]
+        return policy.choose_reclaim(state, request)
+
+    def _bound_simulator(self, state: ClusterState) -> Simulator:
+        sim = self._sim() if self._sim is not None else None
+        if sim is None:
+            raise RuntimeError(
+                "oracle-lookahead is not bound to a live simulator: it runs only inside a Simulator, which binds it "
+                "at reset (bind_simulator)"
+            )
+        if sim.now != state.time or [job.index for job in sim.active_jobs] != [job.id for job in state.jobs]:
+            raise RuntimeError(
+                "oracle-lookahead was asked to decide on a state that is not the current state of the simulator it "
+                "is bound to (it forks that simulator to look ahead)"
+            )
+        return sim
+
+
+def _remaining_seconds(sim: Simulator) -> float:
+    """ORACLE: per admitted unfinished job, the seconds its true remaining work needs at its true
+    rate on its GPUs now (packed; one GPU if it holds none), summed."""
+    state = sim.observe()
+    g = state.gpus_per_node
+    total = 0.0
+    for job in state.jobs:
+        rate = job.oracle_rate(max(job.replicas, 1), g)
+        total += job.remaining_work / rate if rate > 0 else math.inf
+    return total

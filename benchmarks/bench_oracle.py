@@ -1,0 +1,92 @@
+"""Benchmark: CPU seconds per episode and average JCT of ``oracle-lookahead`` (a clairvoyant upper
+reference, not a deployable policy), against its candidates run alone.
+
+    python benchmarks/bench_oracle.py [--workload test-01 [test-02 ...]] [--dynamics v1]
+                                      [--every 5] [--horizon 1800] [--candidates ats ones-lend ...]
+                                      [--infer-weight 1.0] [--terminal-weight 0] [--baselines ats ...]
+                                      [--seed 0]
+
+For each workload: one episode of every ``--baselines`` policy (default: ``ats`` and
+``ones-lend``) and one of ``oracle-lookahead`` with the given settings (default: its defaults), each
+with its CPU time (``time.process_time``), average training JCT, mean inference latency and
+restarts; for the oracle also its choice points and how often it followed each candidate, and its
+JCT relative to ``ats``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import time
+
+from baselines.oracle_lookahead import DEFAULT_CANDIDATES, DEFAULT_EVERY, DEFAULT_HORIZON_S, OracleLookaheadPolicy
+from deepboot_env.config import sim_config
+from deepboot_env.evaluation import run_episode
+from deepboot_env.policy import Policy, make_policy
+from deepboot_env.sim.metrics import EpisodeMetrics
+from traces.loaders import load_workload
+
+
+def timed(policy: Policy, workload_name: str, dynamics: str, seed: int) -> tuple[EpisodeMetrics, float]:
+    """One episode's metrics and CPU seconds."""
+    workload = load_workload(workload_name)
+    t0 = time.process_time()
+    metrics = run_episode(policy, workload, sim_config(dynamics=dynamics), seed)
+    return metrics, time.process_time() - t0
+
+
+def row(label: str, metrics: EpisodeMetrics, cpu: float, note: str = "") -> str:
+    """One line of the report."""
+    return (
+        f"  {label:<18} JCT {metrics.train_jct_mean:9,.1f} s  inference latency {metrics.infer_latency_mean:6.2f} s  "
+        f"restarts {metrics.restarts:5d}  CPU {cpu:7.1f} s{note}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point (see the module docstring); returns the exit status."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", nargs="+", default=["test-01"])
+    parser.add_argument("--dynamics", choices=("v0", "v1"), default="v1")
+    parser.add_argument("--every", type=int, default=DEFAULT_EVERY)
+    parser.add_argument("--horizon", type=float, default=DEFAULT_HORIZON_S, help="seconds played ahead")
+    parser.add_argument("--candidates", nargs="+", default=list(DEFAULT_CANDIDATES))
+    parser.add_argument("--infer-weight", type=float, default=1.0)
+    parser.add_argument("--terminal-weight", type=float, default=0.0)
+    parser.add_argument("--baselines", nargs="*", default=["ats", "ones-lend"])
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    print(
+        f"oracle-lookahead (CLAIRVOYANT upper reference): every {args.every} boundaries, horizon {args.horizon:g} s, "
+        f"candidates {', '.join(args.candidates)}, infer_weight {args.infer_weight:g}, "
+        f"terminal_weight {args.terminal_weight:g}; dynamics {args.dynamics}, seed {args.seed}"
+    )
+    for name in args.workload:
+        print(f"{name}:")
+        reference: float | None = None
+        for baseline in args.baselines:
+            metrics, cpu = timed(make_policy(baseline), name, args.dynamics, args.seed)
+            print(row(baseline, metrics, cpu))
+            if baseline == "ats":
+                reference = metrics.train_jct_mean
+        oracle = OracleLookaheadPolicy(
+            candidates=args.candidates,
+            every=args.every,
+            horizon_s=args.horizon,
+            infer_weight=args.infer_weight,
+            terminal_weight=args.terminal_weight,
+        )
+        metrics, cpu = timed(oracle, name, args.dynamics, args.seed)
+        gain = "" if reference is None else f"  ({metrics.train_jct_mean / reference - 1:+.1%} vs ats)"
+        print(row("oracle-lookahead", metrics, cpu, gain))
+        followed = collections.Counter(oracle.candidates[c.chosen].label for c in oracle.choices)
+        ties = sum(1 for c in oracle.choices if c.scores.count(min(c.scores)) > 1)
+        print(
+            f"    {len(oracle.choices)} choice points ({ties} ties, to the earlier candidate); followed: "
+            + ", ".join(f"{label} {followed[label]}" for label in args.candidates)
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
