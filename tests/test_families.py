@@ -224,3 +224,15 @@ def test_the_docs_tabulate_the_families_as_the_code_defines_them() -> None:
 
     docs = (Path(__file__).resolve().parents[1] / "docs" / "workloads.md").read_text(encoding="utf-8")
     assert family_table_markdown() in docs
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_every_job_fits_its_scenario_cluster_for_gang_policies(family: str) -> None:
+    """Fixed-batch policies gang-schedule the requested GPUs: no job may ask for more than the
+    scenario's cluster holds (small mixed clusters draw among the options that fit)."""
+    for seed in range(TEST_SEED, TEST_SEED + 10):
+        scenario = sample_scenario(family, seed)
+        assert scenario.cluster is not None
+        total = scenario.cluster.total_gpus
+        scenario.workload.check_fits(total, scenario.cluster.describe())
+        assert max(j.num_replicas for j in scenario.workload.jobs) <= total

@@ -28,7 +28,7 @@ import numpy as np
 from deepboot_env.sim.cluster import ClusterConfig
 from deepboot_env.sim.scenario import Scenario
 from deepboot_env.sim.workload import Workload
-from traces.generate import DAY_S, DEFAULT_SERVICE_TIME_S, generate_workload
+from traces.generate import DAY_S, DEFAULT_SERVICE_TIME_S, TUNED_JOBS, generate_workload
 
 # ----------------------------------------------------------------------------------------------
 # parameters
@@ -142,6 +142,10 @@ SHIPPED: dict[str, Param] = {
 
 INFERENCE_HORIZON_S = DAY_S
 """Inference arrivals of every scenario fall in the first 24 h."""
+
+MAX_TUNED_REPLICAS = max(reps for options in TUNED_JOBS.values() for reps, _ in options)
+"""The most GPUs a generated job requests (imagenet's 48); smaller clusters draw among the options
+that fit them."""
 
 JOBS_PER_HOUR = 20.0
 """Training jobs per hour at load 1 on a 32-GPU training cluster (Pollux: 160 jobs in 8 h)."""
@@ -297,6 +301,9 @@ def workload_of(name: str, seed: int, params: Mapping[str, Any]) -> Workload:
     train = {"num_jobs": jobs_at_load_1, "start_hour": float(params["start_hour"]), "window_hours": window}
     if params["load"] != 1.0:
         train["load"] = params["load"]
+    total_gpus = (params["train_nodes"] + params["infer_nodes"]) * params["gpus_per_node"]
+    if total_gpus < MAX_TUNED_REPLICAS:  # gang policies must fit every job on the cluster
+        train["max_replicas"] = total_gpus
     period_s = float(params["period_hours"]) * 3600.0
     inference: dict[str, Any] = {
         "horizon_s": INFERENCE_HORIZON_S,

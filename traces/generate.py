@@ -109,6 +109,7 @@ def generate_training(
     load: float = 1.0,
     seed: SeedLike = 0,
     stats: PhillyStats | None = None,
+    max_replicas: int | None = None,
 ) -> list[TrainingJobSpec]:
     """Pollux-style training jobs sampled from the Philly time-of-day statistics.
 
@@ -119,12 +120,21 @@ def generate_training(
         load: relative job load; ``round(num_jobs * load)`` jobs in the same window.
         seed: integer seed (or a Generator to draw from).
         stats: Philly statistics; defaults to the shipped ``traces/data/philly_stats.json``.
+        max_replicas: keep only the (num_replicas, batch_size) options of at most this many GPUs
+            (a cluster smaller than 48 GPUs cannot gang-schedule imagenet's largest option);
+            None keeps them all.
 
     Returns:
         Jobs sorted by arrival (integer seconds), named ``<app>-<index>``.
     """
     if num_jobs < 0 or not np.isfinite(load) or load < 0:
         raise ValueError(f"num_jobs and load must be >= 0, got num_jobs={num_jobs}, load={load}")
+    tuned = TUNED_JOBS
+    if max_replicas is not None:
+        tuned = {app: tuple(o for o in options if o[0] <= max_replicas) for app, options in TUNED_JOBS.items()}
+        short = [app for app, options in tuned.items() if not options]
+        if short:
+            raise ValueError(f"max_replicas={max_replicas} leaves no (num_replicas, batch_size) option for {short}")
     rng = make_rng(seed)
     stats = stats or default_philly_stats()
     n = int(round(num_jobs * load))
@@ -154,7 +164,7 @@ def generate_training(
     jobs = []
     for idx, k in enumerate(order):
         app = str(apps[k])
-        options = TUNED_JOBS[app]
+        options = tuned[app]
         reps, bsz = options[min(int(pick[k] * len(options)), len(options) - 1)]
         jobs.append(
             TrainingJobSpec(name=f"{app}-{idx}", arrival=float(times[k]), app=app, num_replicas=reps, batch_size=bsz)
