@@ -145,3 +145,35 @@ def test_the_settings_file_records_the_spec(tmp_path) -> None:
     saved = json.loads((out / "benchmark.json").read_text())
     assert saved["settings"] == {"split": "test", "options": {"dynamics": "v1"}}
     assert saved["spec"]["policies"] == ["ats", "fifo"]
+
+
+def test_ctrl_c_keeps_the_finished_runs_and_resume_completes_them(tmp_path) -> None:
+    """Ctrl-C (SIGINT to the process group, workers included): one line, exit 130, no traceback;
+    --resume then runs only what is missing."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "bench"
+    argv = [sys.executable, "-m", "deepboot_harness.cli", "benchmark", "--families", "short-period"]
+    argv += ["--policies", "ats", "ones-lend", "--seeds", "4", "--jobs", "2", "--out", str(out)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not ((out / RUNS_FILE).is_file() and (out / RUNS_FILE).stat().st_size):
+        time.sleep(0.2)  # the first run is saved: the benchmark is under way
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].endswith("continue with --resume"), err
+    saved = read_runs(out / RUNS_FILE)
+    assert 1 <= len(saved) < 8
+    assert main(["benchmark", *argv[4:], "--resume", "--quiet"]) == 0
+    runs = read_runs(out / RUNS_FILE)
+    assert runs[: len(saved)] == saved and len(runs) == 8
+    assert {(r["policy"], r["seed"]) for r in runs} == {
+        (p, s) for p in ("ats", "ones-lend") for s in range(2_000_000, 2_000_004)
+    }
