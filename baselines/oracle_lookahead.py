@@ -158,9 +158,15 @@ class OracleLookaheadPolicy(BasePolicy):
         horizon_s: simulated seconds each candidate is played ahead (> 0).
         infer_weight: weight of the inference waiting seconds in the score (>= 0).
         terminal_weight: weight of the remaining-time term at the end of the horizon (>= 0).
+        hindsight: play the best in hindsight of the lookahead switching and of every candidate
+            alone, each simulated to the end of the episode first (the default); False: the
+            lookahead switching itself.
 
     Attributes:
-        choices: every choice point of the episode so far, in order.
+        choices: every choice point of the episode so far, in order (the switching's own run).
+        plan_scores: with ``hindsight``, the mean training JCT of each plan (:attr:`plan_labels`
+            order) in its simulated episode.
+        plan: with ``hindsight``, the label of the plan played.
     """
 
     name = "oracle-lookahead"
@@ -173,6 +179,7 @@ class OracleLookaheadPolicy(BasePolicy):
         horizon_s: float = DEFAULT_HORIZON_S,
         infer_weight: float = 1.0,
         terminal_weight: float = 0.0,
+        hindsight: bool = True,
     ) -> None:
         if not candidates:
             raise ValueError("oracle-lookahead needs at least one candidate")
@@ -187,7 +194,14 @@ class OracleLookaheadPolicy(BasePolicy):
         self.horizon_s = float(horizon_s)
         self.infer_weight = float(infer_weight)
         self.terminal_weight = float(terminal_weight)
+        self.hindsight = bool(hindsight)
         self.reset(None)
+        custom = [c.label for c, p in zip(self.candidates, self._live, strict=True) if _custom_reclaim(p)]
+        if self.hindsight and custom:
+            raise ValueError(
+                f"hindsight replays decisions, not reclaims: candidates {custom} have their own reclaim rule; "
+                "use hindsight=False"
+            )
 
     # ------------------------------------------------------------------ episode
     def reset(self, seed: int | None = None) -> None:
@@ -203,13 +217,66 @@ class OracleLookaheadPolicy(BasePolicy):
         self._playing: Policy | None = None
         """The candidate copy being played in a lookahead (its hooks serve the fork)."""
         self.choices: list[Choice] = []
+        self._seed = seed
+        self._replay: _Recording | None = None
+        """With ``hindsight``: the decisions and reclaims of the plan played, replayed in order."""
+        self.plan_scores: tuple[float, ...] = ()
+        self.plan = ""
 
     def bind_simulator(self, sim: Simulator) -> None:
-        """Keep (weakly) the simulator this policy runs in: the one it forks at choice points."""
+        """Keep (weakly) the simulator this policy runs in: the one it forks at choice points.
+        With ``hindsight``, simulate every plan to the end now and keep the best one's decisions."""
         self._sim = weakref.ref(sim)
         self._decisions = 0
         self._following = 0
         self.choices = []
+        self._replay = None
+        if self.hindsight:
+            self._plan_in_hindsight(sim)
+
+    @property
+    def plan_labels(self) -> tuple[str, ...]:
+        """The plans compared in hindsight: the lookahead switching, then each candidate alone."""
+        return ("lookahead", *(c.label for c in self.candidates))
+
+    def _plan_in_hindsight(self, sim: Simulator) -> None:
+        """ORACLE: play each plan on a fork of ``sim`` to the end; keep the best's recording."""
+        switching = OracleLookaheadPolicy(
+            [c.label for c in self.candidates],
+            self.every,
+            self.horizon_s,
+            self.infer_weight,
+            self.terminal_weight,
+            hindsight=False,
+        )
+        players: list[Policy] = [switching]
+        for cand in self.candidates:
+            alone = cand.build()
+            players.append(alone)
+        scores, recordings = [], []
+        for player in players:
+            player.reset(self._seed)
+            twin = sim.fork()
+            recording = _Recording(player)
+            self._playing = recording
+            try:
+                bind = getattr(player, "bind_simulator", None)
+                if bind is not None:
+                    bind(twin)
+                while not twin.done:
+                    state = twin.observe()
+                    twin.apply(recording.decide(state), state)
+                    twin.advance()
+            finally:
+                self._playing = None
+            if player is switching:
+                self.choices = switching.choices
+            scores.append(_episode_jct(twin))
+            recordings.append(recording)
+        best = min(range(len(scores)), key=scores.__getitem__)  # the first of equals: the switching
+        self.plan_scores = tuple(scores)
+        self.plan = self.plan_labels[best]
+        self._replay = recordings[best].replay()
 
     @property
     def following(self) -> str:
@@ -226,6 +293,8 @@ class OracleLookaheadPolicy(BasePolicy):
                 current state of the simulator it is bound to.
         """
         sim = self._bound_simulator(state)
+        if self._replay is not None:
+            return self._replay.decide(state)
         if self._decisions % self.every == 0:
             choice = self.evaluate(sim)
             self.choices.append(choice)
@@ -265,9 +334,13 @@ class OracleLookaheadPolicy(BasePolicy):
         return Choice(t0, tuple(scores), best)
 
     def choose_reclaim(self, state: ClusterState, request: RequestView) -> GpuRef | None:
-        """The reclaim of the candidate being played (in a lookahead) or followed."""
-        policy = self._playing if self._playing is not None else self._live[self._following]
-        return policy.choose_reclaim(state, request)
+        """The reclaim of the candidate being played (in a lookahead or a plan), replayed (the
+        plan chosen in hindsight) or followed."""
+        if self._playing is not None:
+            return self._playing.choose_reclaim(state, request)
+        if self._replay is not None:
+            return self._replay.choose_reclaim(state, request)
+        return self._live[self._following].choose_reclaim(state, request)
 
     def _bound_simulator(self, state: ClusterState) -> Simulator:
         sim = self._sim() if self._sim is not None else None
@@ -282,6 +355,56 @@ class OracleLookaheadPolicy(BasePolicy):
                 "is bound to (it forks that simulator to look ahead)"
             )
         return sim
+
+
+class _Recording(BasePolicy):
+    """Plays ``player`` and records its decisions (:meth:`replay` gives them back in order), or,
+    built by :meth:`replay`, returns the recorded ones. Reclaims are not recorded: a plan's
+    candidates all take GPUs back by the default ATS-I rule, a function of the state alone."""
+
+    def __init__(self, player: Policy | None, decisions: Sequence[tuple[float, Allocation]] = ()) -> None:
+        self.player = player
+        self.decisions = list(decisions)
+        self._next = 0
+
+    def replay(self) -> _Recording:
+        """A replayer of what was recorded."""
+        return _Recording(None, self.decisions)
+
+    def decide(self, state: ClusterState) -> Allocation:
+        """The player's decision (recorded), or the next recorded one.
+
+        Raises:
+            RuntimeError: if a replayed decision is asked for at another time than recorded.
+        """
+        if self.player is not None:
+            allocation = self.player.decide(state)
+            self.decisions.append((state.time, allocation))
+            return allocation
+        time, allocation = self.decisions[self._next]
+        if time != state.time:
+            raise RuntimeError(
+                f"oracle-lookahead replay diverged: decision {self._next} was at {time}, not {state.time}"
+            )
+        self._next += 1
+        return allocation
+
+    def choose_reclaim(self, state: ClusterState, request: RequestView) -> GpuRef | None:
+        """The player's reclaim, or (replaying) the default ATS-I rule every candidate uses."""
+        if self.player is not None:
+            return self.player.choose_reclaim(state, request)
+        return super().choose_reclaim(state, request)
+
+
+def _custom_reclaim(policy: Policy) -> bool:
+    """Whether ``policy`` takes GPUs back by a rule of its own instead of the default ATS-I."""
+    return getattr(type(policy), "choose_reclaim", BasePolicy.choose_reclaim) is not BasePolicy.choose_reclaim
+
+
+def _episode_jct(sim: Simulator) -> float:
+    """The mean training JCT of ``sim``'s finished episode, counting an unfinished job's time so
+    far (job-seconds in the system per job)."""
+    return sim.job_seconds(0.0, sim.now) / max(len(sim.jobs), 1)
 
 
 def _remaining_seconds(sim: Simulator) -> float:

@@ -62,7 +62,9 @@ def test_the_chosen_candidate_scored_lowest_and_scores_are_what_happens(workload
     choice point at every horizon end, the score of the followed candidate is exactly the
     job-seconds plus waiting seconds the real episode then spends over the horizon."""
     interval = CONFIG.interval
-    oracle = OracleLookaheadPolicy(candidates=("ats", "ones-lend", "ats-nolend"), horizon_s=5 * interval, every=5)
+    oracle = OracleLookaheadPolicy(
+        candidates=("ats", "ones-lend", "ats-nolend"), horizon_s=5 * interval, every=5, hindsight=False
+    )
     oracle.reset(2)
     sim = Simulator(workload, CONFIG, oracle)
     waited: dict[float, float] = {}
@@ -83,6 +85,22 @@ def test_the_chosen_candidate_scored_lowest_and_scores_are_what_happens(workload
             checked += 1
     assert checked > 3
     assert len({c.chosen for c in oracle.choices}) > 1  # it did switch between candidates
+
+
+def test_in_hindsight_it_plays_the_best_plan_so_never_loses_to_a_candidate(workload: Workload) -> None:
+    """With hindsight (the default) each plan (the lookahead switching, every candidate alone) is
+    simulated to the end first; the episode then replays the best: its mean JCT is the lowest plan
+    score, each candidate's score is that candidate's own episode, the switching's is the
+    hindsight=False oracle's."""
+    oracle = OracleLookaheadPolicy(**FAST)
+    metrics = run_episode(oracle, workload, CONFIG, seed=3)
+    assert oracle.plan_labels == ("lookahead", *FAST["candidates"])
+    assert metrics.train_jct_mean == pytest.approx(min(oracle.plan_scores), rel=1e-12)
+    assert oracle.plan == oracle.plan_labels[oracle.plan_scores.index(min(oracle.plan_scores))]
+    for label, score in zip(oracle.plan_labels[1:], oracle.plan_scores[1:], strict=True):
+        assert score == pytest.approx(run_episode(label, workload, CONFIG, seed=3).train_jct_mean, rel=1e-12)
+    switching = run_episode(OracleLookaheadPolicy(**FAST, hindsight=False), workload, CONFIG, seed=3)
+    assert oracle.plan_scores[0] == pytest.approx(switching.train_jct_mean, rel=1e-12)
 
 
 def test_looking_ahead_leaves_the_simulator_untouched(workload: Workload) -> None:
@@ -134,6 +152,9 @@ def test_bad_settings_are_refused() -> None:
         OracleLookaheadPolicy(candidates=())
     with pytest.raises(ValueError, match="unknown policy"):
         OracleLookaheadPolicy(candidates=("no-such-policy",))
+    with pytest.raises(ValueError, match="hindsight replays decisions, not reclaims"):
+        OracleLookaheadPolicy(candidates=("ats", "interference-aware"))
+    OracleLookaheadPolicy(candidates=("ats", "interference-aware"), hindsight=False)
 
 
 def test_simulate_cli_runs_it(workload: Workload, tmp_path: Path) -> None:
