@@ -31,6 +31,12 @@ Algorithm (defaults in brackets):
   lookahead the oracle's own hooks (the fork's simulator still calls the oracle's
   ``choose_reclaim``) serve the candidate being played.
 
+In hindsight [``hindsight=True``]: the switching above is myopic and can lose to one of its own
+candidates (it did to ``ones-lend`` on the workload families). So at the first decision the oracle
+plays every *plan* to the end on a fork (the switching, and each candidate alone) and replays the
+decisions of the plan with the lowest mean training JCT: never worse than a candidate, for one more
+episode per candidate. ``hindsight=False`` gives the switching itself.
+
 Candidates [all, in this order]: ``ats``, ``ones-lend``, ``afs-lend``, ``ats-nolend``,
 ``ats-lend50`` (ATS lending half of the lendable inference GPUs) and ``ats-spread`` (ATS with
 each job capped at its fair share). They all run in the oracle's simulator, whose jobs choose their

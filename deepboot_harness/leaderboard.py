@@ -126,17 +126,17 @@ def _label(policy: str) -> str:
     return f"{name} (clairvoyant upper reference)" if policy in CLAIRVOYANT else name
 
 
-def _table(board: pd.DataFrame, cell: Any, families: list[str], seeds_note: bool = False) -> list[str]:
+def _table(board: pd.DataFrame, cell: Any, families: list[str]) -> list[str]:
+    """One Markdown table, policies x ``families``; a policy run on fewer seeds says so."""
     head = ["policy", *families]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     full = int(board["seeds"].max())
     for policy in dict.fromkeys(board["policy"]):
         mine = board[board["policy"] == policy].set_index("family")
         label = _label(policy)
-        if seeds_note:
-            fewer = mine.loc[[f for f in families if f != ALL and f in mine.index], "seeds"]
-            if len(fewer) and int(fewer.max()) < full:
-                label += f" ({int(fewer.max())} seeds)"
+        fewer = mine.loc[[f for f in families if f != ALL and f in mine.index], "seeds"]
+        if len(fewer) and int(fewer.max()) < full:
+            label += f" ({int(fewer.max())} seeds)"
         cells = [cell(mine.loc[f]) if f in mine.index else "-" for f in families]
         lines.append("| " + " | ".join([label, *cells]) + " |")
     return lines
@@ -154,25 +154,18 @@ def leaderboard_markdown(board: pd.DataFrame, title: str, notes: Sequence[str] =
             f"lower is better; '{ALL}' is the mean of the family means)",
             lambda r: _pm(r["ratio"], r["ratio_ci"], ".3f"),
             cols,
-            True,
         ),
-        ("Mean training JCT, s (± 95 % CI over seeds)", lambda r: _pm(r["jct"], r["jct_ci"], ",.0f"), families, False),
-        (
-            "Inference latency p99, s (± 95 % CI over seeds)",
-            lambda r: _pm(r["p99"], r["p99_ci"], ".1f"),
-            families,
-            False,
-        ),
+        ("Mean training JCT, s (± 95 % CI over seeds)", lambda r: _pm(r["jct"], r["jct_ci"], ",.0f"), families),
+        ("Inference latency p99, s (± 95 % CI over seeds)", lambda r: _pm(r["p99"], r["p99_ci"], ".1f"), families),
         (
             "Mean training JCT over its lower bound (1 = every job alone at its best size)",
             lambda r: f"{r['bound']:.2f}",
             families,
-            False,
         ),
-        ("CPU seconds per episode (mean)", lambda r: f"{r['cpu_s']:.1f}", families, False),
+        ("CPU seconds per episode (mean)", lambda r: f"{r['cpu_s']:.1f}", families),
     ]
-    for heading, cell, columns, note in sections:
-        parts += [f"### {heading}", "", *_table(board, cell, columns, note), ""]
+    for heading, cell, columns in sections:
+        parts += [f"### {heading}", "", *_table(board, cell, columns), ""]
     return "\n".join(parts)
 
 
