@@ -179,48 +179,60 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
+ZOOM_BELOW = 1.25
+"""The lower panel of :func:`plot_ratios` shows the policies whose mean ratio stays below this."""
+
+
 def plot_ratios(frame: pd.DataFrame, path: str | Path, reference: str = REFERENCE) -> Path:
-    """Per family, each policy's per-seed JCT ratio to ``reference`` (small points) and their
-    mean with its 95 % CI (large marker, bar), on a log scale with a line at 1."""
+    """Per family, each policy's per-seed JCT ratio to ``reference`` (small dots) and their mean
+    with its 95 % CI (marker and bar): every policy on a log scale (top), and the policies whose
+    mean ratio stays below :data:`ZOOM_BELOW` in every family on a linear scale (bottom)."""
     data = with_ratios(frame, reference)
     data = data[data["policy"] != reference]
     policies = list(dict.fromkeys(data["policy"]))
     families = list(dict.fromkeys(data["family"]))
     colors = policy_colors(list(dict.fromkeys(frame["policy"])))
-    fig = Figure(figsize=(max(7.0, 1.7 * len(families) + 2), 4.8))
-    ax = fig.add_subplot()
-    width = 0.8 / max(len(policies), 1)
-    for i, policy in enumerate(policies):
-        for j, family in enumerate(families):
-            values = data[(data["policy"] == policy) & (data["family"] == family)]["jct_ratio"].dropna().to_numpy()
-            if values.size == 0:
-                continue
-            x = j - 0.4 + width * (i + 0.5)
-            mean, half = mean_ci(values)
-            ax.scatter(np.full(values.size, x), values, s=6, color=colors[policy], alpha=0.45, zorder=2)
-            lower = min(half, mean * 0.95) if math.isfinite(half) else 0.0  # keep the bar above 0 on a log axis
-            ax.errorbar(
-                x,
-                mean,
-                yerr=[[lower], [half if math.isfinite(half) else 0.0]],
-                fmt="o",
-                ms=5,
-                color=colors[policy],
-                capsize=2,
-                lw=1.2,
-                zorder=3,
-                label=_label(policy) if j == 0 else None,
-            )
-    ax.axhline(1.0, color="black", lw=1, ls="--")
-    ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.set_xticks(range(len(families)), families, rotation=15)
-    for j in range(1, len(families)):
-        ax.axvline(j - 0.5, color="grey", lw=0.5, alpha=0.5)
-    ax.set_ylabel(f"mean JCT / {reference}'s on the same scenario (log)")
-    ax.set_title(f"Training JCT relative to {reference} per family (dots: seeds; markers: mean ± 95 % CI)", fontsize=10)
-    ax.legend(fontsize=7, ncols=min(4, len(policies)), loc="upper left")
-    ax.grid(axis="y", alpha=0.3, which="both")
+    means = data.groupby(["policy", "family"], sort=False)["jct_ratio"].mean()
+    close = [p for p in policies if float(means.loc[p].max()) < ZOOM_BELOW]
+    fig = Figure(figsize=(max(8.0, 1.9 * len(families) + 2), 9.0))
+    top, bottom = fig.add_subplot(2, 1, 1), fig.add_subplot(2, 1, 2)
+    for ax, shown in ((top, policies), (bottom, close)):
+        width = 0.8 / max(len(shown), 1)
+        for i, policy in enumerate(shown):
+            for j, family in enumerate(families):
+                mine = data[(data["policy"] == policy) & (data["family"] == family)]
+                values = mine["jct_ratio"].dropna().to_numpy()
+                if values.size == 0:
+                    continue
+                x = j - 0.4 + width * (i + 0.5)
+                mean, half = mean_ci(values)
+                bar = half if math.isfinite(half) else 0.0
+                ax.scatter(np.full(values.size, x), values, s=6, color=colors[policy], alpha=0.45, zorder=2)
+                ax.errorbar(
+                    x,
+                    mean,
+                    yerr=[[min(bar, mean * 0.95)], [bar]],  # above 0 on the log axis
+                    fmt="o",
+                    ms=5,
+                    color=colors[policy],
+                    capsize=2,
+                    lw=1.2,
+                    zorder=3,
+                    label=_label(policy) if j == 0 else None,
+                )
+        ax.axhline(1.0, color="black", lw=1, ls="--")
+        ax.set_xticks(range(len(families)), families)
+        for j in range(1, len(families)):
+            ax.axvline(j - 0.5, color="grey", lw=0.5, alpha=0.5)
+        ax.grid(axis="y", alpha=0.3, which="both")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    top.set_yscale("log")
+    top.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    top.set_ylabel(f"mean JCT / {reference}'s (log)")
+    top.set_title(f"Training JCT relative to {reference} on the same scenario (dots: seeds; markers: mean ± 95 % CI)")
+    bottom.set_ylabel(f"mean JCT / {reference}'s")
+    bottom.set_title(f"close-up: the policies within {ZOOM_BELOW:g}x of {reference} in every family", fontsize=10)
+    fig.tight_layout()
     return _save(fig, Path(path))
 
 
@@ -251,10 +263,10 @@ def plot_job_cdfs(jobs: pd.DataFrame, path: str | Path, policies: Sequence[str] 
         ax.set_xlabel("job JCT (h)", fontsize=8)
         ax.set_ylabel("fraction of jobs", fontsize=8)
         ax.grid(alpha=0.3)
-        if k == 0:
-            ax.legend(fontsize=6)
+    handles, labels = fig.axes[0].get_legend_handles_labels()
     fig.suptitle("CDF of training-job JCTs per family (every test seed pooled)", fontsize=10)
     fig.tight_layout()
+    fig.legend(handles, labels, fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     return _save(fig, Path(path))
 
 

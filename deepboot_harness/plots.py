@@ -43,12 +43,22 @@ _PALETTE = (
     "#7f7f7f",
     "#bcbd22",
     "#17becf",
+    "#393b79",
+    "#e7ba52",
+    "#637939",
+    "#ad494a",
+    "#7b4173",
+    "#3182bd",
+    "#31a354",
+    "#756bb1",
+    "#636363",
+    "#e6550d",
 )
 _DPI = 130
 
 
 def policy_colors(policies: Sequence[str]) -> dict[str, str]:
-    """A colour per policy, in the order given (cycling after ten)."""
+    """A colour per policy, in the order given (cycling after twenty)."""
     return {p: _PALETTE[i % len(_PALETTE)] for i, p in enumerate(policies)}
 
 
