@@ -285,7 +285,10 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
     )
     start = time.perf_counter()
 
+    made = [0]
+
     def progress(done: int, total: int, row: dict[str, Any]) -> None:
+        made[0] += 1
         if not args.quiet:
             print(
                 f"[{done}/{total}] {row['policy']} on {row['family']} seed {row['seed']}: mean JCT "
@@ -304,10 +307,12 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
         )
         return 130
     wall = time.perf_counter() - start
+    cpu_hours = sum(float(row["cpu_s"]) for row in rows) / 3600.0
     notes = [
         f"Families {', '.join(spec.families)}; the first {spec.seeds} {spec.split} seeds of each; dynamics "
         f"{options['dynamics']} (each scenario sets its cluster and restart model).",
-        f"`deepboot benchmark` with --jobs {args.jobs}: {wall / 60:.1f} min wall for the runs this invocation made.",
+        f"{len(rows)} runs, {cpu_hours:.2f} CPU-hours in all (the sum of the runs' CPU time); this invocation of "
+        f"`deepboot benchmark --jobs {args.jobs}` made {made[0]} of them in {wall / 60:.1f} min of wall time.",
     ]
     paths = write_outputs(rows, args.out, "Benchmark leaderboard", notes)
     if not args.quiet:
