@@ -199,6 +199,7 @@ def plot_ratios(frame: pd.DataFrame, path: str | Path, reference: str = REFERENC
     for ax, shown in ((top, policies), (bottom, close)):
         width = 0.8 / max(len(shown), 1)
         for i, policy in enumerate(shown):
+            label: str | None = _label(policy)  # on the policy's first marker only
             for j, family in enumerate(families):
                 mine = data[(data["policy"] == policy) & (data["family"] == family)]
                 values = mine["jct_ratio"].dropna().to_numpy()
@@ -218,14 +219,18 @@ def plot_ratios(frame: pd.DataFrame, path: str | Path, reference: str = REFERENC
                     capsize=2,
                     lw=1.2,
                     zorder=3,
-                    label=_label(policy) if j == 0 else None,
+                    label=label,
                 )
+                label = None
         ax.axhline(1.0, color="black", lw=1, ls="--")
         ax.set_xticks(range(len(families)), families)
         for j in range(1, len(families)):
             ax.axvline(j - 0.5, color="grey", lw=0.5, alpha=0.5)
         ax.grid(axis="y", alpha=0.3, which="both")
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        if shown:
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        else:
+            ax.text(0.5, 0.5, f"no policy within {ZOOM_BELOW:g}x of {reference}", ha="center", transform=ax.transAxes)
     top.set_yscale("log")
     top.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     top.set_ylabel(f"mean JCT / {reference}'s (log)")
