@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from deepboot_env.config import DYNAMICS, dynamics_notes, sim_config
+from deepboot_env.evaluation import EpisodeProgress
 from deepboot_env.sim.aryl_mode import INFERENCE_PLACEMENTS
 from deepboot_env.sim.cluster import ClusterConfigError
 from deepboot_env.sim.interference import InterferenceError, InterferenceModel
@@ -209,6 +210,31 @@ def check_output_folder(path: str | Path, flag: str) -> None:
         raise ValueError(f"{flag} {p}: {existing} is not writable")
 
 
+PROGRESS_EVERY = 250
+"""Decisions between two progress lines of ``deepboot simulate``."""
+
+PROGRESS_AFTER_S = 2.0
+"""``deepboot simulate`` reports progress only for an episode running longer than this (wall s)."""
+
+
+class ProgressLine:
+    """The progress callback of ``deepboot simulate``: once an episode has run for
+    :data:`PROGRESS_AFTER_S` seconds, one line on stderr every :data:`PROGRESS_EVERY` decisions
+    (``day 2.41 of 30, 57/160 jobs done, ...``) and a last one when it ends; short episodes print
+    nothing."""
+
+    def __init__(self) -> None:
+        self.printed = False
+
+    def __call__(self, progress: EpisodeProgress) -> None:
+        """Print the line of ``progress`` if the episode is long enough to need one."""
+        if progress.done and not self.printed:
+            return
+        if progress.wall_s >= PROGRESS_AFTER_S or self.printed:
+            print(("done: " if progress.done else "") + progress.line(), file=sys.stderr, flush=True)
+            self.printed = True
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Run one episode and print / write its metrics."""
     from deepboot_env.evaluation import run_episode
@@ -220,7 +246,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     workload = load_workload(args.workload)
     config = sim_config_from_args(args)
     policy = make_policy(args.policy)
-    metrics = run_episode(policy, workload, config, seed=args.seed)
+    reporter = None if args.quiet else ProgressLine()
+    metrics = run_episode(policy, workload, config, seed=args.seed, progress=reporter, progress_every=PROGRESS_EVERY)
     if not args.quiet:
         print_summary(f"{args.policy} on {workload.name} ({config_title(config)})", metrics)
     if args.json:

@@ -97,3 +97,19 @@ def test_calibrate_reproduces_the_shipped_profiles(tmp_path: Path) -> None:
     out = tmp_path / "apps.json"
     assert main(["calibrate", "--apps", str(SHARED / "apps"), "--out", str(out)]) == 0
     assert_same_calibration(load_profiles(out), load_profiles(), SHARED / "apps")
+
+
+def test_simulate_reports_progress_on_long_episodes_only(monkeypatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import deepboot_harness.cli as cli
+
+    assert main(["simulate", "--workload", "test/test-01", "--policy", "ats"]) == 0
+    assert capsys.readouterr().err == ""  # a short episode: no progress lines
+    monkeypatch.setattr(cli, "PROGRESS_AFTER_S", 0.0)
+    monkeypatch.setattr(cli, "PROGRESS_EVERY", 200)
+    assert main(["simulate", "--workload", "test/test-01", "--policy", "ats"]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) >= 3 and all("jobs done" in line for line in lines)
+    assert lines[0].startswith("day 0.") and "200 decisions" in lines[0]
+    assert lines[-1].startswith("done: ") and "160/160 jobs done" in lines[-1]
+    assert main(["simulate", "--workload", "test/test-01", "--policy", "ats", "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
