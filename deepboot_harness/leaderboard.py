@@ -18,12 +18,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 from scipy import stats
 
-from deepboot_harness.plots import display_name, policy_colors
+from deepboot_harness.plots import display_name, policy_colors, save_png
 
 REFERENCE = "ats"
 """The policy every ratio is taken against."""
@@ -173,12 +172,6 @@ def leaderboard_markdown(board: pd.DataFrame, title: str, notes: Sequence[str] =
 # plots
 
 
-def _save(fig: Figure, path: Path) -> Path:
-    FigureCanvasAgg(fig)
-    fig.savefig(path, dpi=130, bbox_inches="tight")
-    return path
-
-
 ZOOM_BELOW = 1.25
 """The lower panel of :func:`plot_ratios` shows the policies whose mean ratio stays below this."""
 
@@ -238,7 +231,7 @@ def plot_ratios(frame: pd.DataFrame, path: str | Path, reference: str = REFERENC
     bottom.set_ylabel(f"mean JCT / {reference}'s")
     bottom.set_title(f"close-up: the policies within {ZOOM_BELOW:g}x of {reference} in every family", fontsize=10)
     fig.tight_layout()
-    return _save(fig, Path(path))
+    return save_png(fig, path, tight=True)
 
 
 def plot_job_cdfs(jobs: pd.DataFrame, path: str | Path, policies: Sequence[str] | None = None) -> Path:
@@ -272,7 +265,7 @@ def plot_job_cdfs(jobs: pd.DataFrame, path: str | Path, policies: Sequence[str] 
     fig.suptitle("CDF of training-job JCTs per family (every test seed pooled)", fontsize=10)
     fig.tight_layout()
     fig.legend(handles, labels, fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    return _save(fig, Path(path))
+    return save_png(fig, path, tight=True)
 
 
 def write_outputs(

@@ -75,10 +75,12 @@ def _new_figure(width: float = 8.0, height: float = 4.8) -> Figure:
     return fig
 
 
-def _save(fig: Figure, path: str | Path) -> Path:
+def save_png(fig: Figure, path: str | Path, tight: bool = False) -> Path:
+    """Write ``fig`` as a PNG at ``path`` (creating its folder); ``tight`` crops to the drawn
+    content, legends placed outside the axes included."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png", dpi=_DPI)
+    fig.savefig(path, format="png", dpi=_DPI, bbox_inches="tight" if tight else None)
     return path
 
 
@@ -136,7 +138,7 @@ def plot_jct_cdf(
     ax.grid(True, which="minor", axis="x", alpha=0.12)
     ax.set_title("Training JCT CDF" + (f": {title}" if title else ""), fontsize=11)
     ax.legend(loc="upper left", fontsize=9, frameon=True)
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def plot_avg_jct_bars(
@@ -201,7 +203,7 @@ def plot_avg_jct_bars(
         fontsize=11,
     )
     ax.grid(True, axis="y", alpha=0.35, zorder=0)
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def plot_timeline(
@@ -236,7 +238,7 @@ def plot_timeline(
     if data.size == 0:
         ax.text(0.5, 0.5, "empty timeline", ha="center", va="center", transform=ax.transAxes)
         ax.set_title(f"GPUs by state: {title}" if title else "GPUs by state", fontsize=11)
-        return _save(fig, path)
+        return save_png(fig, path)
     n_states = len(GPU_STATES)
     seconds = data[:, 0]
     step = float(np.median(np.diff(seconds))) if len(seconds) > 1 else 60.0
@@ -304,7 +306,7 @@ def plot_timeline(
         labels.append("inference arrivals / min")
     ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.08, 1.0), fontsize=8, frameon=False)
     ax.set_title(f"GPUs by state: {title}" if title else "GPUs by state", fontsize=11)
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def plot_learning_curves(
@@ -328,4 +330,4 @@ def plot_learning_curves(
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_png(fig, path)
