@@ -97,7 +97,8 @@ class SimSnapshot:
     Made by :meth:`Simulator.snapshot <deepboot_env.sim.simulator.Simulator.snapshot>`, used by
     :meth:`~deepboot_env.sim.simulator.Simulator.restore`. It holds a detached copy of the
     simulator that is never run; the workload, settings, rate tables and policy are shared with
-    the simulator it came from (see the module docstring). Picklable.
+    the simulator it came from (see the module docstring). Picklable, to pass to another process
+    of the same run; never unpickle one from a file (unpickling runs code).
 
     Attributes:
         time: the simulated time of the snapshot.
