@@ -6,6 +6,8 @@ Examples::
     python train_policy.py --algo ppo --preset smoke --workload tiny.csv --eval-workload tiny.csv
     python train_policy.py --algo ppo --workload family:mixed --eval-workload family:mixed \
         --env-kwargs dynamics:v1      # train on a workload family, select on its val seeds
+    python train_policy.py --algo maskable_ppo --policy-arch set --workload family:mixed \
+        --eval-workload family:mixed --env-kwargs dynamics:v1   # the set-based policy
     python train_policy.py --algo maskable_ppo --resume runs/maskable_ppo_1/final_model.zip -n 100000
     tensorboard --logdir runs/
 
@@ -33,7 +35,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from agents.checkpoint import CheckpointError
-from agents.factory import ALGOS, DEVICES, ConfigError
+from agents.factory import ALGOS, DEVICES, POLICY_ARCHS, ConfigError
 from agents.interrupt import TrainingInterrupted
 from agents.training_run import train
 
@@ -53,6 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--algo", default=None, help=f"{' | '.join(ALGOS)} (default: ppo, or the --resume model's)")
     p.add_argument("-n", "--n-timesteps", type=int, default=None, help="timesteps to train (preset: 200000)")
+    p.add_argument(
+        "--policy-arch",
+        choices=tuple(POLICY_ARCHS),
+        default=None,
+        help="mlp: SB3's MLP over the flattened job slots; set: one shared per-job encoder, attention pooling "
+        "(agents.set_policy). Default: the preset's policy (mlp)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of torch, numpy and env i (seed + i); default 0")
     p.add_argument("--n-envs", type=int, default=None, help="parallel envs (preset: 4)")
     p.add_argument("--vec-env", choices=("dummy", "subproc"), default="dummy", help="VecEnv class (default dummy)")

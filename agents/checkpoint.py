@@ -11,7 +11,8 @@ nothing is unpickled:
 * ``observation_space`` / ``action_space``: rebuilt from the action space's sizes (stored as
   plain text beside the pickle) through the env's own action codec and observation encoding;
 * ``policy_class`` / ``rollout_buffer_class``: the classes of the algorithm (``ppo`` or
-  ``maskable_ppo``), nothing else;
+  ``maskable_ppo``) and of the policy architecture (SB3's multi-input MLP, or the set policy of
+  :mod:`agents.set_policy` when the class's plain-text module names it), nothing else;
 * ``lr_schedule`` / ``clip_range`` / ``clip_range_vf``: the constant or linear schedule their
   plain-text description names (parsed, never evaluated);
 * ``policy_kwargs``: keys from a whitelist (:data:`agents.factory.POLICY_KWARGS_KEYS`), activation
@@ -60,17 +61,35 @@ def read_data(path: Path) -> dict[str, Any]:
     return data
 
 
-def _algo_classes(algo: str) -> tuple[type, type]:
-    """(policy class, rollout buffer class) of ``algo`` with Dict observations."""
+def _algo_classes(algo: str, arch: str = "mlp") -> tuple[type, type]:
+    """(policy class, rollout buffer class) of ``algo`` with Dict observations and the policy
+    architecture ``arch`` (``mlp``: SB3's multi-input policy; ``set``: :mod:`agents.set_policy`)."""
     if algo == "maskable_ppo":
         from sb3_contrib.common.maskable.buffers import MaskableDictRolloutBuffer
         from sb3_contrib.common.maskable.policies import MaskableMultiInputActorCriticPolicy
 
-        return MaskableMultiInputActorCriticPolicy, MaskableDictRolloutBuffer
-    from stable_baselines3.common.buffers import DictRolloutBuffer
-    from stable_baselines3.common.policies import MultiInputActorCriticPolicy
+        buffer: type = MaskableDictRolloutBuffer
+        policy: type = MaskableMultiInputActorCriticPolicy
+    else:
+        from stable_baselines3.common.buffers import DictRolloutBuffer
+        from stable_baselines3.common.policies import MultiInputActorCriticPolicy
 
-    return MultiInputActorCriticPolicy, DictRolloutBuffer
+        buffer, policy = DictRolloutBuffer, MultiInputActorCriticPolicy
+    if arch == "set":
+        from agents.set_policy import set_policy_class
+
+        policy = set_policy_class(algo)
+    return policy, buffer
+
+
+SET_POLICY_MODULE = "agents.set_policy"
+"""The module the set policies' classes live in (as the checkpoint's plain text names it)."""
+
+
+def saved_arch(data: dict[str, Any]) -> str:
+    """``set`` if the zip's policy class is one of :mod:`agents.set_policy`'s, else ``mlp``."""
+    field = data.get("policy_class")
+    return "set" if isinstance(field, dict) and field.get("__module__") == SET_POLICY_MODULE else "mlp"
 
 
 def saved_algo(path: Path, data: dict[str, Any]) -> str:
@@ -82,6 +101,10 @@ def saved_algo(path: Path, data: dict[str, Any]) -> str:
     field = data.get("policy_class")
     text = json.dumps(field) if isinstance(field, dict) else ""
     ppo_fields = all(key in data for key in ("clip_range", "n_epochs", "batch_size"))  # A2C has none
+    if ppo_fields and isinstance(field, dict) and saved_arch(data) == "set":
+        algo = field.get("deepboot_algo")
+        if algo in ("ppo", "maskable_ppo"):
+            return str(algo)
     if ppo_fields and "MaskableMultiInputActorCriticPolicy" in text:
         return "maskable_ppo"
     if ppo_fields and "MultiInputActorCriticPolicy" in text:
@@ -159,7 +182,7 @@ def safe_custom_objects(path: Path, data: dict[str, Any], algo: str) -> dict[str
             spaces = spaces or _spaces(path, data)
             out[key] = spaces[0] if key == "observation_space" else spaces[1]
         elif key == "policy_class":
-            out[key] = _algo_classes(algo)[0]
+            out[key] = _algo_classes(algo, saved_arch(data))[0]
         elif key == "rollout_buffer_class":
             out[key] = _algo_classes(algo)[1]
         elif key in ("lr_schedule", "clip_range", "clip_range_vf"):

@@ -132,8 +132,21 @@ POLICY_KWARGS_KEYS: dict[str, str] = {
     "share_features_extractor": "true or false",
     "normalize_images": "true or false",
     "log_std_init": "a number",
+    "embed_dim": "an integer >= 1 (set policy)",
+    "attention_heads": "an integer >= 1 dividing embed_dim (set policy)",
+    "attention_layers": "an integer >= 0 (set policy)",
 }
 """The ``policy_kwargs`` keys a config or a checkpoint may set, and what each takes."""
+
+POLICY_ARCHS: dict[str, str] = {"mlp": "MultiInputPolicy", "set": "SetPolicy"}
+"""``--policy-arch`` -> the ``policy`` hyperparameter: SB3's multi-input MLP over the flattened
+slots, or the set-based actor-critic of :mod:`agents.set_policy`."""
+
+ARCH_ONLY_KEYS: dict[str, tuple[str, ...]] = {
+    "mlp": ("net_arch", "share_features_extractor", "log_std_init"),
+    "set": ("embed_dim", "attention_heads", "attention_layers"),
+}
+"""``policy_kwargs`` keys that only one architecture takes."""
 
 _ACTIVATION_REPR = re.compile(
     r"^(?:<class '[\w.]*?\.?)?(?:(?:th|torch)\.)?(?:nn\.)?(?:modules\.activation\.)?(\w+)'?>?$"
@@ -162,6 +175,8 @@ def _check_policy_kwarg(key: str, value: Any) -> Any:
         return getattr(th.nn, name)
     elif key == "log_std_init":
         ok = isinstance(value, int | float) and not isinstance(value, bool)
+    elif key in ARCH_ONLY_KEYS["set"]:
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= (key != "attention_layers")
     else:
         ok = isinstance(value, bool)
     if not ok:
@@ -218,12 +233,67 @@ def policy_kwargs_from_mapping(value: Any, from_repr: bool = False) -> dict[str,
     return out
 
 
+def policy_arch(policy: str) -> str:
+    """The architecture (``mlp`` or ``set``) of a ``policy`` hyperparameter.
+
+    Raises:
+        ConfigError: for a policy name that is neither architecture's.
+    """
+    for arch, name in POLICY_ARCHS.items():
+        if policy == name:
+            return arch
+    raise ConfigError(f"policy: unknown policy {policy!r}; choose from {', '.join(POLICY_ARCHS.values())}")
+
+
+def check_policy_kwargs_arch(arch: str, policy_kwargs: Mapping[str, Any]) -> None:
+    """Refuse ``policy_kwargs`` keys of the other architecture (SB3 would fail with a traceback).
+
+    Raises:
+        ConfigError: naming the key and the architecture that takes it.
+    """
+    for other, keys in ARCH_ONLY_KEYS.items():
+        wrong = [k for k in keys if k in policy_kwargs]
+        if other != arch and wrong:
+            raise ConfigError(f"policy_kwargs: {', '.join(wrong)} is for --policy-arch {other}, not {arch}")
+    if arch == "set":
+        from agents.set_policy import SET_POLICY_KWARGS
+
+        sizes = {**SET_POLICY_KWARGS, **{k: v for k, v in policy_kwargs.items() if k in SET_POLICY_KWARGS}}
+        if sizes["embed_dim"] % sizes["attention_heads"]:
+            raise ConfigError(
+                f"policy_kwargs: embed_dim {sizes['embed_dim']} must be a multiple of attention_heads "
+                f"{sizes['attention_heads']}"
+            )
+
+
+def switch_arch(hyperparams: dict[str, Any], arch: str, keep_policy_kwargs: bool) -> None:
+    """Set ``hyperparams`` (raw) to the architecture ``arch``: its ``policy`` name, and unless
+    ``keep_policy_kwargs`` (the user gave them) ``policy_kwargs`` without the other architecture's
+    keys (a preset's MLP ``net_arch`` does not describe a set network).
+
+    Raises:
+        ConfigError: for an unknown architecture.
+    """
+    if arch not in POLICY_ARCHS:
+        raise ConfigError(f"unknown --policy-arch {arch!r}; choose from {', '.join(POLICY_ARCHS)}")
+    hyperparams["policy"] = POLICY_ARCHS[arch]
+    kwargs = hyperparams.get("policy_kwargs")
+    if keep_policy_kwargs or kwargs is None:
+        return
+    if isinstance(kwargs, str):
+        kwargs = _parse_policy_kwargs_text(kwargs)
+    foreign = {key for other, keys in ARCH_ONLY_KEYS.items() if other != arch for key in keys}
+    hyperparams["policy_kwargs"] = {k: v for k, v in dict(kwargs).items() if k not in foreign}
+
+
 def check_hyperparams(hyperparams: Mapping[str, Any]) -> None:
     """Reject unknown keys and values of the wrong type (before any model is built).
 
     Raises:
         ConfigError: naming the offending key.
     """
+    if "policy" in hyperparams and isinstance(hyperparams["policy"], str):
+        policy_arch(hyperparams["policy"])
     for key, value in hyperparams.items():
         if key not in HYPERPARAM_TYPES:
             raise ConfigError(f"unknown hyperparameter {key!r}; known: {', '.join(sorted(HYPERPARAM_TYPES))}")
@@ -382,7 +452,14 @@ def build_model(
     cls = algo_class(algo)
     raw = resolve_hyperparams(algo, hyperparams)
     kwargs = model_kwargs(raw)
-    policy = kwargs.pop("policy")
+    arch = policy_arch(kwargs.pop("policy"))
+    check_policy_kwargs_arch(arch, kwargs.get("policy_kwargs") or {})
+    if arch == "set":
+        from agents.set_policy import set_policy_class
+
+        policy: Any = set_policy_class(algo)
+    else:
+        policy = POLICY_ARCHS[arch]
     return cls(
         policy,
         env,

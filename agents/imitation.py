@@ -211,6 +211,9 @@ def init_residual_policy(model: Any, neutral_action: np.ndarray, neutral_prob: f
     for d, n in enumerate(nvec):
         if n > 1:
             bias[offsets[d] + neutral[d]] = math.log(neutral_prob * (n - 1) / (1.0 - neutral_prob))
+    if hasattr(model.policy, "set_state_independent"):  # the set policy: shared per-slot head
+        model.policy.set_state_independent(bias)
+        return
     layer = model.policy.action_net
     with torch.no_grad():
         layer.weight.zero_()

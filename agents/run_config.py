@@ -18,7 +18,17 @@ from typing import Any
 
 import yaml
 
-from agents.factory import ALGOS, ConfigError, check_hyperparams, parse_kv, resolve_hyperparams
+from agents.factory import (
+    ALGOS,
+    ConfigError,
+    check_hyperparams,
+    check_policy_kwargs_arch,
+    parse_kv,
+    policy_arch,
+    policy_kwargs_from_mapping,
+    resolve_hyperparams,
+    switch_arch,
+)
 from deepboot_env.config import EnvConfig
 
 DEFAULT_CONF = Path(__file__).resolve().parents[1] / "conf" / "deepboot.yml"
@@ -128,7 +138,13 @@ def resolve_settings(args: argparse.Namespace, algo: str) -> dict[str, Any]:
     check_hyperparams(cli)
     settings["env_kwargs"] = env_kwargs
     settings["cli_hyperparams"] = cli
-    settings["hyperparams"] = resolve_hyperparams(algo, conf, cli)
+    hyperparams = resolve_hyperparams(algo, conf, cli)
+    if getattr(args, "policy_arch", None) is not None:
+        switch_arch(hyperparams, args.policy_arch, keep_policy_kwargs="policy_kwargs" in cli)
+    check_policy_kwargs_arch(
+        policy_arch(hyperparams["policy"]), policy_kwargs_from_mapping(hyperparams.get("policy_kwargs") or {})
+    )
+    settings["hyperparams"] = hyperparams
     return settings
 
 

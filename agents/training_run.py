@@ -161,7 +161,7 @@ def train(args: argparse.Namespace) -> Path:
     from torch.distributions import Distribution
 
     from agents.callbacks import SchedMetricsCallback, WorkloadEvalCallback
-    from agents.checkpoint import load_checkpoint
+    from agents.checkpoint import load_checkpoint, read_data, saved_arch
     from agents.policy_adapter import detect_algo, env_shape_of, resolve_model_path
 
     resume = resolve_model_path(args.resume) if args.resume else None
@@ -184,6 +184,9 @@ def train(args: argparse.Namespace) -> Path:
         for key in ("policy", "policy_kwargs"):
             if key in settings["cli_hyperparams"]:
                 raise ConfigError(f"--hyperparams {key} cannot change when resuming")
+        arch = saved_arch(read_data(Path(resume)))
+        if getattr(args, "policy_arch", None) not in (None, arch):
+            raise ConfigError(f"--resume model has the {arch} policy architecture, not {args.policy_arch}")
 
     try:
         train_source = training_source(args.workload)

@@ -1,0 +1,285 @@
+"""A set-based actor-critic for DeepBoot observations (``train_policy.py --policy-arch set``).
+
+The ``mlp`` policy flattens the 32 job slots into one vector: each slot's weights are learned
+separately, and the policy depends on the order and the number of slots. This policy treats the
+active jobs as a *set*, as Decima (Mao et al., SIGCOMM 2019) treats a job DAG's stages:
+
+* one **job encoder**, shared by every slot: a job's features (and, in residual mode, the base
+  policy's GPUs for it) -> an embedding of ``embed_dim``;
+* ``attention_layers`` blocks of masked multi-head **self-attention** over the present jobs
+  (pre-norm Transformer blocks without positional encoding; 0 layers: DeepSets);
+* a permutation-invariant **summary**: masked mean and max of the job embeddings, with the
+  embedding of every non-slot entry (``cluster``, ``outlook``), through one layer;
+* **per-job logits** from shared weights applied to ``[job embedding, summary]``, and the lending
+  level's logits from the summary; the **critic** reads the summary alone.
+
+Permuting the job slots therefore permutes the per-slot action distributions and leaves the
+lending distribution and the value unchanged (``tests/test_set_policy.py``). Empty slots are
+masked out of attention and pooling; MaskablePPO also masks their actions.
+
+The network is SB3's ``mlp_extractor``: its policy latent *is* the flat vector of logits (per
+slot, then lending), so the policy's ``action_net`` is the identity and everything else (PPO and
+MaskablePPO updates, saving, loading, ``predict``, CUDA) is SB3's own. The policies are
+:class:`SetActorCriticPolicy` (PPO) and :class:`MaskableSetActorCriticPolicy` (MaskablePPO);
+:func:`set_policy_class` picks one. Observation entries named in :data:`SLOT_KEYS` hold one row
+per slot; every other entry is global.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, ClassVar, cast
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from sb3_contrib.common.maskable.policies import MaskableMultiInputActorCriticPolicy
+from stable_baselines3.common.policies import MultiInputActorCriticPolicy
+from torch import nn
+
+SLOT_KEYS: tuple[str, ...] = ("jobs", "base")
+"""Observation entries that hold one row per job slot (``jobs``: the slot matrix; ``base``: the
+residual base policy's GPUs per slot). The first feature of a ``jobs`` row is ``present``."""
+
+SET_POLICY_KWARGS: dict[str, int] = {"embed_dim": 64, "attention_heads": 4, "attention_layers": 1}
+"""Default sizes of the set network (``policy_kwargs`` of ``--policy-arch set``)."""
+
+
+class _AttentionBlock(nn.Module):
+    """A pre-norm Transformer encoder block over the job embeddings, padding masked."""
+
+    def __init__(self, dim: int, heads: int, activation: type[nn.Module]) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.attention = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.norm2 = nn.LayerNorm(dim)
+        self.feed_forward = nn.Sequential(nn.Linear(dim, 2 * dim), activation(), nn.Linear(2 * dim, dim))
+
+    def forward(self, x: th.Tensor, padding: th.Tensor) -> th.Tensor:
+        """``x`` (batch, slots, dim); ``padding`` (batch, slots), True where a slot is empty."""
+        y = self.norm1(x)
+        x = x + self.attention(y, y, y, key_padding_mask=padding, need_weights=False)[0]
+        return x + self.feed_forward(self.norm2(x))
+
+
+class SetNetwork(nn.Module):
+    """The set encoder and its heads (SB3's ``mlp_extractor`` of the set policies).
+
+    Args:
+        observation_space: the env's ``Dict`` observation space.
+        slots: job slots (the action's dimensions but the last).
+        slot_choices: choices per slot; lend_levels: choices of the last action dimension.
+        embed_dim, attention_heads, attention_layers: network sizes.
+        activation: the hidden layers' activation.
+
+    ``forward`` takes the features SB3's ``CombinedExtractor`` makes of a Dict observation (each
+    entry flattened, concatenated in the space's key order) and returns ``(logits, summary)``:
+    ``latent_dim_pi = slots * slot_choices + lend_levels``, ``latent_dim_vf = embed_dim``.
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Dict,
+        slots: int,
+        slot_choices: int,
+        lend_levels: int,
+        embed_dim: int = 64,
+        attention_heads: int = 4,
+        attention_layers: int = 1,
+        activation: type[nn.Module] = nn.ReLU,
+    ) -> None:
+        super().__init__()
+        if embed_dim % attention_heads:
+            raise ValueError(f"embed_dim {embed_dim} must be a multiple of attention_heads {attention_heads}")
+        self.slots, self.slot_choices, self.lend_levels = slots, slot_choices, lend_levels
+        self.slot_parts: list[tuple[int, int, int]] = []
+        """(offset, size, per-slot width) of each slot entry in the flat features."""
+        self.global_parts: list[tuple[int, int]] = []
+        """(offset, size) of each global entry."""
+        self._present_column = -1
+        """Column of the ``jobs`` rows' ``present`` feature in the stacked slot rows."""
+        offset = column = 0
+        for key, space in observation_space.spaces.items():
+            size = int(np.prod(space.shape or ()))
+            if key in SLOT_KEYS:
+                if size % slots:
+                    raise ValueError(f"observation entry {key!r} of size {size} is not {slots} slot rows")
+                if key == "jobs":
+                    self._present_column = column
+                self.slot_parts.append((offset, size, size // slots))
+                column += size // slots
+            else:
+                self.global_parts.append((offset, size))
+            offset += size
+        if self._present_column < 0:
+            raise ValueError("the observation has no 'jobs' entry")
+        job_width = sum(width for _, _, width in self.slot_parts)
+        global_width = sum(size for _, size in self.global_parts)
+        d = embed_dim
+        self.job_encoder = nn.Sequential(nn.Linear(job_width, d), activation(), nn.Linear(d, d), activation())
+        self.blocks = nn.ModuleList(_AttentionBlock(d, attention_heads, activation) for _ in range(attention_layers))
+        self.global_encoder = nn.Sequential(nn.Linear(global_width, d), activation()) if global_width else None
+        self.summary = nn.Sequential(nn.Linear(3 * d if global_width else 2 * d, d), activation())
+        self.slot_head = nn.Sequential(nn.Linear(2 * d, d), activation(), nn.Linear(d, slot_choices))
+        self.lend_head = nn.Sequential(nn.Linear(d, d), activation(), nn.Linear(d, lend_levels))
+        self.value_head = nn.Sequential(nn.Linear(d, d), activation())
+        self.latent_dim_pi = slots * slot_choices + lend_levels
+        self.latent_dim_vf = d
+
+    def output_layers(self) -> tuple[nn.Linear, nn.Linear]:
+        """The last layers of the slot and lending heads (small-gain init, residual start)."""
+        return self.slot_head[-1], self.lend_head[-1]  # type: ignore[return-value]
+
+    def encode(self, features: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
+        """Job embeddings (batch, slots, d) and the summary (batch, d) of flat ``features``."""
+        batch = features.shape[0]
+        rows = th.cat(
+            [features[:, off : off + size].reshape(batch, self.slots, width) for off, size, width in self.slot_parts],
+            dim=2,
+        )
+        present = rows[:, :, self._present_column] > 0.5
+        # a state without jobs attends to its (empty) first slot instead of to nothing (no NaN)
+        padding = ~present
+        padding[:, 0] &= present.any(dim=1)
+        h = self.job_encoder(rows)
+        for block in self.blocks:
+            h = block(h, padding)
+        weight = present.unsqueeze(2).to(h.dtype)
+        count = weight.sum(dim=1).clamp(min=1.0)
+        mean = (h * weight).sum(dim=1) / count
+        peak = h.masked_fill(~present.unsqueeze(2), -1e9).max(dim=1).values
+        peak = th.where(present.any(dim=1, keepdim=True), peak, th.zeros_like(peak))
+        parts = [mean, peak]
+        if self.global_encoder is not None:
+            glob = th.cat([features[:, off : off + size] for off, size in self.global_parts], dim=1)
+            parts.append(self.global_encoder(glob))
+        return h, self.summary(th.cat(parts, dim=1))
+
+    def forward(self, features: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
+        """(flat logits, summary) of ``features``."""
+        h, summary = self.encode(features)
+        return self._logits(h, summary), self.value_head(summary)
+
+    def forward_actor(self, features: th.Tensor) -> th.Tensor:
+        """The flat logits: per slot (shared weights), then the lending level."""
+        return self._logits(*self.encode(features))
+
+    def forward_critic(self, features: th.Tensor) -> th.Tensor:
+        """The critic's latent (from the summary only)."""
+        return self.value_head(self.encode(features)[1])
+
+    def _logits(self, h: th.Tensor, summary: th.Tensor) -> th.Tensor:
+        expanded = summary.unsqueeze(1).expand(-1, self.slots, -1)
+        per_slot = self.slot_head(th.cat([h, expanded], dim=2)).reshape(h.shape[0], -1)
+        return th.cat([per_slot, self.lend_head(summary)], dim=1)
+
+
+class _SetPolicyMixin:
+    """What both set policies add to SB3's multi-input actor-critic: the set network as
+    ``mlp_extractor`` and an identity ``action_net``. (The methods reach the host policy's SB3
+    attributes through ``policy: Any``: a mixin's host cannot be typed.)"""
+
+    deepboot_arch: ClassVar[str] = "set"
+    """Plain-text marker of the architecture (stored in the checkpoint's JSON, read by the loader)."""
+
+    def _set_sizes(self, embed_dim: int, attention_heads: int, attention_layers: int) -> None:
+        for name, value, low in (
+            ("embed_dim", embed_dim, 1),
+            ("attention_heads", attention_heads, 1),
+            ("attention_layers", attention_layers, 0),
+        ):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        self.set_sizes = {
+            "embed_dim": embed_dim,
+            "attention_heads": attention_heads,
+            "attention_layers": attention_layers,
+        }
+
+    def _build_mlp_extractor(self) -> None:
+        policy: Any = self
+        nvec = np.asarray(policy.action_space.nvec).reshape(-1)
+        if nvec.size < 2 or len(set(nvec[:-1].tolist())) != 1:
+            raise ValueError(f"the set policy needs slots of equal choices plus a lending level, got nvec {nvec}")
+        policy.mlp_extractor = SetNetwork(
+            policy.observation_space,
+            slots=int(nvec.size - 1),
+            slot_choices=int(nvec[0]),
+            lend_levels=int(nvec[-1]),
+            activation=policy.activation_fn,
+            **self.set_sizes,
+        ).to(policy.device)
+
+    def _build(self, lr_schedule: Any) -> None:
+        policy: Any = self
+        super()._build(lr_schedule)  # type: ignore[misc]
+        policy.action_net = nn.Identity()
+        if policy.ortho_init:
+            for layer in policy.mlp_extractor.output_layers():
+                layer.apply(partial(policy.init_weights, gain=0.01))
+        policy.optimizer = policy.optimizer_class(policy.parameters(), lr=lr_schedule(1), **policy.optimizer_kwargs)
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        data: dict[str, Any] = super()._get_constructor_parameters()  # type: ignore[misc]
+        data.update(self.set_sizes)
+        return data
+
+    def set_state_independent(self, logit_bias: np.ndarray) -> None:
+        """Make the actor ignore the state: the flat logits become ``logit_bias`` (per slot, the
+        same for every slot, then lending), by zeroing the heads' last layers."""
+        network: SetNetwork = cast(Any, self).mlp_extractor
+        slots, k = network.slots, network.slot_choices
+        bias = np.asarray(logit_bias, dtype=np.float32).reshape(-1)
+        per_slot = bias[: slots * k].reshape(slots, k)
+        if not np.allclose(per_slot, per_slot[0]):
+            raise ValueError("a set policy has one slot head: the per-slot logit bias must be the same for every slot")
+        slot_layer, lend_layer = network.output_layers()
+        with th.no_grad():
+            for layer, values in ((slot_layer, per_slot[0]), (lend_layer, bias[slots * k :])):
+                layer.weight.zero_()
+                layer.bias.copy_(th.as_tensor(values, device=layer.bias.device))
+
+
+class SetActorCriticPolicy(_SetPolicyMixin, MultiInputActorCriticPolicy):
+    """The set-based actor-critic for ``PPO`` (Dict observations, MultiDiscrete actions)."""
+
+    deepboot_algo: ClassVar[str] = "ppo"
+
+    def __init__(
+        self,
+        *args: Any,
+        embed_dim: int = 64,
+        attention_heads: int = 4,
+        attention_layers: int = 1,
+        **kwargs: Any,
+    ) -> None:
+        self._set_sizes(embed_dim, attention_heads, attention_layers)
+        kwargs.setdefault("activation_fn", nn.ReLU)
+        super().__init__(*args, **kwargs)
+
+
+class MaskableSetActorCriticPolicy(_SetPolicyMixin, MaskableMultiInputActorCriticPolicy):
+    """The set-based actor-critic for sb3-contrib ``MaskablePPO``."""
+
+    deepboot_algo: ClassVar[str] = "maskable_ppo"
+
+    def __init__(
+        self,
+        *args: Any,
+        embed_dim: int = 64,
+        attention_heads: int = 4,
+        attention_layers: int = 1,
+        **kwargs: Any,
+    ) -> None:
+        self._set_sizes(embed_dim, attention_heads, attention_layers)
+        kwargs.setdefault("activation_fn", nn.ReLU)
+        super().__init__(*args, **kwargs)
+
+
+SET_POLICY_NAME = "SetPolicy"
+"""The ``policy`` hyperparameter that selects the set policy (``--policy-arch set``)."""
+
+
+def set_policy_class(algo: str) -> type[SetActorCriticPolicy] | type[MaskableSetActorCriticPolicy]:
+    """The set policy class of ``algo`` (``ppo`` or ``maskable_ppo``)."""
+    return MaskableSetActorCriticPolicy if algo == "maskable_ppo" else SetActorCriticPolicy

@@ -1,0 +1,181 @@
+"""The set-based actor-critic (agents.set_policy): permutation property, masks, saving and safe
+loading, the residual start, ``--policy-arch set`` end to end."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # train_policy.py is a script at the repository root
+
+import train_policy  # noqa: E402
+from agents.factory import ConfigError, build_model, make_vec_env_for  # noqa: E402
+from deepboot_env.env.encoding import JOB_FEATURES  # noqa: E402
+from traces.generate import generate_workload, write_workload_csv  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+SLOTS = 8
+SMALL = {"embed_dim": 32, "attention_heads": 4, "attention_layers": 1}
+
+
+@pytest.fixture(scope="module")
+def tiny_csv(tmp_path_factory) -> Path:
+    wl = generate_workload("tiny", 2, train={"num_jobs": 12}, inference={"horizon_s": 4 * 3600.0, "mean_gpus": 3.0})
+    return write_workload_csv(wl, tmp_path_factory.mktemp("wl") / "tiny.csv")
+
+
+def _model(algo: str, tiny_csv: Path, action_mode: str = "target", **kwargs: int):
+    env = make_vec_env_for(str(tiny_csv), 1, 0, {"max_jobs": SLOTS, "action_mode": action_mode})
+    hyper = {"policy": "SetPolicy", "n_steps": 64, "batch_size": 64, "policy_kwargs": {**SMALL, **kwargs}}
+    return build_model(algo, env, seed=1, hyperparams=hyper)
+
+
+def _busy_observation(model) -> dict[str, np.ndarray]:
+    """An observation with several present jobs (no GPUs given until 4+ jobs are active)."""
+    env = model.get_env()
+    obs = env.reset()
+    for _ in range(400):
+        if obs["jobs"].reshape(SLOTS, len(JOB_FEATURES))[:, 0].sum() >= 4:
+            return obs
+        masks = np.stack(env.env_method("action_masks"))
+        action = np.array([[int(np.flatnonzero(m)[0]) for m in _split(masks[0], model)]])
+        obs, *_ = env.step(action)
+    raise AssertionError("never saw 4 active jobs")
+
+
+def _split(mask: np.ndarray, model) -> list[np.ndarray]:
+    return np.split(mask, np.cumsum(model.action_space.nvec)[:-1])
+
+
+def _permute(obs: dict[str, np.ndarray], order: np.ndarray) -> dict[str, np.ndarray]:
+    out = dict(obs)
+    out["jobs"] = obs["jobs"].reshape(1, SLOTS, -1)[:, order].reshape(1, -1)
+    if "base" in obs:
+        out["base"] = obs["base"][:, order]
+    return out
+
+
+def _logits_and_value(model, obs: dict[str, np.ndarray]) -> tuple[np.ndarray, float]:
+    import torch
+
+    with torch.no_grad():
+        tensor, _ = model.policy.obs_to_tensor(obs)
+        features = model.policy.extract_features(tensor, model.policy.pi_features_extractor)
+        logits = model.policy.action_net(model.policy.mlp_extractor.forward_actor(features))[0].numpy()
+        value = float(model.policy.predict_values(tensor)[0, 0])
+    return logits, value
+
+
+@pytest.mark.parametrize(("algo", "mode"), [("maskable_ppo", "target"), ("ppo", "residual")])
+def test_permuting_jobs_permutes_the_actions_and_keeps_the_value(algo, mode, tiny_csv) -> None:
+    model = _model(algo, tiny_csv, action_mode=mode)
+    obs = _busy_observation(model)
+    order = np.random.default_rng(5).permutation(SLOTS)
+    assert not np.array_equal(order, np.arange(SLOTS))
+    logits, value = _logits_and_value(model, obs)
+    moved, moved_value = _logits_and_value(model, _permute(obs, order))
+    k = int(model.action_space.nvec[0])
+    per_slot = logits[: SLOTS * k].reshape(SLOTS, k)
+    # the distribution is over normalised logits: compare log-probabilities
+    log_p = per_slot - np.logaddexp.reduce(per_slot, axis=1, keepdims=True)
+    moved_log_p = moved[: SLOTS * k].reshape(SLOTS, k)
+    moved_log_p = moved_log_p - np.logaddexp.reduce(moved_log_p, axis=1, keepdims=True)
+    np.testing.assert_allclose(moved_log_p, log_p[order], atol=1e-5)
+    np.testing.assert_allclose(moved[SLOTS * k :], logits[SLOTS * k :], atol=1e-5)
+    assert moved_value == pytest.approx(value, abs=1e-5)
+    # and the network is not blind to the jobs: another observation changes the value
+    other = dict(obs)
+    other["jobs"] = np.zeros_like(obs["jobs"])
+    assert _logits_and_value(model, other)[1] != pytest.approx(value, abs=1e-6)
+
+
+def test_no_jobs_gives_finite_outputs_and_masks_hold(tiny_csv) -> None:
+    import torch
+
+    model = _model("maskable_ppo", tiny_csv)
+    env = model.get_env()
+    obs = env.reset()
+    empty = {k: np.zeros_like(v) for k, v in obs.items()}
+    logits, value = _logits_and_value(model, empty)
+    assert np.isfinite(logits).all() and np.isfinite(value)
+    obs = _busy_observation(model)
+    masks = np.stack(env.env_method("action_masks"))
+    for _ in range(20):
+        action, _ = model.predict(obs, action_masks=masks, deterministic=False)
+        assert all(m[a] for m, a in zip(_split(masks[0], model), action[0], strict=True))
+    with torch.no_grad():
+        assert all(torch.isfinite(p).all() for p in model.policy.parameters())
+
+
+def test_saved_set_policy_loads_safely_and_predicts_the_same(tiny_csv, tmp_path) -> None:
+    from agents.checkpoint import load_checkpoint
+    from agents.set_policy import MaskableSetActorCriticPolicy
+
+    model = _model("maskable_ppo", tiny_csv, attention_layers=2)
+    model.learn(64)
+    path = tmp_path / "set.zip"
+    model.save(path)
+    loaded = load_checkpoint(path)  # no unpickling: the class is rebuilt from its plain-text module
+    assert type(loaded.policy) is MaskableSetActorCriticPolicy
+    assert len(loaded.policy.mlp_extractor.blocks) == 2 and loaded.policy.mlp_extractor.latent_dim_vf == 32
+    obs = _busy_observation(model)
+    np.testing.assert_allclose(_logits_and_value(loaded, obs)[0], _logits_and_value(model, obs)[0], atol=1e-6)
+
+
+def test_residual_start_reproduces_the_base_policy(tiny_csv) -> None:
+    from agents.imitation import init_residual_policy
+    from deepboot_env.env.codec import NEUTRAL
+
+    model = _model("ppo", tiny_csv, action_mode="residual")
+    neutral = np.array([NEUTRAL] * SLOTS + [int(model.action_space.nvec[-1]) - 1])
+    init_residual_policy(model, neutral, 0.9)
+    obs = _busy_observation(model)
+    action, _ = model.predict(obs, deterministic=True)
+    np.testing.assert_array_equal(action[0], neutral)
+    logits, _ = _logits_and_value(model, obs)
+    first = logits[: int(model.action_space.nvec[0])]  # slot 0's choices
+    p = np.exp(first - np.logaddexp.reduce(first))
+    assert p[NEUTRAL] == pytest.approx(0.9, abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("hyper", "message"),
+    [
+        ({"policy": "SetPolicy", "policy_kwargs": {"net_arch": [64]}}, "net_arch is for --policy-arch mlp"),
+        ({"policy_kwargs": {"embed_dim": 32}}, "embed_dim is for --policy-arch set"),
+        ({"policy": "SetPolicy", "policy_kwargs": {"embed_dim": 30}}, "multiple of attention_heads"),
+        ({"policy": "SetPolicy", "policy_kwargs": {"attention_layers": -1}}, "attention_layers must be"),
+        ({"policy": "GraphPolicy"}, "unknown policy 'GraphPolicy'"),
+    ],
+)
+def test_bad_set_policy_settings_are_config_errors(hyper, message, tiny_csv) -> None:
+    env = make_vec_env_for(str(tiny_csv), 1, 0, {"max_jobs": SLOTS})
+    with pytest.raises(ConfigError, match=message):
+        build_model("ppo", env, hyperparams=hyper)
+
+
+def test_policy_arch_set_trains_resumes_and_runs_as_a_policy(tiny_csv, tmp_path) -> None:
+    from deepboot_env.evaluation import run_episode
+    from deepboot_env.policy import make_policy
+    from traces.loaders import load_workload
+
+    common = ["--preset", "smoke", "--workload", str(tiny_csv), "--eval-workload", str(tiny_csv)]
+    common += ["--log-folder", str(tmp_path), "--no-progress", "--verbose", "0"]
+    run = train_policy.run(["--algo", "maskable_ppo", "--policy-arch", "set", "-n", "1024", *common])
+    import yaml
+
+    config = yaml.safe_load((run / "config.yml").read_text())
+    assert config["hyperparams"]["policy"] == "SetPolicy"
+    assert "net_arch" not in config["hyperparams"]["policy_kwargs"]  # the preset's MLP sizes are dropped
+    policy = make_policy(f"ppo:{run / 'final_model.zip'}")
+    metrics = run_episode(policy, load_workload(tiny_csv))
+    assert metrics.train_jct_mean > 0
+    resumed = train_policy.run(["--resume", str(run / "final_model.zip"), "-n", "256", "--eval-freq", "0", *common])
+    assert (resumed / "final_model.zip").is_file()
+    with pytest.raises(SystemExit):
+        train_policy.main(["--resume", str(run / "final_model.zip"), "--policy-arch", "mlp", *common])
