@@ -8,8 +8,9 @@ this project (``ppo:<path>``, ``train_policy.py --resume``, :mod:`agents.export`
 pickled field from data it can check instead, and passes them to SB3 as ``custom_objects`` so that
 nothing is unpickled:
 
-* ``observation_space`` / ``action_space``: rebuilt from the action space's sizes (stored as
-  plain text beside the pickle) through the env's own action codec and observation encoding;
+* ``observation_space`` / ``action_space``: rebuilt from the action space's sizes and the
+  observation's entry names (stored as plain text beside the pickle) through the env's own action
+  codec and observation encoding;
 * ``policy_class`` / ``rollout_buffer_class``: the classes of the algorithm (``ppo`` or
   ``maskable_ppo``) and of the policy architecture (SB3's multi-input MLP, or the set policy of
   :mod:`agents.set_policy` when the class's plain-text module names it), nothing else;
@@ -144,9 +145,9 @@ def _spaces(path: Path, data: dict[str, Any]) -> tuple[Any, Any]:
     except ValueError:
         raise CheckpointError(f"{path}: action_space is not a DeepBoot-v0 action space ({str(text)[:80]!r})") from None
     codec = make_codec(mode, int(nvec.size - 1), int(nvec[-1]))
-    observation, action = spaces_for(codec)
     described = data.get("observation_space", {})
     keys = re.findall(r"'(\w+)': Box", str(described.get("spaces", ""))) if isinstance(described, dict) else []
+    observation, action = spaces_for(codec, outlook="outlook" in keys)
     if sorted(keys) != sorted(observation.spaces):
         raise CheckpointError(f"{path}: observation_space {keys} does not match the {mode} action space's")
     return observation, action

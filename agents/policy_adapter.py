@@ -28,7 +28,13 @@ from typing import Any
 import numpy as np
 
 from deepboot_env.env.codec import make_codec, mode_of_nvec
-from deepboot_env.env.encoding import CLUSTER_FEATURES, JOB_FEATURES, encode_observation
+from deepboot_env.env.encoding import (
+    CLUSTER_FEATURES,
+    JOB_FEATURES,
+    OUTLOOK_FEATURES,
+    OutlookEncoder,
+    encode_observation,
+)
 from deepboot_env.policy import Allocation, BasePolicy, ClusterState
 
 __all__ = [
@@ -54,7 +60,7 @@ METADATA_FILE = "deepboot_env.json"
 
 def env_shape_of(model: Any) -> dict[str, Any]:
     """``max_jobs``, ``lend_levels`` and ``action_mode`` of the env ``model`` was trained on (from
-    its spaces).
+    its spaces), and ``outlook: True`` if its observation has the outlook entry.
 
     Raises:
         ValueError: if the spaces are not those of ``DeepBoot-v0``.
@@ -65,13 +71,19 @@ def env_shape_of(model: Any) -> dict[str, Any]:
     except ValueError:
         raise ValueError(f"model action space {model.action_space} is not a DeepBoot-v0 action space") from None
     max_jobs, lend_levels = int(nvec.size - 1), int(nvec[-1])
+    spaces = getattr(model.observation_space, "spaces", {})
+    outlook = "outlook" in spaces
     expected = {"jobs": (max_jobs * len(JOB_FEATURES),), "cluster": (len(CLUSTER_FEATURES),)}
+    if outlook:
+        expected["outlook"] = (len(OUTLOOK_FEATURES),)
     # the codec's extra entries; a codec with a base policy is built only to read its shapes
     expected.update({k: (n,) for k, n in make_codec(mode, max_jobs, lend_levels).extra_observation().items()})
-    spaces = getattr(model.observation_space, "spaces", {})
     if {k: getattr(v, "shape", None) for k, v in spaces.items()} != expected:
         raise ValueError(f"model observation space {model.observation_space} does not match DeepBoot-v0")
-    return {"max_jobs": max_jobs, "lend_levels": lend_levels, "action_mode": mode}
+    shape: dict[str, Any] = {"max_jobs": max_jobs, "lend_levels": lend_levels, "action_mode": mode}
+    if outlook:
+        shape["outlook"] = True
+    return shape
 
 
 def uses_masks(model: Any) -> bool:
@@ -111,6 +123,7 @@ class AgentPolicy(BasePolicy):
         self.lend_levels = shape["lend_levels"]
         self.action_mode = shape["action_mode"]
         self.codec = make_codec(self.action_mode, self.max_jobs, self.lend_levels, base_policy)
+        self.outlook = OutlookEncoder(self.max_jobs) if shape.get("outlook") else None
         self.masked = uses_masks(model)
         self.last_action: np.ndarray | None = None
         self.last_mask: np.ndarray | None = None
@@ -121,6 +134,8 @@ class AgentPolicy(BasePolicy):
         self.last_action = self.last_mask = None
         self.repaired_gpus = 0
         self.codec.reset(seed)
+        if self.outlook is not None:
+            self.outlook.reset()
         if seed is not None and not self.deterministic:
             import torch
 
@@ -129,6 +144,8 @@ class AgentPolicy(BasePolicy):
     def predict(self, state: ClusterState) -> tuple[np.ndarray, np.ndarray]:
         """The model's raw action for ``state`` and the mask it was given."""
         obs = encode_observation(state, self.max_jobs)
+        if self.outlook is not None:
+            obs["outlook"] = self.outlook.encode(state)
         obs.update(self.codec.observe(state))
         mask = self.codec.mask(state)
         if self.masked:

@@ -19,8 +19,9 @@ docs/goodput.md §9.7; ``dynamics`` ("v0" or "v1", :data:`DYNAMICS`) sets the de
 
 Agent options (fields of :class:`EnvConfig`): ``max_jobs`` (32 job slots), ``lend_levels`` (5),
 ``jct_scale`` (10), ``infer_weight`` (1.0), ``max_rounds`` (3000 decisions per episode),
-``action_mode`` ("target" or "residual", see :mod:`deepboot_env.env.codec`) and ``base_policy``
-("ats", the policy a residual action corrects).
+``action_mode`` ("target" or "residual", see :mod:`deepboot_env.env.codec`), ``base_policy``
+("ats", the policy a residual action corrects) and ``outlook`` (False: add the forecast entry of
+:class:`~deepboot_env.env.encoding.OutlookEncoder` to the observation).
 """
 
 from __future__ import annotations
@@ -150,6 +151,8 @@ class EnvConfig:
         max_rounds: decisions per episode before truncation.
         action_mode: ``target`` (GPU targets per slot) or ``residual`` (corrections to a base policy).
         base_policy: the policy a residual action corrects (a registry name).
+        outlook: add the ``outlook`` observation entry (inference demand forecast learnt online,
+            queue pressure; :class:`~deepboot_env.env.encoding.OutlookEncoder`).
     """
 
     sim: SimConfig = field(default_factory=SimConfig)
@@ -160,8 +163,11 @@ class EnvConfig:
     max_rounds: int = 3000
     action_mode: str = "target"
     base_policy: str = "ats"
+    outlook: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.outlook, bool):
+            raise EnvConfigError(f"outlook must be true or false, got {self.outlook!r}")
         for name in ("max_jobs", "lend_levels", "max_rounds"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

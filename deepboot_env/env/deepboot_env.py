@@ -11,7 +11,14 @@ from gymnasium import spaces
 
 from deepboot_env.config import EnvConfig
 from deepboot_env.env.codec import ActionCodec
-from deepboot_env.env.encoding import CLUSTER_FEATURES, JOB_FEATURES, encode_observation, observation_limits
+from deepboot_env.env.encoding import (
+    CLUSTER_FEATURES,
+    JOB_FEATURES,
+    OUTLOOK_FEATURES,
+    OutlookEncoder,
+    encode_observation,
+    observation_limits,
+)
 from deepboot_env.policy import BasePolicy
 from deepboot_env.sim.scenario import Scenario
 from deepboot_env.sim.simulator import Simulator
@@ -19,13 +26,15 @@ from deepboot_env.sim.state import ClusterState
 from deepboot_env.workloads import ScenarioSampler, WorkloadLoader, WorkloadSource, load_scenarios, scenario_sampler
 
 
-def spaces_for(codec: ActionCodec) -> tuple[spaces.Dict, spaces.MultiDiscrete]:
+def spaces_for(codec: ActionCodec, outlook: bool = False) -> tuple[spaces.Dict, spaces.MultiDiscrete]:
     """The observation and action spaces of the env with action codec ``codec`` (its slots,
-    lending levels and extra observation entries)."""
+    lending levels and extra observation entries), with the ``outlook`` entry if asked."""
     entries: dict[str, spaces.Space[Any]] = {
         "jobs": spaces.Box(0.0, 1.0, (codec.max_jobs * len(JOB_FEATURES),), dtype=np.float32),
         "cluster": spaces.Box(0.0, 1.0, (len(CLUSTER_FEATURES),), dtype=np.float32),
     }
+    if outlook:
+        entries["outlook"] = spaces.Box(0.0, 1.0, (len(OUTLOOK_FEATURES),), dtype=np.float32)
     for key, size in codec.extra_observation().items():
         entries[key] = spaces.Box(0.0, 1.0, (size,), dtype=np.float32)
     return spaces.Dict(entries), spaces.MultiDiscrete(codec.nvec)
@@ -57,6 +66,13 @@ class DeepBootEnv(gym.Env):
     (:data:`~deepboot_env.env.encoding.CLUSTER_FEATURES`): free training GPUs, idle inference
     GPUs, SLEEP/PROTECT/RUNNING pods, lent GPUs, waiting requests, recent inference arrivals,
     time of day (sin/cos), active jobs and jobs beyond the slots. No remaining-work oracle.
+    With ``outlook=True`` an entry ``outlook=Box(0, 1, (10,))`` adds what a scheduler needs to
+    anticipate, learnt from the episode's past only
+    (:data:`~deepboot_env.env.encoding.OUTLOOK_FEATURES`): inference demand now (running pods +
+    waiting requests over the inference GPUs, / 2), its forecast 0.5, 1, 2, 4 and 8 h ahead and
+    its forecast peak over 8 h (one harmonic of the best-fitting period in 4-24 h, refitted online:
+    :class:`~deepboot_env.forecast.PeriodicForecaster`), how much of that period the history
+    covers, jobs holding no GPU over the slots, and the jobs' GPU limits over all GPUs.
 
     ## Action Space
     Defined by the action codec of ``action_mode`` (:mod:`deepboot_env.env.codec`):
@@ -106,7 +122,7 @@ class DeepBootEnv(gym.Env):
     ``config``: an :class:`~deepboot_env.config.EnvConfig`, or instead its flat options as keyword
     arguments (``cluster``, ``shared_pool``, ``restart``, ``protect_scale``, ``interval``,
     ``interference``, ``max_time``, ``max_jobs``, ``lend_levels``, ``jct_scale``, ``infer_weight``,
-    ``max_rounds``, ``action_mode``, ``base_policy``; defaults and meaning in
+    ``max_rounds``, ``action_mode``, ``base_policy``, ``outlook``; defaults and meaning in
     :mod:`deepboot_env.config`). ``render_mode``: "ansi" or "rgb_array".
 
     ## Version History
@@ -148,7 +164,8 @@ class DeepBootEnv(gym.Env):
         """The scenario of the current episode (a sampler's draw, or the workload on the config's cluster)."""
         self.render_mode = render_mode
         self.codec: ActionCodec = self.config.make_codec()
-        self.observation_space, self.action_space = spaces_for(self.codec)
+        self.observation_space, self.action_space = spaces_for(self.codec, self.config.outlook)
+        self._outlook = OutlookEncoder(self.config.max_jobs) if self.config.outlook else None
         self.sim: Simulator | None = None
         self._state: ClusterState | None = None
 
@@ -178,6 +195,8 @@ class DeepBootEnv(gym.Env):
         assert self.sim is not None
         self._state = self.sim.observe()
         obs = encode_observation(self._state, self.config.max_jobs)
+        if self._outlook is not None:
+            obs["outlook"] = self._outlook.encode(self._state)
         obs.update(self.codec.observe(self._state))
         return obs
 
@@ -204,6 +223,8 @@ class DeepBootEnv(gym.Env):
         saturates = observation_limits(scenario.workload, self.sim_config)
         self.sim = Simulator(scenario.workload, self.sim_config, _EnvReclaim())
         self.codec.reset(seed)
+        if self._outlook is not None:
+            self._outlook.reset()
         self.rounds = 0
         self._reward_from = 0.0
         self._waited_from = 0.0

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from deepboot_env.forecast import PeriodicForecaster, inference_demand
 from deepboot_env.sim.apps import APP_NAMES
 from deepboot_env.sim.cluster import node_layout
 from deepboot_env.sim.config import SimConfig
@@ -192,3 +193,66 @@ def observation_limits(workload: Workload, config: SimConfig) -> list[str]:
     if np.bincount((arrivals // config.interval).astype(np.int64)).max() > _ARRIVAL_SCALE:
         return ["arrivals_last_interval", "arrivals_recent_mean"]
     return []
+
+
+OUTLOOK_HORIZONS_H: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0)
+"""Hours ahead at which the ``outlook`` entry forecasts inference demand."""
+
+OUTLOOK_FEATURES: tuple[str, ...] = (
+    "demand_now",
+    *(f"forecast_{h:g}h" for h in OUTLOOK_HORIZONS_H),
+    "forecast_peak_8h",
+    "forecast_coverage",
+    "queued_jobs",
+    "job_gpu_limits",
+)
+"""Names of the ``outlook`` features (``outlook=True``), in order."""
+
+_DEMAND_SCALE = 2.0
+"""Inference demand (GPUs asked for over the inference cluster's GPUs) that maps to 1.0: demand
+beyond the cluster (queued requests) stays visible up to twice its size."""
+
+
+class OutlookEncoder:
+    """The ``outlook`` observation entry (``outlook=True``): what a scheduler needs to anticipate,
+    from what it has seen (non-clairvoyant), every value in [0, 1]:
+
+    * ``demand_now``: inference demand (:func:`~deepboot_env.forecast.inference_demand`: running
+      pods + waiting requests over the inference GPUs) / 2;
+    * ``forecast_<h>h``: demand forecast 0.5, 1, 2, 4 and 8 h ahead / 2, and
+      ``forecast_peak_8h``: its maximum over the next 8 h (half-hour grid), by the periodic profile
+      learnt online in this episode (:class:`~deepboot_env.forecast.PeriodicForecaster`);
+    * ``forecast_coverage``: the history's length over the fitted period (how far to trust it);
+    * ``queued_jobs``: active jobs holding no GPU / slots;
+    * ``job_gpu_limits``: the active jobs' GPU limits summed, over all GPUs (how much the jobs
+      could use).
+
+    It is stateful: call :meth:`reset` at each episode's start and :meth:`encode` once per
+    decision, in order (the env and the ``ppo:<path>`` adapter both do).
+    """
+
+    def __init__(self, max_jobs: int) -> None:
+        self.max_jobs = max_jobs
+        self.forecaster = PeriodicForecaster()
+        self._peak_offsets = np.arange(0.5, 8.01, 0.5) * 3600.0
+        self._horizons = np.asarray(OUTLOOK_HORIZONS_H) * 3600.0
+
+    def reset(self) -> None:
+        """Start an episode (forget the demand history)."""
+        self.forecaster.reset()
+
+    def encode(self, state: ClusterState) -> np.ndarray:
+        """Observe ``state``'s inference demand and return the outlook features (float32)."""
+        demand = inference_demand(state)
+        self.forecaster.observe(state.time, demand)
+        ahead = self.forecaster.predict(state.time + np.concatenate([self._horizons, self._peak_offsets]))
+        n = len(self._horizons)
+        out = np.empty(len(OUTLOOK_FEATURES), dtype=np.float32)
+        out[0] = demand / _DEMAND_SCALE
+        out[1 : n + 1] = ahead[:n] / _DEMAND_SCALE
+        out[n + 1] = ahead[n:].max() / _DEMAND_SCALE
+        out[n + 2] = self.forecaster.coverage()
+        jobs = state.jobs
+        out[n + 3] = sum(1 for job in jobs if not job.replicas) / self.max_jobs
+        out[n + 4] = sum(job.max_replicas for job in jobs) / state.config.total_gpus
+        return np.minimum(out, 1.0)
