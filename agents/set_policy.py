@@ -182,6 +182,18 @@ class _SetPolicyMixin:
     deepboot_arch: ClassVar[str] = "set"
     """Plain-text marker of the architecture (stored in the checkpoint's JSON, read by the loader)."""
 
+    def __init__(
+        self,
+        *args: Any,
+        embed_dim: int = 64,
+        attention_heads: int = 4,
+        attention_layers: int = 1,
+        **kwargs: Any,
+    ) -> None:
+        self._set_sizes(embed_dim, attention_heads, attention_layers)
+        kwargs.setdefault("activation_fn", nn.ReLU)
+        super().__init__(*args, **kwargs)
+
     def _set_sizes(self, embed_dim: int, attention_heads: int, attention_layers: int) -> None:
         for name, value, low in (
             ("embed_dim", embed_dim, 1),
@@ -245,39 +257,11 @@ class SetActorCriticPolicy(_SetPolicyMixin, MultiInputActorCriticPolicy):
 
     deepboot_algo: ClassVar[str] = "ppo"
 
-    def __init__(
-        self,
-        *args: Any,
-        embed_dim: int = 64,
-        attention_heads: int = 4,
-        attention_layers: int = 1,
-        **kwargs: Any,
-    ) -> None:
-        self._set_sizes(embed_dim, attention_heads, attention_layers)
-        kwargs.setdefault("activation_fn", nn.ReLU)
-        super().__init__(*args, **kwargs)
-
 
 class MaskableSetActorCriticPolicy(_SetPolicyMixin, MaskableMultiInputActorCriticPolicy):
     """The set-based actor-critic for sb3-contrib ``MaskablePPO``."""
 
     deepboot_algo: ClassVar[str] = "maskable_ppo"
-
-    def __init__(
-        self,
-        *args: Any,
-        embed_dim: int = 64,
-        attention_heads: int = 4,
-        attention_layers: int = 1,
-        **kwargs: Any,
-    ) -> None:
-        self._set_sizes(embed_dim, attention_heads, attention_layers)
-        kwargs.setdefault("activation_fn", nn.ReLU)
-        super().__init__(*args, **kwargs)
-
-
-SET_POLICY_NAME = "SetPolicy"
-"""The ``policy`` hyperparameter that selects the set policy (``--policy-arch set``)."""
 
 
 def set_policy_class(algo: str) -> type[SetActorCriticPolicy] | type[MaskableSetActorCriticPolicy]:
