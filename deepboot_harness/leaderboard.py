@@ -163,9 +163,27 @@ def leaderboard_markdown(board: pd.DataFrame, title: str, notes: Sequence[str] =
         ),
         ("CPU seconds per episode (mean)", lambda r: f"{r['cpu_s']:.1f}", families),
     ]
+    oracle = board[board["policy"].isin(CLAIRVOYANT)].groupby("family")["ratio"].min()
+    if not oracle.empty:
+        sections.insert(
+            1,
+            (
+                f"Share of the gap from `{reference}` to the clairvoyant reference closed: "
+                f"(1 - ratio) / (1 - the reference's ratio), from the mean ratios; negative: worse than `{reference}`",
+                lambda r: _gap_closed(r["ratio"], float(oracle.get(r.name, math.nan))),
+                cols,
+            ),
+        )
     for heading, cell, columns in sections:
         parts += [f"### {heading}", "", *_table(board, cell, columns), ""]
     return "\n".join(parts)
+
+
+def _gap_closed(ratio: float, oracle_ratio: float) -> str:
+    """``(1 - ratio) / (1 - oracle_ratio)`` as a percentage, '-' when the reference gains nothing."""
+    if not (math.isfinite(ratio) and oracle_ratio < 1.0):
+        return "-"
+    return f"{(1.0 - ratio) / (1.0 - oracle_ratio):.0%}"
 
 
 # ----------------------------------------------------------------------------------------------

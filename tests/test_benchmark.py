@@ -15,7 +15,7 @@ from deepboot_env.config import sim_config
 from deepboot_env.evaluation import run_episode
 from deepboot_harness.benchmark import RUNS_FILE, BenchmarkSpec, read_runs
 from deepboot_harness.cli import main
-from deepboot_harness.leaderboard import ALL, leaderboard, mean_ci, with_ratios
+from deepboot_harness.leaderboard import ALL, leaderboard, leaderboard_markdown, mean_ci, with_ratios
 from traces.families import SPLIT_SEEDS, sample_scenario
 
 FAMILIES = ["philly-periodic", "short-period"]
@@ -137,6 +137,28 @@ def test_ratios_pair_runs_on_the_same_scenario() -> None:
     assert board.loc[("x", "f"), "ratio"] == 1.0 and board.loc[("x", "f"), "jct"] == 175.0
     assert board.loc[("x", "f"), "bound"] == pytest.approx(3.5)
     assert board.loc[("x", ALL), "ratio"] == 1.0 and np.isnan(board.loc[("x", ALL), "ratio_ci"])
+
+
+def test_the_markdown_says_how_much_of_the_oracle_gap_each_policy_closes() -> None:
+    frame = pd.DataFrame(
+        {
+            "policy": ["ats", "x", "oracle-lookahead", "ats", "x", "oracle-lookahead"],
+            "family": ["f", "f", "f", "g", "g", "g"],
+            "seed": [1] * 6,
+            "train_jct_mean": [100.0, 95.0, 90.0, 100.0, 110.0, 100.0],
+            "jct_lower_bound_mean": [50.0] * 6,
+            "infer_latency_p99": [8.0] * 6,
+            "cpu_s": [1.0] * 6,
+        }
+    )
+    text = leaderboard_markdown(leaderboard(frame), "t")
+    section = text.split("### Share of the gap")[1].split("###")[0]
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ")[1:] for line in section.splitlines()[3:] if line}
+    assert rows["x"][:2] == ["50%", "-"]  # half of f's gap; g's reference gains nothing
+    assert rows["ats"][0] == "0%" and rows["oracle-lookahead (clairvoyant upper reference)"][0] == "100%"
+    assert "### Share of the gap" not in leaderboard_markdown(
+        leaderboard(frame[frame["policy"] != "oracle-lookahead"]), "t"
+    )
 
 
 def test_the_settings_file_records_the_spec(tmp_path) -> None:
