@@ -13,7 +13,8 @@ Examples::
 
 Each run writes ``<log-folder>/<algo>_<n>/``: ``config.yml`` (arguments, resolved
 hyperparameters and env arguments, versions), ``final_model.zip``, ``best_model.zip`` (best mean
-validation JCT), ``evaluations.csv`` (one row per validation episode), ``progress.csv`` and
+validation JCT ratio to ``ats``, run once on the same episodes; ``--eval-reference none``: best mean
+validation JCT), ``evaluations.csv`` (one row per validation episode, with the ratio), ``progress.csv`` and
 TensorBoard events (``tb/`` there, or ``<tensorboard-log>/<algo>_<n>/``) with ``sched/*``,
 ``reward/*``, ``eval/*``, ``rollout/*`` and ``train/*`` scalars; ``checkpoints/`` every
 ``--save-freq`` steps (25,000 by default). SIGINT (Ctrl-C) or SIGTERM stops the run at the next
@@ -82,6 +83,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--eval-freq", type=int, default=None, help="evaluate every N timesteps; <= 0: never (preset)")
     p.add_argument("--eval-episodes", type=int, default=None, help="episodes per evaluation (0: one per workload)")
+    p.add_argument(
+        "--eval-reference",
+        default=None,
+        metavar="POLICY",
+        help="select the model by its mean JCT ratio to this policy on the val workloads (preset; default ats; "
+        "none: by mean censored JCT)",
+    )
     p.add_argument(
         "--save-freq", type=int, default=None, help="checkpoint every N timesteps (default 25000); <= 0: never"
     )

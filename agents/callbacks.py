@@ -61,8 +61,11 @@ EVAL_COLUMNS: tuple[str, ...] = (
     "restarts",
     "repaired_gpus",
     "wall_seconds",
+    "reference_censored_jct",
+    "jct_ratio",
 )
-"""Columns of ``evaluations.csv`` (one row per evaluation episode)."""
+"""Columns of ``evaluations.csv`` (one row per evaluation episode); the last two are empty
+without a reference policy."""
 
 
 def _finite(value: Any) -> float | None:
@@ -169,12 +172,18 @@ class WorkloadEvalCallback(BaseCallback):
             the final timestep.
         eval_at_start: evaluate before the first update too (a pretrained model's score, so
             ``best_model.zip`` is never worse than the starting point).
+        reference: a registered policy name (``"ats"``) run once on every evaluation episode (same
+            workload, settings and seed); each episode's score is then its censored JCT divided by
+            the reference's (``jct_ratio``), and the model is selected by the mean ratio, so that
+            every workload weighs the same whatever its JCT scale. None: selected by the mean
+            censored JCT.
 
     Each episode is cut, as the env's ``max_rounds`` cuts training episodes, at ``last arrival (of a
     job or an inference request) + max_rounds x interval`` of simulated time (its metrics then say ``truncated``).
 
     Attributes:
-        best_score: best mean censored JCT so far (lower is better).
+        best_score: best score so far (lower is better): the mean ratio to the reference, or
+            the mean censored JCT without one.
         history: ``(timesteps, mean train JCT, mean censored JCT)`` per evaluation.
         last_rows: the rows of the latest evaluation.
         eval_seconds: wall time spent evaluating so far.
@@ -190,6 +199,7 @@ class WorkloadEvalCallback(BaseCallback):
         deterministic: bool = True,
         eval_at_end: bool = True,
         eval_at_start: bool = False,
+        reference: str | None = None,
         verbose: int = 0,
     ) -> None:
         super().__init__(verbose)
@@ -203,6 +213,8 @@ class WorkloadEvalCallback(BaseCallback):
         self.deterministic = deterministic
         self.eval_at_end = eval_at_end
         self.eval_at_start = eval_at_start
+        self.reference = reference
+        self._reference_jct: dict[tuple[int, int], float] = {}
         self.best_score = math.inf
         self.history: list[tuple[int, float, float]] = []
         self.last_rows: list[dict[str, Any]] = []
@@ -235,6 +247,21 @@ class WorkloadEvalCallback(BaseCallback):
         limit = last + self.env_config.max_rounds * sim.interval
         return replace(sim, max_time=min(sim.max_time, limit))
 
+    def reference_jct(self, index: int, seed: int) -> float:
+        """The reference policy's censored JCT on workload ``index`` with policy seed ``seed``
+        (run once, then cached); NaN without a reference."""
+        if self.reference is None:
+            return math.nan
+        key = (index, seed)
+        if key not in self._reference_jct:
+            from deepboot_env.evaluation import run_episode
+            from deepboot_env.policy import make_policy
+
+            scenario = self.workloads[index][1]
+            metrics = run_episode(make_policy(self.reference), scenario.workload, self._config_for(scenario), seed=seed)
+            self._reference_jct[key] = censored_jct_mean(scenario.workload, metrics)
+        return self._reference_jct[key]
+
     def evaluate(self) -> list[dict[str, Any]]:
         """Run the evaluation episodes now; returns the rows (also logged and written)."""
         from agents.policy_adapter import AgentPolicy
@@ -249,15 +276,17 @@ class WorkloadEvalCallback(BaseCallback):
             label, scenario = self.workloads[k % len(self.workloads)]
             workload = scenario.workload
             seed = k // len(self.workloads)
+            reference = self.reference_jct(k % len(self.workloads), seed)
             t0 = time.perf_counter()
             metrics = run_episode(policy, workload, self._config_for(scenario), seed=seed)
+            censored = censored_jct_mean(workload, metrics)
             rows.append(
                 {
                     "timesteps": self.num_timesteps,
                     "workload": label,
                     "seed": seed,
                     "train_jct_mean": metrics.train_jct_mean,
-                    "censored_jct_mean": censored_jct_mean(workload, metrics),
+                    "censored_jct_mean": censored,
                     "train_jct_p99": metrics.train_jct_p99,
                     "makespan": metrics.makespan,
                     "train_jobs_done": metrics.train_jobs_done,
@@ -271,6 +300,8 @@ class WorkloadEvalCallback(BaseCallback):
                     "restarts": metrics.restarts,
                     "repaired_gpus": policy.repaired_gpus,
                     "wall_seconds": round(time.perf_counter() - t0, 3),
+                    "reference_censored_jct": reference if self.reference is not None else "",
+                    "jct_ratio": censored / reference if self.reference is not None and reference > 0 else "",
                 }
             )
         self.eval_seconds += time.perf_counter() - start
@@ -285,7 +316,8 @@ class WorkloadEvalCallback(BaseCallback):
             vals = [float(r[key]) for r in rows if _finite(r[key]) is not None]
             return float(np.mean(vals)) if vals else float("nan")
 
-        jct, score = mean("train_jct_mean"), mean("censored_jct_mean")
+        jct = mean("train_jct_mean")
+        score = mean("jct_ratio") if self.reference is not None else mean("censored_jct_mean")
         self.history.append((self.num_timesteps, jct, score))
         for key in (
             "train_jct_mean",
@@ -297,6 +329,7 @@ class WorkloadEvalCallback(BaseCallback):
             "reclaims",
             "restarts",
             "repaired_gpus",
+            "jct_ratio",
         ):
             value = mean(key)
             if math.isfinite(value):
@@ -307,7 +340,7 @@ class WorkloadEvalCallback(BaseCallback):
         improved = math.isfinite(score) and score < self.best_score
         if improved:
             self.best_score = score
-        self.logger.record("eval/best_censored_jct_mean", self.best_score if math.isfinite(self.best_score) else score)
+        self.logger.record("eval/best_score", self.best_score if math.isfinite(self.best_score) else score)
         if self.csv_path is not None:
             new = not self.csv_path.exists()
             with open(self.csv_path, "a", newline="", encoding="utf-8") as fh:
@@ -319,7 +352,8 @@ class WorkloadEvalCallback(BaseCallback):
             self.model.save(self.best_model_path)
         if self.verbose >= 1:
             flag = " (new best)" if improved else ""
-            print(f"eval @ {self.num_timesteps} steps: val JCT mean {jct:,.0f} s, censored {score:,.0f} s{flag}")
+            measure = f"{score:.4f} x {self.reference}" if self.reference is not None else f"censored {score:,.0f} s"
+            print(f"eval @ {self.num_timesteps} steps: val JCT mean {jct:,.0f} s, {measure}{flag}")
         self.logger.record("time/total_timesteps", self.num_timesteps, exclude="tensorboard")
         self.logger.dump(self.num_timesteps)
 

@@ -75,9 +75,17 @@ class ConfigError(ValueError):
 
 
 # ------------------------------------------------------------------------------------ k:v parsing
+_YAML_CONSTANTS: dict[str, Any] = {"true": True, "false": False, "null": None}
+
+
 def parse_value(text: str) -> Any:
-    """A ``k:v`` value: a Python literal (``3e-4``, ``[64, 64]``, ``True``, ``None``, ``{'a': 1}``)
-    or, failing that, the text itself (``lin_3e-4``, ``dict(net_arch=[64])``, ``afe``)."""
+    """A ``k:v`` value: a Python literal (``3e-4``, ``[64, 64]``, ``True``, ``None``, ``{'a': 1}``),
+    a YAML spelling of those constants as the configuration files write them (``true``,
+    ``false``, ``null``, any case), or, failing that, the text itself (``lin_3e-4``,
+    ``dict(net_arch=[64])``, ``afe``)."""
+    constant = _YAML_CONSTANTS.get(text.strip().lower(), text)
+    if constant is not text:
+        return constant
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):

@@ -3,9 +3,9 @@
 ``train_policy.py`` resolves every setting as built-in default < configuration preset (a YAML
 file, ``conf/deepboot.yml`` unless ``--conf-file`` says otherwise) < flag:
 :func:`load_conf` reads a preset, :func:`resolve_settings` merges the run settings
-(:data:`RUN_KEYS`), the behaviour-cloning warm start (:data:`PRETRAIN_KEYS`,
-:func:`resolve_pretrain`), the env options (checked by :func:`env_config`) and the
-hyperparameters; every bad value is a :class:`~agents.factory.ConfigError`.
+(:data:`RUN_KEYS`), the model-selection reference (:func:`resolve_eval_reference`), the
+behaviour-cloning warm start (:data:`PRETRAIN_KEYS`, :func:`resolve_pretrain`), the env options
+(checked by :func:`env_config`) and the hyperparameters; every bad value is a :class:`~agents.factory.ConfigError`.
 """
 
 from __future__ import annotations
@@ -42,6 +42,9 @@ RUN_KEYS: dict[str, Any] = {
     "save_freq": 25_000,
 }
 """Run settings a configuration preset may default, with their built-in defaults."""
+
+DEFAULT_EVAL_REFERENCE = "ats"
+"""Policy the evaluations compare the model with (``eval_reference``; ``none``: no reference)."""
 
 PRETRAIN_KEYS: dict[str, Any] = {
     "pretrain_expert": None,
@@ -130,6 +133,7 @@ def resolve_settings(args: argparse.Namespace, algo: str) -> dict[str, Any]:
         raise ConfigError(f"--n-envs must be >= 1, got {settings['n_envs']}")
     if settings["eval_episodes"] < 0:
         raise ConfigError(f"--eval-episodes must be >= 0, got {settings['eval_episodes']}")
+    settings["eval_reference"] = resolve_eval_reference(args, conf)
     settings.update(resolve_pretrain(args, conf))
     env_kwargs = dict(conf.pop("env_kwargs", {}) or {})
     env_kwargs.update(parse_kv(args.env_kwargs, "--env-kwargs"))
@@ -146,6 +150,27 @@ def resolve_settings(args: argparse.Namespace, algo: str) -> dict[str, Any]:
     )
     settings["hyperparams"] = hyperparams
     return settings
+
+
+def resolve_eval_reference(args: argparse.Namespace, conf: dict[str, Any]) -> str | None:
+    """The policy every evaluation divides the model's JCT by, for model selection (the ``conf``
+    entry ``eval_reference`` is consumed): built-in ``ats`` < preset < ``--eval-reference``;
+    None for ``none``.
+
+    Raises:
+        ConfigError: an unknown policy name.
+    """
+    from deepboot_env.policy import available_policies
+
+    value = conf.pop("eval_reference", DEFAULT_EVAL_REFERENCE)
+    if getattr(args, "eval_reference", None) is not None:
+        value = args.eval_reference
+    if value in ("", "none", None):
+        return None
+    if value not in available_policies():
+        known = ", ".join(available_policies())
+        raise ConfigError(f"--eval-reference: unknown policy {value!r}; available: none, {known}")
+    return str(value)
 
 
 def resolve_pretrain(args: argparse.Namespace, conf: dict[str, Any]) -> dict[str, Any]:

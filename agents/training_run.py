@@ -205,6 +205,7 @@ def train(args: argparse.Namespace) -> Path:
         "workload": list(args.workload),
         "eval_workload": list(args.eval_workload),
         **{k: settings[k] for k in RUN_KEYS},
+        "eval_reference": settings["eval_reference"],
         "env_kwargs": env_kwargs,
         "hyperparams": settings["cli_hyperparams"] if resume else settings["hyperparams"],
         "resumed_from": str(resume) if resume else None,
@@ -255,6 +256,7 @@ def train(args: argparse.Namespace) -> Path:
             n_episodes=settings["eval_episodes"],
             log_dir=run_dir,
             eval_at_start=pretrained or residual_start,
+            reference=settings["eval_reference"],
             verbose=args.verbose,
         )
         callbacks.append(evaluator)
@@ -323,7 +325,14 @@ def _finish_run(
         "eval_seconds": round(eval_s, 2),
         "steps_per_second": round(steps / max(wall - eval_s, 1e-9), 1),
         "train_episodes": sched.episodes,
-        "best_val_censored_jct_mean": evaluator.best_score if evaluator is not None else None,
+        "best_val_score": evaluator.best_score if evaluator is not None else None,
+        "selected_by": (
+            None
+            if evaluator is None
+            else f"mean censored JCT / {evaluator.reference}'s"
+            if evaluator.reference
+            else "mean censored JCT (s)"
+        ),
         "evaluations": [list(h) for h in evaluator.history] if evaluator is not None else [],
         "interrupted": None if signum is None else signal.Signals(signum).name,
     }

@@ -7,7 +7,10 @@
 Each point is the mean validation training JCT of one evaluation (all workloads of that
 evaluation); ``--reference name=value`` draws a policy's score on the same workloads. A run given
 as ``folder1,folder2,...`` is one curve made of a run and the runs resumed from it (``--resume``
-keeps counting timesteps, so their evaluations follow each other).
+keeps counting timesteps, so their evaluations follow each other). With ``--ratio`` each point is
+instead the mean per-episode ratio to the run's evaluation reference (``jct_ratio``, what the run
+selects its model by; ``train_policy.py --eval-reference``), and ``--reference name=value`` lines
+are ratios too (``ones-lend=0.90``); the reference itself is the line at 1.
 """
 
 from __future__ import annotations
@@ -20,11 +23,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 
-def evaluation_curve(run: str | Path) -> list[tuple[float, float]]:
-    """``(timesteps, mean train JCT)`` per evaluation of a run folder (or its evaluations.csv).
+def evaluation_curve(run: str | Path, column: str = "train_jct_mean") -> list[tuple[float, float]]:
+    """``(timesteps, mean of column)`` per evaluation of a run folder (or its evaluations.csv);
+    empty cells are skipped.
 
     Raises:
         FileNotFoundError: no evaluations.csv there.
+        ValueError: the file has no such column.
     """
     path = Path(run)
     if path.is_dir():
@@ -33,17 +38,21 @@ def evaluation_curve(run: str | Path) -> list[tuple[float, float]]:
         raise FileNotFoundError(f"{path}: no evaluations.csv (was the run trained with --eval-freq > 0?)")
     by_step: dict[float, list[float]] = defaultdict(list)
     with open(path, newline="", encoding="utf-8") as fh:
-        for row in csv.DictReader(fh):
-            by_step[float(row["timesteps"])].append(float(row["train_jct_mean"]))
+        reader = csv.DictReader(fh)
+        if column not in (reader.fieldnames or ()):
+            raise ValueError(f"{path}: no {column} column (--ratio needs a run evaluated with a reference)")
+        for row in reader:
+            if row[column] not in ("", None):
+                by_step[float(row["timesteps"])].append(float(row[column]))
     return [(step, sum(v) / len(v)) for step, v in sorted(by_step.items())]
 
 
-def chained_curve(runs: str) -> list[tuple[float, float]]:
+def chained_curve(runs: str, column: str = "train_jct_mean") -> list[tuple[float, float]]:
     """The curves of comma-separated run folders (a run and its resumptions), one after another;
     an evaluation repeated at a resumption's first step is kept once."""
     points: dict[float, float] = {}
     for run in runs.split(","):
-        points.update(evaluation_curve(run))
+        points.update(evaluation_curve(run, column))
     return sorted(points.items())
 
 
@@ -55,6 +64,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("runs", nargs="+", help="run folders (a,b,c: a run and its resumptions as one curve)")
     parser.add_argument("--labels", nargs="+", default=None, help="legend labels (default: folder names)")
     parser.add_argument("--reference", nargs="*", default=[], metavar="NAME=JCT", help="horizontal reference lines")
+    parser.add_argument(
+        "--ratio", metavar="NAME", default=None, help="plot the mean JCT ratio to the runs' reference NAME"
+    )
     parser.add_argument("--out", required=True, help="PNG path")
     args = parser.parse_args(argv)
     labels = args.labels or [Path(r).name for r in args.runs]
@@ -67,11 +79,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             refs[name] = float(value)
         except ValueError:
             parser.error(f"--reference {item!r}: expected NAME=JCT")
+    column = "jct_ratio" if args.ratio else "train_jct_mean"
     try:
-        runs = {label: chained_curve(run) for label, run in zip(labels, args.runs, strict=True)}
-    except FileNotFoundError as exc:
+        runs = {label: chained_curve(run, column) for label, run in zip(labels, args.runs, strict=True)}
+    except (FileNotFoundError, ValueError) as exc:
         parser.error(str(exc))
-    print(plot_learning_curves(runs, args.out, refs))
+    if args.ratio:
+        refs = {args.ratio: 1.0, **refs}
+        print(plot_learning_curves(runs, args.out, refs, ratio_to=args.ratio))
+    else:
+        print(plot_learning_curves(runs, args.out, refs))
     return 0
 
 

@@ -314,9 +314,11 @@ def plot_learning_curves(
     path: str | Path,
     references: Mapping[str, float] | None = None,
     title: str = "Validation: mean training JCT",
+    ratio_to: str | None = None,
 ) -> Path:
     """Validation mean JCT against training timesteps for each run, with reference policies as
-    horizontal lines (e.g. ATS on the same workloads)."""
+    horizontal lines (e.g. ATS on the same workloads); with ``ratio_to``, the points and lines are
+    mean JCT ratios to that policy."""
     fig = _new_figure()
     ax = fig.add_subplot()
     colors = policy_colors([*runs, *(references or {})])
@@ -324,10 +326,11 @@ def plot_learning_curves(
         xs, ys = zip(*sorted(points), strict=True) if points else ((), ())
         ax.plot(xs, ys, marker="o", markersize=3, color=colors[label], label=label)
     for name, value in (references or {}).items():
-        ax.axhline(value, linestyle="--", linewidth=1, color=colors[name], label=f"{name} ({value:,.0f} s)")
+        shown = f"{value:.3f}" if ratio_to else f"{value:,.0f} s"
+        ax.axhline(value, linestyle="--", linewidth=1, color=colors[name], label=f"{name} ({shown})")
     ax.set_xlabel("training timesteps")
-    ax.set_ylabel("mean training JCT (s)")
-    ax.set_title(title)
+    ax.set_ylabel(f"mean training JCT / {ratio_to}'s" if ratio_to else "mean training JCT (s)")
+    ax.set_title(f"Validation: mean JCT ratio to {ratio_to}" if ratio_to else title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return save_png(fig, path)

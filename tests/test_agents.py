@@ -123,6 +123,8 @@ def test_env_shape_from_model(tiny) -> None:
 
 def test_parse_kv_and_hyperparams() -> None:
     parsed = parse_kv(["n_steps:128", "learning_rate:lin_1e-3", "gamma:0.99", "policy_kwargs:dict(net_arch=[8])"])
+    flags = parse_kv(["outlook:true", "a:False", "b:null", "c:TRUE", "d:truthy"], "--env-kwargs")
+    assert flags == {"outlook": True, "a": False, "b": None, "c": True, "d": "truthy"}  # YAML spellings too
     assert parsed["n_steps"] == 128 and parsed["gamma"] == 0.99
     kwargs = model_kwargs(resolve_hyperparams("ppo", parsed))
     assert kwargs["learning_rate"](1.0) == pytest.approx(1e-3) and kwargs["learning_rate"](0.0) == 0.0

@@ -151,3 +151,12 @@ def test_learning_curve_png_from_evaluations(tmp_path) -> None:
     resumed.mkdir()
     (resumed / "evaluations.csv").write_text("timesteps,workload,train_jct_mean\n50,a,150\n80,a,70\n", encoding="utf-8")
     assert chained_curve(f"{run},{resumed}") == [(0.0, 200.0), (50.0, 150.0), (80.0, 70.0)]
+    ratios = tmp_path / "ratios"
+    ratios.mkdir()
+    (ratios / "evaluations.csv").write_text(
+        "timesteps,workload,train_jct_mean,jct_ratio\n0,a,100,1.0\n0,b,300,0.8\n50,a,90,\n", encoding="utf-8"
+    )
+    assert evaluation_curve(ratios, "jct_ratio") == [(0.0, 0.9)]  # empty cells skipped
+    assert main([str(ratios), "--ratio", "ats", "--reference", "ones-lend=0.93", "--out", str(out)]) == 0
+    with pytest.raises(SystemExit):  # a run evaluated without a reference has no ratios
+        main([str(run), "--ratio", "ats", "--out", str(out)])

@@ -88,6 +88,17 @@ def test_smoke_maskable_ppo(tiny_csv, tmp_path) -> None:
         metrics = run_episode(policy, load_workload(tiny_csv))
         assert metrics.train_jct_mean == pytest.approx(float(best["train_jct_mean"]), abs=1e-3)
 
+    # the model is selected by its JCT ratio to ats, run once on the same episode
+    assert config["eval_reference"] == "ats" and config["results"]["selected_by"] == "mean censored JCT / ats's"
+    assert len({r["reference_censored_jct"] for r in rows}) == 1
+    for r in rows:
+        ratio = float(r["censored_jct_mean"]) / float(r["reference_censored_jct"])
+        assert float(r["jct_ratio"]) == pytest.approx(ratio)
+    assert config["results"]["best_val_score"] == pytest.approx(min(float(r["jct_ratio"]) for r in rows))
+    ats = run_episode(make_policy("ats"), load_workload(tiny_csv))
+    if not ats.truncated:
+        assert float(rows[0]["reference_censored_jct"]) == pytest.approx(ats.train_jct_mean, abs=1e-3)
+
 
 def test_ppo_tensorboard_log_and_resume(tiny_csv, tmp_path) -> None:
     tb = tmp_path / "tb"
@@ -126,6 +137,7 @@ def test_ppo_tensorboard_log_and_resume(tiny_csv, tmp_path) -> None:
         (["--resume", "nowhere.zip"], "no saved model"),
         (["--workload", "no-such-workload"], "no-such-workload"),
         (["--preset", "nope"], "no preset 'nope'"),
+        (["--eval-reference", "nope"], "--eval-reference: unknown policy 'nope'"),
     ],
 )
 def test_bad_flags_give_one_line_errors(argv, message, tmp_path, capsys) -> None:
@@ -177,13 +189,16 @@ def test_training_on_a_family_selects_on_its_val_seeds(tmp_path) -> None:
     argv = ["--algo", "ppo", "-n", "256", "--eval-freq", "256", "--eval-episodes", "2", "--preset", "smoke"]
     argv += ["--workload", "family:short-period", "--eval-workload", "family:short-period"]
     argv += ["--env-kwargs", "max_jobs:8", "max_rounds:300", "--log-folder", str(tmp_path), "--no-progress"]
-    run = train_policy.run([*argv, "--verbose", "0"])
+    run = train_policy.run([*argv, "--verbose", "0", "--eval-reference", "none"])
     with open(run / "evaluations.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     val = [f"short-period-{seed}" for seed in (1_000_000, 1_000_001)]
     assert [r["workload"] for r in rows] == val and (run / "best_model.zip").is_file()
+    assert {r["jct_ratio"] for r in rows} == {""}  # no reference: selected by the mean censored JCT
     config = yaml.safe_load((run / "config.yml").read_text())
-    assert config["workload"] == ["family:short-period"]
+    assert config["workload"] == ["family:short-period"] and config["eval_reference"] is None
+    mean_censored = sum(float(r["censored_jct_mean"]) for r in rows) / len(rows)
+    assert config["results"]["best_val_score"] == pytest.approx(mean_censored)
 
 
 def test_a_family_is_trained_on_alone() -> None:
