@@ -90,7 +90,7 @@ class Simulator:
             ``choose_reclaim(state, request) -> GpuRef | None`` (default: ATS-I) and
             ``bind_simulator(sim)``, called with this simulator at the end of every
             :meth:`reset` (only a policy that looks into the simulator itself needs it, such as
-            the clairvoyant ``oracle-lookahead`` upper reference; see
+            the clairvoyant ``oracle-lookahead`` upper reference or ``mpc``; see
             :meth:`BasePolicy.bind_simulator <deepboot_env.policy.BasePolicy.bind_simulator>`).
         profiles: application profiles (default: the shipped ones).
 
