@@ -37,6 +37,11 @@ plays every *plan* to the end on a fork (the switching, and each candidate alone
 decisions of the plan with the lowest mean training JCT: never worse than a candidate, for one more
 episode per candidate. ``hindsight=False`` gives the switching itself.
 
+The switching machinery (candidates, live instances, scores, reclaims during a lookahead) is
+:class:`baselines.lookahead.LookaheadSwitcher`, shared with ``mpc`` (its deployable counterpart,
+which plays a forecast future instead of the true one, docs/policies.md §16); this module adds what
+only an oracle can do: the true future as the lookahead root, the terminal term and hindsight.
+
 Candidates [all, in this order]: ``ats``, ``ones-lend``, ``afs-lend``, ``ats-nolend``,
 ``ats-lend50`` (ATS lending half of the lendable inference GPUs) and ``ats-spread`` (ATS with
 each job capped at its fair share). They all run in the oracle's simulator, whose jobs choose their
@@ -59,102 +64,44 @@ horizons, terminal terms and continuation rollouts tried did no better (docs/pol
 
 from __future__ import annotations
 
-import copy
 import math
-import weakref
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
-from baselines.ats import AtsPolicy
+from baselines.lookahead import (
+    CANDIDATES,
+    DEFAULT_CANDIDATES,
+    DEFAULT_EVERY,
+    DEFAULT_HORIZON_S,
+    Candidate,
+    Choice,
+    LookaheadSwitcher,
+    SpreadAtsPolicy,
+    candidate,
+)
 from deepboot_env.policy import (
     Allocation,
     BasePolicy,
     ClusterState,
     GpuRef,
-    JobView,
     Policy,
     RequestView,
-    make_policy,
 )
 from deepboot_env.sim.simulator import Simulator
 
-DEFAULT_EVERY = 5
-"""Boundaries between two choice points."""
-
-DEFAULT_HORIZON_S = 1800.0
-"""Simulated seconds each candidate is played ahead at a choice point."""
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """An expert the oracle may follow.
-
-    Attributes:
-        label: its name in :attr:`OracleLookaheadPolicy.choices` and reports.
-        build: makes a fresh instance (the live one of an episode).
-        stateless: whether its decisions depend only on the state it is shown (then it is asked
-            only when followed; a stateful one decides at every real boundary).
-    """
-
-    label: str
-    build: Callable[[], Policy]
-    stateless: bool = False
+__all__ = [
+    "CANDIDATES",
+    "DEFAULT_CANDIDATES",
+    "DEFAULT_EVERY",
+    "DEFAULT_HORIZON_S",
+    "Candidate",
+    "Choice",
+    "OracleLookaheadPolicy",
+    "SpreadAtsPolicy",
+    "candidate",
+]
 
 
-class SpreadAtsPolicy(AtsPolicy):
-    """ATS with each job capped at its fair share of the capacity (``ceil(C / J)`` GPUs): the
-    knapsack spreads GPUs over more jobs instead of growing the ones that scale best."""
-
-    def __init__(self, lend: bool | float = True, label: str = "ats-spread") -> None:
-        super().__init__(lend=lend, label=label)
-
-    def job_cap(self, job: JobView, capacity: int, fair: int) -> int:
-        """The job's cap, at most the fair share."""
-        return min(job.max_replicas, capacity, fair)
-
-
-CANDIDATES: dict[str, Candidate] = {
-    c.label: c
-    for c in (
-        Candidate("ats", lambda: make_policy("ats"), stateless=True),
-        Candidate("ones-lend", lambda: make_policy("ones-lend")),
-        Candidate("afs-lend", lambda: make_policy("afs-lend"), stateless=True),
-        Candidate("ats-nolend", lambda: make_policy("ats-nolend"), stateless=True),
-        Candidate("ats-lend50", lambda: AtsPolicy(lend=0.5, label="ats-lend50"), stateless=True),
-        Candidate("ats-spread", lambda: SpreadAtsPolicy(), stateless=True),
-    )
-}
-"""The known candidates by label; any other registered policy name is a stateful candidate."""
-
-DEFAULT_CANDIDATES: tuple[str, ...] = tuple(CANDIDATES)
-"""The candidates of ``oracle-lookahead``, in tie-breaking order."""
-
-
-def candidate(name: str) -> Candidate:
-    """The known candidate ``name``, or the registered policy ``name`` as a stateful candidate."""
-    known = CANDIDATES.get(name)
-    if known is not None:
-        return known
-    make_policy(name)  # fails early, naming the known policies
-    return Candidate(name, lambda: make_policy(name))
-
-
-@dataclass(frozen=True)
-class Choice:
-    """One choice point: what each candidate's future scored and which one was followed.
-
-    Attributes:
-        time: the simulated time of the choice.
-        scores: per candidate (in candidate order), its lookahead score (lower is better).
-        chosen: index of the candidate followed (the first with the lowest score).
-    """
-
-    time: float
-    scores: tuple[float, ...]
-    chosen: int
-
-
-class OracleLookaheadPolicy(BasePolicy):
+class OracleLookaheadPolicy(LookaheadSwitcher):
     """Clairvoyant upper reference: follows, every ``every`` boundaries, the candidate expert whose
     simulated true future scores best (see the module docstring). Not a deployable policy.
 
@@ -176,7 +123,6 @@ class OracleLookaheadPolicy(BasePolicy):
     """
 
     name = "oracle-lookahead"
-    adaptive_batch = True
 
     def __init__(
         self,
@@ -187,21 +133,11 @@ class OracleLookaheadPolicy(BasePolicy):
         terminal_weight: float = 0.0,
         hindsight: bool = True,
     ) -> None:
-        if not candidates:
-            raise ValueError("oracle-lookahead needs at least one candidate")
-        if not (isinstance(every, int) and every >= 1):
-            raise ValueError(f"every must be an integer >= 1, got {every!r}")
-        if not (math.isfinite(horizon_s) and horizon_s > 0):
-            raise ValueError(f"horizon_s must be a finite number > 0, got {horizon_s!r}")
-        if not (infer_weight >= 0 and terminal_weight >= 0):
-            raise ValueError("infer_weight and terminal_weight must be >= 0")
-        self.candidates: tuple[Candidate, ...] = tuple(candidate(name) for name in candidates)
-        self.every = every
-        self.horizon_s = float(horizon_s)
-        self.infer_weight = float(infer_weight)
+        if not terminal_weight >= 0:
+            raise ValueError(f"terminal_weight must be >= 0, got {terminal_weight!r}")
         self.terminal_weight = float(terminal_weight)
         self.hindsight = bool(hindsight)
-        self.reset(None)
+        super().__init__(candidates, every, horizon_s, infer_weight)
         custom = [c.label for c, p in zip(self.candidates, self._live, strict=True) if _custom_reclaim(p)]
         if self.hindsight and custom:
             raise ValueError(
@@ -212,18 +148,7 @@ class OracleLookaheadPolicy(BasePolicy):
     # ------------------------------------------------------------------ episode
     def reset(self, seed: int | None = None) -> None:
         """Fresh live instances of every candidate, reset with ``seed``; forget the episode."""
-        self._live: list[Policy] = []
-        for cand in self.candidates:
-            policy = cand.build()
-            policy.reset(seed)
-            self._live.append(policy)
-        self._sim: weakref.ref[Simulator] | None = None
-        self._decisions = 0
-        self._following = 0
-        self._playing: Policy | None = None
-        """The candidate copy being played in a lookahead (its hooks serve the fork)."""
-        self.choices: list[Choice] = []
-        self._seed = seed
+        super().reset(seed)
         self._replay: _Recording | None = None
         """With ``hindsight``: the decisions and reclaims of the plan played, replayed in order."""
         self.plan_scores: tuple[float, ...] = ()
@@ -232,10 +157,7 @@ class OracleLookaheadPolicy(BasePolicy):
     def bind_simulator(self, sim: Simulator) -> None:
         """Keep (weakly) the simulator this policy runs in: the one it forks at choice points.
         With ``hindsight``, simulate every plan to the end now and keep the best one's decisions."""
-        self._sim = weakref.ref(sim)
-        self._decisions = 0
-        self._following = 0
-        self.choices = []
+        super().bind_simulator(sim)
         self._replay = None
         if self.hindsight:
             self._plan_in_hindsight(sim)
@@ -284,83 +206,37 @@ class OracleLookaheadPolicy(BasePolicy):
         self.plan = self.plan_labels[best]
         self._replay = recordings[best].replay()
 
-    @property
-    def following(self) -> str:
-        """The label of the candidate followed now."""
-        return self.candidates[self._following].label
-
     # ------------------------------------------------------------------ decisions
     def decide(self, state: ClusterState) -> Allocation:
-        """At a choice point, look ahead and pick the candidate to follow; return the followed
-        candidate's decision (every stateful candidate decides too, to stay in step).
+        """The plan chosen in hindsight's next decision; without hindsight, the switching's
+        (:meth:`LookaheadSwitcher.decide <baselines.lookahead.LookaheadSwitcher.decide>`).
 
         Raises:
             RuntimeError: if the policy is not bound to a simulator, or ``state`` is not the
                 current state of the simulator it is bound to.
         """
-        sim = self._bound_simulator(state)
         if self._replay is not None:
+            self._bound_simulator(state)
             return self._replay.decide(state)
-        if self._decisions % self.every == 0:
-            choice = self.evaluate(sim)
-            self.choices.append(choice)
-            self._following = choice.chosen
-        self._decisions += 1
-        allocation: Allocation | None = None
-        for i, (cand, live) in enumerate(zip(self.candidates, self._live, strict=True)):
-            if i == self._following:
-                allocation = live.decide(state)
-            elif not cand.stateless:
-                live.decide(state)  # its state follows the real episode
-        assert allocation is not None
-        return allocation
+        return super().decide(state)
 
-    def evaluate(self, sim: Simulator) -> Choice:
-        """Score every candidate's future from ``sim``'s current boundary (``sim`` itself is not
-        changed: each candidate plays on a fork, with a copy of its live instance)."""
-        t0, waited = sim.now, sim.waiting_seconds
-        end = t0 + self.horizon_s
-        scores = []
-        for live in self._live:
-            player = copy.deepcopy(live)
-            twin = sim.fork()
-            self._playing = player
-            try:
-                while not twin.done and twin.now < end:
-                    state = twin.observe()
-                    twin.apply(player.decide(state), state)
-                    twin.advance()
-            finally:
-                self._playing = None
-            score = twin.job_seconds(t0, end) + self.infer_weight * (twin.waiting_seconds - waited)
-            if self.terminal_weight and not twin.done:
-                score += self.terminal_weight * _remaining_seconds(twin)
-            scores.append(score)
-        best = min(range(len(scores)), key=scores.__getitem__)  # the first of equals
-        return Choice(t0, tuple(scores), best)
+    def lookahead_root(self, sim: Simulator) -> Simulator:
+        """ORACLE: the simulator itself, with the true future (each candidate plays on a fork)."""
+        return sim
+
+    def terminal_score(self, sim: Simulator) -> float:
+        """ORACLE: ``terminal_weight`` times the true remaining seconds of the unfinished jobs
+        (:func:`_remaining_seconds`); 0 with no weight or once the episode is over."""
+        if self.terminal_weight and not sim.done:
+            return self.terminal_weight * _remaining_seconds(sim)
+        return 0.0
 
     def choose_reclaim(self, state: ClusterState, request: RequestView) -> GpuRef | None:
         """The reclaim of the candidate being played (in a lookahead or a plan), replayed (the
         plan chosen in hindsight) or followed."""
-        if self._playing is not None:
-            return self._playing.choose_reclaim(state, request)
-        if self._replay is not None:
+        if self._playing is None and self._replay is not None:
             return self._replay.choose_reclaim(state, request)
-        return self._live[self._following].choose_reclaim(state, request)
-
-    def _bound_simulator(self, state: ClusterState) -> Simulator:
-        sim = self._sim() if self._sim is not None else None
-        if sim is None:
-            raise RuntimeError(
-                "oracle-lookahead is not bound to a live simulator: it runs only inside a Simulator, which binds it "
-                "at reset (bind_simulator)"
-            )
-        if sim.now != state.time or [job.index for job in sim.active_jobs] != [job.id for job in state.jobs]:
-            raise RuntimeError(
-                "oracle-lookahead was asked to decide on a state that is not the current state of the simulator it "
-                "is bound to (it forks that simulator to look ahead)"
-            )
-        return sim
+        return super().choose_reclaim(state, request)
 
 
 class _Recording(BasePolicy):

@@ -16,7 +16,8 @@ One optional hook is not part of the :class:`Policy` protocol: ``bind_simulator(
 it with itself at the end of every reset (so at the start of every episode, before the first
 decision). Only a policy that looks into the simulator itself needs it: the clairvoyant
 ``oracle-lookahead`` upper reference (:mod:`baselines.oracle_lookahead`), which forks the simulator
-to play the true future. :class:`BasePolicy` has a no-op default.
+to play the true future, and ``mpc`` (:mod:`baselines.mpc`), which forks it and plays a forecast of
+the future instead. :class:`BasePolicy` has a no-op default.
 
 Policies are built by name with :func:`make_policy`. Packages register their own names and
 prefixes (:func:`register_policy`, :func:`register_prefix`), with ``"module:attr"`` entry points

@@ -84,6 +84,14 @@ class EpisodeAccount:
         new._done_spans = self._done_spans.copy()
         return new
 
+    def keep_jobs(self, count: int) -> None:
+        """Forget the training jobs from index ``count`` on, jobs that have not arrived (nothing
+        is accounted for them yet; :meth:`Simulator.forget_future
+        <deepboot_env.sim.simulator.Simulator.forget_future>`). The arrays are replaced, not
+        changed in place (a snapshot shares the arrival times)."""
+        self.job_arrivals = self.job_arrivals[:count].copy()
+        self.job_completions = self.job_completions[:count].copy()
+
     def account(self, t: float) -> None:
         """Account the GPUs and waiting requests held now for the time from the last call to ``t``."""
         dt = t - self._t

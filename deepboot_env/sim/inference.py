@@ -256,6 +256,17 @@ class InferencePool:
         self.__dict__.update(state)
         self._training = weakref.ref(cast(TrainingSide, state["_training"]))
 
+    def replace_future(self, requests: Sequence[InferenceRequestSpec], arrived: int) -> None:
+        """Make ``requests`` the pool's requests (:meth:`Simulator.forget_future
+        <deepboot_env.sim.simulator.Simulator.forget_future>`): the first ``arrived`` are the
+        requests that have arrived, the same as before at the same indices (their records, pods
+        and places in the queue are kept); the others, which have not arrived, replace those that
+        had not, with fresh records. The record list is changed in place (a fork's own copy)."""
+        self._specs = requests
+        records = self.requests
+        del records[arrived:]
+        records.extend(RequestRecord(i, requests[i].arrival) for i in range(arrived, len(requests)))
+
     # ------------------------------------------------------------------ events
     def arrive(self, idx: int, now: float) -> None:
         """Request ``idx`` arrives now: it joins the queue, which is served at once."""

@@ -47,8 +47,10 @@ from __future__ import annotations
 import math
 import time as wallclock
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from heapq import heappop
+
+import numpy as np
 
 from deepboot_env.sim.accounting import EpisodeAccount
 from deepboot_env.sim.apps import AppProfile, default_profiles
@@ -63,7 +65,7 @@ from deepboot_env.sim.metrics import EpisodeMetrics, episode_metrics
 from deepboot_env.sim.snapshot import StateBuilder
 from deepboot_env.sim.state import Allocation, ClusterState, GpuRef, validate_allocation
 from deepboot_env.sim.training import TrainingJobs
-from deepboot_env.sim.workload import Workload
+from deepboot_env.sim.workload import InferenceRequestSpec, Workload
 
 _REQUEST_DONE, _POD_SLEEP, _TRAIN_DONE, _REQUEST_ARRIVAL = (
     int(EventKind.REQUEST_DONE),
@@ -88,7 +90,7 @@ class Simulator:
             ``choose_reclaim(state, request) -> GpuRef | None`` (default: ATS-I) and
             ``bind_simulator(sim)``, called with this simulator at the end of every
             :meth:`reset` (only a policy that looks into the simulator itself needs it, such as
-            the clairvoyant ``oracle-lookahead`` upper reference; see
+            the clairvoyant ``oracle-lookahead`` upper reference or ``mpc``; see
             :meth:`BasePolicy.bind_simulator <deepboot_env.policy.BasePolicy.bind_simulator>`).
         profiles: application profiles (default: the shipped ones).
 
@@ -200,6 +202,68 @@ class Simulator:
         twin = object.__new__(type(self))
         clone_into(self, twin)
         return twin
+
+    def forget_future(self, requests: Sequence[InferenceRequestSpec] = ()) -> None:
+        """Forget everything that has not arrived yet, and make ``requests`` the inference requests
+        still to come: for a fork that a planner plays a *forecast* future on (``mpc``,
+        docs/policies.md §16), so that the fork holds no more than a scheduler knows now.
+
+        * Training jobs not admitted yet (those arriving after now) are dropped: none arrives
+          later. The admitted ones are kept as they are (with their true remaining work).
+        * Inference requests that have arrived (served, running or waiting) are kept as they are,
+          with their true durations; those that have not are replaced by ``requests``.
+        * :attr:`workload` becomes the workload of what is left (the admitted jobs, the arrived
+          requests, then ``requests``): a later :meth:`reset` replays that one.
+
+        Everything else (the clock, the jobs' progress, the pods, the books so far, the timeline)
+        is unchanged; the episode then continues as it would on that workload. Cost: linear in
+        the requests of the workload (the fork it is meant for costs as much).
+
+        Args:
+            requests: the future inference requests, sorted by arrival, each arriving at or after
+                :attr:`now` and at most ``config.max_time``.
+
+        Raises:
+            RuntimeError: if the episode is over.
+            ValueError: if ``requests`` are not sorted by arrival or arrive before now or after
+                ``config.max_time``, or there are requests and no inference node to serve them.
+            WorkloadError: if a request is malformed (an unknown model, a duration <= 0), or no
+                job is admitted and no request is left.
+        """
+        if self.done:
+            raise RuntimeError("the episode is over; a finished simulator has no future to forget")
+        future = tuple(requests)
+        times = np.fromiter((req.arrival for req in future), dtype=float, count=len(future))
+        if len(times) and not (times[0] >= self.now and times[-1] <= self.config.max_time):
+            raise ValueError(
+                f"future requests must arrive between now ({self.now:g} s) and max_time ({self.config.max_time:g} s), "
+                f"got arrivals from {times.min():g} to {times.max():g} s"
+            )
+        if not (np.diff(times) >= 0).all():
+            raise ValueError("future requests must be sorted by arrival")
+        if future and not self._pool.inference_nodes:
+            raise ValueError(f"the cluster {self.config.cluster.describe()} has no inference nodes for future requests")
+        arrived, admitted = self._next_request, self._training.next_arrival
+        old = self.workload
+        # the workload's requests are sorted by arrival (Workload.validate), so the arrival stream
+        # is in workload order and the first `arrived` requests are those that have arrived
+        self.workload = Workload(
+            old.name,
+            old.jobs[:admitted],
+            old.requests[:arrived] + future,
+            source=f"{old.source or old.name}, up to {self.now:g} s, then {len(future)} requests given",
+        )
+        self._training.drop_unadmitted()
+        self._books.keep_jobs(admitted)
+        self._pool.replace_future(self.workload.requests, arrived)
+        self._arrival_order = list(range(arrived + len(future)))
+        self._arrival_times = self._arrival_times[:arrived] + times.tolist()
+
+    @property
+    def requests_arrived(self) -> int:
+        """Inference requests arrived so far: the first ones of :attr:`workload`'s requests (which
+        are sorted by arrival), the past a non-clairvoyant planner may read; O(1)."""
+        return self._next_request
 
     # -------------------------------------------------------------- accounting
     def _close_interval(self, t: float) -> None:

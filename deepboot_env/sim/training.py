@@ -193,6 +193,13 @@ class TrainingJobs:
             out.append(arrival)
         return out
 
+    def drop_unadmitted(self) -> None:
+        """Forget the jobs not admitted yet (:meth:`Simulator.forget_future
+        <deepboot_env.sim.simulator.Simulator.forget_future>`): :attr:`jobs` is shortened in place,
+        so the completion schedule and the state builder, which share the list, see it too. A job
+        not admitted has no placement, no event and no record anywhere else."""
+        del self.jobs[self.next_arrival :]
+
     # ------------------------------------------------------------ changes
     def apply_counts(self, wanted: Mapping[int, list[int]], now: float) -> None:
         """Apply a checked allocation (GPUs per node as lists of ints) at ``now``: evict the SLEEP
