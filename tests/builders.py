@@ -147,3 +147,23 @@ def check_completion_bounds(env, steps: int, seed: int = 4) -> int:
         if terminated:
             break
     return checked
+
+
+def drive(sim, policy, steps: int | None = None) -> None:
+    """Take ``steps`` decisions of ``policy`` in ``sim`` (all that are left if None)."""
+    while not sim.done and (steps is None or steps > 0):
+        state = sim.observe()
+        sim.apply(policy.decide(state), state)
+        sim.advance()
+        steps = None if steps is None else steps - 1
+
+
+def episode_record(sim, events: bool = False) -> str:
+    """Everything an episode produced: the metrics (JCTs included), the timeline, the request
+    records, reclaims and restarts (and the event count if ``events``), as one comparable text."""
+    import json
+
+    metrics = sim.metrics().deterministic_dict()
+    records = [(r.index, r.arrival, r.start, r.finish, r.cold, r.pod) for r in sim.requests]
+    parts = [metrics, sim.timeline, records, sim.reclaims, sim.restarts]
+    return json.dumps([*parts, sim.num_events] if events else parts, sort_keys=True)

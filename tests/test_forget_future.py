@@ -8,12 +8,12 @@ a fork is untouched; a forgotten fork snapshots and restores exactly; bad future
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import pytest
+from builders import drive, episode_record
 
 from deepboot_env.config import sim_config
-from deepboot_env.policy import Policy, make_policy
+from deepboot_env.policy import make_policy
 from deepboot_env.sim.simulator import SimConfig, Simulator
 from deepboot_env.sim.workload import InferenceRequestSpec, Workload, WorkloadError
 from traces.generate import generate_workload
@@ -27,20 +27,6 @@ def workload() -> Workload:
     return generate_workload("forget", 5, train={"num_jobs": 12}, inference={"horizon_s": 4 * 3600.0, "mean_gpus": 8.0})
 
 
-def _drive(sim: Simulator, policy: Policy, steps: int | None = None) -> None:
-    while not sim.done and (steps is None or steps > 0):
-        state = sim.observe()
-        sim.apply(policy.decide(state), state)
-        sim.advance()
-        steps = None if steps is None else steps - 1
-
-
-def _result(sim: Simulator) -> str:
-    metrics = sim.metrics().deterministic_dict()
-    records = [(r.index, r.arrival, r.start, r.finish, r.cold, r.pod) for r in sim.requests]
-    return json.dumps([metrics, sim.timeline, records, sim.reclaims, sim.restarts, sim.num_events], sort_keys=True)
-
-
 @pytest.mark.parametrize(
     "config", [sim_config(dynamics="v1"), sim_config(inference_placement="aryl")], ids=["v1", "aryl"]
 )
@@ -49,7 +35,7 @@ def test_the_true_future_given_back_continues_like_a_workload_without_later_jobs
 ) -> None:
     policy = make_policy("ats")
     sim = Simulator(workload, config, policy)
-    _drive(sim, policy, STEPS)
+    drive(sim, policy, STEPS)
     now, arrived = sim.now, sim.requests_arrived
     assert sim.active_jobs and any(j.arrival > now for j in workload.jobs) and arrived < len(workload.requests)
     fork = sim.fork()
@@ -58,53 +44,53 @@ def test_the_true_future_given_back_continues_like_a_workload_without_later_jobs
     assert fork.workload.requests == workload.requests
     earlier = dataclasses.replace(workload, jobs=fork.workload.jobs)
     alone = Simulator(earlier, config, policy)
-    _drive(alone, policy, STEPS)
+    drive(alone, policy, STEPS)
     assert alone.now == now
-    _drive(fork, policy)
-    _drive(alone, policy)
-    assert _result(fork) == _result(alone)
+    drive(fork, policy)
+    drive(alone, policy)
+    assert episode_record(fork, events=True) == episode_record(alone, events=True)
 
 
 def test_forgetting_everything_stops_arrivals_and_leaves_the_original_untouched(workload: Workload) -> None:
     config = sim_config(dynamics="v1")
     policy = make_policy("ats")
     sim = Simulator(workload, config, policy)
-    _drive(sim, policy, STEPS)
+    drive(sim, policy, STEPS)
     before = sim.snapshot()
     admitted, arrived = sum(1 for j in workload.jobs if j.arrival <= sim.now), sim.requests_arrived
     fork = sim.fork()
     fork.forget_future()
     assert len(fork.jobs) == admitted and len(fork.requests) == arrived and fork.requests_arrived == arrived
-    _drive(fork, policy)
+    drive(fork, policy)
     assert fork.done and fork.metrics().train_jobs == admitted and fork.requests_arrived == arrived
     assert len(sim.jobs) == len(workload.jobs) and sim.workload is workload
-    _drive(sim, policy)
+    drive(sim, policy)
     twin = Simulator(workload, config, policy)
     twin.restore(before)
-    _drive(twin, policy)
-    assert _result(sim) == _result(twin)
+    drive(twin, policy)
+    assert episode_record(sim, events=True) == episode_record(twin, events=True)
 
 
 def test_a_forgotten_fork_snapshots_and_restores_exactly(workload: Workload) -> None:
     policy = make_policy("ats")
     sim = Simulator(workload, sim_config(dynamics="v1"), policy)
-    _drive(sim, policy, STEPS)
+    drive(sim, policy, STEPS)
     spec = workload.requests[0]
     future = [dataclasses.replace(spec, name=f"f{k}", arrival=sim.now + 7.5 * k) for k in range(40)]
     sim.forget_future(future)
     snap = sim.snapshot()
-    _drive(sim, policy)
-    first = _result(sim)
+    drive(sim, policy)
+    first = episode_record(sim, events=True)
     assert sum(1 for r in sim.requests if r.finish is not None) == len(sim.requests)
     sim.restore(snap)
-    _drive(sim, policy)
-    assert _result(sim) == first
+    drive(sim, policy)
+    assert episode_record(sim, events=True) == first
 
 
 def test_a_bad_future_is_refused(workload: Workload) -> None:
     policy = make_policy("ats")
     sim = Simulator(workload, sim_config(dynamics="v1"), policy)
-    _drive(sim, policy, 5)
+    drive(sim, policy, 5)
     spec = InferenceRequestSpec("x", sim.now + 10.0, "infer-bert-1", "bert", 30.0)
     with pytest.raises(ValueError, match="must arrive between now"):
         sim.fork().forget_future([dataclasses.replace(spec, arrival=sim.now - 1.0)])
@@ -114,6 +100,6 @@ def test_a_bad_future_is_refused(workload: Workload) -> None:
         sim.fork().forget_future([spec, dataclasses.replace(spec, arrival=sim.now + 5.0)])
     with pytest.raises(WorkloadError, match="duration"):
         sim.fork().forget_future([dataclasses.replace(spec, duration=0.0)])
-    _drive(sim, policy)
+    drive(sim, policy)
     with pytest.raises(RuntimeError, match="episode is over"):
         sim.forget_future()

@@ -10,13 +10,13 @@ later changes.
 from __future__ import annotations
 
 import copy
-import json
 import pickle
 
 import pytest
+from builders import drive, episode_record
 
 from deepboot_env.config import sim_config
-from deepboot_env.policy import Allocation, Policy, make_policy
+from deepboot_env.policy import Allocation, make_policy
 from deepboot_env.sim.fork import ForkError, SimSnapshot
 from deepboot_env.sim.inference import InferencePool
 from deepboot_env.sim.restart import RESTART_MODELS
@@ -31,23 +31,6 @@ STEPS_BEFORE = 25
 @pytest.fixture(scope="module")
 def workload() -> Workload:
     return generate_workload("snap", 5, train={"num_jobs": 16}, inference={"horizon_s": 4 * 3600.0, "mean_gpus": 8.0})
-
-
-def _drive(sim: Simulator, policy: Policy, steps: int | None = None) -> None:
-    """Take ``steps`` decisions of ``policy`` (all that are left if None)."""
-    while not sim.done and (steps is None or steps > 0):
-        state = sim.observe()
-        sim.apply(policy.decide(state), state)
-        sim.advance()
-        steps = None if steps is None else steps - 1
-
-
-def _result(sim: Simulator) -> str:
-    """Everything an episode produced: the metrics (JCTs included), the timeline and the
-    request records, as one comparable text."""
-    metrics = sim.metrics().deterministic_dict()
-    records = [(r.index, r.arrival, r.start, r.finish, r.cold, r.pod) for r in sim.requests]
-    return json.dumps([metrics, sim.timeline, records, sim.reclaims, sim.restarts], sort_keys=True)
 
 
 CONFIGS: dict[str, SimConfig] = {
@@ -65,13 +48,13 @@ def test_a_restored_snapshot_finishes_exactly_like_the_original(workload: Worklo
     config = CONFIGS[name]
     policy = make_policy("ats")
     sim = Simulator(workload, config, policy)
-    _drive(sim, policy, STEPS_BEFORE)
+    drive(sim, policy, STEPS_BEFORE)
     assert sim.active_jobs and not sim.done
     snap = sim.snapshot()
     assert isinstance(snap, SimSnapshot) and snap.time == sim.now and not snap.done
     reclaims, events = sim.reclaims, sim.num_events
-    _drive(sim, policy)
-    original = _result(sim)
+    drive(sim, policy)
+    original = episode_record(sim)
     assert sim.num_events > events
     if config.cluster.infer_nodes or config.cluster.shared_pool:
         assert sim.reclaims > reclaims  # inference took lent GPUs back after the snapshot
@@ -79,8 +62,8 @@ def test_a_restored_snapshot_finishes_exactly_like_the_original(workload: Worklo
         sim.restore(snap)
         assert sim.now == snap.time and sim.reclaims == reclaims and not sim.done
         assert sim._pool._training() is sim
-        _drive(sim, policy)
-        assert _result(sim) == original
+        drive(sim, policy)
+        assert episode_record(sim) == original
 
 
 def test_the_snapshot_equals_an_uninterrupted_run(workload: Workload) -> None:
@@ -88,14 +71,14 @@ def test_the_snapshot_equals_an_uninterrupted_run(workload: Workload) -> None:
     snapshotted."""
     policy = make_policy("ats")
     plain = Simulator(workload, sim_config(dynamics="v1"), policy)
-    _drive(plain, policy)
+    drive(plain, policy)
     sim = Simulator(workload, sim_config(dynamics="v1"), policy)
-    _drive(sim, policy, STEPS_BEFORE)
+    drive(sim, policy, STEPS_BEFORE)
     snap = sim.snapshot()
-    _drive(sim, policy, 7)
+    drive(sim, policy, 7)
     sim.restore(snap)
-    _drive(sim, policy)
-    assert _result(sim) == _result(plain)
+    drive(sim, policy)
+    assert episode_record(sim) == episode_record(plain)
 
 
 def test_a_stateful_policy_is_not_part_of_the_snapshot(workload: Workload) -> None:
@@ -104,15 +87,15 @@ def test_a_stateful_policy_is_not_part_of_the_snapshot(workload: Workload) -> No
     policy = make_policy("ones-lend")
     policy.reset(3)
     sim = Simulator(workload, sim_config(), policy)
-    _drive(sim, policy, STEPS_BEFORE)
+    drive(sim, policy, STEPS_BEFORE)
     snap, saved = sim.snapshot(), copy.deepcopy(policy)
-    _drive(sim, policy)
-    original = _result(sim)
+    drive(sim, policy)
+    original = episode_record(sim)
     sim.restore(snap)
     assert sim.policy is policy  # the reference is kept as it is, not copied
     again = copy.deepcopy(saved)
-    _drive(sim, again)
-    assert _result(sim) == original
+    drive(sim, again)
+    assert episode_record(sim) == original
     # restoring the simulator did not touch the policy: its RNG moved on with the first run
     assert policy.rng.bit_generator.state != saved.rng.bit_generator.state
 
@@ -123,54 +106,54 @@ def test_a_fork_and_its_original_are_independent_both_ways(workload: Workload) -
     config = sim_config(dynamics="v1")
     ats, nolend = make_policy("ats"), make_policy("ats-nolend")
     alone_a = Simulator(workload, config, ats)
-    _drive(alone_a, ats)
+    drive(alone_a, ats)
     alone_b = Simulator(workload, config, ats)
-    _drive(alone_b, ats, STEPS_BEFORE)
-    _drive(alone_b, nolend)
-    assert _result(alone_a) != _result(alone_b)  # the two policies differ on this workload
+    drive(alone_b, ats, STEPS_BEFORE)
+    drive(alone_b, nolend)
+    assert episode_record(alone_a) != episode_record(alone_b)  # the two policies differ on this workload
 
     sim = Simulator(workload, config, ats)
-    _drive(sim, ats, STEPS_BEFORE)
+    drive(sim, ats, STEPS_BEFORE)
     twin = sim.fork()
     assert type(twin) is Simulator and twin is not sim
     assert twin._pool._training() is twin and sim._pool._training() is sim
     assert twin.workload is sim.workload and twin.policy is sim.policy
     while not (sim.done and twin.done):
-        _drive(sim, ats, 1)
-        _drive(twin, nolend, 1)
-    assert _result(sim) == _result(alone_a)
-    assert _result(twin) == _result(alone_b)
+        drive(sim, ats, 1)
+        drive(twin, nolend, 1)
+    assert episode_record(sim) == episode_record(alone_a)
+    assert episode_record(twin) == episode_record(alone_b)
 
 
 def test_a_snapshot_of_a_finished_episode(workload: Workload) -> None:
     policy = make_policy("ats")
     sim = Simulator(workload, sim_config(), policy)
-    _drive(sim, policy)
+    drive(sim, policy)
     snap = sim.snapshot()
     assert snap.done
-    finished = _result(sim)
+    finished = episode_record(sim)
     other = Simulator(workload, sim_config(), policy)  # restored into another simulator
     other.restore(snap)
-    assert other.done and _result(other) == finished
+    assert other.done and episode_record(other) == finished
     other.advance()  # nothing left to run
-    assert _result(other) == finished
+    assert episode_record(other) == finished
     with pytest.raises(RuntimeError, match="over"):
         other.apply(Allocation({}))
     sim.reset()  # the snapshot does not follow the simulator it came from
     other.restore(snap)
-    assert other.done and _result(other) == finished
+    assert other.done and episode_record(other) == finished
 
 
 def test_a_pickled_snapshot_restores_exactly(workload: Workload) -> None:
     policy = make_policy("ats")
     sim = Simulator(workload, sim_config(interference=0.2), policy)
-    _drive(sim, policy, STEPS_BEFORE)
+    drive(sim, policy, STEPS_BEFORE)
     snap = pickle.loads(pickle.dumps(sim.snapshot()))
-    _drive(sim, policy)
-    original = _result(sim)
+    drive(sim, policy)
+    original = episode_record(sim)
     sim.restore(snap)
-    _drive(sim, policy)
-    assert _result(sim) == original
+    drive(sim, policy)
+    assert episode_record(sim) == original
 
 
 class _RecordingPool(InferencePool):
