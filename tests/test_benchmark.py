@@ -181,8 +181,20 @@ def test_ctrl_c_keeps_the_finished_runs_and_resume_completes_them(tmp_path) -> N
     argv = [sys.executable, "-m", "deepboot_harness.cli", "benchmark", "--families", "short-period"]
     argv += ["--policies", "ats", "ones-lend", "--seeds", "4", "--jobs", "2", "--out", str(out)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+    def as_from_a_terminal() -> None:
+        """Ctrl-C's disposition in a terminal: a test run in the background by a shell without
+        job control inherits SIGINT ignored, and Python keeps an inherited SIG_IGN."""
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
     proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+        preexec_fn=as_from_a_terminal,
     )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not ((out / RUNS_FILE).is_file() and (out / RUNS_FILE).stat().st_size):
