@@ -311,7 +311,8 @@ def _finish_run(
     """Save the final model and the run's results in ``config.yml`` (``interrupted``: the signal
     that stopped the run, or None); returns the model's path."""
     wall = time.perf_counter() - t0
-    model.logger.dump(model.num_timesteps)  # flush the last update's train/* values
+    if model.logger.name_to_value:  # flush the last update's train/* values (nothing to flush: no warning)
+        model.logger.dump(model.num_timesteps)
     final = run_dir / "final_model.zip"
     model.save(final)
     vec_env.close()
