@@ -150,9 +150,12 @@ POLICY_ARCHS: dict[str, str] = {"mlp": "MultiInputPolicy", "set": "SetPolicy"}
 """``--policy-arch`` -> the ``policy`` hyperparameter: SB3's multi-input MLP over the flattened
 slots, or the set-based actor-critic of :mod:`agents.set_policy`."""
 
+SET_SIZE_MINIMUMS: dict[str, int] = {"embed_dim": 1, "attention_heads": 1, "attention_layers": 0}
+"""The set policy's size arguments and their smallest values (checked here and by the policy)."""
+
 ARCH_ONLY_KEYS: dict[str, tuple[str, ...]] = {
     "mlp": ("net_arch", "share_features_extractor", "log_std_init"),
-    "set": ("embed_dim", "attention_heads", "attention_layers"),
+    "set": tuple(SET_SIZE_MINIMUMS),
 }
 """``policy_kwargs`` keys that only one architecture takes."""
 
@@ -184,7 +187,7 @@ def _check_policy_kwarg(key: str, value: Any) -> Any:
     elif key == "log_std_init":
         ok = isinstance(value, int | float) and not isinstance(value, bool)
     elif key in ARCH_ONLY_KEYS["set"]:
-        ok = isinstance(value, int) and not isinstance(value, bool) and value >= (key != "attention_layers")
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= SET_SIZE_MINIMUMS[key]
     else:
         ok = isinstance(value, bool)
     if not ok:

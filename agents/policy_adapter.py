@@ -5,7 +5,7 @@
 :func:`~deepboot_env.evaluation.run_episode` loop as the heuristics.
 
 At each decision :meth:`AgentPolicy.decide` encodes the :class:`ClusterState` with the env's own
-:func:`~deepboot_env.env.encoding.encode_observation` (the one encoder: ``DeepBootEnv`` calls it
+:func:`~deepboot_env.env.encoding.agent_observation` (the one encoder: ``DeepBootEnv`` calls it
 too) and the env's action codec (:mod:`deepboot_env.env.codec`: its extra observation and mask),
 asks the model for a deterministic action (with the mask for MaskablePPO) and decodes it with the
 same codec, which repairs targets that do not fit. Reclaim (ATS-I) and adaptive batch sizes are
@@ -33,6 +33,7 @@ from deepboot_env.env.encoding import (
     JOB_FEATURES,
     OUTLOOK_FEATURES,
     OutlookEncoder,
+    agent_observation,
     encode_observation,
 )
 from deepboot_env.policy import Allocation, BasePolicy, ClusterState
@@ -143,10 +144,7 @@ class AgentPolicy(BasePolicy):
 
     def predict(self, state: ClusterState) -> tuple[np.ndarray, np.ndarray]:
         """The model's raw action for ``state`` and the mask it was given."""
-        obs = encode_observation(state, self.max_jobs)
-        if self.outlook is not None:
-            obs["outlook"] = self.outlook.encode(state)
-        obs.update(self.codec.observe(state))
+        obs = agent_observation(state, self.max_jobs, self.outlook, self.codec.observe(state))
         mask = self.codec.mask(state)
         if self.masked:
             action, _ = self.model.predict(obs, action_masks=mask, deterministic=self.deterministic)

@@ -37,6 +37,8 @@ from sb3_contrib.common.maskable.policies import MaskableMultiInputActorCriticPo
 from stable_baselines3.common.policies import MultiInputActorCriticPolicy
 from torch import nn
 
+from agents.factory import SET_SIZE_MINIMUMS
+
 SLOT_KEYS: tuple[str, ...] = ("jobs", "base")
 """Observation entries that hold one row per job slot (``jobs``: the slot matrix; ``base``: the
 residual base policy's GPUs per slot). The first feature of a ``jobs`` row is ``present``."""
@@ -195,18 +197,12 @@ class _SetPolicyMixin:
         super().__init__(*args, **kwargs)
 
     def _set_sizes(self, embed_dim: int, attention_heads: int, attention_layers: int) -> None:
-        for name, value, low in (
-            ("embed_dim", embed_dim, 1),
-            ("attention_heads", attention_heads, 1),
-            ("attention_layers", attention_layers, 0),
-        ):
+        sizes = {"embed_dim": embed_dim, "attention_heads": attention_heads, "attention_layers": attention_layers}
+        for name, value in sizes.items():
+            low = SET_SIZE_MINIMUMS[name]
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-        self.set_sizes = {
-            "embed_dim": embed_dim,
-            "attention_heads": attention_heads,
-            "attention_layers": attention_layers,
-        }
+        self.set_sizes = sizes
 
     def _build_mlp_extractor(self) -> None:
         policy: Any = self

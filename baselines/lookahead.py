@@ -189,19 +189,22 @@ class LookaheadSwitcher(BasePolicy):
             policy.reset(seed)
             self._live.append(policy)
         self._sim: weakref.ref[Simulator] | None = None
-        self._decisions = 0
-        self._following = 0
         self._playing: Policy | None = None
         """The candidate copy being played in a lookahead (its hooks serve the fork)."""
-        self.choices: list[Choice] = []
         self._seed = seed
+        self._start_episode()
 
     def bind_simulator(self, sim: Simulator) -> None:
         """Keep (weakly) the simulator this policy runs in: the one it looks ahead from."""
         self._sim = weakref.ref(sim)
+        self._start_episode()
+
+    def _start_episode(self) -> None:
+        """Forget what the episode so far decided (at :meth:`reset` and when bound to a
+        simulator); a subclass with per-episode state of its own extends it."""
         self._decisions = 0
         self._following = 0
-        self.choices = []
+        self.choices: list[Choice] = []
 
     @property
     def following(self) -> str:

@@ -161,18 +161,11 @@ class MpcPolicy(LookaheadSwitcher):
                     "from the state alone"
                 )
 
-    def reset(self, seed: int | None = None) -> None:
-        """Fresh live instances of every candidate, reset with ``seed``; forget the episode and
-        the arrival history."""
-        super().reset(seed)
+    def _start_episode(self) -> None:
+        """Forget the episode's choices and its arrival history."""
+        super()._start_episode()
         self.forecast.reset()
         self.drawn: list[int] = []
-
-    def bind_simulator(self, sim: Simulator) -> None:
-        """Keep (weakly) the simulator this policy runs in; start the arrival history afresh."""
-        super().bind_simulator(sim)
-        self.forecast.reset()
-        self.drawn = []
 
     def lookahead_root(self, sim: Simulator) -> Simulator:
         """A fork of ``sim`` holding only the past and the present, its future arrivals replaced

@@ -149,16 +149,19 @@ class OracleLookaheadPolicy(LookaheadSwitcher):
     def reset(self, seed: int | None = None) -> None:
         """Fresh live instances of every candidate, reset with ``seed``; forget the episode."""
         super().reset(seed)
-        self._replay: _Recording | None = None
-        """With ``hindsight``: the decisions and reclaims of the plan played, replayed in order."""
         self.plan_scores: tuple[float, ...] = ()
         self.plan = ""
+
+    def _start_episode(self) -> None:
+        """Forget the episode's choices and the plan being replayed."""
+        super()._start_episode()
+        self._replay: _Recording | None = None
+        """With ``hindsight``: the decisions and reclaims of the plan played, replayed in order."""
 
     def bind_simulator(self, sim: Simulator) -> None:
         """Keep (weakly) the simulator this policy runs in: the one it forks at choice points.
         With ``hindsight``, simulate every plan to the end now and keep the best one's decisions."""
         super().bind_simulator(sim)
-        self._replay = None
         if self.hindsight:
             self._plan_in_hindsight(sim)
 

@@ -16,7 +16,7 @@ from deepboot_env.env.encoding import (
     JOB_FEATURES,
     OUTLOOK_FEATURES,
     OutlookEncoder,
-    encode_observation,
+    agent_observation,
     observation_limits,
 )
 from deepboot_env.policy import BasePolicy
@@ -194,11 +194,7 @@ class DeepBootEnv(gym.Env):
     def _observe(self) -> dict[str, np.ndarray]:
         assert self.sim is not None
         self._state = self.sim.observe()
-        obs = encode_observation(self._state, self.config.max_jobs)
-        if self._outlook is not None:
-            obs["outlook"] = self._outlook.encode(self._state)
-        obs.update(self.codec.observe(self._state))
-        return obs
+        return agent_observation(self._state, self.config.max_jobs, self._outlook, self.codec.observe(self._state))
 
     def neutral_action(self) -> np.ndarray:
         """The action that reproduces the base policy (residual mode: zero corrections, top

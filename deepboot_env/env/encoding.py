@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import math
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -256,3 +256,17 @@ class OutlookEncoder:
         out[n + 3] = sum(1 for job in jobs if not job.replicas) / self.max_jobs
         out[n + 4] = sum(job.max_replicas for job in jobs) / state.config.total_gpus
         return np.minimum(out, 1.0)
+
+
+def agent_observation(
+    state: ClusterState, max_jobs: int, outlook: OutlookEncoder | None, extra: Mapping[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """The agent's observation of ``state``, in the order of the env's spaces: the job slots and
+    cluster features (:func:`encode_observation`), the ``outlook`` entry when an encoder is given
+    (it observes ``state``: once per decision), then the action codec's extra entries ``extra``.
+    The env and the ``ppo:<path>`` adapter both build it here."""
+    obs = encode_observation(state, max_jobs)
+    if outlook is not None:
+        obs["outlook"] = outlook.encode(state)
+    obs.update(extra)
+    return obs
