@@ -224,6 +224,7 @@ def load_checkpoint(
         CheckpointError: not a PPO/MaskablePPO zip, a different algorithm than ``algo``, or a
             pickled field that cannot be rebuilt safely.
     """
+    from agents.distributions import use_padded_distribution
     from agents.factory import algo_class
 
     path = Path(path)
@@ -239,6 +240,8 @@ def load_checkpoint(
     else:
         custom = safe_custom_objects(path, data, found)
     try:
-        return algo_class(found).load(path, env=env, device=device, custom_objects=custom, **overrides)
+        model = algo_class(found).load(path, env=env, device=device, custom_objects=custom, **overrides)
     except (KeyError, RuntimeError, zipfile.BadZipFile, EOFError) as exc:
         raise CheckpointError(f"{path}: cannot load the model ({type(exc).__name__}: {exc})") from None
+    use_padded_distribution(model.policy)
+    return model

@@ -445,7 +445,8 @@ def build_model(
     hyperparams: Mapping[str, Any] | None = None,
     verbose: int = 0,
 ) -> Any:
-    """A new ``PPO`` / ``MaskablePPO`` on ``env``.
+    """A new ``PPO`` / ``MaskablePPO`` on ``env``, with the one-tensor action distribution
+    (:func:`agents.distributions.use_padded_distribution`).
 
     Args:
         algo: ``ppo`` or ``maskable_ppo``.
@@ -471,7 +472,7 @@ def build_model(
         policy: Any = set_policy_class(algo)
     else:
         policy = POLICY_ARCHS[arch]
-    return cls(
+    model = cls(
         policy,
         env,
         device=resolve_device(device),
@@ -480,3 +481,7 @@ def build_model(
         verbose=verbose,
         **kwargs,
     )
+    from agents.distributions import use_padded_distribution
+
+    use_padded_distribution(model.policy)
+    return model

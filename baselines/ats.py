@@ -45,6 +45,7 @@ Two options reproduce rules of the original DeepBoot simulator that the defaults
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -69,7 +70,25 @@ def option_values(
     if linear_untrained and not job.trained:
         values = np.arange(max_w + 1) / max(fair, 1)
         return _with_restart_factor(job, values)
-    table = job.rate_table()
+    return _with_restart_factor(job, speedup_values(job.rate_table(), fair, gpus_per_node, max_w))
+
+
+_SPEEDUPS: dict[tuple[int, int, int, int], tuple[np.ndarray, np.ndarray]] = {}
+_SPEEDUPS_LIMIT = 1 << 16
+
+
+def speedup_values(table: np.ndarray, fair: int, gpus_per_node: int, max_w: int) -> np.ndarray:
+    """Speedup of w = 0..max_w GPUs over ``fair`` GPUs on one node, from a rate table (by
+    [multi-node flag, replicas]); a read-only array.
+
+    Rate tables are cached arrays that live as long as their application's rates, so the result
+    is memoised by the table's identity (the entry holds the table, so the identity cannot be
+    reused while it is cached); the memo is emptied when it reaches 65,536 entries.
+    """
+    key = (id(table), fair, gpus_per_node, max_w)
+    hit = _SPEEDUPS.get(key)
+    if hit is not None and hit[0] is table:
+        return hit[1]
     k_max = table.shape[1] - 1
     base_k = max(1, min(fair, k_max))
     base = table[0, base_k]
@@ -79,7 +98,11 @@ def option_values(
     multi = (np.ceil(w / gpus_per_node) > 1).astype(int)
     values = table[multi, kk] / base
     values[0] = 0.0
-    return _with_restart_factor(job, values)
+    values.flags.writeable = False
+    if len(_SPEEDUPS) >= _SPEEDUPS_LIMIT:
+        _SPEEDUPS.clear()
+    _SPEEDUPS[key] = (table, values)
+    return values
 
 
 def _with_restart_factor(job: JobView, values: np.ndarray) -> np.ndarray:
@@ -96,28 +119,52 @@ def knapsack(values: list[np.ndarray], capacity: int) -> list[int]:
 
     The trace-back takes, for each item in reverse order, the smallest w > 0 that attains the
     optimum, else 0.
+
+    Each item's dynamic-programming row is one max-plus convolution over a strided window view
+    (:func:`_windows`): a row is the maximum of sums of the same two floats as an element-by-element
+    loop would add, so the result is bit-identical to it, at a few numpy calls per item.
     """
     n = len(values)
-    dp = np.zeros((n + 1, capacity + 1))
+    # dp[i, capacity + c] = best value of items < i within c GPUs; the first `capacity` columns
+    # are -inf, so that a window reaching below 0 GPUs never wins
+    dp = np.empty((n + 1, 2 * capacity + 1))
+    dp[:, :capacity] = -np.inf
+    dp[0, capacity:] = 0.0
     for i, v in enumerate(values):
-        prev = dp[i]
-        best = dp[i + 1]
-        best[:] = prev
-        for w in range(1, min(len(v) - 1, capacity) + 1):
-            # capacities below w cannot take w GPUs: only c >= w may improve
-            np.maximum(best[w:], prev[: capacity + 1 - w] + v[w], out=best[w:])
+        prev = dp[i, capacity:]
+        width = min(len(v) - 1, capacity)
+        if width <= 0:
+            dp[i + 1, capacity:] = prev
+            continue
+        sums = _windows(dp[i], capacity, width) + v[width:0:-1]
+        np.maximum(prev, sums.max(axis=1), out=dp[i + 1, capacity:])
+    # the trace-back visits a few entries per job: Python floats (the same doubles) beat numpy calls
+    rows = dp[:, capacity:].tolist()
     choice = [0] * n
     c = capacity
     for i in range(n - 1, -1, -1):
         v = values[i]
-        target = dp[i + 1][c]
+        width = min(len(v) - 1, c)
+        if width <= 0:
+            continue
+        target = rows[i + 1][c]
         tol = 1e-12 * max(1.0, abs(target))
-        for w in range(1, min(len(v) - 1, c) + 1):
-            if abs(dp[i][c - w] + v[w] - target) <= tol:
+        row = rows[i]
+        for w, value in enumerate(v[1 : width + 1].tolist(), start=1):
+            if abs(row[c - w] + value - target) <= tol:
                 choice[i] = w
                 c -= w
                 break
     return choice
+
+
+def _windows(row: np.ndarray, capacity: int, width: int) -> np.ndarray:
+    """A read-only strided view of a padded dp ``row``: entry [c, j] is ``row[capacity + c - width + j]``,
+    the best value within c - w GPUs for w = width - j (no copy, no index array)."""
+    step = row.itemsize
+    return np.ndarray(
+        (capacity + 1, width), dtype=row.dtype, buffer=row, offset=(capacity - width) * step, strides=(step, step)
+    )
 
 
 class AtsPolicy(BasePolicy):
@@ -151,19 +198,27 @@ class AtsPolicy(BasePolicy):
 
     def decide(self, state: ClusterState) -> Allocation:
         """Knapsack over job GPU counts, then best-fit placement."""
+        return self.place_proposal(state, self.propose_counts(state))
+
+    def propose_counts(self, state: ClusterState) -> dict[int, int]:
+        """The knapsack's GPUs per active job, in least-attained-service order."""
         jobs = sorted(state.jobs, key=job_priority_key)
         if not jobs:
-            return Allocation({})
-        cap = state.training_capacity(lend=self.lend)
-        capacity = int(cap.sum())
+            return {}
+        capacity = int(state.training_capacity(lend=self.lend).sum())
         fair = math.ceil(capacity / len(jobs)) if capacity > 0 else 1
         g = state.gpus_per_node
         linear = self.linear_untrained
         values = [option_values(j, fair, g, self.job_cap(j, capacity, fair), linear) for j in jobs]
         counts = knapsack(values, capacity)
-        wanted = {j.id: w for j, w in zip(jobs, counts, strict=True)}
+        return {j.id: w for j, w in zip(jobs, counts, strict=True)}
+
+    def place_proposal(self, state: ClusterState, counts: Mapping[int, int]) -> Allocation:
+        """Best-fit placement of ``counts`` (jobs whose count is unchanged keep their GPUs)."""
+        if not counts:
+            return Allocation({})
         order: dict[int, list[int]] | None = {} if self.relist_restarts else None
-        placed = place_counts(state, wanted, cap, order=order)
+        placed = place_counts(state, counts, state.training_capacity(lend=self.lend), order=order)
         relist = frozenset(i for i, nodes in (order or {}).items() if nodes != sorted(nodes))
         return Allocation(placed, relist=relist)
 

@@ -11,7 +11,7 @@ import numpy as np
 from deepboot_env.sim.cluster import node_layout
 
 if TYPE_CHECKING:
-    from deepboot_env.sim.state import ClusterState
+    from deepboot_env.sim.state import ClusterState, JobView
 
 
 def _available(free: np.ndarray | list[int], allowed: np.ndarray | list[bool] | None) -> list[int]:
@@ -156,18 +156,12 @@ def place_count_lists(
     out: dict[int, list[int]] = {}
     # plain ints: a few nodes, many small steps
     free = list(capacity) if isinstance(capacity, list) else np.asarray(capacity).tolist()
-    moved: list[tuple[int, int]] = []
-    for job_id, k in counts.items():
-        job = by_id[job_id]
-        if k > 0 and k == job.replicas:
-            held = out[job_id] = job.alloc.tolist()
-            free = list(map(operator.sub, free, held))
-        elif k > 0:
-            moved.append((k, job_id))
+    kept, moved = _kept_and_moved(by_id, counts, ascending)
+    for job_id in kept:
+        held = out[job_id] = by_id[job_id].alloc.tolist()
+        free = list(map(operator.sub, free, held))
     if not moved:
         return out
-    if ascending:
-        moved.sort(key=operator.itemgetter(0))
     own = node_layout(state.node_kinds).own
     avail_all = [f if f > 0 else 0 for f in free]
     avail_own = [f if ok else 0 for f, ok in zip(avail_all, own, strict=True)]  # kept in step below
@@ -191,3 +185,32 @@ def place_count_lists(
         if order is not None:
             order[job_id] = [node for node, _ in takes]
     return out
+
+
+def placement_order(state: ClusterState, counts: Mapping[int, int], ascending: bool = True) -> dict[int, int]:
+    """The jobs of ``counts`` that get GPUs, with their counts, in the order :func:`place_counts`
+    returns them (jobs that keep their count first, then the moved ones in placement order),
+    without placing anything."""
+    by_id = {job.id: job for job in state.jobs}
+    kept, moved = _kept_and_moved(by_id, counts, ascending)
+    order = {job_id: counts[job_id] for job_id in kept}
+    order.update((job_id, k) for k, job_id in moved)
+    return order
+
+
+def _kept_and_moved(
+    by_id: Mapping[int, JobView], counts: Mapping[int, int], ascending: bool
+) -> tuple[list[int], list[tuple[int, int]]]:
+    """Jobs whose positive count is the one they hold (in the order of ``counts``), and (count,
+    job id) of the other positive counts in placement order (ascending count, stable, if
+    ``ascending``)."""
+    kept: list[int] = []
+    moved: list[tuple[int, int]] = []
+    for job_id, k in counts.items():
+        if k > 0 and k == by_id[job_id].replicas:
+            kept.append(job_id)
+        elif k > 0:
+            moved.append((k, job_id))
+    if ascending:
+        moved.sort(key=operator.itemgetter(0))
+    return kept, moved

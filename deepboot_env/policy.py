@@ -19,6 +19,11 @@ decision). Only a policy that looks into the simulator itself needs it: the clai
 to play the true future, and ``mpc`` (:mod:`baselines.mpc`), which forks it and plays a forecast of
 the future instead. :class:`BasePolicy` has a no-op default.
 
+A policy that decides GPU counts before it places them may also implement :class:`CountProposer`
+(``propose_counts`` then ``place_proposal``, whose composition is ``decide``). The env's residual
+action mode uses it to read a base policy's counts at every decision and to pay for the placement
+only when the agent keeps them (ATS does; any other base policy is asked for ``decide``).
+
 Policies are built by name with :func:`make_policy`. Packages register their own names and
 prefixes (:func:`register_policy`, :func:`register_prefix`), with ``"module:attr"`` entry points
 imported on first use, as Gymnasium's ``register(id, entry_point=...)`` does; the packages that do
@@ -52,6 +57,7 @@ __all__ = [
     "AllocationError",
     "BasePolicy",
     "ClusterState",
+    "CountProposer",
     "GpuRef",
     "JobView",
     "Policy",
@@ -81,6 +87,17 @@ class Policy(Protocol):
 
     def choose_reclaim(self, state: ClusterState, request: RequestView) -> GpuRef | None:
         """The lent training GPU a cold inference request takes, or None to let it wait."""
+
+
+@runtime_checkable
+class CountProposer(Protocol):
+    """A policy whose ``decide(state)`` is ``place_proposal(state, propose_counts(state))``."""
+
+    def propose_counts(self, state: ClusterState) -> dict[int, int]:
+        """GPUs per active job (0: none), in the order :meth:`place_proposal` places them."""
+
+    def place_proposal(self, state: ClusterState, counts: Mapping[int, int]) -> Allocation:
+        """Place the :meth:`propose_counts` of the same ``state`` on GPUs."""
 
 
 class BasePolicy:

@@ -7,6 +7,11 @@
   horizon reaches ``TrainingJob.completion_lower_bound``, then ``completion_bound_from``): an
   episode with every projection made eagerly (no lower bound) is the same episode.
 * ``Simulator.job_seconds`` sums only the jobs that can count: it equals the array formula.
+* The residual codec asks a count-proposing base (ATS) for counts only and places them when the
+  neutral action needs them: observations, masks and decoded allocations (order included) equal
+  those of the codec that asks the base for its whole allocation at every decision.
+* ATS's group knapsack (one strided max-plus convolution per job) chooses exactly what the
+  element-by-element dynamic programme chooses, ties and flat (restart factor 0) values included.
 """
 
 from __future__ import annotations
@@ -17,8 +22,9 @@ import numpy as np
 import pytest
 from builders import check_completion_bounds, masked_random_action
 
+from baselines.ats import knapsack
 from deepboot_env.env import DeepBootEnv
-from deepboot_env.env.codec import TargetCodec
+from deepboot_env.env.codec import RESIDUAL_DELTAS, ResidualCodec, TargetCodec
 from deepboot_env.env.encoding import encode_observation
 from deepboot_env.evaluation import run_episode
 from deepboot_env.sim.cluster import ClusterConfig
@@ -124,3 +130,72 @@ def test_job_seconds_equals_the_array_formula(workload) -> None:
             assert sim.job_seconds(t0, t1) == reference(t0, t1)
             windows += 1
     assert windows > 100
+
+
+def reference_knapsack(values: list[np.ndarray], capacity: int) -> list[int]:
+    """The group knapsack written out one option at a time (the definition ATS's docstring gives)."""
+    n = len(values)
+    dp = np.zeros((n + 1, capacity + 1))
+    for i, v in enumerate(values):
+        for c in range(capacity + 1):
+            dp[i + 1][c] = max([dp[i][c]] + [dp[i][c - w] + v[w] for w in range(1, min(len(v) - 1, c) + 1)])
+    choice, c = [0] * n, capacity
+    for i in range(n - 1, -1, -1):
+        target = dp[i + 1][c]
+        tol = 1e-12 * max(1.0, abs(target))
+        for w in range(1, min(len(values[i]) - 1, c) + 1):
+            if abs(dp[i][c - w] + values[i][w] - target) <= tol:
+                choice[i], c = w, c - w
+                break
+    return choice
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_knapsack_equals_the_element_by_element_programme(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    capacity = int(rng.integers(0, 40))
+    values = []
+    for _ in range(int(rng.integers(0, 9))):
+        width = int(rng.integers(0, 50))
+        kind = rng.integers(4)
+        if kind == 0:  # concave speedups with a held option and a restart factor
+            v = np.concatenate(([0.0], np.sqrt(np.arange(1, width + 1)) * rng.uniform(0.2, 1.0)))
+        elif kind == 1:  # flat: restart factor 0, every option worth nothing (ties everywhere)
+            v = np.zeros(width + 1)
+        elif kind == 2:  # coarse values: many exact ties between items
+            v = np.concatenate(([0.0], rng.integers(0, 4, width).astype(float)))
+        else:  # plateau past a node boundary
+            v = np.concatenate(([0.0], np.minimum(np.arange(1, width + 1), 4) / 4.0))
+        values.append(v)
+    assert knapsack(values, capacity) == reference_knapsack(values, capacity)
+
+
+@pytest.mark.parametrize("base", ["ats", "ats-nolend", "ats-deepboot"])
+def test_residual_codec_with_lazy_placement_equals_the_allocating_one(workload, base: str) -> None:
+    env = DeepBootEnv(workload=workload, max_jobs=8, action_mode="residual", base_policy=base)
+    eager = ResidualCodec(8, env.lend_levels, base)
+    eager._proposer = None  # ask the base for decide() at every observation
+    assert env.codec._proposer is not None
+    env.reset(seed=3)
+    eager.reset(3)
+    rng = np.random.default_rng(3)
+    neutral_steps = 0
+    for step in range(400):
+        state = env.state
+        expected = eager.observe(state)
+        assert np.array_equal(env.codec.observe(state)["base"], expected["base"])
+        assert list(env.codec._counts.items()) == list(eager._counts.items())
+        assert np.array_equal(env.codec.mask(state), eager.mask(state))
+        action = env.neutral_action()
+        valid = env.codec.mask(state)[: 8 * len(RESIDUAL_DELTAS)].reshape(8, -1)
+        for slot in range(min(len(state.jobs), 8)):
+            if step % 3 and rng.random() < 0.3:  # every third step neutral, else some corrections
+                action[slot] = rng.choice(np.flatnonzero(valid[slot]))
+        ours, theirs = env.codec.decode(action, state), eager.decode(action, state)
+        assert list(ours[0].items()) == list(theirs[0].items()) and ours[1] == theirs[1]
+        neutral_steps += ours[1] == 0 and (action == env.neutral_action()).all()
+        env.codec.observe(state)  # decode again from a fresh observation: the env's own step
+        _, _, terminated, truncated, _ = env.step(action)
+        if terminated or truncated:
+            break
+    assert neutral_steps > 50

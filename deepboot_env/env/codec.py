@@ -35,8 +35,8 @@ from typing import ClassVar
 import numpy as np
 
 from deepboot_env.env.encoding import slot_jobs
-from deepboot_env.placement import place_count_lists
-from deepboot_env.policy import Policy, make_policy
+from deepboot_env.placement import place_count_lists, placement_order
+from deepboot_env.policy import CountProposer, Policy, make_policy
 from deepboot_env.sim.cluster import node_layout
 from deepboot_env.sim.state import Allocation, ClusterState, JobView, validate_allocation
 
@@ -263,6 +263,11 @@ class ResidualCodec(ActionCodec):
     """Per slot a correction from :data:`RESIDUAL_DELTAS` to a base policy's count, then a
     lending level.
 
+    A base policy that is a :class:`~deepboot_env.policy.CountProposer` (ATS) is asked only for
+    its counts at :meth:`observe`; its placement is made (and checked) when :meth:`decode` meets
+    the neutral action, the only action that uses it. Any other base policy is asked for its
+    allocation at :meth:`observe`. Both give the same counts, placements and order.
+
     Args:
         max_jobs: job slots.
         lend_levels: lending levels.
@@ -270,7 +275,8 @@ class ResidualCodec(ActionCodec):
 
     Attributes:
         proposal: the base policy's GPUs per node for the latest :meth:`observe` state (checked
-            once by :func:`~deepboot_env.sim.state.validate_allocation`).
+            once by :func:`~deepboot_env.sim.state.validate_allocation`; None until a
+            count-proposing base's placement is needed).
     """
 
     mode = "residual"
@@ -280,7 +286,9 @@ class ResidualCodec(ActionCodec):
         super().__init__(max_jobs, lend_levels)
         self.base_name = base
         self.base = make_policy(base)
+        self._proposer = self.base if isinstance(self.base, CountProposer) else None
         self.proposal: Counts | None = None
+        self._proposed: dict[int, int] | None = None
         self._counts: dict[int, int] = {}
 
     def extra_observation(self) -> dict[str, int]:
@@ -291,18 +299,38 @@ class ResidualCodec(ActionCodec):
         """Start an episode (resets the base policy)."""
         self.base.reset(seed)
         self.proposal = None
+        self._proposed = None
         self._counts = {}
 
     def observe(self, state: ClusterState) -> dict[str, np.ndarray]:
-        """Ask the base policy for its allocation of ``state``; observe its GPUs per slot."""
-        checked = validate_allocation(state, self.base.decide(state))
-        self.proposal = {job_id: row.tolist() for job_id, row in checked.items()}
-        counts = self._counts = {job_id: sum(row) for job_id, row in self.proposal.items()}
+        """Ask the base policy for its counts (or allocation) of ``state``; observe its GPUs per slot."""
+        if self._proposer is not None:
+            self.proposal = None
+            self._proposed = self._proposer.propose_counts(state)
+            counts = self._counts = placement_order(state, self._proposed)
+        else:
+            self._set_proposal(state, self.base.decide(state))
+            counts = self._counts = {job_id: sum(row) for job_id, row in self._checked_proposal().items()}
         out = np.zeros(self.max_jobs, dtype=np.float32)
         total = state.config.total_gpus
         for i, job in enumerate(slot_jobs(state, self.max_jobs)):
             out[i] = min(counts.get(job.id, 0) / total, 1.0)
         return {"base": out}
+
+    def _set_proposal(self, state: ClusterState, allocation: Allocation) -> None:
+        checked = validate_allocation(state, allocation)
+        self.proposal = {job_id: row.tolist() for job_id, row in checked.items()}
+
+    def _checked_proposal(self) -> Counts:
+        assert self.proposal is not None
+        return self.proposal
+
+    def _base_allocation(self, state: ClusterState) -> Counts:
+        """The base policy's allocation of the observed ``state`` (placed now if it was not yet)."""
+        if self.proposal is None:
+            assert self._proposer is not None and self._proposed is not None
+            self._set_proposal(state, self._proposer.place_proposal(state, self._proposed))
+        return {job_id: list(row) for job_id, row in self._checked_proposal().items()}
 
     def mask(self, state: ClusterState) -> np.ndarray:
         """Corrections that keep each target in [0, max_replicas]; empty slots only 0; every
@@ -328,12 +356,12 @@ class ResidualCodec(ActionCodec):
             RuntimeError: if :meth:`observe` was not called for this state.
             ValueError: if the action has the wrong shape or a choice outside the action space.
         """
-        if self.proposal is None:
+        if self.proposal is None and self._proposed is None:
             raise RuntimeError("call observe(state) before decode()")
         choices, lend = split_action(action, self.max_jobs, self.slot_choices, self.lend_levels)
         jobs = slot_jobs(state, self.max_jobs)
         if lend == self.lend_levels - 1 and all(choices[i] == NEUTRAL for i in range(len(jobs))):
-            return {job_id: row.copy() for job_id, row in self.proposal.items()}, 0
+            return self._base_allocation(state), 0
         targets = dict(self._counts)
         repaired = 0
         for job, choice in zip(jobs, choices, strict=False):

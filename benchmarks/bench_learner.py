@@ -1,0 +1,172 @@
+"""Benchmark: learner throughput, env steps per CPU-second, rollout collection and update apart.
+
+    python benchmarks/bench_learner.py [--algos maskable_ppo ppo] [--modes target residual]
+                                       [--archs mlp set] [--n-envs 4] [--n-steps 256]
+                                       [--rollouts 4] [--workload train] [--threads 1]
+
+For every (algorithm, action mode, policy architecture) it builds the model exactly as
+``train_policy.py`` does with the default hyperparameters (``agents.factory.build_model``: MLP
+256x256 or the set network, ``n_steps`` 256 per env, batch 256, 10 epochs) on ``--n-envs``
+``DummyVecEnv`` copies of ``DeepBoot-v0`` (torch.distributions argument validation off, as
+``train_policy.py`` runs), runs one untimed rollout and update (rate tables and
+torch warm up), then ``--rollouts`` timed ones, and reports, per CPU-second of this process
+(``time.process_time``; torch runs ``--threads`` threads):
+
+* ``rollout``: env steps collected per CPU-second of ``collect_rollouts``;
+* ``update``: env steps per CPU-second of ``train`` (the PPO epochs over the rollout);
+* ``overall``: env steps per CPU-second of both;
+* where a collected step's time goes, in microseconds per env step: ``env`` (``DeepBootEnv.step``
+  without its observation), ``obs`` (building the observation, base policy proposal included in
+  residual mode), ``mask`` (``action_masks``), ``forward`` (the policy's forward pass and action
+  sampling), ``buffer`` (``RolloutBuffer.add``) and ``other`` (SB3's tensor conversions, the
+  VecEnv and Monitor wrappers, callbacks);
+* ``env step residual/target``: the ratio of the residual mode's env step (env + obs + mask) to
+  the target mode's, per algorithm and architecture.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from agents.factory import ALGOS, POLICY_ARCHS, build_model, make_vec_env_for, resolve_hyperparams, switch_arch
+from deepboot_env.env import DeepBootEnv
+
+PARTS = ("env", "obs", "mask", "forward", "buffer", "other")
+"""Where a collected step's CPU time goes (see the module docstring)."""
+
+
+class _Timers:
+    """CPU seconds accumulated per part while patched methods run (nested parts are subtracted:
+    ``env`` is ``DeepBootEnv.step`` minus the observation it builds)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self._stack: list[list[float]] = []
+
+    def wrap(self, owner: Any, attr: str, part: str) -> Callable[[], None]:
+        """Time ``owner.attr`` as ``part``; returns the function that restores it."""
+        original = getattr(owner, attr)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            frame = [time.process_time(), 0.0]  # start, CPU of nested parts
+            self._stack.append(frame)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self._stack.pop()
+                spent = time.process_time() - frame[0]
+                self.seconds[part] += spent - frame[1]
+                if self._stack:
+                    self._stack[-1][1] += spent
+
+        setattr(owner, attr, timed)
+        return lambda: setattr(owner, attr, original)
+
+
+@contextmanager
+def _timed_parts(model: Any, timers: _Timers) -> Iterator[None]:
+    restore = [
+        timers.wrap(DeepBootEnv, "step", "env"),
+        timers.wrap(DeepBootEnv, "_observe", "obs"),
+        timers.wrap(DeepBootEnv, "action_masks", "mask"),
+        timers.wrap(model.policy, "forward", "forward"),
+        timers.wrap(model.rollout_buffer, "add", "buffer"),
+    ]
+    try:
+        yield
+    finally:
+        for undo in reversed(restore):
+            undo()
+
+
+def measure(algo: str, mode: str, arch: str, args: argparse.Namespace) -> dict[str, float]:
+    """One configuration's figures (see the module docstring)."""
+    hyperparams = resolve_hyperparams(algo, {"n_steps": args.n_steps, "batch_size": args.n_steps})
+    switch_arch(hyperparams, arch, keep_policy_kwargs=False)
+    env = make_vec_env_for(args.workload, n_envs=args.n_envs, seed=args.seed, env_kwargs={"action_mode": mode})
+    model = build_model(algo, env, device="cpu", seed=args.seed, hyperparams=hyperparams)
+    model.learn(total_timesteps=args.n_envs * args.n_steps)  # warm-up: rate tables, torch kernels
+    collect, update = model.collect_rollouts, model.train
+    cpu = {"collect": 0.0, "update": 0.0}
+
+    def timed_collect(*a: Any, **k: Any) -> Any:
+        t0 = time.process_time()
+        try:
+            return collect(*a, **k)
+        finally:
+            cpu["collect"] += time.process_time() - t0
+
+    def timed_update(*a: Any, **k: Any) -> Any:
+        t0 = time.process_time()
+        try:
+            return update(*a, **k)
+        finally:
+            cpu["update"] += time.process_time() - t0
+
+    model.collect_rollouts, model.train = timed_collect, timed_update
+    timers = _Timers()
+    steps = args.rollouts * args.n_envs * args.n_steps
+    with _timed_parts(model, timers):
+        model.learn(total_timesteps=steps, reset_num_timesteps=False)
+    env.close()
+    parts = {p: timers.seconds[p] / steps * 1e6 for p in PARTS if p != "other"}
+    parts["other"] = cpu["collect"] / steps * 1e6 - sum(parts.values())
+    return {
+        "rollout": steps / cpu["collect"],
+        "update": steps / cpu["update"],
+        "overall": steps / (cpu["collect"] + cpu["update"]),
+        **parts,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point (see the module docstring); returns the exit status."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser.add_argument("--algos", nargs="+", choices=ALGOS, default=["maskable_ppo"])
+    parser.add_argument("--modes", nargs="+", choices=("target", "residual"), default=["target", "residual"])
+    parser.add_argument("--archs", nargs="+", choices=tuple(POLICY_ARCHS), default=["mlp", "set"])
+    parser.add_argument("--n-envs", type=int, default=4)
+    parser.add_argument("--n-steps", type=int, default=256, help="per env and rollout (the default preset's)")
+    parser.add_argument("--rollouts", type=int, default=4, help="timed rollouts (each followed by its update)")
+    parser.add_argument("--workload", default="train")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: the fastest on 2 cores)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    import torch
+    from torch.distributions import Distribution
+
+    torch.set_num_threads(args.threads)
+    Distribution.set_default_validate_args(False)
+    print(
+        f"learner benchmark: {args.n_envs} DummyVecEnv envs on {args.workload!r}, n_steps {args.n_steps}, "
+        f"{args.rollouts} timed rollouts, {args.threads} torch thread(s); env steps per CPU-second"
+    )
+    header = f"{'algo':<13}{'mode':<9}{'arch':<5}{'rollout':>9}{'update':>8}{'overall':>9}  " + "".join(
+        f"{p:>8}" for p in PARTS
+    )
+    print(header + "   (us per collected step)")
+    env_step: dict[tuple[str, str, str], float] = {}
+    for algo in args.algos:
+        for arch in args.archs:
+            for mode in args.modes:
+                r = measure(algo, mode, arch, args)
+                env_step[(algo, arch, mode)] = r["env"] + r["obs"] + r["mask"]
+                print(
+                    f"{algo:<13}{mode:<9}{arch:<5}{r['rollout']:>9,.0f}{r['update']:>8,.0f}{r['overall']:>9,.0f}  "
+                    + "".join(f"{r[p]:>8.0f}" for p in PARTS),
+                    flush=True,
+                )
+            if {"target", "residual"} <= set(args.modes):
+                ratio = env_step[(algo, arch, "residual")] / env_step[(algo, arch, "target")]
+                print(f"  {algo} {arch}: env step residual/target = {ratio:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
