@@ -7,7 +7,7 @@
 * :func:`parse_kv` / :func:`parse_value`: RL-Zoo-style ``k:v`` overrides (Python literals,
   ``lin_<x>`` linear schedules, ``policy_kwargs`` as data: a mapping, a ``{...}`` literal or an
   RL-Zoo ``dict(...)`` call, read without evaluating it, keys and activations from a whitelist).
-* :func:`resolve_device`: ``auto`` -> ``cuda`` when ``torch.cuda.is_available()`` else ``cpu``.
+* :func:`resolve_device`: SB3's ``get_device`` (``auto`` -> ``cuda`` when available else ``cpu``; ``mps`` allowed).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # imported where used: SB3 and torch are slow to import
 ALGOS: tuple[str, ...] = ("ppo", "maskable_ppo")
 """Algorithms :func:`build_model` accepts."""
 
-DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
+DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda", "mps")
 """Values of ``--device``."""
 
 DEFAULT_HYPERPARAMS: dict[str, dict[str, Any]] = {
@@ -373,24 +373,23 @@ def algo_class(algo: str) -> type[PPO] | type[MaskablePPO]:
 
 
 def resolve_device(device: str) -> str:
-    """``auto`` -> ``cuda`` if available else ``cpu``; ``cuda`` without a GPU falls back to ``cpu``
-    with a warning.
+    """The torch device ``device`` names, through SB3's :func:`~stable_baselines3.common.utils.get_device`:
+    ``auto`` -> ``cuda`` if available else ``cpu``; any torch device (``cpu``, ``cuda``,
+    ``cuda:<n>``, ``mps``, ...) as itself, except ``cuda`` without a GPU, which falls back to
+    ``cpu`` with a warning.
 
     Raises:
-        ConfigError: for anything but auto/cpu/cuda (or ``cuda:<n>``).
+        ConfigError: for a string torch does not know as a device.
     """
-    import torch
+    from stable_baselines3.common.utils import get_device
 
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cpu":
-        return "cpu"
-    if device == "cuda" or device.startswith("cuda:"):
-        if torch.cuda.is_available():
-            return device
-        warnings.warn("--device cuda asked for but CUDA is not available; using cpu", RuntimeWarning, stacklevel=2)
-        return "cpu"
-    raise ConfigError(f"unknown device {device!r}; choose from {', '.join(DEVICES)}")
+    try:
+        resolved = str(get_device(device))
+    except RuntimeError:
+        raise ConfigError(f"unknown device {device!r}; choose from {', '.join(DEVICES)} (or cuda:<n>)") from None
+    if device != "auto" and resolved == "cpu" and device != "cpu":
+        warnings.warn(f"--device {device} asked for but CUDA is not available; using cpu", RuntimeWarning, stacklevel=2)
+    return resolved
 
 
 # ----------------------------------------------------------------------------------- env / model

@@ -259,11 +259,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Run policies x workloads x seeds; write results.csv, results.md and plots to ``--out``."""
-    from deepboot_harness.compare import write_results
+    from deepboot_harness.compare import resolve_reference, write_results
     from deepboot_harness.compare_grid import run_comparison
     from deepboot_harness.compare_tables import print_summary_table
 
     check_output_folder(args.out, "--out")
+    reference = resolve_reference(args.policies, args.reference)
     config = sim_config_from_args(args)
     seeds = args.seeds if args.seeds is not None else [args.seed]
     comparison = run_comparison(
@@ -275,8 +276,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         timeline_policy=args.timeline_policy,
         timeline_workload=args.timeline_workload,
+        timeline_per_policy=args.timeline_per_policy,
     )
-    paths = write_results(comparison, args.out)
+    paths = write_results(comparison, args.out, reference)
     if not args.quiet:
         print_summary_table(comparison.frame, title=f"policy comparison ({config_title(config)})")
         print(f"wrote {', '.join(p.name for p in paths.values())} to {args.out}")
@@ -396,6 +398,16 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--timeline-policy", metavar="P", help="policy of the run in timeline.png (default: the first)")
     cmp.add_argument(
         "--timeline-workload", metavar="W", help="workload of the run in timeline.png (default: the first)"
+    )
+    cmp.add_argument(
+        "--timeline-per-policy",
+        action="store_true",
+        help="also draw timeline-<policy>.png for every policy on that workload and seed",
+    )
+    cmp.add_argument(
+        "--reference",
+        metavar="P",
+        help="policy of the paired JCT ratios in results.md and jct_ratio.png (default: ats)",
     )
     cmp.add_argument("--out", required=True, metavar="DIR", help="output folder (created)")
     cmp.add_argument("--quiet", action="store_true", help="no progress bar or table")

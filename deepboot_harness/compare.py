@@ -6,9 +6,12 @@
 
 - ``results.csv``: the frame (every scalar metric; GPU-seconds per state as ``gpu_s_<state>``),
 - ``results.md``: mean +/- standard deviation per policy, ratio of the mean JCT to the best
-  policy's and to the JCT lower bound, and the mean JCT per workload,
+  policy's and to the JCT lower bound, the paired JCT ratios to a reference policy (``ats`` by
+  default) with bootstrap intervals, and the mean JCT per workload,
 - ``jcts.csv`` (per-job JCTs of every run) and ``timeline.csv`` (the chosen run's timeline),
-- ``jct_cdf.png``, ``avg_jct.png`` and ``timeline.png`` (see :mod:`deepboot_harness.plots`).
+- ``jct_cdf.png``, ``avg_jct.png``, ``jct_ratio.png`` (with a reference) and ``timeline.png``,
+  plus ``timeline-<policy>.png`` per policy when the comparison kept every policy's timeline
+  (see :mod:`deepboot_harness.plots` and :mod:`deepboot_harness.ratio_plots`).
 
 Rows are ordered policy, then workload, then seed, whatever order the runs finish in; apart from
 ``wall_seconds`` the frame is the same for any ``jobs``.
@@ -21,6 +24,7 @@ progress bar in :mod:`deepboot_harness.compare_workers`), the tables in
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,26 +32,49 @@ import pandas as pd
 
 from deepboot_env.sim.simulator import SimConfig
 from deepboot_harness.compare_grid import Comparison, run_comparison
-from deepboot_harness.compare_tables import results_markdown
+from deepboot_harness.compare_tables import ratio_column, results_markdown
 
 # ----------------------------------------------------------------------------------------------
 # writers
 
 
-def write_results(comparison: Comparison, out_dir: str | Path) -> dict[str, Path]:
-    """Write the CSV / markdown / PNG outputs into ``out_dir`` (created); returns them by name."""
-    from deepboot_harness import plots
+DEFAULT_REFERENCE = "ats"
+"""The reference of the paired ratios when it is among the policies and none is named."""
 
+
+def resolve_reference(policies: Sequence[str], reference: str | None = None) -> str | None:
+    """The policy the paired ratios are taken against: ``reference``, else :data:`DEFAULT_REFERENCE`
+    when compared, else None (no ratios).
+
+    Raises:
+        ValueError: if ``reference`` is not among ``policies``.
+    """
+    names = [str(p) for p in policies]
+    if reference is None:
+        return DEFAULT_REFERENCE if DEFAULT_REFERENCE in names else None
+    if reference not in names:
+        raise ValueError(f"reference policy {reference!r} is not among the policies: {', '.join(names)}")
+    return reference
+
+
+def write_results(comparison: Comparison, out_dir: str | Path, reference: str | None = None) -> dict[str, Path]:
+    """Write the CSV / markdown / PNG outputs into ``out_dir`` (created); returns them by name.
+
+    ``reference`` names the policy of the paired ratios (see :func:`resolve_reference`).
+    """
+    from deepboot_harness import plots
+    from deepboot_harness.ratio_plots import plot_paired_ratios
+
+    frame = comparison.frame
+    reference = resolve_reference(list(frame["policy"].unique()), reference)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {
         name: out / name
         for name in ("results.csv", "results.md", "jcts.csv", "timeline.csv", "jct_cdf.png", "avg_jct.png")
     }
-    paths["timeline.png"] = out / "timeline.png"
-    frame = comparison.frame
     frame.to_csv(paths["results.csv"], index=False)
-    paths["results.md"].write_text(results_markdown(comparison), encoding="utf-8")
+    paths["results.md"].write_text(results_markdown(comparison, reference), encoding="utf-8")
     jct_rows = [
         (policy, workload, seed, job, jct)
         for (policy, workload, seed), jcts in comparison.jcts.items()
@@ -56,18 +83,57 @@ def write_results(comparison: Comparison, out_dir: str | Path) -> dict[str, Path
     pd.DataFrame(jct_rows, columns=["policy", "workload", "seed", "job", "jct"]).to_csv(paths["jcts.csv"], index=False)
     comparison.timeline.to_csv(paths["timeline.csv"], index=False)
 
-    cfg = comparison.config
-    plots.plot_jct_cdf(comparison.jcts_by_policy(), paths["jct_cdf.png"], title=_plot_title(comparison))
-    plots.plot_avg_jct_bars(frame, paths["avg_jct.png"], title=_plot_title(comparison))
-    policy, workload, seed = comparison.timeline_run
-    train_gpus = None if cfg.cluster.shared_pool else cfg.cluster.train_nodes * cfg.cluster.gpus_per_node
-    plots.plot_timeline(
-        comparison.timeline,
-        paths["timeline.png"],
-        title=f"{policy} on {workload} (seed {seed}, {cfg.cluster.describe()}, restart {cfg.restart})",
-        train_gpus=train_gpus,
+    title = _plot_title(comparison)
+    colors = plots.policy_colors(list(frame["policy"].unique()))
+    plots.plot_jct_cdf(
+        comparison.jcts_by_policy(),
+        paths["jct_cdf.png"],
+        title=title,
+        colors=colors,
+        job_ratios=comparison.job_ratios(reference) if reference is not None else None,
+        reference=reference,
     )
+    plots.plot_avg_jct_bars(frame, paths["avg_jct.png"], title=title, colors=colors)
+    if reference is not None and frame["policy"].nunique() > 1:
+        data = frame[["policy", "workload", "seed"]].assign(jct_ratio=ratio_column(frame, reference))
+        labels = {p: plots.display_name(p) for p in colors}
+        paths["jct_ratio.png"] = plot_paired_ratios(
+            data, out / "jct_ratio.png", reference, "workload", False, labels, colors, subtitle=f"\n{title}"
+        )
+    paths.update(_write_timelines(comparison, out))
     return paths
+
+
+def _write_timelines(comparison: Comparison, out: Path) -> dict[str, Path]:
+    """``timeline.png`` (the chosen run) and, when several were kept, ``timeline-<policy>.png``
+    per policy on one time axis."""
+    from deepboot_harness import plots
+
+    cfg = comparison.config
+    _, workload, seed = comparison.timeline_run
+    train_gpus = None if cfg.cluster.shared_pool else cfg.cluster.train_nodes * cfg.cluster.gpus_per_node
+    where = f"{workload} (seed {seed}, {cfg.cluster.describe()}, restart {cfg.restart})"
+    end = max(float(t["time"].max()) for t in comparison.timelines.values()) / 3600.0 if comparison.timelines else None
+    runs = {"timeline.png": (comparison.timeline_run[0], comparison.timeline)}
+    if len(comparison.timelines) > 1:
+        runs.update({f"timeline-{_file_label(p)}.png": (p, t) for p, t in comparison.timelines.items()})
+    return {
+        name: plots.plot_timeline(
+            timeline,
+            out / name,
+            title=f"{plots.display_name(policy)} on {where}",
+            train_gpus=train_gpus,
+            end_hours=end if len(runs) > 1 else None,
+        )
+        for name, (policy, timeline) in runs.items()
+    }
+
+
+def _file_label(policy: str) -> str:
+    """A policy's name as part of a file name (``ppo:<path>`` -> ``ppo-<stem>``)."""
+    from deepboot_harness.plots import display_name
+
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", display_name(policy))
 
 
 def _plot_title(comparison: Comparison) -> str:
@@ -87,6 +153,8 @@ def compare(
     progress: bool = True,
     timeline_policy: str | None = None,
     timeline_workload: str | None = None,
+    timeline_per_policy: bool = False,
+    reference: str | None = None,
 ) -> pd.DataFrame:
     """Run every (policy, workload, seed) and return one row per run; write the reports if asked.
 
@@ -103,6 +171,9 @@ def compare(
         progress: show a rich progress bar on stderr.
         timeline_policy: policy whose run is drawn in ``timeline.png`` (default: the first).
         timeline_workload: workload of that run (default: the first); the seed is the first.
+        timeline_per_policy: also draw ``timeline-<policy>.png`` for every policy on that
+            workload and seed.
+        reference: the policy of the paired JCT ratios (default ``ats`` when compared).
 
     Returns:
         Columns :data:`~deepboot_harness.compare_grid.RUN_COLUMNS` (then ``interference`` when
@@ -110,6 +181,8 @@ def compare(
         :meth:`EpisodeMetrics.to_dict` (``include_jcts=False``) with ``gpu_seconds_by_state``
         flattened into ``gpu_s_<state>``; rows ordered by policy, workload, seed as given.
     """
+    if out_dir is not None:
+        resolve_reference(policies, reference)  # refuse a bad reference before running
     comparison = run_comparison(
         policies,
         workloads,
@@ -119,7 +192,8 @@ def compare(
         progress=progress,
         timeline_policy=timeline_policy,
         timeline_workload=timeline_workload,
+        timeline_per_policy=timeline_per_policy,
     )
     if out_dir is not None:
-        write_results(comparison, out_dir)
+        write_results(comparison, out_dir, reference)
     return comparison.frame

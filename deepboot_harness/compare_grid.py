@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from deepboot_env.config import dynamics_notes
@@ -137,6 +138,8 @@ class Comparison:
         timeline_run: (policy, workload label, seed) of the chosen run.
         config: the simulation settings used.
         workloads: the workloads, in row order.
+        timelines: the timeline of every policy on the chosen run's workload and seed, by policy in
+            row order, when asked for (``timeline_per_policy``); else the chosen run's alone.
     """
 
     frame: pd.DataFrame
@@ -145,6 +148,7 @@ class Comparison:
     timeline_run: tuple[str, str, int]
     config: SimConfig
     workloads: list[WorkloadRef] = field(default_factory=list)
+    timelines: dict[str, pd.DataFrame] = field(default_factory=dict)
 
     def jcts_by_policy(self) -> dict[str, list[float]]:
         """Per-job JCTs (s) pooled over every workload and seed, per policy in row order."""
@@ -152,6 +156,17 @@ class Comparison:
         for (policy, _, _), jcts in self.jcts.items():
             out[policy].extend(jcts.values())
         return out
+
+    def job_ratios(self, reference: str) -> dict[str, np.ndarray]:
+        """Per policy but ``reference`` (row order), each job's JCT over its JCT under
+        ``reference`` in the same workload and seed (jobs finished under both)."""
+        out: dict[str, list[float]] = {p: [] for p in self.frame["policy"].unique() if p != reference}
+        for (policy, workload, seed), jcts in self.jcts.items():
+            ref = self.jcts.get((reference, workload, seed))
+            if policy == reference or ref is None:
+                continue
+            out[policy].extend(jct / ref[job] for job, jct in jcts.items() if job in ref and ref[job] > 0)
+        return {p: np.asarray(v, dtype=float) for p, v in out.items()}
 
 
 def run_comparison(
@@ -163,6 +178,7 @@ def run_comparison(
     progress: bool = True,
     timeline_policy: str | None = None,
     timeline_workload: str | None = None,
+    timeline_per_policy: bool = False,
 ) -> Comparison:
     """Run every (policy, workload, seed) and collect metrics, JCTs and one timeline.
 
@@ -176,6 +192,7 @@ def run_comparison(
         timeline_policy: policy of the run whose timeline is kept (default: the first).
         timeline_workload: workload (label or source) of that run (default: the first); the
             seed is the first seed.
+        timeline_per_policy: keep the timeline of every policy on that workload and seed too.
 
     Raises:
         ValueError: empty or unknown policies, seeds or workloads, a bad ``jobs``, or a
@@ -210,15 +227,19 @@ def run_comparison(
             )
         chosen_ref = matches[0]
     chosen = (chosen_policy, chosen_ref.label, seeds[0])
+    kept = {(p, chosen_ref.label, seeds[0]) for p in (policies if timeline_per_policy else [chosen_policy])}
 
     tasks = [
-        RunTask(i, policy, ref.label, ref.source, seed, config, (policy, ref.label, seed) == chosen)
+        RunTask(i, policy, ref.label, ref.source, seed, config, (policy, ref.label, seed) in kept)
         for i, (policy, ref, seed) in enumerate((p, r, s) for p in policies for r in refs for s in seeds)
     ]
     outcomes = run_tasks(tasks, loaded, int(jobs), progress)
 
     frame = pd.DataFrame([_row(task, outcomes[task.index].metrics) for task in tasks])
     jcts = {(t.policy, t.workload, t.seed): outcomes[t.index].jcts for t in tasks}
-    timeline_rows = next(o.timeline for o in outcomes if o.timeline is not None)
-    timeline = pd.DataFrame(timeline_rows, columns=list(TIMELINE_COLUMNS))
-    return Comparison(frame, jcts, timeline, chosen, config, refs)
+    timelines = {
+        t.policy: pd.DataFrame(outcomes[t.index].timeline, columns=list(TIMELINE_COLUMNS))
+        for t in tasks
+        if t.want_timeline
+    }
+    return Comparison(frame, jcts, timelines[chosen_policy], chosen, config, refs, timelines)

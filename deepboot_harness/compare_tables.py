@@ -16,6 +16,7 @@ import pandas as pd
 from deepboot_env.config import dynamics_notes
 from deepboot_env.sim.interference import InterferenceModel
 from deepboot_harness.compare_grid import Comparison
+from deepboot_harness.paired_stats import bootstrap, mean, paired_ratios, summarize
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -112,15 +113,48 @@ def per_workload_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]
     return heading, rows
 
 
-def _markdown_table(heading: list[str], rows: list[list[str]], align_left: int = 1) -> str:
-    lines = ["| " + " | ".join(heading) + " |"]
-    lines.append("|" + "|".join(":---" if i < align_left else "---:" for i in range(len(heading))) + "|")
-    lines += ["| " + " | ".join(cells) + " |" for cells in rows]
-    return "\n".join(lines)
+def markdown_table(table: pd.DataFrame) -> str:
+    """``table`` (cells already formatted) as a Markdown pipe table: first column left-aligned,
+    the others right-aligned, cells kept as written."""
+    align = ["left"] + ["right"] * (len(table.columns) - 1)
+    return table.to_markdown(index=False, disable_numparse=True, colalign=align)
 
 
-def results_markdown(comparison: Comparison) -> str:
-    """The ``results.md`` report."""
+def _markdown_table(heading: list[str], rows: list[list[str]]) -> str:
+    return markdown_table(pd.DataFrame(rows, columns=heading))
+
+
+def ratio_column(frame: pd.DataFrame, reference: str) -> np.ndarray:
+    """Each run's mean training JCT over ``reference``'s on the same workload and seed."""
+    return paired_ratios(frame, reference, ["workload", "seed"])
+
+
+def paired_tables(frame: pd.DataFrame, reference: str) -> tuple[str, str]:
+    """Markdown tables of the JCT ratios to ``reference``, paired by workload and seed: per policy
+    (mean, IQM and probability of improvement over every run, with 95 % bootstrap intervals,
+    and runs won), and per workload (mean over seeds, with its interval when there are several)."""
+    data = frame[["policy", "workload", "seed"]].assign(jct_ratio=ratio_column(frame, reference))
+    data = data[data["policy"] != reference]
+    policies = list(dict.fromkeys(data["policy"]))
+    rows = []
+    for policy in policies:
+        s = summarize(data[data["policy"] == policy]["jct_ratio"])
+        rows.append([policy, s.mean.cell(".3f"), s.iqm.cell(".3f"), s.improvement.cell(".2f"), f"{s.wins}/{s.n}"])
+    heading = ["policy", "mean JCT ratio", "IQM of JCT ratio", f"P(better than {reference})", "runs won"]
+    per_policy = markdown_table(pd.DataFrame(rows, columns=heading))
+    cells = data.groupby(["workload", "policy"], sort=False)["jct_ratio"].apply(lambda v: bootstrap(v, mean))
+    per_workload = pd.DataFrame(
+        [
+            [w, *(cells[(w, p)].cell(".3f") if (w, p) in cells else "-" for p in policies)]
+            for w in frame["workload"].unique()
+        ],
+        columns=["workload", *policies],
+    )
+    return per_policy, markdown_table(per_workload)
+
+
+def results_markdown(comparison: Comparison, reference: str | None = None) -> str:
+    """The ``results.md`` report; with ``reference``, the paired ratios to it too."""
     frame, cfg = comparison.frame, comparison.config
     seeds = list(frame["seed"].unique())
     workloads = list(frame["workload"].unique())
@@ -144,6 +178,7 @@ def results_markdown(comparison: Comparison) -> str:
         "",
         _markdown_table(*summary_rows(frame)),
         "",
+        *(_paired_section(frame, reference) if reference is not None and frame["policy"].nunique() > 1 else []),
         "## Training JCT mean per workload (s)",
         "",
         "Mean over seeds (± standard deviation where there are several); the best policy per workload in bold.",
@@ -161,11 +196,41 @@ def results_markdown(comparison: Comparison) -> str:
         "- `results.csv`: one row per run, every metric (seconds; `gpu_s_<state>` = GPU-seconds per state)",
         "- `jcts.csv`: per-job training JCT of every run",
         "- `jct_cdf.png`: CDF of training JCT per policy (all workloads and seeds pooled)",
-        "- `avg_jct.png`: mean training JCT per policy, error bars = standard deviation over runs",
+        "- `avg_jct.png`: mean training JCT per policy, error bars = 95 % bootstrap CI of the mean over runs",
+        *(
+            [f"- `jct_ratio.png`: JCT ratio to {reference} per workload and seed, mean and IQM with 95 % bootstrap CIs"]
+            if reference is not None and frame["policy"].nunique() > 1
+            else []
+        ),
         f"- `timeline.png`, `timeline.csv`: GPUs by state over time for {policy} on {workload}, seed {seed}",
+        *(
+            [f"- `timeline-<policy>.png`: the same for every policy on {workload}, seed {seed}, on one time axis"]
+            if len(comparison.timelines) > 1
+            else []
+        ),
         "",
     ]
     return "\n".join(parts)
+
+
+def _paired_section(frame: pd.DataFrame, reference: str) -> list[str]:
+    per_policy, per_workload = paired_tables(frame, reference)
+    return [
+        f"## Paired with {reference}",
+        "",
+        f"Each run's mean training JCT over {reference}'s on the same workload and seed (below 1: better "
+        f"than {reference}), so a workload's difficulty cancels out. Mean and interquartile mean (IQM) "
+        f"of those ratios, and the probability of improvement (share of runs with a lower JCT than "
+        f"{reference}'s), each [95 % bootstrap CI over runs] (rliable's estimators, Agarwal et al. 2021, "
+        "paired by scenario).",
+        "",
+        per_policy,
+        "",
+        "Per workload: the mean ratio over seeds [95 % bootstrap CI, with several seeds].",
+        "",
+        per_workload,
+        "",
+    ]
 
 
 def print_summary_table(frame: pd.DataFrame, title: str = "policy comparison", console: Console | None = None) -> None:

@@ -8,10 +8,18 @@ loads a workload once (:func:`load_workload_once`); only the chosen run sends it
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from deepboot_env.sim.metrics import EpisodeMetrics
 from deepboot_env.sim.simulator import SimConfig
@@ -71,74 +79,47 @@ def run_task(task: RunTask, workload: Workload | None = None) -> RunOutcome:
 def run_tasks(tasks: list[RunTask], loaded: dict[str, Workload], jobs: int, progress: bool) -> list[RunOutcome]:
     """Run ``tasks``; the outcomes are indexed like the tasks whatever order they finish in."""
     outcomes: list[RunOutcome | None] = [None] * len(tasks)
-    with _ProgressBar(len(tasks), progress) as advance:
-        if jobs == 1 or len(tasks) == 1:
+    bar = _progress_bar(progress)
+    bar_task = bar.add_task("", total=len(tasks))
+
+    def done(outcome: RunOutcome, task: RunTask) -> None:
+        outcomes[outcome.index] = outcome
+        bar.advance(bar_task)
+        last = "done" if bar.finished else f"{task.policy} on {task.workload} seed {task.seed}"
+        bar.update(bar_task, description=last)
+
+    if jobs == 1 or len(tasks) == 1:
+        with bar:
             for task in tasks:
-                outcomes[task.index] = run_task(task, loaded[task.source])
-                advance(task)
-        else:
-            # All tasks are submitted before the progress bar's thread starts, so forked workers
-            # never inherit a held lock.
-            executor = ProcessPoolExecutor(max_workers=min(jobs, len(tasks)))
-            try:
-                futures: dict[Future[RunOutcome], RunTask] = {executor.submit(run_task, t): t for t in tasks}
+                done(run_task(task, loaded[task.source]), task)
+    else:
+        # All tasks are submitted before the progress bar's refresh thread starts (on entering
+        # it), so forked workers never inherit a held lock.
+        executor = ProcessPoolExecutor(max_workers=min(jobs, len(tasks)))
+        try:
+            futures: dict[Future[RunOutcome], RunTask] = {executor.submit(run_task, t): t for t in tasks}
+            with bar:
                 pending = set(futures)
                 while pending:
-                    done, pending = wait(pending, return_when=FIRST_EXCEPTION)
-                    for fut in done:
-                        outcome = fut.result()  # re-raises a worker's error
-                        outcomes[outcome.index] = outcome
-                        advance(futures[fut])
-            finally:
-                executor.shutdown(wait=True, cancel_futures=True)
+                    finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
+                    for fut in finished:
+                        done(fut.result(), futures[fut])  # result() re-raises a worker's error
+        finally:
+            executor.shutdown(wait=True, cancel_futures=True)
     assert all(o is not None for o in outcomes)
     return [o for o in outcomes if o is not None]
 
 
-class _ProgressBar:
-    """A rich progress bar on stderr (or nothing); entering gives ``advance(task)``."""
-
-    def __init__(self, total: int, enabled: bool) -> None:
-        self.total = total
-        self.enabled = enabled
-        self._progress: Any = None  # a rich Progress while entered
-
-    def __enter__(self) -> Callable[[RunTask], None]:
-        if not self.enabled:
-            return lambda task: None
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self._progress = progress = Progress(
-            TextColumn("[bold]compare[/]"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("eta"),
-            TimeRemainingColumn(),
-            TextColumn("{task.description}"),
-            console=Console(stderr=True),
-            transient=False,
-        )
-        progress.start()
-        bar = progress.add_task("", total=self.total)
-
-        done = [0]
-
-        def advance(task: RunTask) -> None:
-            done[0] += 1
-            last = "done" if done[0] == self.total else f"{task.policy} on {task.workload} seed {task.seed}"
-            progress.update(bar, advance=1, description=last)
-
-        return advance
-
-    def __exit__(self, *exc: object) -> None:
-        if self._progress is not None:
-            self._progress.stop()
+def _progress_bar(enabled: bool) -> Progress:
+    r"""rich's progress bar on stderr (``disable``\ d when not ``enabled``)."""
+    return Progress(
+        TextColumn("[bold]compare[/]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+        TextColumn("{task.description}"),
+        console=Console(stderr=True),
+        disable=not enabled,
+    )

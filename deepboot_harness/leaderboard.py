@@ -4,9 +4,11 @@
 :func:`leaderboard` gives, per policy and family, the mean training JCT with its 95 % confidence
 interval over seeds (Student's t), the mean of the per-seed JCT ratios to a reference policy
 (``ats``) with its interval, the mean inference p99 latency and the mean JCT over the JCT lower
-bound; :func:`leaderboard_markdown` writes them as tables (policies x families). The plots are
-the JCT ratio to the reference per family (:func:`plot_ratios`) and the CDF of job JCTs per
-family (:func:`plot_job_cdfs`).
+bound, and the paired bootstrap statistics of the ratios (interval of the mean ratio, interquartile
+mean, probability of improvement; :mod:`deepboot_harness.paired_stats`);
+:func:`leaderboard_markdown` writes them as tables (policies x families, then the aggregate over
+every family and seed). The plots are the JCT ratio to the reference per family and its aggregates
+(:func:`plot_ratio_figures`) and the CDF of job JCTs per family (:func:`plot_job_cdfs`).
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter
 from scipy import stats
 
+from deepboot_harness.compare_tables import markdown_table
+from deepboot_harness.paired_stats import Estimate, paired_ratios, summarize
 from deepboot_harness.plots import display_name, policy_colors, save_png
+from deepboot_harness.ratio_plots import plot_aggregates, plot_paired_ratios, ratio_summaries
 
 REFERENCE = "ats"
 """The policy every ratio is taken against."""
@@ -64,10 +68,8 @@ def mean_ci(values: Sequence[float] | np.ndarray) -> tuple[float, float]:
 def with_ratios(frame: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame:
     """``frame`` with ``jct_ratio`` (a run's mean JCT over the reference's on the same family and
     seed; NaN where the reference did not run) and ``jct_vs_bound`` (mean JCT over its lower bound)."""
-    ref = frame[frame["policy"] == reference].set_index(["family", "seed"])["train_jct_mean"]
-    keys = pd.MultiIndex.from_frame(frame[["family", "seed"]])
     out = frame.copy()
-    out["jct_ratio"] = frame["train_jct_mean"].to_numpy() / ref.reindex(keys).to_numpy()
+    out["jct_ratio"] = paired_ratios(frame, reference, ["family", "seed"])
     out["jct_vs_bound"] = frame["train_jct_mean"] / frame["jct_lower_bound_mean"]
     return out
 
@@ -76,7 +78,14 @@ def leaderboard(frame: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame
     """Per (policy, family), and per policy over all families (family :data:`ALL`): seeds,
     ``jct`` / ``jct_ci``, ``ratio`` / ``ratio_ci`` (to ``reference``), ``p99`` / ``p99_ci``
     (inference latency), ``bound`` (mean JCT over the lower bound) and ``cpu_s`` (mean CPU
-    seconds per run); policies and families in the frame's order."""
+    seconds per run); policies and families in the frame's order. The ``_ci`` columns are
+    Student-t half-widths over seeds (NaN for :data:`ALL`).
+
+    Paired bootstrap statistics of the per-seed ratios (:mod:`deepboot_harness.paired_stats`;
+    for :data:`ALL`, resampled within each family): ``ratio_lo`` / ``ratio_hi`` (95 % interval of
+    the mean ratio), ``iqm`` / ``iqm_lo`` / ``iqm_hi`` (interquartile mean), ``p_improve`` /
+    ``p_improve_lo`` / ``p_improve_hi`` (share of scenarios with a lower JCT than the reference's),
+    ``wins`` (those scenarios) and ``scenarios``."""
     data = with_ratios(frame, reference)
     policies = list(dict.fromkeys(data["policy"]))
     families = list(dict.fromkeys(data["family"]))
@@ -96,6 +105,7 @@ def leaderboard(frame: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame
                 jct = mean_ci(group["train_jct_mean"])
                 ratio = mean_ci(group["jct_ratio"])
                 p99 = mean_ci(group["infer_latency_p99"])
+            paired = summarize(group["jct_ratio"], group["family"])
             rows.append(
                 {
                     "policy": policy,
@@ -109,6 +119,16 @@ def leaderboard(frame: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame
                     "p99_ci": p99[1],
                     "bound": float(group["jct_vs_bound"].mean()),
                     "cpu_s": float(group["cpu_s"].mean()),
+                    "ratio_lo": paired.mean.lo,
+                    "ratio_hi": paired.mean.hi,
+                    "iqm": paired.iqm.value,
+                    "iqm_lo": paired.iqm.lo,
+                    "iqm_hi": paired.iqm.hi,
+                    "p_improve": paired.improvement.value,
+                    "p_improve_lo": paired.improvement.lo,
+                    "p_improve_hi": paired.improvement.hi,
+                    "wins": paired.wins,
+                    "scenarios": paired.n,
                 }
             )
     return pd.DataFrame(rows)
@@ -125,20 +145,18 @@ def _label(policy: str) -> str:
     return f"{name} (clairvoyant upper reference)" if policy in CLAIRVOYANT else name
 
 
-def _table(board: pd.DataFrame, cell: Any, families: list[str]) -> list[str]:
+def _table(board: pd.DataFrame, cell: Any, families: list[str]) -> str:
     """One Markdown table, policies x ``families``; a policy run on fewer seeds says so."""
-    head = ["policy", *families]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     full = int(board["seeds"].max())
+    rows = []
     for policy in dict.fromkeys(board["policy"]):
         mine = board[board["policy"] == policy].set_index("family")
         label = _label(policy)
         fewer = mine.loc[[f for f in families if f != ALL and f in mine.index], "seeds"]
         if len(fewer) and int(fewer.max()) < full:
             label += f" ({int(fewer.max())} seeds)"
-        cells = [cell(mine.loc[f]) if f in mine.index else "-" for f in families]
-        lines.append("| " + " | ".join([label, *cells]) + " |")
-    return lines
+        rows.append([label, *(cell(mine.loc[f]) if f in mine.index else "-" for f in families)])
+    return markdown_table(pd.DataFrame(rows, columns=["policy", *families]))
 
 
 def leaderboard_markdown(board: pd.DataFrame, title: str, notes: Sequence[str] = (), reference: str = REFERENCE) -> str:
@@ -149,9 +167,10 @@ def leaderboard_markdown(board: pd.DataFrame, title: str, notes: Sequence[str] =
     parts = [f"## {title}", "", *notes, ""] if notes else [f"## {title}", ""]
     sections = [
         (
-            f"Mean training JCT over `{reference}`'s on the same scenario (mean of per-seed ratios ± 95 % CI; "
-            f"lower is better; '{ALL}' is the mean of the family means)",
-            lambda r: _pm(r["ratio"], r["ratio_ci"], ".3f"),
+            f"Mean training JCT over `{reference}`'s on the same scenario (mean of per-seed ratios "
+            f"[95 % paired bootstrap CI]; lower is better; '{ALL}' is the mean of the family means, "
+            "its interval resampled within each family)",
+            lambda r: Estimate(r["ratio"], r["ratio_lo"], r["ratio_hi"]).cell(".3f"),
             cols,
         ),
         ("Mean training JCT, s (± 95 % CI over seeds)", lambda r: _pm(r["jct"], r["jct_ci"], ",.0f"), families),
@@ -175,8 +194,35 @@ def leaderboard_markdown(board: pd.DataFrame, title: str, notes: Sequence[str] =
             ),
         )
     for heading, cell, columns in sections:
-        parts += [f"### {heading}", "", *_table(board, cell, columns), ""]
+        parts += [f"### {heading}", "", _table(board, cell, columns), ""]
+    parts += [
+        f"### Against `{reference}` over every family and seed",
+        "",
+        f"Interquartile mean of the per-scenario JCT ratios and probability of improvement (share of "
+        f"scenarios with a lower mean JCT than `{reference}`'s), each [95 % CI from a bootstrap "
+        "stratified by family]; the estimators of rliable (Agarwal et al., 2021), paired by scenario.",
+        "",
+        aggregate_table(board, reference),
+        "",
+    ]
     return "\n".join(parts)
+
+
+def aggregate_table(board: pd.DataFrame, reference: str = REFERENCE) -> str:
+    """The :data:`ALL` rows as a Markdown table: IQM of the ratio, probability of improvement,
+    scenarios won, mean ratio (the reference's own row left out)."""
+    rows = [
+        [
+            _label(str(r["policy"])),
+            Estimate(r["iqm"], r["iqm_lo"], r["iqm_hi"]).cell(".3f"),
+            Estimate(r["p_improve"], r["p_improve_lo"], r["p_improve_hi"]).cell(".2f"),
+            f"{int(r['wins'])}/{int(r['scenarios'])}",
+            Estimate(r["ratio"], r["ratio_lo"], r["ratio_hi"]).cell(".3f"),
+        ]
+        for _, r in board[(board["family"] == ALL) & (board["policy"] != reference)].iterrows()
+    ]
+    heading = ["policy", "IQM of JCT ratio", f"P(better than {reference})", "scenarios won", "mean JCT ratio"]
+    return markdown_table(pd.DataFrame(rows, columns=heading))
 
 
 def _gap_closed(ratio: float, oracle_ratio: float) -> str:
@@ -188,68 +234,6 @@ def _gap_closed(ratio: float, oracle_ratio: float) -> str:
 
 # ----------------------------------------------------------------------------------------------
 # plots
-
-
-ZOOM_BELOW = 1.25
-"""The lower panel of :func:`plot_ratios` shows the policies whose mean ratio stays below this."""
-
-
-def plot_ratios(frame: pd.DataFrame, path: str | Path, reference: str = REFERENCE) -> Path:
-    """Per family, each policy's per-seed JCT ratio to ``reference`` (small dots) and their mean
-    with its 95 % CI (marker and bar): every policy on a log scale (top), and the policies whose
-    mean ratio stays below :data:`ZOOM_BELOW` in every family on a linear scale (bottom)."""
-    data = with_ratios(frame, reference)
-    data = data[data["policy"] != reference]
-    policies = list(dict.fromkeys(data["policy"]))
-    families = list(dict.fromkeys(data["family"]))
-    colors = policy_colors(list(dict.fromkeys(frame["policy"])))
-    means = data.groupby(["policy", "family"], sort=False)["jct_ratio"].mean()
-    close = [p for p in policies if float(means.loc[p].max()) < ZOOM_BELOW]
-    fig = Figure(figsize=(max(8.0, 1.9 * len(families) + 2), 9.0))
-    top, bottom = fig.add_subplot(2, 1, 1), fig.add_subplot(2, 1, 2)
-    for ax, shown in ((top, policies), (bottom, close)):
-        width = 0.8 / max(len(shown), 1)
-        for i, policy in enumerate(shown):
-            label: str | None = _label(policy)  # on the policy's first marker only
-            for j, family in enumerate(families):
-                mine = data[(data["policy"] == policy) & (data["family"] == family)]
-                values = mine["jct_ratio"].dropna().to_numpy()
-                if values.size == 0:
-                    continue
-                x = j - 0.4 + width * (i + 0.5)
-                mean, half = mean_ci(values)
-                bar = half if math.isfinite(half) else 0.0
-                ax.scatter(np.full(values.size, x), values, s=6, color=colors[policy], alpha=0.45, zorder=2)
-                ax.errorbar(
-                    x,
-                    mean,
-                    yerr=[[min(bar, mean * 0.95)], [bar]],  # above 0 on the log axis
-                    fmt="o",
-                    ms=5,
-                    color=colors[policy],
-                    capsize=2,
-                    lw=1.2,
-                    zorder=3,
-                    label=label,
-                )
-                label = None
-        ax.axhline(1.0, color="black", lw=1, ls="--")
-        ax.set_xticks(range(len(families)), families)
-        for j in range(1, len(families)):
-            ax.axvline(j - 0.5, color="grey", lw=0.5, alpha=0.5)
-        ax.grid(axis="y", alpha=0.3, which="both")
-        if shown:
-            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-        else:
-            ax.text(0.5, 0.5, f"no policy within {ZOOM_BELOW:g}x of {reference}", ha="center", transform=ax.transAxes)
-    top.set_yscale("log")
-    top.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    top.set_ylabel(f"mean JCT / {reference}'s (log)")
-    top.set_title(f"Training JCT relative to {reference} on the same scenario (dots: seeds; markers: mean ± 95 % CI)")
-    bottom.set_ylabel(f"mean JCT / {reference}'s")
-    bottom.set_title(f"close-up: the policies within {ZOOM_BELOW:g}x of {reference} in every family", fontsize=10)
-    fig.tight_layout()
-    return save_png(fig, path, tight=True)
 
 
 def plot_job_cdfs(jobs: pd.DataFrame, path: str | Path, policies: Sequence[str] | None = None) -> Path:
@@ -286,11 +270,26 @@ def plot_job_cdfs(jobs: pd.DataFrame, path: str | Path, policies: Sequence[str] 
     return save_png(fig, path, tight=True)
 
 
+def plot_ratio_figures(frame: pd.DataFrame, out: Path, reference: str = REFERENCE) -> dict[str, Path]:
+    """``jct_ratio.png`` (per family) and ``jct_aggregate.png`` (IQM and probability of
+    improvement over every family and seed) against ``reference``; their paths by name."""
+    data = with_ratios(frame, reference)
+    labels = {p: _label(p) for p in dict.fromkeys(frame["policy"])}
+    colors = policy_colors(list(labels))
+    summaries = ratio_summaries(data[data["policy"] != reference], "family", stratify=True)
+    return {
+        "ratio_plot": plot_paired_ratios(
+            data, out / "jct_ratio.png", reference, "family", True, labels, colors, all_label=ALL
+        ),
+        "aggregate_plot": plot_aggregates(summaries, out / "jct_aggregate.png", reference, labels, colors),
+    }
+
+
 def write_outputs(
     rows: Sequence[dict[str, Any]], out: str | Path, title: str, notes: Sequence[str] = ()
 ) -> dict[str, Path]:
     """Write ``results.csv``, ``jobs.csv``, ``leaderboard.csv``, ``leaderboard.md``,
-    ``jct_ratio.png`` and ``jct_cdf.png`` to ``out``; their paths by name."""
+    ``jct_ratio.png``, ``jct_aggregate.png`` and ``jct_cdf.png`` to ``out``; their paths by name."""
     out = Path(out)
     frame = results_frame(rows)
     jobs = jobs_frame(rows)
@@ -306,6 +305,6 @@ def write_outputs(
     board.to_csv(paths["leaderboard_csv"], index=False)
     paths["leaderboard"].write_text(leaderboard_markdown(board, title, notes) + "\n", encoding="utf-8")
     if REFERENCE in set(frame["policy"]):
-        paths["ratio_plot"] = plot_ratios(frame, out / "jct_ratio.png")
+        paths.update(plot_ratio_figures(frame, out))
     paths["cdf_plot"] = plot_job_cdfs(jobs, out / "jct_cdf.png")
     return paths

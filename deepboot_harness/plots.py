@@ -15,10 +15,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.artist import Artist
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, MaxNLocator
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
 
 from deepboot_env.env.render import STATE_COLOURS
 from deepboot_env.sim.metrics import GPU_STATES
@@ -97,18 +98,26 @@ def plot_jct_cdf(
     path: str | Path,
     title: str | None = None,
     colors: Mapping[str, str] | None = None,
+    job_ratios: Mapping[str, np.ndarray] | None = None,
+    reference: str | None = None,
 ) -> Path:
-    """Empirical CDF of training JCT per policy (log-scaled hours).
+    """Empirical CDF of training JCT per policy (log-scaled hours); with ``job_ratios``, a second
+    panel with the CDF of each job's JCT over its JCT under ``reference`` (paired by job, so
+    curves that coincide in the first panel come apart where the policies treat jobs differently).
 
     Args:
         jcts_by_policy: per-job JCTs in seconds, per policy (pooled over runs).
         path: the PNG to write.
         title: appended to the figure's title.
         colors: policy colours (default :func:`policy_colors` in the mapping's order).
+        job_ratios: per policy, the per-job JCT ratios to ``reference`` (see
+            :meth:`deepboot_harness.compare_grid.Comparison.job_ratios`).
+        reference: the policy of ratio 1.
     """
     colors = dict(colors or policy_colors(list(jcts_by_policy)))
-    fig = _new_figure()
-    ax = fig.add_subplot()
+    paired = bool(job_ratios) and reference is not None
+    fig = _new_figure(14.0 if paired else 8.0, 5.2 if paired else 4.8)
+    ax = fig.add_subplot(1, 2 if paired else 1, 1)
     drawn: dict[str, np.ndarray] = {}
     for policy, jcts in jcts_by_policy.items():
         raw = np.asarray(jcts, dtype=float)
@@ -118,27 +127,59 @@ def plot_jct_cdf(
         # A curve identical to an earlier one would hide it: dash it and say so.
         twin = next((p for p, v in drawn.items() if len(v) == len(values) and np.array_equal(v, values)), None)
         drawn[policy] = values
-        frac = np.arange(1, len(values) + 1) / len(values)
-        label = f"{policy} (mean {_hours_label(values.mean())}, n={len(values)})"
-        ax.step(
-            np.concatenate([[values[0]], values]),
-            np.concatenate([[0.0], frac]),
-            where="post",
-            color=colors.get(policy),
-            linewidth=1.8,
-            linestyle="-" if twin is None else (0, (4, 3)),
-            label=label if twin is None else f"{label}, same as {twin}",
-        )
-    ax.set_xscale("log")
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+        label = f"{display_name(policy)} (mean {_hours_label(values.mean())}, n={len(values)})"
+        _cdf(ax, values, colors.get(policy), label if twin is None else f"{label}, same as {twin}", twin is not None)
     ax.set_xlabel("training job completion time (hours, log scale)")
     ax.set_ylabel("fraction of jobs completed")
+    ax.set_title("Training JCT CDF" + (f": {title}" if title else ""), fontsize=11)
+    ax.legend(loc="lower right", fontsize=8, frameon=True)
+    if paired:
+        assert job_ratios is not None
+        right = fig.add_subplot(1, 2, 2)
+        for policy, ratios in job_ratios.items():
+            values = np.sort(ratios[np.isfinite(ratios) & (ratios > 0)])
+            if values.size:
+                faster = float(np.mean(values < 1.0))
+                label = f"{display_name(policy)} (median {np.median(values):.2f}, {faster:.0%} of jobs faster)"
+                _cdf(right, values, colors.get(policy), label, False)
+        right.axvline(1.0, color="black", linestyle="--", linewidth=1.0)
+        ref = display_name(reference or "")
+        beyond = [display_name(p) for p, r in job_ratios.items() if r.size and np.nanmedian(r) > CLIP_ABOVE]
+        note = ""
+        if beyond:  # their medians are in the legend; the axis stays on the policies near 1
+            low = min(float(np.nanmin(r[r > 0])) for r in job_ratios.values() if np.any(r > 0))
+            right.set_xlim(min(low, 1.0) / 1.1, CLIP_ABOVE)
+            right.set_xticks([t for t in (0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 4) if t >= min(low, 1.0) / 1.1])
+            right.xaxis.set_minor_formatter(NullFormatter())
+            note = f"; clipped at {CLIP_ABOVE:g}: {', '.join(beyond)} mostly beyond"
+        right.set_xlabel(f"job's JCT / its JCT under {ref} (log scale; left of 1: faster{note})")
+        right.set_ylabel("fraction of jobs")
+        right.set_title(f"Per job, paired with {ref} (same job, workload and seed)", fontsize=11)
+        right.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, fontsize=8, frameon=False)
+    return save_png(fig, path)
+
+
+def _cdf(ax: Axes, values: np.ndarray, color: str | None, label: str, dashed: bool) -> None:
+    """The empirical CDF of sorted ``values`` as a step line on a log x axis."""
+    frac = np.arange(1, len(values) + 1) / len(values)
+    ax.step(
+        np.concatenate([[values[0]], values]),
+        np.concatenate([[0.0], frac]),
+        where="post",
+        color=color,
+        linewidth=1.8,
+        linestyle=(0, (4, 3)) if dashed else "-",
+        label=label,
+    )
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
     ax.set_ylim(0, 1.02)
     ax.grid(True, which="major", alpha=0.35)
     ax.grid(True, which="minor", axis="x", alpha=0.12)
-    ax.set_title("Training JCT CDF" + (f": {title}" if title else ""), fontsize=11)
-    ax.legend(loc="upper left", fontsize=9, frameon=True)
-    return save_png(fig, path)
+
+
+CLIP_ABOVE = 4.0
+""":func:`plot_avg_jct_bars` clips its axis at this multiple of the lowest mean when a bar passes it."""
 
 
 def plot_avg_jct_bars(
@@ -147,7 +188,11 @@ def plot_avg_jct_bars(
     title: str | None = None,
     colors: Mapping[str, str] | None = None,
 ) -> Path:
-    """Mean training JCT per policy (hours) with error bars = standard deviation over runs.
+    """Mean training JCT per policy (hours) with its 95 % bootstrap interval over runs.
+
+    A bar beyond :data:`CLIP_ABOVE` times the lowest mean would flatten the others: the axis is
+    then clipped there, the clipped bars are hatched at the top and carry their value, and the
+    title says so.
 
     Args:
         df: one row per run with columns ``policy``, ``train_jct_mean`` (s) and, if present,
@@ -156,29 +201,59 @@ def plot_avg_jct_bars(
         title: appended to the figure's title.
         colors: policy colours (default :func:`policy_colors` in row order).
     """
+    from deepboot_harness.paired_stats import bootstrap, mean
+
     policies = list(dict.fromkeys(df["policy"]))
     colors = dict(colors or policy_colors(policies))
-    stats = df.groupby("policy", sort=False)["train_jct_mean"].agg(["mean", "std", "count"]).loc[policies]
-    means = stats["mean"].to_numpy(dtype=float) / 3600.0
-    stds = np.where(stats["count"] > 1, stats["std"].fillna(0.0), 0.0) / 3600.0
+    estimates = [
+        bootstrap(df[df["policy"] == p]["train_jct_mean"].to_numpy(dtype=float) / 3600.0, mean) for p in policies
+    ]
+    means = np.array([e.value for e in estimates])
+    lo = np.array([e.lo if np.isfinite(e.lo) else e.value for e in estimates])
+    hi = np.array([e.hi if np.isfinite(e.hi) else e.value for e in estimates])
+    finite = means[np.isfinite(means)]
+    clip = float(finite.min()) * CLIP_ABOVE if finite.size and finite.min() > 0 else np.inf
+    clipped = [i for i, m in enumerate(means) if np.isfinite(m) and hi[i] > clip]
+    top = clip if clipped else float(np.nanmax(hi)) if finite.size else 1.0
     fig = _new_figure(max(5.0, 1.2 * len(policies) + 2.5), 4.8)
     ax = fig.add_subplot()
     x = np.arange(len(policies))
-    ax.bar(
+    shown = np.minimum(means, top)
+    bars = ax.bar(
         x,
-        means,
-        yerr=stds if np.any(stds > 0) else None,
-        capsize=5,
+        shown,
         color=[colors.get(p) for p in policies],
         edgecolor="black",
         linewidth=0.6,
-        error_kw={"elinewidth": 1.2, "ecolor": "black"},
         zorder=2,
     )
-    top = float(np.nanmax(means + stds)) if len(means) else 1.0
-    for xi, m, s in zip(x, means, stds, strict=True):
-        if np.isfinite(m):
-            ax.text(float(xi), m + s + 0.015 * top, _hours_label(m), ha="center", va="bottom", fontsize=9)
+    within = [i for i in range(len(policies)) if i not in clipped and np.isfinite(means[i]) and hi[i] > lo[i]]
+    if within:
+        ax.errorbar(
+            x[within],
+            means[within],
+            yerr=[means[within] - lo[within], hi[within] - means[within]],
+            fmt="none",
+            ecolor="black",
+            elinewidth=1.2,
+            capsize=5,
+            zorder=3,
+        )
+    for i in clipped:
+        bars[i].set_hatch("//")
+        ax.text(
+            float(x[i]),
+            top * 0.97,
+            f"{_hours_label(means[i])}\n(clipped)",
+            ha="center",
+            va="top",
+            fontsize=8,
+            bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "none", "pad": 1.5},
+            zorder=4,
+        )
+    for i in range(len(policies)):
+        if i not in clipped and np.isfinite(means[i]):
+            ax.text(float(x[i]), hi[i] + 0.015 * top, _hours_label(means[i]), ha="center", va="bottom", fontsize=9)
     if "jct_lower_bound_mean" in df:
         bound = float(df["jct_lower_bound_mean"].mean()) / 3600.0
         if np.isfinite(bound):
@@ -193,13 +268,15 @@ def plot_avg_jct_bars(
             ax.legend(loc="upper left", fontsize=9)
     ax.set_xticks(x, [display_name(p) for p in policies])
     ax.set_xlim(-0.6, len(policies) - 0.4)
-    ax.set_ylim(0, top * 1.12 if top > 0 else 1.0)
+    ax.set_ylim(0, top * (1.0 if clipped else 1.12) if top > 0 else 1.0)
     ax.set_ylabel("mean training JCT (hours)")
-    runs = int(stats["count"].max()) if len(stats) else 0
+    runs = int(df.groupby("policy")["train_jct_mean"].count().max()) if len(df) else 0
+    notes = [f"error bars: 95 % bootstrap CI of the mean over {runs} runs"] if runs > 1 else []
+    if clipped:
+        beyond = ", ".join(display_name(policies[i]) for i in clipped)
+        notes.append(f"axis clipped at {CLIP_ABOVE:g}x the lowest mean: {beyond} beyond")
     ax.set_title(
-        "Average training JCT" + (f": {title}" if title else "") + f"\n(error bars: std over {runs} runs)"
-        if runs > 1
-        else "Average training JCT" + (f": {title}" if title else ""),
+        "Average training JCT" + (f": {title}" if title else "") + "".join(f"\n({n})" for n in notes),
         fontsize=11,
     )
     ax.grid(True, axis="y", alpha=0.35, zorder=0)
@@ -212,11 +289,16 @@ def plot_timeline(
     title: str = "",
     train_gpus: int | None = None,
     smooth_minutes: float = 10.0,
+    end_hours: float | None = None,
 ) -> Path:
     """GPUs by state over time (stacked areas) with the inference arrival rate overlaid.
 
     Each timeline row is sampled at a scheduling boundary, before the policy's decision, and
-    counts what happened in the interval that ends there; it is drawn over that interval.
+    counts what happened in the interval that ends there; it is drawn over that interval. Every
+    band keeps its place for the whole run: with two clusters, the training cluster (training,
+    then its idle GPUs) lies below the line at ``train_gpus`` and the inference cluster (lent,
+    running, protect, sleep, idle) above it; in one pool, training and lent GPUs stack from the
+    bottom, inference states from the top and idle GPUs between.
 
     Args:
         timeline: :attr:`EpisodeMetrics.timeline` rows ``(time, training, lent,
@@ -228,6 +310,7 @@ def plot_timeline(
             split between the clusters and a line separates them (None: one pool, e.g. in
             shared-pool mode).
         smooth_minutes: window of the moving average of the arrival rate.
+        end_hours: draw the time axis at least this far (the same axis for several runs).
     """
     if isinstance(timeline, pd.DataFrame):
         data = timeline.to_numpy(dtype=float)
@@ -246,8 +329,10 @@ def plot_timeline(
     t = np.concatenate([[seconds[0] - step], seconds]) / 3600.0
     counts = {s: data[:, 1 + i] for i, s in enumerate(GPU_STATES)}
     layers: list[tuple[str, np.ndarray]]
-    idle_train = None if train_gpus is None else train_gpus - counts["training"]
-    if idle_train is not None and np.all(idle_train >= 0) and np.all(counts["idle"] - idle_train >= 0):
+    split = train_gpus is not None and _splits(counts, train_gpus)
+    if split:
+        assert train_gpus is not None
+        idle_train = np.clip(train_gpus - counts["training"], 0.0, counts["idle"])
         layers = [
             ("training", counts["training"]),
             ("idle", idle_train),
@@ -257,10 +342,8 @@ def plot_timeline(
             ("sleep", counts["sleep"]),
             ("idle", counts["idle"] - idle_train),
         ]
-        split = True
-    else:
-        layers = [(s, counts[s]) for s in GPU_STATES]
-        split = False
+    else:  # one pool: training from the bottom, inference from the top, idle between
+        layers = [(s, counts[s]) for s in ("training", "lent", "idle", "sleep", "protect", "inference-running")]
     values = np.vstack([np.concatenate([[v[0]], v]) for _, v in layers])
     polys = ax.stackplot(
         t,
@@ -276,7 +359,7 @@ def plot_timeline(
         box = {"facecolor": "white", "alpha": 0.75, "edgecolor": "none", "pad": 1.5}
         ax.text(t[0], train_gpus, "  inference cluster \u2191", va="bottom", ha="left", fontsize=8, bbox=box)
         ax.text(t[0], train_gpus, "  training cluster \u2193", va="top", ha="left", fontsize=8, bbox=box)
-    ax.set_xlim(t[0], t[-1])
+    ax.set_xlim(t[0], max(t[-1], end_hours or 0.0))
     ax.set_ylim(0, total)
     ax.set_xlabel("simulated time (hours)")
     ax.set_ylabel("GPUs")
@@ -288,7 +371,7 @@ def plot_timeline(
     for (state, v), poly in zip(layers, polys, strict=True):
         if np.any(v > 0):
             first.setdefault(state, poly)
-    order = [s for s in reversed(GPU_STATES) if s in first]
+    order = [s for s in dict.fromkeys(state for state, _ in reversed(layers)) if s in first]
     handles: list[Artist] = [first[s] for s in order]
     labels = [STATE_LABELS[s] for s in order]
     if data.shape[1] > n_states + 2 and len(seconds) > 1:
@@ -300,13 +383,21 @@ def plot_timeline(
             rate = pd.Series(rate).rolling(window, min_periods=1, center=True).mean().to_numpy()
         ax2 = ax.twinx()
         (line,) = ax2.plot((seconds - dt_min * 30.0) / 3600.0, rate, color="black", linewidth=1.1)
-        ax2.set_ylabel(f"inference arrivals per minute ({smooth_minutes:g}-min mean)")
+        rate_name = f"inference arrivals per minute ({smooth_minutes:g}-min mean)"
+        ax2.set_ylabel(rate_name)
         ax2.set_ylim(0, max(float(np.nanmax(rate)) * 1.1, 1e-6))
         handles.append(line)
-        labels.append("inference arrivals / min")
+        labels.append(rate_name)
     ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.08, 1.0), fontsize=8, frameon=False)
     ax.set_title(f"GPUs by state: {title}" if title else "GPUs by state", fontsize=11)
     return save_png(fig, path)
+
+
+def _splits(counts: Mapping[str, np.ndarray], train_gpus: int, tol: float = 1e-6) -> bool:
+    """Whether the idle GPUs can be split between the clusters at every row: the training
+    cluster's non-training GPUs are idle (up to float noise of the time averages)."""
+    idle_train = train_gpus - counts["training"]
+    return bool(np.all(idle_train >= -tol) and np.all(counts["idle"] - idle_train >= -tol))
 
 
 def plot_learning_curves(

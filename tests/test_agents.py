@@ -148,6 +148,7 @@ def test_device_resolution() -> None:
     if not torch.cuda.is_available():
         with pytest.warns(RuntimeWarning, match="CUDA is not available"):
             assert resolve_device("cuda") == "cpu"
+    assert resolve_device("mps") == "mps"  # SB3's get_device: any torch device, Apple's included
     with pytest.raises(ConfigError, match="unknown device"):
         resolve_device("tpu")
 

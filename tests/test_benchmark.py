@@ -15,7 +15,15 @@ from deepboot_env.config import sim_config
 from deepboot_env.evaluation import run_episode
 from deepboot_harness.benchmark import RUNS_FILE, BenchmarkSpec, read_runs
 from deepboot_harness.cli import main
-from deepboot_harness.leaderboard import ALL, leaderboard, leaderboard_markdown, mean_ci, with_ratios
+from deepboot_harness.leaderboard import (
+    ALL,
+    leaderboard,
+    leaderboard_markdown,
+    mean_ci,
+    results_frame,
+    with_ratios,
+    write_outputs,
+)
 from traces.families import SPLIT_SEEDS, sample_scenario
 
 FAMILIES = ["philly-periodic", "short-period"]
@@ -42,9 +50,9 @@ def test_a_benchmark_runs_every_policy_on_the_test_seeds_and_writes_its_tables(t
     jobs = pd.read_csv(out / "jobs.csv")
     assert len(jobs) == int(results["train_jobs"].sum())
     board = (out / "leaderboard.md").read_text()
-    assert "| fifo |" in board and "± " in board and ALL in board
+    assert "| fifo " in board and "± " in board and ALL in board and "### Against `ats`" in board
     assert len(pd.read_csv(out / "leaderboard.csv")) == 2 * (len(FAMILIES) + 1)
-    for name in ("jct_ratio.png", "jct_cdf.png"):
+    for name in ("jct_ratio.png", "jct_aggregate.png", "jct_cdf.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (out / name).stat().st_size > 10_000
 
 
@@ -137,6 +145,40 @@ def test_ratios_pair_runs_on_the_same_scenario() -> None:
     assert board.loc[("x", "f"), "ratio"] == 1.0 and board.loc[("x", "f"), "jct"] == 175.0
     assert board.loc[("x", "f"), "bound"] == pytest.approx(3.5)
     assert board.loc[("x", ALL), "ratio"] == 1.0 and np.isnan(board.loc[("x", ALL), "ratio_ci"])
+    # paired bootstrap statistics of the per-seed ratios 0.5 and 1.5
+    x = board.loc[("x", "f")]
+    assert (x["ratio_lo"], x["ratio_hi"]) == (0.5, 1.5) and x["iqm"] == 1.0
+    assert (x["p_improve"], x["wins"], x["scenarios"]) == (0.5, 1, 2)
+    assert board.loc[("ats", "f"), "p_improve"] == 0.5 and board.loc[("ats", "f"), "ratio_hi"] == 1.0
+
+
+def test_the_aggregate_is_stratified_by_family_and_reproducible(tmp_path) -> None:
+    rows = [
+        {
+            "policy": p,
+            "family": f,
+            "seed": s,
+            "train_jct_mean": jct,
+            "jct_lower_bound_mean": 1.0,
+            "infer_latency_p99": 1.0,
+            "cpu_s": 1.0,
+            "jcts": {"j": jct},
+        }
+        for f, base in (("f", 100.0), ("g", 300.0))
+        for s in range(4)
+        for p, jct in (("ats", base + s), ("x", (base + s) * (0.9 if f == "f" else 1.2)))
+    ]
+    board = leaderboard(results_frame(rows)).set_index(["policy", "family"])
+    x = board.loc[("x", ALL)]
+    # per family the ratio is constant: resampling seeds within families cannot move the mean
+    assert x["ratio_lo"] == pytest.approx(1.05) and x["ratio_hi"] == pytest.approx(1.05)
+    assert x["p_improve"] == 0.5 and x["wins"] == 4 and x["scenarios"] == 8
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = write_outputs(rows, tmp_path / "a", "t")
+    again = write_outputs(rows, tmp_path / "b", "t")
+    for name in ("leaderboard", "leaderboard_csv", "ratio_plot", "aggregate_plot"):
+        assert first[name].read_bytes() == again[name].read_bytes(), name
 
 
 def test_the_markdown_says_how_much_of_the_oracle_gap_each_policy_closes() -> None:
@@ -153,7 +195,8 @@ def test_the_markdown_says_how_much_of_the_oracle_gap_each_policy_closes() -> No
     )
     text = leaderboard_markdown(leaderboard(frame), "t")
     section = text.split("### Share of the gap")[1].split("###")[0]
-    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ")[1:] for line in section.splitlines()[3:] if line}
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines()[4:] if line]
+    rows = {c[0]: c[1:] for c in cells}
     assert rows["x"][:2] == ["50%", "-"]  # half of f's gap; g's reference gains nothing
     assert rows["ats"][0] == "0%" and rows["oracle-lookahead (clairvoyant upper reference)"][0] == "100%"
     assert "### Share of the gap" not in leaderboard_markdown(

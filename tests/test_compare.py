@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,16 @@ from traces.loaders import list_shipped_workloads
 POLICIES = ["fifo", "ats"]
 SEEDS = [0, 1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-OUTPUTS = ("results.csv", "results.md", "jcts.csv", "timeline.csv", "jct_cdf.png", "avg_jct.png", "timeline.png")
+OUTPUTS = (
+    "results.csv",
+    "results.md",
+    "jcts.csv",
+    "timeline.csv",
+    "jct_cdf.png",
+    "avg_jct.png",
+    "jct_ratio.png",
+    "timeline.png",
+)
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +79,7 @@ def test_files_written(parallel_dir: tuple[pd.DataFrame, Path]) -> None:
     pd.testing.assert_series_equal(csv["train_jct_mean"], frame["train_jct_mean"])
     md = (out / "results.md").read_text(encoding="utf-8")
     for policy in POLICIES:
-        assert f"| {policy} |" in md
+        assert re.search(rf"^\| {policy} +\|", md, re.MULTILINE), policy
     assert "JCT ÷ lower bound" in md and "small-gen" in md
     jcts = pd.read_csv(out / "jcts.csv")
     assert len(jcts) == 20 * len(frame)
@@ -80,7 +90,7 @@ def test_files_written(parallel_dir: tuple[pd.DataFrame, Path]) -> None:
 
 def test_pngs_are_real_images(parallel_dir: tuple[pd.DataFrame, Path]) -> None:
     _, out = parallel_dir
-    for name in ("jct_cdf.png", "avg_jct.png", "timeline.png"):
+    for name in ("jct_cdf.png", "avg_jct.png", "jct_ratio.png", "timeline.png"):
         data = (out / name).read_bytes()
         assert data[:8] == PNG_MAGIC, name
         assert 10_000 < len(data) < 2_000_000, (name, len(data))
@@ -127,6 +137,7 @@ def test_cli_compare_end_to_end(workload_csv: Path, tmp_path: Path, capsys: pyte
         (["--policies", "fifo", "no-such-policy"], "unknown policy 'no-such-policy'"),
         (["--policies", "fifo", "--jobs", "0"], "jobs must be >= 1"),
         (["--policies", "fifo", "--timeline-policy", "ats"], "timeline policy 'ats'"),
+        (["--policies", "fifo", "ats", "--reference", "pollux"], "reference policy 'pollux'"),
     ],
 )
 def test_cli_user_errors_exit_2(
@@ -144,3 +155,46 @@ def test_cli_missing_workload_exit_2(tmp_path: Path, capsys: pytest.CaptureFixtu
     code = main(["compare", "--workloads", str(tmp_path / "missing.csv"), "--policies", "fifo", "--out", str(tmp_path)])
     assert code == 2
     assert "missing.csv" in capsys.readouterr().err
+
+
+def test_results_md_pairs_runs_with_the_reference(parallel_dir: tuple[pd.DataFrame, Path]) -> None:
+    frame, out = parallel_dir
+    md = (out / "results.md").read_text(encoding="utf-8")
+    section = md.split("## Paired with ats")[1].split("\n## ")[0]
+    ats = frame[frame["policy"] == "ats"].set_index("seed")["train_jct_mean"]
+    fifo = frame[frame["policy"] == "fifo"].set_index("seed")["train_jct_mean"]
+    ratios = (fifo / ats).to_numpy()
+    row = next(line for line in section.splitlines() if line.startswith("| fifo "))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1].startswith(f"{ratios.mean():.3f} [")  # mean ratio with its bootstrap interval
+    assert cells[4] == f"{int((ratios < 1).sum())}/{len(ratios)}"
+    assert "| ats " not in section  # the reference is not compared with itself
+
+
+def test_timeline_per_policy_and_reference_choice(workload_csv: Path, tmp_path: Path) -> None:
+    out = tmp_path / "per-policy"
+    argv = ["compare", "--workloads", str(workload_csv), "--policies", "fifo", "ats", "--seeds", "0"]
+    assert main([*argv, "--timeline-per-policy", "--reference", "fifo", "--quiet", "--out", str(out)]) == 0
+    for name in ("timeline.png", "timeline-fifo.png", "timeline-ats.png", "jct_ratio.png"):
+        assert (out / name).read_bytes()[:8] == PNG_MAGIC, name
+    md = (out / "results.md").read_text(encoding="utf-8")
+    assert "## Paired with fifo" in md and "timeline-<policy>.png" in md
+    comparison = run_comparison(["fifo", "ats"], [str(workload_csv)], [0], progress=False, timeline_per_policy=True)
+    assert list(comparison.timelines) == ["fifo", "ats"]
+    pd.testing.assert_frame_equal(comparison.timelines["fifo"], comparison.timeline)
+    ratios = comparison.job_ratios("ats")["fifo"]
+    assert len(ratios) == 20 and np.all(ratios > 0)
+
+
+def test_no_reference_no_ratio_plot(workload_csv: Path, tmp_path: Path) -> None:
+    compare(["fifo"], [str(workload_csv)], [0], progress=False, out_dir=tmp_path)
+    assert not (tmp_path / "jct_ratio.png").exists()
+    assert "## Paired with" not in (tmp_path / "results.md").read_text(encoding="utf-8")
+
+
+def test_timeline_bands_split_the_clusters_despite_float_noise() -> None:
+    from deepboot_harness.plots import _splits
+
+    counts = {"training": np.array([32.0, 0.0]), "idle": np.array([-1e-12, 32.0 - 1e-12])}
+    assert _splits(counts, 32)
+    assert not _splits({"training": np.array([20.0]), "idle": np.array([5.0])}, 32)  # 7 training-cluster GPUs elsewhere
