@@ -45,7 +45,7 @@ Two options reproduce rules of the original DeepBoot simulator that the defaults
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -67,10 +67,32 @@ def option_values(
 ) -> np.ndarray:
     """Values of giving ``job`` w = 0..max_w GPUs (index w); with ``linear_untrained``, a job
     that has not trained yet is worth ``w / fair`` (the original's speedup without a profile)."""
-    if linear_untrained and not job.trained:
-        values = np.arange(max_w + 1) / max(fair, 1)
-        return _with_restart_factor(job, values)
-    return _with_restart_factor(job, speedup_values(job.rate_table(), fair, gpus_per_node, max_w))
+    return option_matrix([job], fair, gpus_per_node, [max_w], linear_untrained)[0]
+
+
+def option_matrix(
+    jobs: Sequence[JobView], fair: int, gpus_per_node: int, caps: Sequence[int], linear_untrained: bool = False
+) -> np.ndarray:
+    """:func:`option_values` of every job at once: row i holds job i's values of w = 0..caps[i]
+    GPUs, then zeros up to ``max(caps)`` (one multiplication by the restart factors for all
+    jobs: the same products as job by job)."""
+    n = len(jobs)
+    base = np.zeros((n, max(caps, default=0) + 1))
+    phi = np.empty((n, 1))
+    kept_rows: list[int] = []
+    kept_counts: list[int] = []
+    for i, (job, cap) in enumerate(zip(jobs, caps, strict=True)):
+        if linear_untrained and not job.trained:
+            base[i, : cap + 1] = np.arange(cap + 1) / max(fair, 1)
+        else:
+            base[i, : cap + 1] = speedup_values(job.rate_table(), fair, gpus_per_node, cap)
+        phi[i, 0] = restart_factor(job)
+        if job.replicas <= cap:
+            kept_rows.append(i)
+            kept_counts.append(job.replicas)
+    out = base * phi  # every option but keeping the held count pays phi
+    out[kept_rows, kept_counts] = base[kept_rows, kept_counts]
+    return out
 
 
 _SPEEDUPS: dict[tuple[int, int, int, int], tuple[np.ndarray, np.ndarray]] = {}
@@ -105,53 +127,58 @@ def speedup_values(table: np.ndarray, fair: int, gpus_per_node: int, max_w: int)
     return values
 
 
-def _with_restart_factor(job: JobView, values: np.ndarray) -> np.ndarray:
-    """``values`` (index w) times the restart factor, except at the count the job holds."""
-    held = job.replicas
-    out = values * restart_factor(job)  # every option but keeping the held count pays phi
-    if held < len(values):
-        out[held] = values[held]
-    return out
-
-
-def knapsack(values: list[np.ndarray], capacity: int) -> list[int]:
+def knapsack(values: Sequence[np.ndarray], capacity: int) -> list[int]:
     """Group knapsack: choose w_i (index into values[i]) maximising the sum with sum w <= capacity.
 
     The trace-back takes, for each item in reverse order, the smallest w > 0 that attains the
-    optimum, else 0.
-
-    Each item's dynamic-programming row is one max-plus convolution over a strided window view
-    (:func:`_windows`): a row is the maximum of sums of the same two floats as an element-by-element
-    loop would add, so the result is bit-identical to it, at a few numpy calls per item.
+    optimum, else 0. (Taking no GPUs adds nothing, whatever values[i][0] says.)
     """
-    n = len(values)
+    widths = [max(min(len(v) - 1, capacity), 0) for v in values]
+    matrix = np.zeros((len(values), max(widths, default=0) + 1))
+    for row, v, width in zip(matrix, values, widths, strict=True):
+        row[1 : width + 1] = v[1 : width + 1]
+    return knapsack_matrix(matrix, widths, capacity)
+
+
+def knapsack_matrix(values: np.ndarray, widths: Sequence[int], capacity: int) -> list[int]:
+    """:func:`knapsack` of the items ``values[i, 0..widths[i]]`` (``values[i, 0]`` is ignored;
+    every width at most ``capacity``).
+
+    Each item's dynamic-programming row is one max-plus convolution of the previous row with the
+    item's values in reverse, 0 for w = 0 appended, over a strided window view (:func:`_windows`):
+    a row is the maximum of sums of the same two floats as an element-by-element loop would add
+    (and the previous row plus 0.0 is the previous row), so the result is bit-identical to it, at
+    a few numpy calls per item.
+    """
+    n = len(widths)
+    top = values.shape[1] - 1
+    # reversed[i, top - w] = values[i, w] for w >= 1, and reversed[i, top] = 0 (taking nothing)
+    reversed_values = values[:, ::-1].copy()
+    reversed_values[:, top] = 0.0
     # dp[i, capacity + c] = best value of items < i within c GPUs; the first `capacity` columns
     # are -inf, so that a window reaching below 0 GPUs never wins
     dp = np.empty((n + 1, 2 * capacity + 1))
     dp[:, :capacity] = -np.inf
     dp[0, capacity:] = 0.0
-    for i, v in enumerate(values):
-        prev = dp[i, capacity:]
-        width = min(len(v) - 1, capacity)
+    for i, width in enumerate(widths):
         if width <= 0:
-            dp[i + 1, capacity:] = prev
+            dp[i + 1, capacity:] = dp[i, capacity:]
             continue
-        sums = _windows(dp[i], capacity, width) + v[width:0:-1]
-        np.maximum(prev, sums.max(axis=1), out=dp[i + 1, capacity:])
+        sums = _windows(dp[i], capacity, width) + reversed_values[i, top - width :, None]
+        sums.max(axis=0, out=dp[i + 1, capacity:])
     # the trace-back visits a few entries per job: Python floats (the same doubles) beat numpy calls
-    rows = dp[:, capacity:].tolist()
     choice = [0] * n
     c = capacity
     for i in range(n - 1, -1, -1):
-        v = values[i]
-        width = min(len(v) - 1, c)
+        width = min(widths[i], c)
         if width <= 0:
             continue
-        target = rows[i + 1][c]
+        target = float(dp[i + 1, capacity + c])
         tol = 1e-12 * max(1.0, abs(target))
-        row = rows[i]
-        for w, value in enumerate(v[1 : width + 1].tolist(), start=1):
-            if abs(row[c - w] + value - target) <= tol:
+        # dp[i][c - w] for w = 1..width
+        before = dp[i, capacity + c - width : capacity + c].tolist()[::-1]
+        for w, (best, value) in enumerate(zip(before, values[i, 1 : width + 1].tolist(), strict=True), start=1):
+            if abs(best + value - target) <= tol:
                 choice[i] = w
                 c -= w
                 break
@@ -159,11 +186,12 @@ def knapsack(values: list[np.ndarray], capacity: int) -> list[int]:
 
 
 def _windows(row: np.ndarray, capacity: int, width: int) -> np.ndarray:
-    """A read-only strided view of a padded dp ``row``: entry [c, j] is ``row[capacity + c - width + j]``,
-    the best value within c - w GPUs for w = width - j (no copy, no index array)."""
+    """A read-only strided view of a padded dp ``row``: entry [j, c] is ``row[capacity + c - width + j]``
+    for j = 0..width, the best value within c - w GPUs for w = width - j (no copy, no index array;
+    the maximum over j is then an element-wise maximum of contiguous rows, numpy's fast case)."""
     step = row.itemsize
     return np.ndarray(
-        (capacity + 1, width), dtype=row.dtype, buffer=row, offset=(capacity - width) * step, strides=(step, step)
+        (width + 1, capacity + 1), dtype=row.dtype, buffer=row, offset=(capacity - width) * step, strides=(step, step)
     )
 
 
@@ -207,10 +235,9 @@ class AtsPolicy(BasePolicy):
             return {}
         capacity = int(state.training_capacity(lend=self.lend).sum())
         fair = math.ceil(capacity / len(jobs)) if capacity > 0 else 1
-        g = state.gpus_per_node
-        linear = self.linear_untrained
-        values = [option_values(j, fair, g, self.job_cap(j, capacity, fair), linear) for j in jobs]
-        counts = knapsack(values, capacity)
+        caps = [self.job_cap(j, capacity, fair) for j in jobs]
+        values = option_matrix(jobs, fair, state.gpus_per_node, caps, self.linear_untrained)
+        counts = knapsack_matrix(values, caps, capacity)
         return {j.id: w for j, w in zip(jobs, counts, strict=True)}
 
     def place_proposal(self, state: ClusterState, counts: Mapping[int, int]) -> Allocation:

@@ -72,11 +72,12 @@ def test_random_masked_corrections_are_valid_and_change_the_outcome(tiny) -> Non
         slots = mask[: MAX_JOBS * nd].reshape(MAX_JOBS, nd)
         base = e.observation_space["base"]
         assert base.contains(e._observe()["base"])
-        # every job's base count plus a valid correction stays within [0, max_replicas]
+        # exactly the corrections that keep a job's base count within [0, max_replicas] are valid
         for job, row in zip(e._state.jobs[:MAX_JOBS], slots, strict=False):
             base_count = e.codec._counts.get(job.id, 0)
-            for k in np.flatnonzero(row):
-                assert 0 <= base_count + RESIDUAL_DELTAS[k] <= job.max_replicas
+            expected = [0 <= base_count + delta <= job.max_replicas for delta in RESIDUAL_DELTAS]
+            assert row.tolist() == expected
+        assert mask[MAX_JOBS * nd :].all()
         assert slots[len(e._state.jobs) :].sum() == MAX_JOBS - min(len(e._state.jobs), MAX_JOBS)
         action = np.array([rng.choice(np.flatnonzero(row)) for row in slots] + [rng.integers(e.lend_levels)])
         alloc, repaired = e.codec.decode_allocation(action, e._state)

@@ -53,7 +53,6 @@ Counts = dict[int, list[int]]
 """Job id -> GPUs per node, as lists of ints (what ``Simulator.apply_valid_counts`` takes)."""
 
 _BUCKETS = np.asarray(GPU_BUCKETS)
-_DELTAS = np.asarray(RESIDUAL_DELTAS, dtype=np.int64)
 
 
 def split_action(action: np.ndarray, max_jobs: int, slot_choices: int, lend_levels: int) -> tuple[list[int], int]:
@@ -198,6 +197,10 @@ _MASK_ROWS: dict[int, bytes] = {}
 """Target mask row (one byte per GPU bucket) of a slot whose job may get at most the key GPUs."""
 _EMPTY_SLOT = bytes(i == 0 for i in range(len(GPU_BUCKETS)))
 """Target mask row of an empty slot: only target 0."""
+_RESIDUAL_MASK_ROWS: dict[tuple[int, int], bytes] = {}
+"""Residual mask row (one byte per correction) of a slot whose base count and limit are the key."""
+_NEUTRAL_SLOT = bytes(i == NEUTRAL for i in range(len(RESIDUAL_DELTAS)))
+"""Residual mask row of an empty slot: only the zero correction."""
 
 
 class TargetCodec(ActionCodec):
@@ -335,18 +338,17 @@ class ResidualCodec(ActionCodec):
     def mask(self, state: ClusterState) -> np.ndarray:
         """Corrections that keep each target in [0, max_replicas]; empty slots only 0; every
         lending level."""
-        nd = self.slot_choices
-        mask = np.zeros(self.max_jobs * nd + self.lend_levels, dtype=bool)
-        slots = mask[: self.max_jobs * nd].reshape(self.max_jobs, nd)
-        jobs = slot_jobs(state, self.max_jobs)
-        if jobs:
-            base = np.array([self._counts.get(job.id, 0) for job in jobs])
-            limit = np.array([job.max_replicas for job in jobs])
-            target = base[:, None] + _DELTAS[None, :]
-            slots[: len(jobs)] = (target >= 0) & (target <= limit[:, None])
-        slots[len(jobs) :, NEUTRAL] = True
-        mask[self.max_jobs * nd :] = True
-        return mask
+        rows = _RESIDUAL_MASK_ROWS
+        parts = []
+        for job in slot_jobs(state, self.max_jobs):
+            key = (self._counts.get(job.id, 0), job.max_replicas)
+            row = rows.get(key)
+            if row is None:
+                row = rows[key] = bytes(0 <= key[0] + delta <= key[1] for delta in RESIDUAL_DELTAS)
+            parts.append(row)
+        parts.append(_NEUTRAL_SLOT * (self.max_jobs - len(parts)))
+        parts.append(b"\x01" * self.lend_levels)
+        return np.frombuffer(b"".join(parts), dtype=bool).copy()
 
     def decode(self, action: np.ndarray, state: ClusterState) -> tuple[Counts, int]:
         """The proposal itself for the neutral action; otherwise base count + delta per slot,
