@@ -84,6 +84,19 @@ def _timed_parts(model: Any, timers: _Timers) -> Iterator[None]:
             undo()
 
 
+def _cpu_timed(fn: Callable[..., Any], cpu: dict[str, float], key: str) -> Callable[..., Any]:
+    """``fn`` adding its CPU seconds to ``cpu[key]``."""
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.process_time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            cpu[key] += time.process_time() - t0
+
+    return timed
+
+
 def measure(algo: str, mode: str, arch: str, args: argparse.Namespace) -> dict[str, float]:
     """One configuration's figures (see the module docstring)."""
     hyperparams = resolve_hyperparams(algo, {"n_steps": args.n_steps, "batch_size": args.n_steps})
@@ -91,24 +104,9 @@ def measure(algo: str, mode: str, arch: str, args: argparse.Namespace) -> dict[s
     env = make_vec_env_for(args.workload, n_envs=args.n_envs, seed=args.seed, env_kwargs={"action_mode": mode})
     model = build_model(algo, env, device="cpu", seed=args.seed, hyperparams=hyperparams)
     model.learn(total_timesteps=args.n_envs * args.n_steps)  # warm-up: rate tables, torch kernels
-    collect, update = model.collect_rollouts, model.train
-    cpu = {"collect": 0.0, "update": 0.0}
-
-    def timed_collect(*a: Any, **k: Any) -> Any:
-        t0 = time.process_time()
-        try:
-            return collect(*a, **k)
-        finally:
-            cpu["collect"] += time.process_time() - t0
-
-    def timed_update(*a: Any, **k: Any) -> Any:
-        t0 = time.process_time()
-        try:
-            return update(*a, **k)
-        finally:
-            cpu["update"] += time.process_time() - t0
-
-    model.collect_rollouts, model.train = timed_collect, timed_update
+    cpu: dict[str, float] = defaultdict(float)
+    model.collect_rollouts = _cpu_timed(model.collect_rollouts, cpu, "collect")
+    model.train = _cpu_timed(model.train, cpu, "update")
     timers = _Timers()
     steps = args.rollouts * args.n_envs * args.n_steps
     with _timed_parts(model, timers):
