@@ -11,12 +11,13 @@ in the zip as ``deepboot_env.json``, so the exported file is self-contained::
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
+
+from deepboot_env.argparsing import ArgumentParser
 
 
 def export_model(src: str | Path, dst: str | Path) -> Path:
@@ -39,7 +40,7 @@ def export_model(src: str | Path, dst: str | Path) -> Path:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("src", help="a saved model zip (or run folder)")
     parser.add_argument("dst", help="where to write the exported zip")
     args = parser.parse_args(argv)
