@@ -20,8 +20,9 @@ from typing import Any, NoReturn
 class ArgumentParser(argparse.ArgumentParser):
     """:class:`argparse.ArgumentParser` without prefix abbreviations and with one-line errors."""
 
-    def __init__(self, *args: Any, allow_abbrev: bool = False, **kwargs: Any) -> None:
-        super().__init__(*args, allow_abbrev=allow_abbrev, **kwargs)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         """Print ``<prog>: error: <message> (see --help)`` on stderr and exit with status 2."""
