@@ -4,11 +4,11 @@ Examples::
 
     python train_policy.py --algo maskable_ppo --n-timesteps 200000 --seed 0
     python train_policy.py --algo ppo --preset smoke --workload tiny.csv --eval-workload tiny.csv
-    python train_policy.py --algo ppo --workload family:mixed --eval-workload family:mixed \
-        --env-kwargs dynamics:v1      # train on a workload family, select on its val seeds
-    python train_policy.py --algo maskable_ppo --policy-arch set --workload family:mixed \
-        --eval-workload family:mixed --env-kwargs dynamics:v1   # the set-based policy
-    python train_policy.py --algo maskable_ppo --resume runs/maskable_ppo_1/final_model.zip -n 100000
+    python train_policy.py --algo ppo --env DeepBoot-v1 --workload family:mixed \
+        --eval-workload family:mixed  # train on a workload family, select on its val seeds
+    python train_policy.py --algo maskable_ppo --policy-arch set --env DeepBoot-v1 \
+        --workload family:mixed --eval-workload family:mixed   # the set-based policy
+    python train_policy.py --algo maskable_ppo -i runs/maskable_ppo_1/final_model.zip -n 100000  # resume
     tensorboard --logdir runs/
 
 Each run writes ``<log-folder>/<algo>_<n>/``: ``config.yml`` (arguments, resolved

@@ -15,8 +15,9 @@ nothing is unpickled:
   ``maskable_ppo``) and of the policy architecture (SB3's multi-input MLP, its self-describing
   version of :mod:`agents.described_policy` or the set policy of :mod:`agents.set_policy` when the
   class's plain-text module names it), nothing else;
-* ``lr_schedule`` / ``clip_range`` / ``clip_range_vf``: the constant or linear schedule their
-  plain-text description names (parsed, never evaluated);
+* ``lr_schedule`` / ``clip_range`` / ``clip_range_vf`` (and ``learning_rate``, which RL Zoo
+  saves as a schedule object): the constant or linear schedule their plain-text description or
+  fields name (parsed, never evaluated);
 * ``policy_kwargs``: keys from a whitelist (:data:`agents.factory.POLICY_KWARGS_KEYS`), activation
   functions by name, and a project policy's ``env_kwargs`` (a literal dict of env options);
 * ``_last_obs``, ``_last_episode_starts``, ``ep_info_buffer``, ``ep_success_buffer``: dropped
@@ -138,8 +139,12 @@ _CONSTANT = re.compile(rf"^ConstantSchedule\(val={_NUMBER}\)$")
 _LINEAR = re.compile(rf"^LinearSchedule\(start={_NUMBER}, end={_NUMBER}, end_fraction={_NUMBER}\)$")
 
 
+_SB3_SCHEDULE = "<class 'stable_baselines3.common.utils.{}'>"
+
+
 def _schedule(path: Path, key: str, field: dict[str, Any]) -> Any:
-    """The schedule a pickled ``FloatSchedule`` field describes in plain text."""
+    """The schedule a pickled ``FloatSchedule`` field describes in plain text, or a pickled bare
+    ``ConstantSchedule`` / ``LinearSchedule`` (RL Zoo stores ``learning_rate`` so) by its fields."""
     from stable_baselines3.common.utils import ConstantSchedule, FloatSchedule, LinearSchedule
 
     text = str(field.get("value_schedule", ""))
@@ -147,6 +152,15 @@ def _schedule(path: Path, key: str, field: dict[str, Any]) -> Any:
         return FloatSchedule(ConstantSchedule(float(m.group(1))))
     if m := _LINEAR.match(text):
         return FloatSchedule(LinearSchedule(float(m.group(1)), float(m.group(2)), float(m.group(3))))
+    kind = field.get(":type:")
+    try:
+        if kind == _SB3_SCHEDULE.format("ConstantSchedule"):
+            return ConstantSchedule(float(field["val"]))
+        if kind == _SB3_SCHEDULE.format("LinearSchedule"):
+            return LinearSchedule(float(field["start"]), float(field["end"]), float(field["end_fraction"]))
+    except (KeyError, TypeError, ValueError):
+        pass
+    text = text or str(kind)
     raise CheckpointError(f"{path}: field {key!r} is a schedule this loader cannot rebuild ({text[:80]!r})")
 
 
@@ -248,7 +262,7 @@ def safe_custom_objects(path: Path, data: dict[str, Any], algo: str) -> dict[str
             out[key] = _algo_classes(algo, saved_arch(data), _project_policy(data) is not None)[0]
         elif key == "rollout_buffer_class":
             out[key] = _algo_classes(algo)[1]
-        elif key in ("lr_schedule", "clip_range", "clip_range_vf"):
+        elif key in ("lr_schedule", "learning_rate", "clip_range", "clip_range_vf"):
             out[key] = _schedule(path, key, field)
         elif key == "policy_kwargs":
             out[key] = _policy_kwargs(path, field, _project_policy(data) is not None)
