@@ -4,11 +4,11 @@ Examples::
 
     python train_policy.py --algo maskable_ppo --n-timesteps 200000 --seed 0
     python train_policy.py --algo ppo --preset smoke --workload tiny.csv --eval-workload tiny.csv
-    python train_policy.py --algo ppo --workload family:mixed --eval-workload family:mixed \
-        --env-kwargs dynamics:v1      # train on a workload family, select on its val seeds
-    python train_policy.py --algo maskable_ppo --policy-arch set --workload family:mixed \
-        --eval-workload family:mixed --env-kwargs dynamics:v1   # the set-based policy
-    python train_policy.py --algo maskable_ppo --resume runs/maskable_ppo_1/final_model.zip -n 100000
+    python train_policy.py --algo ppo --env DeepBoot-v1 --workload family:mixed \
+        --eval-workload family:mixed  # train on a workload family, select on its val seeds
+    python train_policy.py --algo maskable_ppo --policy-arch set --env DeepBoot-v1 \
+        --workload family:mixed --eval-workload family:mixed   # the set-based policy
+    python train_policy.py --algo maskable_ppo -i runs/maskable_ppo_1/final_model.zip -n 100000  # resume
     tensorboard --logdir runs/
 
 Each run writes ``<log-folder>/<algo>_<n>/``: ``config.yml`` (arguments, resolved
@@ -33,26 +33,25 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
 
 from agents.checkpoint import CheckpointError
 from agents.factory import ALGOS, DEVICES, POLICY_ARCHS, ConfigError
 from agents.interrupt import TrainingInterrupted
+from agents.run_config import ENV_IDS, preset_descriptions
 from agents.training_run import train
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+from deepboot_env.argparsing import ArgumentParser
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser (options default to None where a preset may set them)."""
-    p = _Parser(
+    presets = preset_descriptions()
+    width = max(map(len, presets), default=0)
+    p = ArgumentParser(
         prog="train_policy.py",
         description="Train PPO / MaskablePPO on DeepBoot-v0 (RL-Zoo-style flags).",
+        epilog="presets of conf/deepboot.yml (--preset NAME):\n"
+        + "".join(f"  {name:<{width}}  {text}\n" for name, text in presets.items()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--algo", default=None, help=f"{' | '.join(ALGOS)} (default: ppo, or the --resume model's)")
     p.add_argument("-n", "--n-timesteps", type=int, default=None, help="timesteps to train (preset: 200000)")
@@ -66,7 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of torch, numpy and env i (seed + i); default 0")
     p.add_argument("--n-envs", type=int, default=None, help="parallel envs (preset: 4)")
     p.add_argument("--vec-env", choices=("dummy", "subproc"), default="dummy", help="VecEnv class (default dummy)")
-    p.add_argument("--device", default="cpu", help=f"{' | '.join(DEVICES)} (default cpu); cuda -> cpu if absent")
+    p.add_argument(
+        "--device",
+        default="auto",
+        help=f"{' | '.join(DEVICES)} (default auto: cuda where available, else cpu); cuda -> cpu if absent",
+    )
     p.add_argument("--num-threads", type=int, default=1, help="torch threads (default 1; <= 0: torch's default)")
     p.add_argument(
         "--workload",
@@ -98,14 +101,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "-params", "--hyperparams", nargs="+", default=None, metavar="K:V", help="overrides, e.g. n_steps:128"
     )
+    p.add_argument(
+        "--env",
+        default=None,
+        metavar="ID",
+        help=f"environment id: {' | '.join(ENV_IDS)} (sets the dynamics; default: the preset's, else DeepBoot-v0)",
+    )
     p.add_argument("--env-kwargs", nargs="+", default=None, metavar="K:V", help="DeepBootEnv args, e.g. max_jobs:16")
     p.add_argument("-conf", "--conf-file", default=None, help="YAML of defaults (default: conf/deepboot.yml)")
     p.add_argument("--preset", default="default", help="preset of the configuration file (default: default)")
-    p.add_argument("--resume", default=None, metavar="PATH", help="continue training a saved model (zip or run)")
+    p.add_argument(
+        "-i",
+        "--trained-agent",
+        "--resume",
+        dest="resume",
+        default=None,
+        metavar="PATH",
+        help="continue training a saved model (zip or run folder)",
+    )
     p.add_argument(
         "--trust-checkpoint",
         action="store_true",
-        help="--resume: also unpickle the checkpoint's pickled fields (runs any code in the file; "
+        help="--trained-agent: also unpickle the checkpoint's pickled fields (runs any code in the file; "
         "by default they are rebuilt from checked data)",
     )
     p.add_argument(

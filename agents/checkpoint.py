@@ -12,12 +12,14 @@ nothing is unpickled:
   observation's entry names (stored as plain text beside the pickle) through the env's own action
   codec and observation encoding;
 * ``policy_class`` / ``rollout_buffer_class``: the classes of the algorithm (``ppo`` or
-  ``maskable_ppo``) and of the policy architecture (SB3's multi-input MLP, or the set policy of
-  :mod:`agents.set_policy` when the class's plain-text module names it), nothing else;
-* ``lr_schedule`` / ``clip_range`` / ``clip_range_vf``: the constant or linear schedule their
-  plain-text description names (parsed, never evaluated);
+  ``maskable_ppo``) and of the policy architecture (SB3's multi-input MLP, its self-describing
+  version of :mod:`agents.described_policy` or the set policy of :mod:`agents.set_policy` when the
+  class's plain-text module names it), nothing else;
+* ``lr_schedule`` / ``clip_range`` / ``clip_range_vf`` (and ``learning_rate``, which RL Zoo
+  saves as a schedule object): the constant or linear schedule their plain-text description or
+  fields name (parsed, never evaluated);
 * ``policy_kwargs``: keys from a whitelist (:data:`agents.factory.POLICY_KWARGS_KEYS`), activation
-  functions by name;
+  functions by name, and a project policy's ``env_kwargs`` (a literal dict of env options);
 * ``_last_obs``, ``_last_episode_starts``, ``ep_info_buffer``, ``ep_success_buffer``: dropped
   (SB3 recreates them when training resumes).
 
@@ -28,6 +30,7 @@ Any other pickled field makes loading fail with one line naming it, unless ``tru
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import warnings
@@ -62,9 +65,10 @@ def read_data(path: Path) -> dict[str, Any]:
     return data
 
 
-def _algo_classes(algo: str, arch: str = "mlp") -> tuple[type, type]:
+def _algo_classes(algo: str, arch: str = "mlp", described: bool = False) -> tuple[type, type]:
     """(policy class, rollout buffer class) of ``algo`` with Dict observations and the policy
-    architecture ``arch`` (``mlp``: SB3's multi-input policy; ``set``: :mod:`agents.set_policy`)."""
+    architecture ``arch`` (``mlp``: SB3's multi-input policy, or with ``described`` the one of
+    :mod:`agents.described_policy` that keeps its env arguments; ``set``: :mod:`agents.set_policy`)."""
     if algo == "maskable_ppo":
         from sb3_contrib.common.maskable.buffers import MaskableDictRolloutBuffer
         from sb3_contrib.common.maskable.policies import MaskableMultiInputActorCriticPolicy
@@ -80,17 +84,31 @@ def _algo_classes(algo: str, arch: str = "mlp") -> tuple[type, type]:
         from agents.set_policy import set_policy_class
 
         policy = set_policy_class(algo)
+    elif described:
+        from agents.described_policy import described_policy_class
+
+        policy = described_policy_class(algo)
     return policy, buffer
 
 
 SET_POLICY_MODULE = "agents.set_policy"
 """The module the set policies' classes live in (as the checkpoint's plain text names it)."""
 
+PROJECT_POLICY_MODULES = (SET_POLICY_MODULE, "agents.described_policy")
+"""Modules of the project's policy classes: they keep their env arguments and name their algorithm
+(``deepboot_algo``) in plain text."""
+
+
+def _project_policy(data: dict[str, Any]) -> dict[str, Any] | None:
+    """The zip's ``policy_class`` field if it names one of the project's policy classes."""
+    field = data.get("policy_class")
+    return field if isinstance(field, dict) and field.get("__module__") in PROJECT_POLICY_MODULES else None
+
 
 def saved_arch(data: dict[str, Any]) -> str:
     """``set`` if the zip's policy class is one of :mod:`agents.set_policy`'s, else ``mlp``."""
-    field = data.get("policy_class")
-    return "set" if isinstance(field, dict) and field.get("__module__") == SET_POLICY_MODULE else "mlp"
+    field = _project_policy(data)
+    return "set" if field is not None and field.get("__module__") == SET_POLICY_MODULE else "mlp"
 
 
 def saved_algo(path: Path, data: dict[str, Any]) -> str:
@@ -102,8 +120,9 @@ def saved_algo(path: Path, data: dict[str, Any]) -> str:
     field = data.get("policy_class")
     text = json.dumps(field) if isinstance(field, dict) else ""
     ppo_fields = all(key in data for key in ("clip_range", "n_epochs", "batch_size"))  # A2C has none
-    if ppo_fields and isinstance(field, dict) and saved_arch(data) == "set":
-        algo = field.get("deepboot_algo")
+    project = _project_policy(data)
+    if ppo_fields and project is not None:
+        algo = project.get("deepboot_algo")
         if algo in ("ppo", "maskable_ppo"):
             return str(algo)
     if ppo_fields and "MaskableMultiInputActorCriticPolicy" in text:
@@ -120,8 +139,12 @@ _CONSTANT = re.compile(rf"^ConstantSchedule\(val={_NUMBER}\)$")
 _LINEAR = re.compile(rf"^LinearSchedule\(start={_NUMBER}, end={_NUMBER}, end_fraction={_NUMBER}\)$")
 
 
+_SB3_SCHEDULE = "<class 'stable_baselines3.common.utils.{}'>"
+
+
 def _schedule(path: Path, key: str, field: dict[str, Any]) -> Any:
-    """The schedule a pickled ``FloatSchedule`` field describes in plain text."""
+    """The schedule a pickled ``FloatSchedule`` field describes in plain text, or a pickled bare
+    ``ConstantSchedule`` / ``LinearSchedule`` (RL Zoo stores ``learning_rate`` so) by its fields."""
     from stable_baselines3.common.utils import ConstantSchedule, FloatSchedule, LinearSchedule
 
     text = str(field.get("value_schedule", ""))
@@ -129,6 +152,15 @@ def _schedule(path: Path, key: str, field: dict[str, Any]) -> Any:
         return FloatSchedule(ConstantSchedule(float(m.group(1))))
     if m := _LINEAR.match(text):
         return FloatSchedule(LinearSchedule(float(m.group(1)), float(m.group(2)), float(m.group(3))))
+    kind = field.get(":type:")
+    try:
+        if kind == _SB3_SCHEDULE.format("ConstantSchedule"):
+            return ConstantSchedule(float(field["val"]))
+        if kind == _SB3_SCHEDULE.format("LinearSchedule"):
+            return LinearSchedule(float(field["start"]), float(field["end"]), float(field["end_fraction"]))
+    except (KeyError, TypeError, ValueError):
+        pass
+    text = text or str(kind)
     raise CheckpointError(f"{path}: field {key!r} is a schedule this loader cannot rebuild ({text[:80]!r})")
 
 
@@ -153,15 +185,57 @@ def _spaces(path: Path, data: dict[str, Any]) -> tuple[Any, Any]:
     return observation, action
 
 
-def _policy_kwargs(path: Path, field: dict[str, Any]) -> dict[str, Any]:
-    """A pickled ``policy_kwargs`` rebuilt from its plain-text entries (whitelisted keys)."""
+def _policy_kwargs(path: Path, field: dict[str, Any], described: bool) -> dict[str, Any]:
+    """A pickled ``policy_kwargs`` rebuilt from its plain-text entries (whitelisted keys, and the
+    env arguments of a project policy class)."""
+    from agents.described_policy import ENV_ARGUMENTS_KEY
     from agents.factory import ConfigError, policy_kwargs_from_mapping
 
     entries = {k: v for k, v in field.items() if not k.startswith(":")}
+    env_kwargs = _check_env_kwargs(path, entries, described)
+    entries.pop(ENV_ARGUMENTS_KEY, None)
     try:
-        return policy_kwargs_from_mapping(entries, from_repr=True)
+        out = policy_kwargs_from_mapping(entries, from_repr=True)
     except ConfigError as exc:
         raise CheckpointError(f"{path}: {exc}") from None
+    if env_kwargs is not None:
+        out[ENV_ARGUMENTS_KEY] = env_kwargs
+    return out
+
+
+def _check_env_kwargs(path: Path, policy_kwargs: dict[str, Any], described: bool) -> dict[str, Any] | None:
+    """The env arguments among ``policy_kwargs`` (None if there are none), checked.
+
+    Raises:
+        CheckpointError: env arguments for a policy class that takes none, or bad ones.
+    """
+    from agents.described_policy import ENV_ARGUMENTS_KEY
+
+    if ENV_ARGUMENTS_KEY not in policy_kwargs:
+        return None
+    if not described:
+        raise CheckpointError(f"{path}: policy_kwargs has {ENV_ARGUMENTS_KEY} but the policy class takes none")
+    return _env_kwargs(path, policy_kwargs[ENV_ARGUMENTS_KEY])
+
+
+def _env_kwargs(path: Path, field: Any) -> dict[str, Any]:
+    """The env arguments a policy keeps: a dict of env options, or its text (parsed as a literal,
+    not evaluated), checked by :meth:`~deepboot_env.config.EnvConfig.from_options`."""
+    from deepboot_env.config import EnvConfig
+
+    value = field
+    if isinstance(field, str):
+        try:
+            value = ast.literal_eval(field)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            value = None
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise CheckpointError(f"{path}: policy_kwargs env_kwargs is not a dict of env options ({str(field)[:80]!r})")
+    try:
+        EnvConfig.from_options(**value)
+    except (ValueError, TypeError) as exc:
+        raise CheckpointError(f"{path}: policy_kwargs env_kwargs: {exc}") from None
+    return value
 
 
 _DROPPED = ("_last_obs", "_last_episode_starts", "_last_original_obs")
@@ -178,18 +252,20 @@ def safe_custom_objects(path: Path, data: dict[str, Any], algo: str) -> dict[str
     spaces: tuple[Any, Any] | None = None
     for key, field in data.items():
         if not (isinstance(field, dict) and SERIALIZED in field):
+            if key == "policy_kwargs" and isinstance(field, dict):  # plain JSON, kept: check the env arguments
+                _check_env_kwargs(path, field, _project_policy(data) is not None)
             continue
         if key in ("observation_space", "action_space"):
             spaces = spaces or _spaces(path, data)
             out[key] = spaces[0] if key == "observation_space" else spaces[1]
         elif key == "policy_class":
-            out[key] = _algo_classes(algo, saved_arch(data))[0]
+            out[key] = _algo_classes(algo, saved_arch(data), _project_policy(data) is not None)[0]
         elif key == "rollout_buffer_class":
             out[key] = _algo_classes(algo)[1]
-        elif key in ("lr_schedule", "clip_range", "clip_range_vf"):
+        elif key in ("lr_schedule", "learning_rate", "clip_range", "clip_range_vf"):
             out[key] = _schedule(path, key, field)
         elif key == "policy_kwargs":
-            out[key] = _policy_kwargs(path, field)
+            out[key] = _policy_kwargs(path, field, _project_policy(data) is not None)
         elif key in _DROPPED:
             out[key] = None
         elif key in _EMPTY_DEQUES:

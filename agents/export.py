@@ -1,45 +1,63 @@
-"""Export a trained model for evaluation: the same zip without the optimizer's moment estimates.
+"""Export a trained model for evaluation: the same weights in a self-describing zip without the
+optimizer's moment estimates.
 
 Adam keeps two moments per weight, twice the size of the network; a checkpoint meant for
-``--policy ppo:<path>`` does not need them. The exported model loads with ``MaskablePPO.load`` /
-``PPO.load`` as usual (a fresh optimizer state if training is resumed from it). The env arguments
-of the run (``config.yml``'s ``env_kwargs``: e.g. the base policy of a residual model) are stored
-in the zip as ``deepboot_env.json``, so the exported file is self-contained::
+``--policy ppo:<path>`` does not need them. The exported policy is the project's class of the same
+architecture (:mod:`agents.described_policy`) holding the env arguments of the run (its policy's,
+or for an older run ``config.yml``'s ``env_kwargs`` completed from the model's spaces: e.g. the base
+policy of a residual model), so the file is self-contained: ``deepboot_env.load_agent(path)``
+returns the model and its env, and a plain ``MaskablePPO.load(path)`` / ``PPO.load(path)``
+evaluated on another env fails with one line naming the env it needs::
 
     python -m agents.export runs/maskable_ppo_2/best_model.zip agents/pretrained/deepboot-v0.zip
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
-import zipfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+from deepboot_env.argparsing import ArgumentParser
+
+
+def described(model: Any, env_kwargs: dict[str, Any]) -> Any:
+    """``model`` with a new policy of the project's class of its architecture that keeps
+    ``env_kwargs`` (:mod:`agents.described_policy`), the same weights and a fresh optimizer."""
+    from agents.described_policy import ENV_ARGUMENTS_KEY, described_policy_class
+    from agents.policy_adapter import uses_masks
+    from agents.set_policy import set_policy_class
+
+    algo = "maskable_ppo" if uses_masks(model) else "ppo"
+    set_arch = getattr(model.policy, "deepboot_arch", "mlp") == "set"
+    state = model.policy.state_dict()
+    model.policy_class = set_policy_class(algo) if set_arch else described_policy_class(algo)
+    model.policy_kwargs = {**model.policy_kwargs, ENV_ARGUMENTS_KEY: dict(env_kwargs)}
+    model.policy = model.policy_class(
+        model.observation_space, model.action_space, model.lr_schedule, **model.policy_kwargs
+    ).to(model.device)
+    model.policy.load_state_dict(state)
+    return model
 
 
 def export_model(src: str | Path, dst: str | Path) -> Path:
-    """Write ``src`` to ``dst`` with an empty optimizer state and the run's env arguments;
-    returns ``dst``."""
-    from agents.policy_adapter import METADATA_FILE, load_model, model_env_kwargs, resolve_model_path
+    """Write ``src`` to ``dst`` as a self-describing model with an empty optimizer state; returns
+    ``dst``."""
+    from agents.policy_adapter import agent_env_kwargs, load_model, resolve_model_path
 
     src = resolve_model_path(src)
-    env_kwargs = model_env_kwargs(src)
     model = load_model(src)
-    policy = model.policy
-    policy.optimizer = type(policy.optimizer)(policy.parameters(), **policy.optimizer.defaults)
+    model = described(model, agent_env_kwargs(model, src))
     dst = Path(dst)
     dst.parent.mkdir(parents=True, exist_ok=True)
     model.save(dst)
-    with zipfile.ZipFile(dst, "a") as zf:
-        zf.writestr(METADATA_FILE, json.dumps({"env_kwargs": env_kwargs}, sort_keys=True))
     return dst
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("src", help="a saved model zip (or run folder)")
     parser.add_argument("dst", help="where to write the exported zip")
     args = parser.parse_args(argv)

@@ -443,9 +443,11 @@ def build_model(
     tensorboard_log: str | None = None,
     hyperparams: Mapping[str, Any] | None = None,
     verbose: int = 0,
+    env_kwargs: Mapping[str, Any] | None = None,
 ) -> Any:
-    """A new ``PPO`` / ``MaskablePPO`` on ``env``, with the one-tensor action distribution
-    (:func:`agents.distributions.use_padded_distribution`).
+    """A new ``PPO`` / ``MaskablePPO`` on ``env``, with a self-describing policy
+    (:mod:`agents.described_policy`: the saved model names the env it needs) and the one-tensor
+    action distribution (:func:`agents.distributions.use_padded_distribution`).
 
     Args:
         algo: ``ppo`` or ``maskable_ppo``.
@@ -456,10 +458,13 @@ def build_model(
         hyperparams: raw overrides of :data:`DEFAULT_HYPERPARAMS` (``lin_<x>`` schedules,
             ``policy_kwargs`` dict or ``dict(...)`` string).
         verbose: SB3 verbosity.
+        env_kwargs: the env arguments of ``env``, kept by the policy.
 
     Raises:
         ConfigError: unknown algo, device or hyperparameter.
     """
+    from agents.described_policy import ENV_ARGUMENTS_KEY, described_policy_class
+
     cls = algo_class(algo)
     raw = resolve_hyperparams(algo, hyperparams)
     kwargs = model_kwargs(raw)
@@ -470,7 +475,8 @@ def build_model(
 
         policy: Any = set_policy_class(algo)
     else:
-        policy = POLICY_ARCHS[arch]
+        policy = described_policy_class(algo)
+    kwargs["policy_kwargs"] = {**(kwargs.get("policy_kwargs") or {}), ENV_ARGUMENTS_KEY: dict(env_kwargs or {})}
     model = cls(
         policy,
         env,

@@ -14,8 +14,10 @@ those of the env.
 The env arguments the model depends on (``max_jobs``, ``lend_levels``, the action mode) are read
 from the model's spaces; a ``config.yml`` next to the model (written by ``train_policy.py``) names
 the algorithm, otherwise it is read from the saved policy class. A codec that corrects a base
-policy (residual mode) reads the base policy's name from ``deepboot_env.json`` inside the zip
-(written by :mod:`agents.export`), else from ``config.yml``'s ``env_kwargs``, else it is ``ats``.
+policy (residual mode) reads the base policy's name from :func:`agent_env_kwargs`: the env
+arguments the policy keeps (:mod:`agents.described_policy`), else ``deepboot_env.json`` inside
+the zip (older exports), else ``config.yml``'s ``env_kwargs``, else it is ``ats``.
+:func:`load_agent` returns a saved model with a factory of its env.
 """
 
 from __future__ import annotations
@@ -42,13 +44,16 @@ __all__ = [
     "METADATA_FILE",
     "MODEL_FILES",
     "AgentPolicy",
+    "agent_env_kwargs",
     "detect_algo",
     "encode_observation",
     "env_shape_of",
+    "load_agent",
     "load_agent_policy",
     "load_model",
     "model_env_kwargs",
     "resolve_model_path",
+    "spaces_env_shape",
     "uses_masks",
 ]
 
@@ -56,7 +61,8 @@ MODEL_FILES: tuple[str, ...] = ("best_model.zip", "final_model.zip")
 """Files looked for, in order, when ``ppo:<path>`` names a run folder."""
 
 METADATA_FILE = "deepboot_env.json"
-"""Entry of an exported model zip holding the env arguments it was trained with."""
+"""Entry of a model zip exported by older versions, holding the env arguments it was trained with
+(newer exports keep them in the policy: :mod:`agents.described_policy`)."""
 
 
 def env_shape_of(model: Any) -> dict[str, Any]:
@@ -66,13 +72,22 @@ def env_shape_of(model: Any) -> dict[str, Any]:
     Raises:
         ValueError: if the spaces are not those of ``DeepBoot-v0``.
     """
-    nvec = np.asarray(getattr(model.action_space, "nvec", []), dtype=np.int64).reshape(-1)
+    return spaces_env_shape(model.observation_space, model.action_space)
+
+
+def spaces_env_shape(observation_space: Any, action_space: Any) -> dict[str, Any]:
+    """:func:`env_shape_of` for a model's observation and action spaces.
+
+    Raises:
+        ValueError: if the spaces are not those of ``DeepBoot-v0``.
+    """
+    nvec = np.asarray(getattr(action_space, "nvec", []), dtype=np.int64).reshape(-1)
     try:
         mode = mode_of_nvec(nvec)
     except ValueError:
-        raise ValueError(f"model action space {model.action_space} is not a DeepBoot-v0 action space") from None
+        raise ValueError(f"model action space {action_space} is not a DeepBoot-v0 action space") from None
     max_jobs, lend_levels = int(nvec.size - 1), int(nvec[-1])
-    spaces = getattr(model.observation_space, "spaces", {})
+    spaces = getattr(observation_space, "spaces", {})
     outlook = "outlook" in spaces
     expected = {"jobs": (max_jobs * len(JOB_FEATURES),), "cluster": (len(CLUSTER_FEATURES),)}
     if outlook:
@@ -80,7 +95,7 @@ def env_shape_of(model: Any) -> dict[str, Any]:
     # the codec's extra entries; a codec with a base policy is built only to read its shapes
     expected.update({k: (n,) for k, n in make_codec(mode, max_jobs, lend_levels).extra_observation().items()})
     if {k: getattr(v, "shape", None) for k, v in spaces.items()} != expected:
-        raise ValueError(f"model observation space {model.observation_space} does not match DeepBoot-v0")
+        raise ValueError(f"model observation space {observation_space} does not match DeepBoot-v0")
     shape: dict[str, Any] = {"max_jobs": max_jobs, "lend_levels": lend_levels, "action_mode": mode}
     if outlook:
         shape["outlook"] = True
@@ -210,6 +225,19 @@ def model_env_kwargs(path: str | Path) -> dict[str, Any]:
     return dict(kwargs) if isinstance(kwargs, dict) else {}
 
 
+def agent_env_kwargs(model: Any, path: str | Path | None = None) -> dict[str, Any]:
+    """The env arguments ``model`` needs, later sources winning: its spaces
+    (:func:`env_shape_of`: ``action_mode``, ``max_jobs``, ``lend_levels``, ``outlook``), those
+    saved with it (:func:`model_env_kwargs` of ``path``: older exports and run folders), those its
+    policy keeps (:mod:`agents.described_policy`).
+
+    Raises:
+        ValueError: if the spaces are not those of ``DeepBoot-v0``.
+    """
+    saved = model_env_kwargs(path) if path is not None else {}
+    return {**env_shape_of(model), **saved, **getattr(model.policy, "env_kwargs", {})}
+
+
 def detect_algo(path: str | Path) -> str:
     """``maskable_ppo`` or ``ppo`` for a saved model: ``config.yml`` beside it, else the policy
     class the zip names (read as text, never unpickled).
@@ -269,5 +297,34 @@ def load_agent_policy(
 
         torch.set_num_threads(int(num_threads))
     model = load_model(path, device=device, algo=algo, trust=trust)
-    base = str(model_env_kwargs(resolve_model_path(path)).get("base_policy", "ats"))
+    base = str(agent_env_kwargs(model, resolve_model_path(path)).get("base_policy", "ats"))
     return AgentPolicy(model, deterministic=deterministic, name=name or f"ppo:{path}", base_policy=base)
+
+
+def load_agent(path: str | Path, *, device: str = "cpu", trust: bool = False) -> tuple[Any, Any]:
+    """A saved model and a factory of the env it needs: ``model, make_env = load_agent(path)``,
+    then ``env = make_env(workload="val")`` (keyword arguments are added to or override the
+    model's env arguments) and ``evaluate_policy(model, env)``.
+
+    The model is loaded without unpickling anything (:func:`load_model`; ``trust=True`` loads
+    pickled fields as plain SB3 does, and warns). ``make_env`` is
+    ``functools.partial(gymnasium.make, "DeepBoot-vN", **env_kwargs)`` with the arguments of
+    :func:`agent_env_kwargs` (``dynamics`` picks the id), so ``make_env.args[0]`` and
+    ``make_env.keywords`` say which env it makes.
+
+    Raises:
+        FileNotFoundError: no model at ``path``.
+        agents.checkpoint.CheckpointError: a file that is not such a model or cannot be loaded safely.
+        ValueError: a model whose spaces are not those of a DeepBoot env.
+    """
+    import functools
+
+    import gymnasium
+
+    import deepboot_env  # noqa: F401 - registers the env ids
+    from agents.described_policy import env_spec
+
+    model_path = resolve_model_path(path)
+    model = load_model(model_path, device=device, trust=trust)
+    env_id, kwargs = env_spec(agent_env_kwargs(model, model_path))
+    return model, functools.partial(gymnasium.make, env_id, **kwargs)

@@ -29,7 +29,7 @@ from agents.factory import (
     resolve_hyperparams,
     switch_arch,
 )
-from deepboot_env.config import EnvConfig
+from deepboot_env.config import DYNAMICS, EnvConfig
 
 DEFAULT_CONF = Path(__file__).resolve().parents[1] / "conf" / "deepboot.yml"
 """Configuration read when ``--conf-file`` is not given (if it exists)."""
@@ -53,6 +53,9 @@ PRETRAIN_KEYS: dict[str, Any] = {
     "residual_neutral_prob": 0.9,
 }
 """Behaviour-cloning warm start (:mod:`agents.imitation`) settings and their defaults."""
+
+ENV_IDS: dict[str, str] = {f"DeepBoot-{version}": version for version in DYNAMICS}
+"""``--env``: the Gymnasium id of each env version and the ``dynamics`` env argument it stands for."""
 
 FIXED_ENV_KWARGS = ("workload", "render_mode")
 """Env arguments that ``--env-kwargs`` may not set (``workload`` comes from ``--workload``)."""
@@ -100,6 +103,38 @@ def load_conf(path: str | Path | None, preset: str, algo: str) -> dict[str, Any]
     return out
 
 
+def preset_descriptions(path: str | Path | None = None) -> dict[str, str]:
+    """Each preset of a configuration file (default :data:`DEFAULT_CONF`) and its ``description``
+    entry ("" where it has none); {} for a missing or unreadable file (``--help`` lists them)."""
+    p = Path(path) if path is not None else DEFAULT_CONF
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return {}
+    if not isinstance(data, dict) or set(data) & {"common", *ALGOS}:
+        return {}
+    return {
+        str(name): " ".join(str(section.get("description", "")).split()) if isinstance(section, dict) else ""
+        for name, section in data.items()
+    }
+
+
+def resolve_env_id(env_id: str | None, env_kwargs: dict[str, Any], flag_kwargs: Mapping[str, Any]) -> None:
+    """Set ``env_kwargs["dynamics"]`` from ``--env`` (``None``: leave the preset's).
+
+    Raises:
+        ConfigError: an unknown id, or ``--env-kwargs dynamics:...`` naming another version.
+    """
+    if env_id is None:
+        return
+    if env_id not in ENV_IDS:
+        raise ConfigError(f"--env: unknown env id {env_id!r}; choose from {', '.join(ENV_IDS)}")
+    dynamics = ENV_IDS[env_id]
+    if flag_kwargs.get("dynamics", dynamics) != dynamics:
+        raise ConfigError(f"--env {env_id} contradicts --env-kwargs dynamics:{flag_kwargs['dynamics']}")
+    env_kwargs["dynamics"] = dynamics
+
+
 def env_config(env_kwargs: Mapping[str, Any]) -> EnvConfig:
     """The :class:`~deepboot_env.config.EnvConfig` of the env options (``workload`` and
     ``render_mode`` are not options: ``--workload`` sets the workloads).
@@ -136,7 +171,9 @@ def resolve_settings(args: argparse.Namespace, algo: str) -> dict[str, Any]:
     settings["eval_reference"] = resolve_eval_reference(args, conf)
     settings.update(resolve_pretrain(args, conf))
     env_kwargs = dict(conf.pop("env_kwargs", {}) or {})
-    env_kwargs.update(parse_kv(args.env_kwargs, "--env-kwargs"))
+    flag_kwargs = parse_kv(args.env_kwargs, "--env-kwargs")
+    resolve_env_id(getattr(args, "env", None), env_kwargs, flag_kwargs)
+    env_kwargs.update(flag_kwargs)
     env_config(env_kwargs)
     cli = parse_kv(args.hyperparams, "--hyperparams")
     check_hyperparams(cli)

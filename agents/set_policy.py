@@ -37,6 +37,7 @@ from sb3_contrib.common.maskable.policies import MaskableMultiInputActorCriticPo
 from stable_baselines3.common.policies import MultiInputActorCriticPolicy
 from torch import nn
 
+from agents.described_policy import DescribedPolicyMixin
 from agents.factory import SET_SIZE_MINIMUMS
 
 SLOT_KEYS: tuple[str, ...] = ("jobs", "base")
@@ -176,10 +177,11 @@ class SetNetwork(nn.Module):
         return th.cat([per_slot, self.lend_head(summary)], dim=1)
 
 
-class _SetPolicyMixin:
+class _SetPolicyMixin(DescribedPolicyMixin):
     """What both set policies add to SB3's multi-input actor-critic: the set network as
-    ``mlp_extractor`` and an identity ``action_net``. (The methods reach the host policy's SB3
-    attributes through ``policy: Any``: a mixin's host cannot be typed.)"""
+    ``mlp_extractor`` and an identity ``action_net``, and the env arguments of
+    :class:`~agents.described_policy.DescribedPolicyMixin`. (The methods reach the host policy's
+    SB3 attributes through ``policy: Any``: a mixin's host cannot be typed.)"""
 
     deepboot_arch: ClassVar[str] = "set"
     """Plain-text marker of the architecture (stored in the checkpoint's JSON, read by the loader)."""
@@ -228,7 +230,7 @@ class _SetPolicyMixin:
         policy.optimizer = policy.optimizer_class(policy.parameters(), lr=lr_schedule(1), **policy.optimizer_kwargs)
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
-        data: dict[str, Any] = super()._get_constructor_parameters()  # type: ignore[misc]
+        data: dict[str, Any] = super()._get_constructor_parameters()
         data.update(self.set_sizes)
         return data
 

@@ -219,7 +219,9 @@ def train(args: argparse.Namespace) -> Path:
     write_config(run_dir / "config.yml", config)
 
     if resume is None:
-        model = build_model(algo, vec_env, device=device, seed=args.seed, hyperparams=settings["hyperparams"])
+        model = build_model(
+            algo, vec_env, device=device, seed=args.seed, hyperparams=settings["hyperparams"], env_kwargs=env_kwargs
+        )
     else:
         overrides = model_kwargs(settings["cli_hyperparams"])
         model = load_checkpoint(resume, algo, device=device, env=vec_env, trust=args.trust_checkpoint, **overrides)

@@ -16,6 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from deepboot_env.argparsing import ArgumentParser
 from deepboot_harness.anchors import ANCHORS, anchor_by_key, anchor_table, run_anchor
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -35,7 +36,7 @@ def _override(text: str) -> tuple[str, object]:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point (see the module docstring); returns the exit status."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DATA, help="reference data folder (../shared/data)")
     parser.add_argument("--fast", action="store_true", help="skip the slow (Pollux-policy) anchors")
     parser.add_argument("--only", nargs="+", metavar="KEY", help="run only these anchors")

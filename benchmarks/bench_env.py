@@ -21,11 +21,11 @@ on ``--seed``, so runs of different code versions replay the same actions.
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import numpy as np
 
+from deepboot_env.argparsing import ArgumentParser
 from deepboot_env.env import DeepBootEnv
 from deepboot_env.env.codec import GPU_BUCKETS
 from deepboot_env.sim.measured import TRACE_SETS, TRUTHS
@@ -80,7 +80,7 @@ def run(env: DeepBootEnv, steps: int, policy_like: bool, rng: np.random.Generato
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point (see the module docstring); returns the exit status."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", default="test/test-01")
     parser.add_argument("--cluster", default="8x4+8x4", help="the default cluster is 8x4+8x4")
     parser.add_argument("--max-jobs", type=int, default=32)

@@ -24,6 +24,7 @@ import numpy as np
 
 from baselines.ones import OnesPolicy
 from baselines.pollux import PolluxPolicy
+from deepboot_env.argparsing import ArgumentParser
 from deepboot_env.evaluation import run_episode
 from deepboot_env.sim.cluster import ClusterConfig
 from deepboot_env.sim.simulator import SimConfig
@@ -46,7 +47,7 @@ def _patience(text: str) -> int | None:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point (see the module docstring); returns the exit status."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", default=str(REFERENCE))
     parser.add_argument("--cluster", default="16x4", help="e.g. 16x4 (training only) or 8x4+8x4")
     parser.add_argument("--restart", default="pollux")

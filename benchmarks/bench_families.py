@@ -11,19 +11,19 @@ a good policy gives it). The last column is the sampling's share of that episode
 
 from __future__ import annotations
 
-import argparse
 import time
 
+from deepboot_env.argparsing import ArgumentParser
 from deepboot_env.env import DeepBootEnv
 from traces.families import FAMILIES, SPLIT_SEEDS, sample_scenario
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """Print the table (see the module docstring)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=10, help="train seeds per family (default 10)")
     parser.add_argument("--families", nargs="+", default=list(FAMILIES), help="families (default: all)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     print(f"{'family':<16} {'draw ms':>8} {'jobs':>6} {'requests':>9} {'episode s':>10} {'steps':>6} {'share':>6}")
     for family in args.families:
         seeds = list(SPLIT_SEEDS["train"][: args.seeds])

@@ -13,11 +13,11 @@ CPU microseconds per observation + forecast.
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import numpy as np
 
+from deepboot_env.argparsing import ArgumentParser
 from deepboot_env.config import EnvConfig
 from deepboot_env.evaluation import run_episode
 from deepboot_env.forecast import PeriodicForecaster, inference_demand
@@ -68,12 +68,12 @@ def _errors(times: np.ndarray, demand: np.ndarray) -> tuple[dict[str, list[float
     return errors, cpu / len(times), forecaster
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """Print the table (see the module docstring)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3, help="val seeds per family (default 3)")
     parser.add_argument("--families", nargs="+", default=list(FAMILIES), help="families (default: all)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     columns = [f"{m} {h:g}h" for h in HORIZONS_H for m in ("forecast", "persist", "mean")]
     print(f"{'family':<16} " + " ".join(f"{c:>12}" for c in columns) + f" {'periods (true/fit)':>24} {'us/obs':>7}")
     sim = EnvConfig.from_options(dynamics="v1").sim

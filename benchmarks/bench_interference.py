@@ -14,11 +14,11 @@ Prints one row per (policy, slowdown) with the avg JCT of each workload and thei
 
 from __future__ import annotations
 
-import argparse
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from deepboot_env.argparsing import ArgumentParser
 from deepboot_env.evaluation import run_episode
 from deepboot_env.sim.cluster import ClusterConfig
 from deepboot_env.sim.interference import InterferenceModel
@@ -42,7 +42,7 @@ def _one(task: tuple[str, str, str, str, str, int]) -> tuple[str, str, str, floa
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point (see the module docstring); returns the exit status."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--policies", nargs="+", default=["ats", "interference-aware"])
     parser.add_argument("--slowdowns", nargs="+", default=["0", "0.25", "0.5"])
     parser.add_argument("--matrix", help="also run the per-pair matrix model (FILE or 'default')")

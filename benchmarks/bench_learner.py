@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from agents.factory import ALGOS, POLICY_ARCHS, build_model, make_vec_env_for, resolve_hyperparams, switch_arch
+from deepboot_env.argparsing import ArgumentParser
 from deepboot_env.env import DeepBootEnv
 
 PARTS = ("env", "obs", "mask", "forward", "buffer", "other")
@@ -124,7 +125,7 @@ def measure(algo: str, mode: str, arch: str, args: argparse.Namespace) -> dict[s
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point (see the module docstring); returns the exit status."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--algos", nargs="+", choices=ALGOS, default=["maskable_ppo"])
     parser.add_argument("--modes", nargs="+", choices=("target", "residual"), default=["target", "residual"])
     parser.add_argument("--archs", nargs="+", choices=tuple(POLICY_ARCHS), default=["mlp", "set"])

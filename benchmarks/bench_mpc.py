@@ -18,7 +18,6 @@ price of not knowing it). A summary per policy ends the report (mean JCT relativ
 
 from __future__ import annotations
 
-import argparse
 import collections
 import time
 
@@ -27,6 +26,7 @@ import numpy as np
 from baselines.lookahead import DEFAULT_CANDIDATES, DEFAULT_EVERY, DEFAULT_HORIZON_S
 from baselines.mpc import MpcPolicy
 from baselines.oracle_lookahead import OracleLookaheadPolicy
+from deepboot_env.argparsing import ArgumentParser
 from deepboot_env.config import EnvConfig
 from deepboot_env.evaluation import run_episode
 from deepboot_env.policy import Policy, make_policy
@@ -55,7 +55,7 @@ def row(label: str, metrics: EpisodeMetrics, cpu: float, note: str = "") -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point (see the module docstring); returns the exit status."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", nargs="+", default=list(DEFAULT_FAMILIES))
     parser.add_argument("--seeds", type=int, default=3, help="val seeds per family (default 3)")
     parser.add_argument("--every", type=int, default=DEFAULT_EVERY)

@@ -15,11 +15,11 @@ JCT relative to ``ats``.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import time
 
 from baselines.oracle_lookahead import DEFAULT_CANDIDATES, DEFAULT_EVERY, DEFAULT_HORIZON_S, OracleLookaheadPolicy
+from deepboot_env.argparsing import ArgumentParser
 from deepboot_env.config import sim_config
 from deepboot_env.evaluation import run_episode
 from deepboot_env.policy import Policy, make_policy
@@ -45,7 +45,7 @@ def row(label: str, metrics: EpisodeMetrics, cpu: float, note: str = "") -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point (see the module docstring); returns the exit status."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", nargs="+", default=["test-01"])
     parser.add_argument("--dynamics", choices=("v0", "v1"), default="v1")
     parser.add_argument("--every", type=int, default=DEFAULT_EVERY)

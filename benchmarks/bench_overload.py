@@ -13,11 +13,11 @@ best CPU seconds over ``--repeat`` runs, the ratio to test-01, the events and th
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
 
+from deepboot_env.argparsing import ArgumentParser
 from deepboot_env.policy import make_policy
 from deepboot_env.sim.simulator import SimConfig, Simulator
 from traces.generate import generate_workload
@@ -47,7 +47,7 @@ def episode_cpu(sim_type: type[Simulator], workload, repeat: int) -> tuple[float
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point (see the module docstring); returns the exit status."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--reference", action="store_true", help="also time the full-scan reference pool")
     args = parser.parse_args(argv)

@@ -11,12 +11,12 @@ with ``fifo`` on the shared-pool 16x4 cluster (target <= 3 s CPU). Usage::
 
 from __future__ import annotations
 
-import argparse
 import resource
 import sys
 import time
 from pathlib import Path
 
+from deepboot_env.argparsing import ArgumentParser
 from deepboot_env.evaluation import run_episode
 from deepboot_env.policy import available_policies, make_policy
 from deepboot_harness.cli import add_sim_arguments, sim_config_from_args
@@ -27,7 +27,7 @@ REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "wo
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point (see the module docstring); returns the exit status."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", default=str(REFERENCE))
     parser.add_argument("--policy", nargs="+", default=["fifo"])
     parser.add_argument("--repeat", type=int, default=3)

@@ -15,7 +15,6 @@ still writes them: its pickled size is that of the simulator.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import pickle
 import statistics
@@ -23,6 +22,7 @@ import time
 import tracemalloc
 from collections.abc import Callable
 
+from deepboot_env.argparsing import ArgumentParser
 from deepboot_env.config import sim_config
 from deepboot_env.policy import make_policy
 from deepboot_env.sim.simulator import Simulator
@@ -56,7 +56,7 @@ def held_bytes(action: Callable[[], object]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point (see the module docstring); returns the exit status."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", default="test/test-01")
     parser.add_argument("--policy", default="ats")
     parser.add_argument("--decisions", type=int, default=200, help="decisions before the snapshot")

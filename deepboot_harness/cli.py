@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from deepboot_env.argparsing import ArgumentParser
 from deepboot_env.config import DYNAMICS, dynamics_notes, sim_config
 from deepboot_env.evaluation import EpisodeProgress
 from deepboot_env.sim.aryl_mode import INFERENCE_PLACEMENTS
@@ -370,7 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``deepboot`` argument parser."""
     from traces.generate_cli import build_generate_parser
 
-    parser = argparse.ArgumentParser(prog="deepboot", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="deepboot", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     sim = sub.add_parser("simulate", help="run one episode of a workload under a policy")

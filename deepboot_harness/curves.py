@@ -15,12 +15,13 @@ are ratios too (``ones-lend=0.90``); the reference itself is the line at 1.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import sys
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
+
+from deepboot_env.argparsing import ArgumentParser
 
 
 def evaluation_curve(run: str | Path, column: str = "train_jct_mean") -> list[tuple[float, float]]:
@@ -60,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point."""
     from deepboot_harness.plots import plot_learning_curves
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", help="run folders (a,b,c: a run and its resumptions as one curve)")
     parser.add_argument("--labels", nargs="+", default=None, help="legend labels (default: folder names)")
     parser.add_argument("--reference", nargs="*", default=[], metavar="NAME=JCT", help="horizontal reference lines")

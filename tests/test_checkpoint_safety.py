@@ -148,3 +148,35 @@ def test_policy_kwargs_accepted_forms() -> None:
         "activation_fn": torch.nn.ReLU,
     }
     assert policy_kwargs_from_mapping({"net_arch": {"pi": [8], "vf": [8]}, "ortho_init": False})["ortho_init"] is False
+
+
+@pytest.mark.parametrize(
+    ("fields", "rate"),
+    [
+        ({"val": "0.0005"}, 0.0005),
+        ({"start": "0.001", "end": "0.0", "end_fraction": "1.0"}, 0.001),
+    ],
+)
+def test_a_bare_schedule_as_rl_zoo_stores_it_is_rebuilt_from_its_fields(
+    fields: dict[str, str], rate: float, tmp_path: Path, marker: Path
+) -> None:
+    """RL Zoo saves ``learning_rate`` as a pickled ConstantSchedule (its plain text: ``val``)."""
+    kind = "ConstantSchedule" if "val" in fields else "LinearSchedule"
+    payload = {**_payload(marker), ":type:": f"<class 'stable_baselines3.common.utils.{kind}'>", **fields}
+    path = _crafted(tmp_path, "learning_rate", marker)
+
+    def write(field: dict[str, str]) -> None:
+        with zipfile.ZipFile(path) as zf:
+            items = {name: zf.read(name) for name in zf.namelist()}
+        items["data"] = json.dumps({**json.loads(items["data"]), "learning_rate": field}).encode()
+        with zipfile.ZipFile(path, "w") as zf:
+            for name, content in items.items():
+                zf.writestr(name, content)
+
+    write(payload)
+    model = load_checkpoint(path)
+    assert type(model.learning_rate).__name__ == kind and model.learning_rate(1.0) == pytest.approx(rate)
+    write({**payload, "val": "__import__('os')", "start": "x"})
+    with pytest.raises(CheckpointError, match="'learning_rate' is a schedule this loader cannot rebuild"):
+        load_checkpoint(path)
+    assert not marker.exists()

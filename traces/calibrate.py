@@ -54,7 +54,6 @@ this module derives the constants, calibrates each application (:func:`calibrate
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -63,6 +62,7 @@ from pathlib import Path
 
 import numpy as np
 
+from deepboot_env.argparsing import ArgumentParser
 from deepboot_env.sim import apps as _apps_module
 from deepboot_env.sim.apps import APP_NAMES, AppProfile
 from deepboot_env.sim.goodput import sync_step_time
@@ -352,7 +352,7 @@ def run_calibration(apps_dir: Path, out: Path | None = None) -> dict:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: ``python -m traces.calibrate --apps DIR [--out FILE]``."""
-    parser = argparse.ArgumentParser(prog="python -m traces.calibrate", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m traces.calibrate", description=__doc__.splitlines()[0])
     parser.add_argument("--apps", required=True, type=Path, help="folder with one trace folder per application")
     parser.add_argument(
         "--out",

@@ -15,6 +15,7 @@ import json
 import sys
 from pathlib import Path
 
+from deepboot_env.argparsing import ArgumentParser
 from deepboot_env.sim.scenario import Scenario
 from deepboot_env.sim.workload import Workload
 from traces.families import FAMILIES, sample_scenario
@@ -36,7 +37,7 @@ from traces.philly import load_philly_stats
 def build_generate_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     """Add the ``deepboot generate`` flags to ``parser`` (or a new one) and return it."""
     if parser is None:
-        parser = argparse.ArgumentParser(
+        parser = ArgumentParser(
             prog="deepboot generate",
             description="Generate a workload: Philly-derived training jobs plus periodic inference (DeepBoot CSV).",
         )

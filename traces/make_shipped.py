@@ -30,12 +30,12 @@ After changing the constants below, re-run this script (it also rewrites
 
 from __future__ import annotations
 
-import argparse
 import os
 from pathlib import Path
 
 import numpy as np
 
+from deepboot_env.argparsing import ArgumentParser
 from deepboot_env.sim.apps import APP_NAMES, COLD_START_DELAY_S
 from deepboot_env.sim.workload import Workload
 from traces.generate import DEFAULT_SERVICE_TIME_S, generate_workload, write_workload_csv
@@ -156,7 +156,7 @@ def _readme(rows: list[dict[str, object]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point (see the module docstring); returns the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m traces.make_shipped", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m traces.make_shipped", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(WORKLOADS_DIR), help="folder to write (default: traces/workloads)")
     parser.add_argument("--check", action="store_true", help="compare with the existing files instead of writing")
     args = parser.parse_args(argv)

@@ -19,7 +19,6 @@ GPU-time buckets (GPU-hours): ``[0, 1)``, ``[1, 10)``, ``[10, 100)``, ``[100, 10
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -32,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from deepboot_env.argparsing import ArgumentParser
 from traces.loaders import PhillyTrace, TraceError, load_philly
 
 MINUTES_PER_DAY = 1440
@@ -228,7 +228,7 @@ def _display_path(path: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m traces.philly --philly PATH [--out FILE]``: recompute the statistics."""
-    parser = argparse.ArgumentParser(prog="python -m traces.philly", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m traces.philly", description=__doc__.splitlines()[0])
     parser.add_argument("--philly", required=True, help="raw philly.csv (timestamp,duration,num_gpus,gpu_time,cluster)")
     parser.add_argument("--out", default=str(default_stats_file()), help="output JSON (default: the shipped file)")
     parser.add_argument("--start-hour", type=float, default=2.0, help="window start for the printed check")

@@ -1,0 +1,179 @@
+"""Command-line conventions: no prefix abbreviations on any command, one-line errors, Zoo spellings
+of ``train_policy.py`` (``--env``, ``-i/--trained-agent``, ``--device auto``) and its preset list."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agents.factory import ConfigError
+from agents.run_config import ENV_IDS, preset_descriptions, resolve_settings
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _script_main(relative: str) -> Callable[[list[str]], Any]:
+    """``main`` of a script that is not in a package (benchmarks/)."""
+    path = REPO / relative
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+def _module_main(name: str) -> Callable[[list[str]], Any]:
+    return importlib.import_module(name).main
+
+
+def _parser_files() -> list[Path]:
+    """Every project source file that builds a command-line parser."""
+    files = [REPO / "train_policy.py"]
+    for folder in ("agents", "baselines", "benchmarks", "deepboot_env", "deepboot_harness", "traces"):
+        files += sorted((REPO / folder).rglob("*.py"))
+    return [f for f in files if "ArgumentParser(" in f.read_text(encoding="utf-8")]
+
+
+# every command with the arguments it requires: an abbreviation added to them must be the only error
+COMMANDS: dict[str, tuple[Callable[[], Callable[[list[str]], Any]], list[str]]] = {
+    "train_policy.py": (lambda: _module_main("train_policy"), []),
+    "deepboot simulate": (lambda: _module_main("deepboot_harness.cli"), ["simulate"]),
+    "deepboot compare": (
+        lambda: _module_main("deepboot_harness.cli"),
+        ["compare", "--workloads", "tiny", "--policies", "fifo", "--out", "x"],
+    ),
+    "deepboot benchmark": (lambda: _module_main("deepboot_harness.cli"), ["benchmark", "--out", "x"]),
+    "deepboot generate": (lambda: _module_main("deepboot_harness.cli"), ["generate"]),
+    "deepboot calibrate": (lambda: _module_main("deepboot_harness.cli"), ["calibrate", "--apps", "x"]),
+    "deepboot_harness.curves": (lambda: _module_main("deepboot_harness.curves"), ["run", "--out", "x.png"]),
+    "agents.export": (lambda: _module_main("agents.export"), ["a.zip", "b.zip"]),
+    "traces.calibrate": (lambda: _module_main("traces.calibrate"), ["--apps", "x"]),
+    "traces.philly": (lambda: _module_main("traces.philly"), ["--philly", "x"]),
+    "traces.make_shipped": (lambda: _module_main("traces.make_shipped"), []),
+    **{
+        f"benchmarks/{path.name}": ((lambda rel=f"benchmarks/{path.name}": _script_main(rel)), [])
+        for path in sorted((REPO / "benchmarks").glob("bench_*.py"))
+    },
+}
+
+
+def test_every_parser_is_the_project_parser() -> None:
+    """A new command cannot slip in with argparse's defaults (prefix matching, multi-line errors)."""
+    files = _parser_files()
+    assert len(files) >= 15
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        if path.name == "argparsing.py":
+            continue
+        assert "argparse.ArgumentParser(" not in text, f"{path}: use deepboot_env.argparsing.ArgumentParser"
+        assert "from deepboot_env.argparsing import ArgumentParser" in text, path
+    covered = {Path(name).name for name in COMMANDS} | {name.rsplit(".", 1)[-1] + ".py" for name in COMMANDS}
+    for path in files:
+        if path.name not in ("argparsing.py", "generate_cli.py", "cli.py"):
+            assert path.name in covered, f"{path}: add its command to COMMANDS"
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_abbreviations_are_refused_with_one_line(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--hel`` would print the help (exit 0) if prefixes matched; here it is an unknown flag."""
+    load, required = COMMANDS[command]
+    main = load()
+    with pytest.raises(SystemExit) as exc:
+        main([*required, "--hel"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "error: unrecognized arguments: --hel" in err, err
+
+
+@pytest.mark.parametrize(
+    ("command", "argv", "abbreviation"),
+    [
+        ("train_policy.py", ["--n-timestep", "10"], "--n-timestep"),
+        ("train_policy.py", ["--trained", "x.zip"], "--trained"),
+        ("train_policy.py", ["--env-kw", "max_jobs:8"], "--env-kw"),
+        ("deepboot compare", ["--job", "2"], "--job"),
+        ("deepboot benchmark", ["--famil", "mixed"], "--famil"),
+        ("deepboot generate", ["--num-job", "3"], "--num-job"),
+    ],
+)
+def test_the_reported_abbreviations_are_refused(
+    command: str, argv: list[str], abbreviation: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    load, required = COMMANDS[command]
+    with pytest.raises(SystemExit) as exc:
+        load()([*required, *argv])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"unrecognized arguments: {abbreviation}" in err, err
+
+
+def _train_args(*argv: str) -> argparse.Namespace:
+    from train_policy import build_parser
+
+    return build_parser().parse_args(list(argv))
+
+
+def test_zoo_spellings_of_train_policy() -> None:
+    args = _train_args("-i", "runs/x.zip", "--env", "DeepBoot-v1")
+    assert args.resume == "runs/x.zip" and args.env == "DeepBoot-v1"
+    assert _train_args("--trained-agent", "a.zip").resume == "a.zip"
+    assert _train_args("--resume", "b.zip").resume == "b.zip"  # the old spelling still works
+    assert _train_args().device == "auto"
+    assert set(ENV_IDS) == {"DeepBoot-v0", "DeepBoot-v1"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "dynamics"),
+    [
+        ([], None),  # the default preset sets none: the env's default (v0)
+        (["--env", "DeepBoot-v1"], "v1"),
+        (["--env", "DeepBoot-v0"], "v0"),
+        (["--env", "DeepBoot-v1", "--env-kwargs", "dynamics:v1", "max_jobs:8"], "v1"),
+        (["--env", "DeepBoot-v0", "--preset", "generalist"], "v0"),  # the flag wins over the preset
+        (["--preset", "generalist"], "v1"),
+    ],
+)
+def test_env_id_sets_the_dynamics(argv: list[str], dynamics: str | None) -> None:
+    settings = resolve_settings(_train_args(*argv), "maskable_ppo")
+    assert settings["env_kwargs"].get("dynamics") == dynamics
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--env", "CartPole-v1"], "--env: unknown env id 'CartPole-v1'; choose from DeepBoot-v0, DeepBoot-v1"),
+        (["--env", "DeepBoot-v0", "--env-kwargs", "dynamics:v1"], "contradicts --env-kwargs dynamics:v1"),
+    ],
+)
+def test_bad_env_id_is_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        resolve_settings(_train_args(*argv), "ppo")
+    from train_policy import main
+
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, "-n", "1", "--no-progress"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+
+
+def test_help_lists_every_preset_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from train_policy import build_parser
+
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    presets = preset_descriptions()
+    assert set(presets) == {"default", "smoke", "pretrained", "residual", "generalist"}
+    listing = text.split("presets of conf/deepboot.yml (--preset NAME):\n", 1)[1].splitlines()
+    assert len(listing) == len(presets)
+    for line, (name, description) in zip(listing, presets.items(), strict=True):
+        assert description and line.split(maxsplit=1) == [name, description]
