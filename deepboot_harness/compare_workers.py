@@ -4,23 +4,31 @@ A :class:`RunTask` is one (policy, workload, seed) of :func:`deepboot_harness.co
 :func:`run_tasks` runs a list of them in this process or in a pool of worker processes and
 returns their :class:`RunOutcome` in task order, whatever order they finish in. Each process
 loads a workload once (:func:`load_workload_once`); only the chosen run sends its timeline back.
+:func:`run_pool` is the pool and progress bar underneath, for any picklable function (training's
+validation episodes and warm start use it too).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from deepboot_env.sim.metrics import EpisodeMetrics
 from deepboot_env.sim.simulator import SimConfig
 from deepboot_env.sim.workload import Workload
 
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
 
 @dataclass(frozen=True)
 class RunTask:
-    """One (policy, workload, seed) run; ``index`` is its row, ``workload`` its label."""
+    """One (policy, workload, seed) run; ``index`` is its row, ``workload`` its label.
+
+    ``loaded``: the workload itself, sent to the worker with the task (for a workload that no
+    ``source`` names, e.g. a family's scenario); None: loaded from ``source``."""
 
     index: int
     policy: str
@@ -29,16 +37,19 @@ class RunTask:
     seed: int
     config: SimConfig
     want_timeline: bool
+    loaded: Workload | None = None
 
 
 @dataclass
 class RunOutcome:
-    """What a run sends back: scalar metrics, per-job JCTs, and the timeline if it was asked for."""
+    """What a run sends back: scalar metrics, per-job JCTs, the timeline if it was asked for, and
+    the GPUs a learned policy's action decoding repaired (0 for others)."""
 
     index: int
     metrics: dict[str, object]
     jcts: dict[str, float]
     timeline: list[tuple[float, ...]] | None
+    repaired_gpus: int = 0
 
 
 _WORKLOAD_CACHE: dict[str, Workload] = {}
@@ -56,56 +67,89 @@ def load_workload_once(source: str) -> Workload:
 def run_task(task: RunTask, workload: Workload | None = None) -> RunOutcome:
     """One run (worker side): only the chosen run sends its timeline back."""
     from deepboot_env.evaluation import run_episode
+    from deepboot_env.policy import make_policy
 
+    policy = make_policy(task.policy)
     metrics: EpisodeMetrics = run_episode(
-        task.policy, workload or load_workload_once(task.source), task.config, seed=task.seed
+        policy, workload or task.loaded or load_workload_once(task.source), task.config, seed=task.seed
     )
     return RunOutcome(
         index=task.index,
         metrics=metrics.to_dict(include_jcts=False),
         jcts=dict(metrics.jcts),
         timeline=list(metrics.timeline) if task.want_timeline else None,
+        repaired_gpus=int(getattr(policy, "repaired_gpus", 0)),
     )
 
 
-def run_tasks(tasks: list[RunTask], loaded: dict[str, Workload], jobs: int, progress: bool) -> list[RunOutcome]:
-    """Run ``tasks``; the outcomes are indexed like the tasks whatever order they finish in."""
-    outcomes: list[RunOutcome | None] = [None] * len(tasks)
-    with _ProgressBar(len(tasks), progress) as advance:
-        if jobs == 1 or len(tasks) == 1:
-            for task in tasks:
-                outcomes[task.index] = run_task(task, loaded[task.source])
-                advance(task)
+def run_tasks(
+    tasks: list[RunTask], loaded: dict[str, Workload], jobs: int, progress: bool, label: str = "compare"
+) -> list[RunOutcome]:
+    """Run ``tasks`` (``loaded``: workloads by source, used in this process); the outcomes are
+    indexed like the tasks whatever order they finish in."""
+    outcomes = run_pool(
+        run_task,
+        tasks,
+        jobs,
+        progress,
+        label=label,
+        describe=lambda t: f"{t.policy} on {t.workload} seed {t.seed}",
+        local=lambda t: run_task(t, loaded.get(t.source)),
+    )
+    assert all(o.index == t.index for o, t in zip(outcomes, tasks, strict=True))
+    return outcomes
+
+
+def run_pool(
+    fn: Callable[[_T], _R],
+    items: Sequence[_T],
+    jobs: int,
+    progress: bool,
+    label: str,
+    describe: Callable[[_T], str] = str,
+    local: Callable[[_T], _R] | None = None,
+) -> list[_R]:
+    """``[fn(item) for item in items]`` in ``jobs`` worker processes (in this process, with
+    ``local`` if given, for ``jobs == 1`` or a single item), with a progress bar on stderr
+    (``label``, then ``describe(item)`` of the last item done) when ``progress``; results in item
+    order whatever order they finish in. ``fn`` and the items must be picklable for ``jobs > 1``;
+    a worker's error is raised here."""
+    results: list[_R | None] = [None] * len(items)
+    with _ProgressBar(len(items), progress, label) as advance:
+        if jobs <= 1 or len(items) <= 1:
+            for i, item in enumerate(items):
+                results[i] = (local or fn)(item)
+                advance(describe(item))
         else:
-            # All tasks are submitted before the progress bar's thread starts, so forked workers
+            # All items are submitted before the progress bar's thread starts, so forked workers
             # never inherit a held lock.
-            executor = ProcessPoolExecutor(max_workers=min(jobs, len(tasks)))
+            executor = ProcessPoolExecutor(max_workers=min(jobs, len(items)))
             try:
-                futures: dict[Future[RunOutcome], RunTask] = {executor.submit(run_task, t): t for t in tasks}
+                futures: dict[Future[_R], int] = {executor.submit(fn, item): i for i, item in enumerate(items)}
                 pending = set(futures)
                 while pending:
                     done, pending = wait(pending, return_when=FIRST_EXCEPTION)
                     for fut in done:
-                        outcome = fut.result()  # re-raises a worker's error
-                        outcomes[outcome.index] = outcome
-                        advance(futures[fut])
+                        i = futures[fut]
+                        results[i] = fut.result()  # re-raises a worker's error
+                        advance(describe(items[i]))
             finally:
                 executor.shutdown(wait=True, cancel_futures=True)
-    assert all(o is not None for o in outcomes)
-    return [o for o in outcomes if o is not None]
+    return cast(list[_R], results)
 
 
 class _ProgressBar:
-    """A rich progress bar on stderr (or nothing); entering gives ``advance(task)``."""
+    """A rich progress bar on stderr (or nothing); entering gives ``advance(description)``."""
 
-    def __init__(self, total: int, enabled: bool) -> None:
+    def __init__(self, total: int, enabled: bool, label: str) -> None:
         self.total = total
         self.enabled = enabled
+        self.label = label
         self._progress: Any = None  # a rich Progress while entered
 
-    def __enter__(self) -> Callable[[RunTask], None]:
+    def __enter__(self) -> Callable[[str], None]:
         if not self.enabled:
-            return lambda task: None
+            return lambda description: None
         from rich.console import Console
         from rich.progress import (
             BarColumn,
@@ -117,7 +161,7 @@ class _ProgressBar:
         )
 
         self._progress = progress = Progress(
-            TextColumn("[bold]compare[/]"),
+            TextColumn(f"[bold]{self.label}[/]"),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
@@ -132,10 +176,9 @@ class _ProgressBar:
 
         done = [0]
 
-        def advance(task: RunTask) -> None:
+        def advance(description: str) -> None:
             done[0] += 1
-            last = "done" if done[0] == self.total else f"{task.policy} on {task.workload} seed {task.seed}"
-            progress.update(bar, advance=1, description=last)
+            progress.update(bar, advance=1, description="done" if done[0] == self.total else description)
 
         return advance
 
