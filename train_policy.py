@@ -84,6 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-freq", type=int, default=None, help="evaluate every N timesteps; <= 0: never (preset)")
     p.add_argument("--eval-episodes", type=int, default=None, help="episodes per evaluation (0: one per workload)")
     p.add_argument(
+        "--eval-jobs",
+        type=int,
+        default=None,
+        help="worker processes for the validation episodes and the warm start's demonstrations (0, the default: "
+        "one per CPU; 1: in the training process)",
+    )
+    p.add_argument(
         "--eval-reference",
         default=None,
         metavar="POLICY",
