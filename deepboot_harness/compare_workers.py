@@ -115,26 +115,27 @@ def run_pool(
     order whatever order they finish in. ``fn`` and the items must be picklable for ``jobs > 1``;
     a worker's error is raised here."""
     results: list[_R | None] = [None] * len(items)
-    with _ProgressBar(len(items), progress, label) as advance:
-        if jobs <= 1 or len(items) <= 1:
+    if jobs <= 1 or len(items) <= 1:
+        with _ProgressBar(len(items), progress, label) as advance:
             for i, item in enumerate(items):
                 results[i] = (local or fn)(item)
                 advance(describe(item))
-        else:
-            # All items are submitted before the progress bar's thread starts, so forked workers
-            # never inherit a held lock.
-            executor = ProcessPoolExecutor(max_workers=min(jobs, len(items)))
-            try:
-                futures: dict[Future[_R], int] = {executor.submit(fn, item): i for i, item in enumerate(items)}
-                pending = set(futures)
-                while pending:
-                    done, pending = wait(pending, return_when=FIRST_EXCEPTION)
-                    for fut in done:
-                        i = futures[fut]
-                        results[i] = fut.result()  # re-raises a worker's error
-                        advance(describe(items[i]))
-            finally:
-                executor.shutdown(wait=True, cancel_futures=True)
+        return cast(list[_R], results)
+    # Every worker is forked (at submission) before the progress bar's thread starts, so none
+    # inherits a lock that thread holds.
+    executor = ProcessPoolExecutor(max_workers=min(jobs, len(items)))
+    try:
+        futures: dict[Future[_R], int] = {executor.submit(fn, item): i for i, item in enumerate(items)}
+        with _ProgressBar(len(items), progress, label) as advance:
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+                for fut in done:
+                    i = futures[fut]
+                    results[i] = fut.result()  # re-raises a worker's error
+                    advance(describe(items[i]))
+    finally:
+        executor.shutdown(wait=True, cancel_futures=True)
     return cast(list[_R], results)
 
 
