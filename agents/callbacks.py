@@ -369,7 +369,7 @@ class WorkloadEvalCallback(BaseCallback):
                 torch.set_num_threads(threads)
         for episode, outcome in zip(missing, outcomes[len(episodes) :], strict=True):
             self._reference_jct[episode] = censored_jct_mean(self.workloads[episode[0]][1].workload, _metrics(outcome))
-        rows = [self._row(e, outcome) for e, outcome in zip(episodes, outcomes, strict=False)]
+        rows = [self._row(e, outcome) for e, outcome in zip(episodes, outcomes[: len(episodes)], strict=True)]
         self.eval_seconds += time.perf_counter() - start
         self._record(rows, time.perf_counter() - start)
         return rows
