@@ -9,7 +9,7 @@
 * :class:`WorkloadEvalCallback` periodically runs the current model deterministically (with
   masks for MaskablePPO) through :func:`deepboot_env.evaluation.run_episode` on validation
   workloads, as ``ppo:<snapshot>``, i.e. exactly as ``deepboot compare`` runs it, in the same
-  worker pool (:func:`deepboot_harness.compare_workers.run_pool`, with a progress bar); it logs
+  worker pool (:func:`deepboot_env.workers.run_pool`, with a progress bar); it logs
   ``eval/*``, appends to ``evaluations.csv`` and saves ``best_model.zip`` when the selection
   score (mean ratio of censored JCT to a reference policy's) improves.
 """
@@ -24,7 +24,7 @@ import tempfile
 import time
 import zipfile
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,6 @@ from deepboot_env.sim.metrics import EpisodeMetrics
 from deepboot_env.sim.scenario import Scenario
 from deepboot_env.sim.simulator import SimConfig
 from deepboot_env.sim.workload import Workload
-from deepboot_harness.compare_workers import RunOutcome, RunTask
 
 SCHED_KEYS: tuple[str, ...] = (
     "train_jct_mean",
@@ -187,9 +186,32 @@ class SchedMetricsCallback(BaseCallback):
         return True
 
 
-def _metrics(outcome: RunOutcome) -> EpisodeMetrics:
-    """The :class:`EpisodeMetrics` a worker sent back (without the timeline)."""
-    return EpisodeMetrics(**{**outcome.metrics, "jcts": outcome.jcts})  # type: ignore[arg-type]
+@dataclass(frozen=True)
+class EvalEpisode:
+    """One evaluation episode for a worker: ``policy`` (a registry name, ``ppo:<snapshot>`` for
+    the model) on ``workload`` under ``config`` with policy seed ``seed``; ``label`` names the
+    workload in the progress bar."""
+
+    policy: str
+    label: str
+    workload: Workload
+    config: SimConfig
+    seed: int
+
+    def describe(self, model: str) -> str:
+        """``<policy> on <label> seed <seed>``, the policy ``model`` when it is the snapshot."""
+        return f"{'model' if self.policy == model else self.policy} on {self.label} seed {self.seed}"
+
+
+def run_eval_episode(episode: EvalEpisode) -> tuple[EpisodeMetrics, int]:
+    """Run one :class:`EvalEpisode` (a worker's job): its metrics without the timeline, and the
+    GPUs the policy's action decoding repaired (0 for a heuristic)."""
+    from deepboot_env.evaluation import run_episode
+    from deepboot_env.policy import make_policy
+
+    policy = make_policy(episode.policy)
+    metrics = run_episode(policy, episode.workload, episode.config, seed=episode.seed)
+    return replace(metrics, timeline=[]), int(getattr(policy, "repaired_gpus", 0))
 
 
 def censored_jct_mean(workload: Workload, metrics: Any) -> float:
@@ -240,7 +262,7 @@ class WorkloadEvalCallback(BaseCallback):
 
     The model runs as ``ppo:<snapshot>`` (a copy saved for the evaluation, with the env's base
     policy), deterministically, through the pool ``deepboot compare`` uses
-    (:func:`deepboot_harness.compare_workers.run_pool`). Each episode is cut, as the env's
+    (:func:`deepboot_env.workers.run_pool`). Each episode is cut, as the env's
     ``max_rounds`` (the registered ``max_episode_steps``) cuts training episodes, at ``last
     arrival (of a job or an inference request) + max_rounds x interval`` of simulated time (its
     metrics then say ``truncated``; the log line counts them).
@@ -318,18 +340,9 @@ class WorkloadEvalCallback(BaseCallback):
         limit = last + self.env_config.max_rounds * sim.interval
         return replace(sim, max_time=min(sim.max_time, limit))
 
-    def _task(self, index: int, policy: str, episode: tuple[int, int]) -> RunTask:
+    def _task(self, policy: str, episode: tuple[int, int]) -> EvalEpisode:
         label, scenario = self.workloads[episode[0]]
-        return RunTask(
-            index=index,
-            policy=policy,
-            workload=label,
-            source=label,
-            seed=episode[1],
-            config=self._config_for(scenario),
-            want_timeline=False,
-            loaded=scenario.workload,
-        )
+        return EvalEpisode(policy, label, scenario.workload, self._config_for(scenario), seed=episode[1])
 
     def _snapshot(self, folder: Path) -> str:
         """Save the model to ``folder`` for the workers; its ``ppo:`` policy name."""
@@ -346,7 +359,7 @@ class WorkloadEvalCallback(BaseCallback):
         needed); returns the rows (also logged and written)."""
         import torch
 
-        from deepboot_harness.compare_workers import run_pool, run_task
+        from deepboot_env.workers import run_pool
 
         start = time.perf_counter()
         episodes = [(k % len(self.workloads), k // len(self.workloads)) for k in range(self.n_episodes)]
@@ -354,21 +367,20 @@ class WorkloadEvalCallback(BaseCallback):
         threads = torch.get_num_threads()  # loading ppo:<path> in this process sets 1
         with tempfile.TemporaryDirectory(prefix="deepboot-eval-") as tmp:
             model = self._snapshot(Path(tmp))
-            tasks = [self._task(i, model, e) for i, e in enumerate(episodes)]
-            tasks += [self._task(len(episodes) + i, str(self.reference), e) for i, e in enumerate(missing)]
+            tasks = [self._task(model, e) for e in episodes] + [self._task(str(self.reference), e) for e in missing]
             try:
                 outcomes = run_pool(
-                    run_task,
+                    run_eval_episode,
                     tasks,
                     self.jobs,
                     self.progress,
                     label=f"eval @ {self.num_timesteps:,}",
-                    describe=lambda t: f"{'model' if t.policy == model else t.policy} on {t.workload} seed {t.seed}",
+                    describe=lambda t: t.describe(model),
                 )
             finally:
                 torch.set_num_threads(threads)
         for episode, outcome in zip(missing, outcomes[len(episodes) :], strict=True):
-            self._reference_jct[episode] = censored_jct_mean(self.workloads[episode[0]][1].workload, _metrics(outcome))
+            self._reference_jct[episode] = censored_jct_mean(self.workloads[episode[0]][1].workload, outcome[0])
         rows = [self._row(e, outcome) for e, outcome in zip(episodes, outcomes[: len(episodes)], strict=True)]
         self.eval_seconds += time.perf_counter() - start
         self._record(rows, time.perf_counter() - start)
@@ -379,9 +391,9 @@ class WorkloadEvalCallback(BaseCallback):
         (NaN without a reference or before an evaluation ran it)."""
         return self._reference_jct.get((index, seed), math.nan)
 
-    def _row(self, episode: tuple[int, int], outcome: RunOutcome) -> dict[str, Any]:
+    def _row(self, episode: tuple[int, int], outcome: tuple[EpisodeMetrics, int]) -> dict[str, Any]:
         label, scenario = self.workloads[episode[0]]
-        metrics = _metrics(outcome)
+        metrics, repaired = outcome
         censored = censored_jct_mean(scenario.workload, metrics)
         reference = self.reference_jct(*episode)
         return {
@@ -401,7 +413,7 @@ class WorkloadEvalCallback(BaseCallback):
             "lent_gpu_hours": metrics.lent_gpu_seconds / 3600.0,
             "reclaims": metrics.reclaims,
             "restarts": metrics.restarts,
-            "repaired_gpus": outcome.repaired_gpus,
+            "repaired_gpus": repaired,
             "wall_seconds": round(metrics.wall_seconds, 3),
             "reference_censored_jct": reference if self.reference is not None else "",
             "jct_ratio": censored / reference if self.reference is not None and reference > 0 else "",

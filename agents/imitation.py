@@ -122,7 +122,7 @@ def collect_demonstrations(
 ) -> Demonstrations:
     """Run ``expert`` (a registry name) on every workload once per noise level, in ``jobs``
     worker processes (the pool of ``deepboot compare``,
-    :func:`deepboot_harness.compare_workers.run_pool`; a progress bar on stderr if
+    :func:`deepboot_env.workers.run_pool`; a progress bar on stderr if
     ``progress``). Episode i draws its perturbations from seed ``(seed, i)``, so the result does
     not depend on ``jobs``.
 
@@ -130,7 +130,7 @@ def collect_demonstrations(
         ValueError: unknown expert, or a noise level outside [0, 1).
     """
     from deepboot_env.policy import make_policy
-    from deepboot_harness.compare_workers import run_pool
+    from deepboot_env.workers import run_pool
 
     for p in noise:
         if not 0.0 <= p < 1.0:
