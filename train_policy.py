@@ -15,8 +15,10 @@ Each run writes ``<log-folder>/<algo>_<n>/``: ``config.yml`` (arguments, resolve
 hyperparameters and env arguments, versions), ``final_model.zip``, ``best_model.zip`` (best mean
 validation JCT ratio to ``ats``, run once on the same episodes; ``--eval-reference none``: best mean
 validation JCT), ``evaluations.csv`` (one row per validation episode, with the ratio), ``progress.csv`` and
-TensorBoard events (``tb/`` there, or ``<tensorboard-log>/<algo>_<n>/``) with ``sched/*``,
-``reward/*``, ``eval/*``, ``rollout/*`` and ``train/*`` scalars; ``checkpoints/`` every
+TensorBoard events (``tb/`` there, or ``<tensorboard-log>/<algo>_<n>/``) with ``reward/step_*``
+and ``sched/step_*`` from the first rollout, ``sched/*``, ``reward/*``, ``rollout/*`` per finished
+episode, ``eval/*``, ``train/*``, the settings as hparams and text, and ``pretrain/*`` in the run
+``tb/pretrain``; ``checkpoints/`` every
 ``--save-freq`` steps (25,000 by default). SIGINT (Ctrl-C) or SIGTERM stops the run at the next
 step: the model, its config and the evaluations so far are saved as at a normal end, one line
 says how to resume, and the exit status is 130 or 143. Evaluate the result like any baseline::
@@ -86,6 +88,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--eval-freq", type=int, default=None, help="evaluate every N timesteps; <= 0: never (preset)")
     p.add_argument("--eval-episodes", type=int, default=None, help="episodes per evaluation (0: one per workload)")
+    p.add_argument(
+        "--eval-jobs",
+        type=int,
+        default=None,
+        help="worker processes for the validation episodes and the warm start's demonstrations (0, the default: "
+        "one per CPU; 1: in the training process)",
+    )
     p.add_argument(
         "--eval-reference",
         default=None,

@@ -1,22 +1,30 @@
 """Training callbacks: scheduling metrics to TensorBoard, evaluation on held-out workloads.
 
-* :class:`SchedMetricsCallback` logs, for every training episode that ends, the cluster metrics
-  the env puts in ``info["episode_metrics"]`` under ``sched/*`` and the episode sums of the named
-  reward terms under ``reward/*`` (means over the episodes that ended since the last dump).
+* :class:`SchedMetricsCallback` logs, after every rollout, the means over the rollout's steps of
+  the reward terms and scheduling quantities the env puts in each step's ``info``
+  (``reward/step_*``, ``sched/step_*``, from the first rollout on), and for every training episode
+  that ends the cluster metrics of ``info["episode_metrics"]`` under ``sched/*`` and the episode
+  sums of the reward terms under ``reward/*`` (means over the episodes that ended since the last
+  dump).
 * :class:`WorkloadEvalCallback` periodically runs the current model deterministically (with
   masks for MaskablePPO) through :func:`deepboot_env.evaluation.run_episode` on validation
-  workloads, via :class:`~agents.policy_adapter.AgentPolicy`, i.e. exactly as
-  ``deepboot compare`` runs it; it logs ``eval/*``, appends to ``evaluations.csv`` and saves
-  ``best_model.zip`` when the mean validation JCT improves.
+  workloads, as ``ppo:<snapshot>``, i.e. exactly as ``deepboot compare`` runs it, in the same
+  worker pool (:func:`deepboot_env.workers.run_pool`, with a progress bar); it logs
+  ``eval/*``, appends to ``evaluations.csv`` and saves ``best_model.zip`` when the selection
+  score (mean ratio of censored JCT to a reference policy's) improves.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import math
+import os
+import tempfile
 import time
+import zipfile
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +32,7 @@ import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
 from deepboot_env.config import EnvConfig
+from deepboot_env.sim.metrics import EpisodeMetrics
 from deepboot_env.sim.scenario import Scenario
 from deepboot_env.sim.simulator import SimConfig
 from deepboot_env.sim.workload import Workload
@@ -41,6 +50,17 @@ SCHED_KEYS: tuple[str, ...] = (
     "truncated",
 )
 """Tags logged under ``sched/`` per training episode."""
+
+STEP_KEYS: dict[str, str] = {
+    "reward/step_jct": "reward_jct",
+    "reward/step_infer": "reward_infer",
+    "sched/step_active_jobs": "active_jobs",
+    "sched/step_repaired_gpus": "repaired_gpus",
+}
+"""Tags logged per rollout (mean over its steps and sub-envs) and the step ``info`` key of each;
+``reward/step_total`` is the sum of the two reward terms. ``reward_jct`` is minus the training
+job-seconds of the step over ``interval x jct_scale`` and ``active_jobs`` the training jobs in the
+system at the decision: by Little's law their means move with the mean JCT."""
 
 EVAL_COLUMNS: tuple[str, ...] = (
     "timesteps",
@@ -95,22 +115,29 @@ def sched_values(metrics: dict[str, Any], repaired_gpus: float) -> dict[str, flo
 
 
 class SchedMetricsCallback(BaseCallback):
-    """Log scheduling metrics and reward terms of every finished training episode.
+    """Log reward terms and scheduling metrics per rollout and per finished training episode.
 
-    Reads ``self.locals["infos"]`` at each step: sums ``reward_jct``, ``reward_infer`` and
-    ``repaired_gpus`` per sub-env, and when an info carries ``episode_metrics`` (terminated or
-    truncated) records ``sched/<key>`` for :data:`SCHED_KEYS` and ``reward/jct``,
-    ``reward/infer``, ``reward/total`` with ``logger.record_mean``; SB3 writes them at the next
-    dump (after each rollout). ``sched/episodes`` counts finished episodes.
+    Reads ``self.locals["infos"]`` at each step. Per rollout: the mean of every
+    :data:`STEP_KEYS` info value over the rollout's steps, recorded at the rollout's end (SB3
+    writes it right after, at the rollout's last timestep), so a run shows them from its first
+    rollout although its episodes last thousands of decisions. Per episode: sums ``reward_jct``,
+    ``reward_infer`` and ``repaired_gpus`` per sub-env, and when an info carries
+    ``episode_metrics`` (terminated or truncated) records ``sched/<key>`` for :data:`SCHED_KEYS`
+    and ``reward/jct``, ``reward/infer``, ``reward/total`` with ``logger.record_mean``.
+    ``sched/episodes`` counts finished episodes.
     """
 
     def __init__(self, verbose: int = 0) -> None:
         super().__init__(verbose)
         self.episodes = 0
+        self.rollouts = 0
         self._jct = np.zeros(0)
         self._infer = np.zeros(0)
         self._repaired = np.zeros(0)
+        self._step_sums = dict.fromkeys(STEP_KEYS, 0.0)
+        self._steps = 0
         self.last_episode: dict[str, float] = {}
+        self.last_rollout: dict[str, float] = {}
 
     def _init_callback(self) -> None:
         n = self.training_env.num_envs if self.training_env is not None else 1
@@ -118,11 +145,28 @@ class SchedMetricsCallback(BaseCallback):
         self._infer = np.zeros(n)
         self._repaired = np.zeros(n)
 
+    def _on_rollout_start(self) -> None:
+        self._step_sums = dict.fromkeys(STEP_KEYS, 0.0)
+        self._steps = 0
+
+    def _on_rollout_end(self) -> None:
+        if not self._steps:
+            return
+        means = {tag: total / self._steps for tag, total in self._step_sums.items()}
+        means["reward/step_total"] = means["reward/step_jct"] + means["reward/step_infer"]
+        for tag, value in means.items():
+            self.logger.record(tag, value)
+        self.rollouts += 1
+        self.last_rollout = means
+
     def _on_step(self) -> bool:
         infos = self.locals.get("infos") or ()
         for i, info in enumerate(infos):
             if i >= len(self._jct):  # env count changed (not expected)
                 self._init_callback()
+            for tag, key in STEP_KEYS.items():
+                self._step_sums[tag] += float(info.get(key, 0.0))
+            self._steps += 1
             self._jct[i] += float(info.get("reward_jct", 0.0))
             self._infer[i] += float(info.get("reward_infer", 0.0))
             self._repaired[i] += float(info.get("repaired_gpus", 0.0))
@@ -142,6 +186,34 @@ class SchedMetricsCallback(BaseCallback):
         return True
 
 
+@dataclass(frozen=True)
+class EvalEpisode:
+    """One evaluation episode for a worker: ``policy`` (a registry name, ``ppo:<snapshot>`` for
+    the model) on ``workload`` under ``config`` with policy seed ``seed``; ``label`` names the
+    workload in the progress bar."""
+
+    policy: str
+    label: str
+    workload: Workload
+    config: SimConfig
+    seed: int
+
+    def describe(self, model: str) -> str:
+        """``<policy> on <label> seed <seed>``, the policy ``model`` when it is the snapshot."""
+        return f"{'model' if self.policy == model else self.policy} on {self.label} seed {self.seed}"
+
+
+def run_eval_episode(episode: EvalEpisode) -> tuple[EpisodeMetrics, int]:
+    """Run one :class:`EvalEpisode` (a worker's job): its metrics without the timeline, and the
+    GPUs the policy's action decoding repaired (0 for a heuristic)."""
+    from deepboot_env.evaluation import run_episode
+    from deepboot_env.policy import make_policy
+
+    policy = make_policy(episode.policy)
+    metrics = run_episode(policy, episode.workload, episode.config, seed=episode.seed)
+    return replace(metrics, timeline=[]), int(getattr(policy, "repaired_gpus", 0))
+
+
 def censored_jct_mean(workload: Workload, metrics: Any) -> float:
     """Mean JCT where unfinished jobs count (end of simulation - arrival): a lower bound of the
     true mean that penalises runs cut by the time limit; equals ``train_jct_mean`` when all
@@ -152,6 +224,14 @@ def censored_jct_mean(workload: Workload, metrics: Any) -> float:
     end = float(metrics.sim_end)
     total = sum(done[j.name] if j.name in done else max(end - j.arrival, 0.0) for j in workload.jobs)
     return total / len(workload.jobs)
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (the default number of evaluation workers)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return os.cpu_count() or 1
 
 
 class WorkloadEvalCallback(BaseCallback):
@@ -167,7 +247,6 @@ class WorkloadEvalCallback(BaseCallback):
             periodic evaluation.
         n_episodes: episodes per evaluation (None or 0: one per workload).
         log_dir: folder of ``evaluations.csv`` and ``best_model.zip`` (None: no files).
-        deterministic: most likely actions (True) or sampled.
         eval_at_end: evaluate once more when training ends, unless the last evaluation was at
             the final timestep.
         eval_at_start: evaluate before the first update too (a pretrained model's score, so
@@ -177,14 +256,21 @@ class WorkloadEvalCallback(BaseCallback):
             the reference's (``jct_ratio``), and the model is selected by the mean ratio, so that
             every workload weighs the same whatever its JCT scale. None: selected by the mean
             censored JCT.
+        jobs: worker processes for the episodes (0 or None: one per available CPU; 1: in this
+            process). Training waits meanwhile, so the workers have the CPUs to themselves.
+        progress: show a progress bar (one step per episode) on stderr.
 
-    Each episode is cut, as the env's ``max_rounds`` cuts training episodes, at ``last arrival (of a
-    job or an inference request) + max_rounds x interval`` of simulated time (its metrics then say ``truncated``).
+    The model runs as ``ppo:<snapshot>`` (a copy saved for the evaluation, with the env's base
+    policy), deterministically, through the pool ``deepboot compare`` uses
+    (:func:`deepboot_env.workers.run_pool`). Each episode is cut, as the env's
+    ``max_rounds`` (the registered ``max_episode_steps``) cuts training episodes, at ``last
+    arrival (of a job or an inference request) + max_rounds x interval`` of simulated time (its
+    metrics then say ``truncated``; the log line counts them).
 
     Attributes:
         best_score: best score so far (lower is better): the mean ratio to the reference, or
             the mean censored JCT without one.
-        history: ``(timesteps, mean train JCT, mean censored JCT)`` per evaluation.
+        history: ``(timesteps, mean train JCT, score)`` per evaluation.
         last_rows: the rows of the latest evaluation.
         eval_seconds: wall time spent evaluating so far.
     """
@@ -196,10 +282,11 @@ class WorkloadEvalCallback(BaseCallback):
         eval_freq: int,
         n_episodes: int | None = None,
         log_dir: str | Path | None = None,
-        deterministic: bool = True,
         eval_at_end: bool = True,
         eval_at_start: bool = False,
         reference: str | None = None,
+        jobs: int | None = 1,
+        progress: bool = False,
         verbose: int = 0,
     ) -> None:
         super().__init__(verbose)
@@ -210,10 +297,11 @@ class WorkloadEvalCallback(BaseCallback):
         self.eval_freq = int(eval_freq)
         self.n_episodes = int(n_episodes) if n_episodes else len(self.workloads)
         self.log_dir = Path(log_dir) if log_dir is not None else None
-        self.deterministic = deterministic
         self.eval_at_end = eval_at_end
         self.eval_at_start = eval_at_start
         self.reference = reference
+        self.jobs = int(jobs) if jobs else available_cpus()
+        self.progress = progress
         self._reference_jct: dict[tuple[int, int], float] = {}
         self.best_score = math.inf
         self.history: list[tuple[int, float, float]] = []
@@ -232,6 +320,11 @@ class WorkloadEvalCallback(BaseCallback):
         """``best_model.zip`` in the log folder."""
         return self.log_dir / "best_model.zip" if self.log_dir is not None else None
 
+    @property
+    def selected_by(self) -> str:
+        """What the score is, in words."""
+        return f"mean censored JCT / {self.reference}'s" if self.reference else "mean censored JCT (s)"
+
     def _init_callback(self) -> None:
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -247,68 +340,86 @@ class WorkloadEvalCallback(BaseCallback):
         limit = last + self.env_config.max_rounds * sim.interval
         return replace(sim, max_time=min(sim.max_time, limit))
 
-    def reference_jct(self, index: int, seed: int) -> float:
-        """The reference policy's censored JCT on workload ``index`` with policy seed ``seed``
-        (run once, then cached); NaN without a reference."""
-        if self.reference is None:
-            return math.nan
-        key = (index, seed)
-        if key not in self._reference_jct:
-            from deepboot_env.evaluation import run_episode
-            from deepboot_env.policy import make_policy
+    def _task(self, policy: str, episode: tuple[int, int]) -> EvalEpisode:
+        label, scenario = self.workloads[episode[0]]
+        return EvalEpisode(policy, label, scenario.workload, self._config_for(scenario), seed=episode[1])
 
-            scenario = self.workloads[index][1]
-            metrics = run_episode(make_policy(self.reference), scenario.workload, self._config_for(scenario), seed=seed)
-            self._reference_jct[key] = censored_jct_mean(scenario.workload, metrics)
-        return self._reference_jct[key]
+    def _snapshot(self, folder: Path) -> str:
+        """Save the model to ``folder`` for the workers; its ``ppo:`` policy name."""
+        from agents.policy_adapter import METADATA_FILE
+
+        path = folder / "model.zip"
+        self.model.save(path)
+        with zipfile.ZipFile(path, "a") as zf:
+            zf.writestr(METADATA_FILE, json.dumps({"env_kwargs": {"base_policy": self.env_config.base_policy}}))
+        return f"ppo:{path}"
 
     def evaluate(self) -> list[dict[str, Any]]:
-        """Run the evaluation episodes now; returns the rows (also logged and written)."""
-        from agents.policy_adapter import AgentPolicy
-        from deepboot_env.evaluation import run_episode
+        """Run the evaluation episodes now (and the reference's, the first time each is
+        needed); returns the rows (also logged and written)."""
+        import torch
+
+        from deepboot_env.workers import run_pool
 
         start = time.perf_counter()
-        policy = AgentPolicy(
-            self.model, deterministic=self.deterministic, name="eval", base_policy=self.env_config.base_policy
-        )
-        rows = []
-        for k in range(self.n_episodes):
-            label, scenario = self.workloads[k % len(self.workloads)]
-            workload = scenario.workload
-            seed = k // len(self.workloads)
-            reference = self.reference_jct(k % len(self.workloads), seed)
-            t0 = time.perf_counter()
-            metrics = run_episode(policy, workload, self._config_for(scenario), seed=seed)
-            censored = censored_jct_mean(workload, metrics)
-            rows.append(
-                {
-                    "timesteps": self.num_timesteps,
-                    "workload": label,
-                    "seed": seed,
-                    "train_jct_mean": metrics.train_jct_mean,
-                    "censored_jct_mean": censored,
-                    "train_jct_p99": metrics.train_jct_p99,
-                    "makespan": metrics.makespan,
-                    "train_jobs_done": metrics.train_jobs_done,
-                    "train_jobs": metrics.train_jobs,
-                    "truncated": int(metrics.truncated),
-                    "infer_latency_mean": metrics.infer_latency_mean,
-                    "infer_latency_p99": metrics.infer_latency_p99,
-                    "infer_cold_starts": metrics.infer_cold_starts,
-                    "lent_gpu_hours": metrics.lent_gpu_seconds / 3600.0,
-                    "reclaims": metrics.reclaims,
-                    "restarts": metrics.restarts,
-                    "repaired_gpus": policy.repaired_gpus,
-                    "wall_seconds": round(time.perf_counter() - t0, 3),
-                    "reference_censored_jct": reference if self.reference is not None else "",
-                    "jct_ratio": censored / reference if self.reference is not None and reference > 0 else "",
-                }
-            )
+        episodes = [(k % len(self.workloads), k // len(self.workloads)) for k in range(self.n_episodes)]
+        missing = sorted(set(episodes) - set(self._reference_jct)) if self.reference is not None else []
+        threads = torch.get_num_threads()  # loading ppo:<path> in this process sets 1
+        with tempfile.TemporaryDirectory(prefix="deepboot-eval-") as tmp:
+            model = self._snapshot(Path(tmp))
+            tasks = [self._task(model, e) for e in episodes] + [self._task(str(self.reference), e) for e in missing]
+            try:
+                outcomes = run_pool(
+                    run_eval_episode,
+                    tasks,
+                    self.jobs,
+                    self.progress,
+                    label=f"eval @ {self.num_timesteps:,}",
+                    describe=lambda t: t.describe(model),
+                )
+            finally:
+                torch.set_num_threads(threads)
+        for episode, outcome in zip(missing, outcomes[len(episodes) :], strict=True):
+            self._reference_jct[episode] = censored_jct_mean(self.workloads[episode[0]][1].workload, outcome[0])
+        rows = [self._row(e, outcome) for e, outcome in zip(episodes, outcomes[: len(episodes)], strict=True)]
         self.eval_seconds += time.perf_counter() - start
-        self._record(rows)
+        self._record(rows, time.perf_counter() - start)
         return rows
 
-    def _record(self, rows: list[dict[str, Any]]) -> None:
+    def reference_jct(self, index: int, seed: int) -> float:
+        """The reference policy's censored JCT on workload ``index`` with policy seed ``seed``
+        (NaN without a reference or before an evaluation ran it)."""
+        return self._reference_jct.get((index, seed), math.nan)
+
+    def _row(self, episode: tuple[int, int], outcome: tuple[EpisodeMetrics, int]) -> dict[str, Any]:
+        label, scenario = self.workloads[episode[0]]
+        metrics, repaired = outcome
+        censored = censored_jct_mean(scenario.workload, metrics)
+        reference = self.reference_jct(*episode)
+        return {
+            "timesteps": self.num_timesteps,
+            "workload": label,
+            "seed": episode[1],
+            "train_jct_mean": metrics.train_jct_mean,
+            "censored_jct_mean": censored,
+            "train_jct_p99": metrics.train_jct_p99,
+            "makespan": metrics.makespan,
+            "train_jobs_done": metrics.train_jobs_done,
+            "train_jobs": metrics.train_jobs,
+            "truncated": int(metrics.truncated),
+            "infer_latency_mean": metrics.infer_latency_mean,
+            "infer_latency_p99": metrics.infer_latency_p99,
+            "infer_cold_starts": metrics.infer_cold_starts,
+            "lent_gpu_hours": metrics.lent_gpu_seconds / 3600.0,
+            "reclaims": metrics.reclaims,
+            "restarts": metrics.restarts,
+            "repaired_gpus": repaired,
+            "wall_seconds": round(metrics.wall_seconds, 3),
+            "reference_censored_jct": reference if self.reference is not None else "",
+            "jct_ratio": censored / reference if self.reference is not None and reference > 0 else "",
+        }
+
+    def _record(self, rows: list[dict[str, Any]], seconds: float) -> None:
         self.last_rows = rows
         self._last_eval = self.num_timesteps
 
@@ -337,6 +448,8 @@ class WorkloadEvalCallback(BaseCallback):
         done = sum(int(r["train_jobs_done"]) for r in rows)
         total = sum(int(r["train_jobs"]) for r in rows)
         self.logger.record("eval/train_jobs_done_frac", done / total if total else 0.0)
+        truncated = sum(int(r["truncated"]) for r in rows)
+        self.logger.record("eval/truncated_frac", truncated / len(rows))
         improved = math.isfinite(score) and score < self.best_score
         if improved:
             self.best_score = score
@@ -351,11 +464,20 @@ class WorkloadEvalCallback(BaseCallback):
         if improved and self.best_model_path is not None:
             self.model.save(self.best_model_path)
         if self.verbose >= 1:
-            flag = " (new best)" if improved else ""
-            measure = f"{score:.4f} x {self.reference}" if self.reference is not None else f"censored {score:,.0f} s"
-            print(f"eval @ {self.num_timesteps} steps: val JCT mean {jct:,.0f} s, {measure}{flag}")
+            print(self.summary(len(rows), truncated, seconds, jct, score, improved))
         self.logger.record("time/total_timesteps", self.num_timesteps, exclude="tensorboard")
         self.logger.dump(self.num_timesteps)
+
+    def summary(self, episodes: int, truncated: int, seconds: float, jct: float, score: float, improved: bool) -> str:
+        """The evaluation's log line: what ran, how many episodes the cap truncated, the score
+        that selects the best model and what it is."""
+        cap = f"last arrival + {self.env_config.max_rounds:,} rounds"
+        value = f"{score:.4f}" if self.reference is not None else f"{score:,.0f} s"
+        return (
+            f"eval @ {self.num_timesteps:,} steps: {episodes} val episodes in {seconds:.1f} s, {truncated} truncated "
+            f"(cut at {cap}; unfinished jobs count to the cut); mean JCT of finished jobs {jct:,.0f} s; "
+            f"selection score {value} = {self.selected_by} (lower is better){', new best' if improved else ''}"
+        )
 
     def _on_training_start(self) -> None:
         if self.eval_at_start:

@@ -28,7 +28,7 @@ default) and only then lets PPO improve on it, the usual warm start of RL schedu
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +59,57 @@ def discounted_returns(rewards: Sequence[float], gamma: float) -> np.ndarray:
     return out
 
 
+@dataclass(frozen=True)
+class DemoEpisode:
+    """One demonstration episode to run: the expert on a workload at a noise level; the env is
+    reset with ``seed`` and the perturbations are drawn from seed ``(seed, index)``."""
+
+    expert: str
+    workload: Any
+    env_kwargs: dict[str, Any]
+    gamma: float
+    noise: float
+    seed: int
+    index: int
+
+    def __str__(self) -> str:
+        name = getattr(self.workload, "name", self.workload)
+        return f"{self.expert} on {name}, noise {self.noise:g}"
+
+
+def run_demo_episode(episode: DemoEpisode) -> Demonstrations:
+    """The transitions of one :class:`DemoEpisode` (a worker's job)."""
+    from deepboot_env.env import DeepBootEnv
+    from deepboot_env.policy import make_policy
+
+    rng = np.random.default_rng((episode.seed, episode.index))
+    policy = make_policy(episode.expert)
+    env = DeepBootEnv(workload=[episode.workload], **episode.env_kwargs)
+    obs, _ = env.reset(seed=episode.seed)
+    obs_parts: dict[str, list[np.ndarray]] = {}
+    actions, masks, rewards = [], [], []
+    done = False
+    while not done:
+        mask = env.action_masks()
+        label = env.codec.expert_action(episode.expert, policy, env.state)
+        for key, value in obs.items():
+            obs_parts.setdefault(key, []).append(value)
+        actions.append(label)
+        masks.append(mask)
+        p = episode.noise
+        executed = perturb(label, mask, env.action_space.nvec, p, rng) if p > 0 else label
+        obs, reward, terminated, truncated, info = env.step(executed)
+        rewards.append(reward)
+        done = terminated or truncated
+    return Demonstrations(
+        obs={k: np.stack(v) for k, v in obs_parts.items()},
+        actions=np.stack(actions),
+        masks=np.stack(masks),
+        returns=discounted_returns(rewards, episode.gamma).astype(np.float32),
+        episode_jct=[float(info["episode_metrics"]["train_jct_mean"])],
+    )
+
+
 def collect_demonstrations(
     expert: str,
     workloads: Sequence[Any],
@@ -66,47 +117,36 @@ def collect_demonstrations(
     gamma: float = 0.995,
     noise: Sequence[float] = (0.0,),
     seed: int = 0,
+    jobs: int = 1,
+    progress: bool = False,
 ) -> Demonstrations:
-    """Run ``expert`` (a registry name) on every workload once per noise level.
+    """Run ``expert`` (a registry name) on every workload once per noise level, in ``jobs``
+    worker processes (the pool of ``deepboot compare``,
+    :func:`deepboot_env.workers.run_pool`; a progress bar on stderr if
+    ``progress``). Episode i draws its perturbations from seed ``(seed, i)``, so the result does
+    not depend on ``jobs``.
 
     Raises:
         ValueError: unknown expert, or a noise level outside [0, 1).
     """
-    from deepboot_env.env import DeepBootEnv
     from deepboot_env.policy import make_policy
+    from deepboot_env.workers import run_pool
 
     for p in noise:
         if not 0.0 <= p < 1.0:
             raise ValueError(f"demonstration noise must lie in [0, 1), got {p}")
-    rng = np.random.default_rng(seed)
-    obs_parts: dict[str, list[np.ndarray]] = {}
-    actions, masks, returns, jcts = [], [], [], []
-    for p in noise:
-        for workload in workloads:
-            policy = make_policy(expert)
-            env = DeepBootEnv(workload=[workload], **(env_kwargs or {}))
-            obs, _ = env.reset(seed=seed)
-            rewards: list[float] = []
-            done = False
-            while not done:
-                mask = env.action_masks()
-                label = env.codec.expert_action(expert, policy, env.state)
-                for key, value in obs.items():
-                    obs_parts.setdefault(key, []).append(value)
-                actions.append(label)
-                masks.append(mask)
-                executed = perturb(label, mask, env.action_space.nvec, p, rng) if p > 0 else label
-                obs, reward, terminated, truncated, info = env.step(executed)
-                rewards.append(reward)
-                done = terminated or truncated
-            returns.append(discounted_returns(rewards, gamma))
-            jcts.append(float(info["episode_metrics"]["train_jct_mean"]))
+    make_policy(expert)  # an unknown expert fails here, not in a worker
+    episodes = [
+        DemoEpisode(expert, workload, dict(env_kwargs or {}), gamma, float(p), seed, index=i)
+        for i, (p, workload) in enumerate((p, w) for p in noise for w in workloads)
+    ]
+    parts = run_pool(run_demo_episode, episodes, jobs, progress, "warm start: demonstrations")
     return Demonstrations(
-        obs={k: np.stack(v) for k, v in obs_parts.items()},
-        actions=np.stack(actions),
-        masks=np.stack(masks),
-        returns=np.concatenate(returns).astype(np.float32),
-        episode_jct=jcts,
+        obs={k: np.concatenate([d.obs[k] for d in parts]) for k in parts[0].obs},
+        actions=np.concatenate([d.actions for d in parts]),
+        masks=np.concatenate([d.masks for d in parts]),
+        returns=np.concatenate([d.returns for d in parts]),
+        episode_jct=[j for d in parts for j in d.episode_jct],
     )
 
 
@@ -129,8 +169,10 @@ def pretrain(
     learning_rate: float = 1e-3,
     vf_coef: float = 0.5,
     seed: int = 0,
+    on_epoch: Callable[[int, dict[str, float]], None] | None = None,
 ) -> list[dict[str, float]]:
-    """Behaviour cloning of ``demos`` into ``model.policy`` (PPO or MaskablePPO); per-epoch losses.
+    """Behaviour cloning of ``demos`` into ``model.policy`` (PPO or MaskablePPO); per-epoch losses
+    (also passed, with the epoch from 1, to ``on_epoch`` as each epoch ends).
 
     The value head regresses the (scaled) returns; the scale is the returns' RMS so both losses
     have comparable magnitudes, and it is undone exactly (the head's last layer is rescaled
@@ -181,6 +223,8 @@ def pretrain(
                 sums["value_loss"] += value_loss.item() * n
                 sums["mean_prob"] += torch.exp(log_prob.detach() / act_t.shape[1]).sum().item()
             history.append({k: v / len(demos) for k, v in sums.items()})
+            if on_epoch is not None:
+                on_epoch(len(history), history[-1])
     finally:
         policy.set_training_mode(False)
         with torch.no_grad():

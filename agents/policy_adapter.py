@@ -8,8 +8,10 @@ At each decision :meth:`AgentPolicy.decide` encodes the :class:`ClusterState` wi
 :func:`~deepboot_env.env.encoding.agent_observation` (the one encoder: ``DeepBootEnv`` calls it
 too) and the env's action codec (:mod:`deepboot_env.env.codec`: its extra observation and mask),
 asks the model for a deterministic action (with the mask for MaskablePPO) and decodes it with the
-same codec, which repairs targets that do not fit. Reclaim (ATS-I) and adaptive batch sizes are
-those of the env.
+same codec, which repairs targets that do not fit. The deterministic action is computed as SB3's
+``predict(deterministic=True)`` computes it, with the action dimensions of equal size batched
+(:meth:`AgentPolicy.most_likely`: about 3x faster than building one distribution per dimension).
+Reclaim (ATS-I) and adaptive batch sizes are those of the env.
 
 The env arguments the model depends on (``max_jobs``, ``lend_levels``, the action mode) are read
 from the model's spaces; a ``config.yml`` next to the model (written by ``train_policy.py``) names
@@ -144,6 +146,7 @@ class AgentPolicy(BasePolicy):
         self.last_action: np.ndarray | None = None
         self.last_mask: np.ndarray | None = None
         self.repaired_gpus = 0
+        self._groups = _equal_size_groups(np.asarray(model.action_space.nvec, dtype=np.int64).reshape(-1))
 
     def reset(self, seed: int | None = None) -> None:
         """Forget the episode; seed torch's sampling when the policy is stochastic."""
@@ -161,11 +164,38 @@ class AgentPolicy(BasePolicy):
         """The model's raw action for ``state`` and the mask it was given."""
         obs = agent_observation(state, self.max_jobs, self.outlook, self.codec.observe(state))
         mask = self.codec.mask(state)
+        if self.deterministic:
+            return self.most_likely(obs, mask), mask
         if self.masked:
             action, _ = self.model.predict(obs, action_masks=mask, deterministic=self.deterministic)
         else:
             action, _ = self.model.predict(obs, deterministic=self.deterministic)
         return np.asarray(action, dtype=np.int64).reshape(-1), mask
+
+    def most_likely(self, obs: dict[str, np.ndarray], mask: np.ndarray) -> np.ndarray:
+        """The model's most likely action for one observation: what ``model.predict(obs,
+        deterministic=True)`` returns (with ``action_masks=mask`` for MaskablePPO), computed the
+        same way: per action dimension the argmax of the softmax of the normalised logits (masked
+        choices set to -1e8 and normalised again, as sb3-contrib's masked distribution does)."""
+        import torch
+        from stable_baselines3.common.policies import BaseModel
+
+        policy = self.model.policy
+        policy.set_training_mode(False)
+        out = np.empty(sum(len(dims) for dims, _ in self._groups), dtype=np.int64)
+        with torch.no_grad():
+            obs_t, _ = policy.obs_to_tensor(obs)
+            features = BaseModel.extract_features(policy, obs_t, policy.pi_features_extractor)
+            logits = policy.action_net(policy.mlp_extractor.forward_actor(features)).reshape(-1)
+            allowed = torch.as_tensor(mask, dtype=torch.bool, device=logits.device)
+            for dims, index in self._groups:
+                x = logits[index]
+                x = x - x.logsumexp(-1, keepdim=True)
+                if self.masked:
+                    x = torch.where(allowed[index], x, torch.tensor(-1e8, dtype=x.dtype, device=x.device))
+                    x = x - x.logsumexp(-1, keepdim=True)
+                out[dims] = torch.softmax(x, -1).argmax(-1).cpu().numpy()
+        return out
 
     def decide(self, state: ClusterState) -> Allocation:
         """Encode, predict (with masks for MaskablePPO), decode with the env's repair."""
@@ -174,6 +204,20 @@ class AgentPolicy(BasePolicy):
         alloc, repaired = self.codec.decode_allocation(action, state)
         self.repaired_gpus += repaired
         return alloc
+
+
+def _equal_size_groups(nvec: np.ndarray) -> list[tuple[np.ndarray, Any]]:
+    """The action dimensions grouped by their number of choices: per group the dimensions and
+    the (dimensions, choices) tensor of their positions in the flat logits."""
+    import torch
+
+    offsets = np.concatenate([[0], np.cumsum(nvec)])
+    groups = []
+    for width in sorted(set(nvec.tolist())):
+        dims = np.flatnonzero(nvec == width)
+        index = torch.as_tensor(offsets[dims][:, None] + np.arange(width)[None, :], dtype=torch.long)
+        groups.append((dims, index))
+    return groups
 
 
 def resolve_model_path(path: str | Path) -> Path:

@@ -39,6 +39,7 @@ RUN_KEYS: dict[str, Any] = {
     "n_envs": 4,
     "eval_freq": 20_000,
     "eval_episodes": 0,
+    "eval_jobs": 0,
     "save_freq": 25_000,
 }
 """Run settings a configuration preset may default, with their built-in defaults."""
@@ -166,8 +167,9 @@ def resolve_settings(args: argparse.Namespace, algo: str) -> dict[str, Any]:
         raise ConfigError(f"--n-timesteps must be >= 1, got {settings['n_timesteps']}")
     if settings["n_envs"] < 1:
         raise ConfigError(f"--n-envs must be >= 1, got {settings['n_envs']}")
-    if settings["eval_episodes"] < 0:
-        raise ConfigError(f"--eval-episodes must be >= 0, got {settings['eval_episodes']}")
+    for key in ("eval_episodes", "eval_jobs"):
+        if settings[key] < 0:
+            raise ConfigError(f"--{key.replace('_', '-')} must be >= 0, got {settings[key]}")
     settings["eval_reference"] = resolve_eval_reference(args, conf)
     settings.update(resolve_pretrain(args, conf))
     env_kwargs = dict(conf.pop("env_kwargs", {}) or {})

@@ -34,34 +34,105 @@ from agents.run_config import DEFAULT_CONF, PRETRAIN_KEYS, RUN_KEYS, env_config,
 from deepboot_env.sim.scenario import Scenario
 
 
-def warm_start(model: Any, settings: Mapping[str, Any], workloads: Sequence[Any], seed: int) -> dict[str, Any]:
-    """Clone ``settings["pretrain_expert"]`` into ``model`` (see :mod:`agents.imitation`);
-    returns what to record in ``config.yml``, and logs ``pretrain/*`` scalars."""
+def warm_start(
+    model: Any,
+    settings: Mapping[str, Any],
+    workloads: Sequence[Any],
+    seed: int,
+    tb_dir: Path | None = None,
+    jobs: int = 1,
+    progress: bool = False,
+    verbose: int = 0,
+) -> dict[str, Any]:
+    """Clone ``settings["pretrain_expert"]`` into ``model`` (see :mod:`agents.imitation`): the
+    demonstrations run in ``jobs`` worker processes with a progress bar (``progress``), each
+    epoch prints a line (``verbose`` >= 1) and writes ``pretrain/*`` scalars to the TensorBoard
+    run ``<tb_dir>/pretrain`` with the epoch (from 1) as step, apart from the training's
+    timestep axis. Returns what to record in ``config.yml``."""
     from agents.imitation import collect_demonstrations, pretrain
 
     t0 = time.perf_counter()
+    expert, epochs = settings["pretrain_expert"], settings["pretrain_epochs"]
+    if verbose >= 1:
+        levels = len(settings["pretrain_noise"])
+        print(f"warm start: {expert} demonstrations on {len(workloads)} workloads x {levels} noise levels")
     demos = collect_demonstrations(
-        settings["pretrain_expert"],
+        expert,
         workloads,
         env_kwargs=settings["env_kwargs"],
         gamma=float(model.gamma),
         noise=settings["pretrain_noise"],
         seed=seed,
+        jobs=jobs,
+        progress=progress,
     )
-    history = pretrain(model, demos, epochs=settings["pretrain_epochs"], seed=seed)
-    for epoch, losses in enumerate(history):
-        for key, value in losses.items():
-            model.logger.record(f"pretrain/{key}", value)
-        model.logger.dump(epoch)
+    writer = None
+    if tb_dir is not None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(str(tb_dir / "pretrain"))
+
+    def on_epoch(epoch: int, losses: Mapping[str, float]) -> None:
+        if writer is not None:
+            for key, value in losses.items():
+                writer.add_scalar(f"pretrain/{key}", value, epoch)
+        if verbose >= 1:
+            values = ", ".join(f"{k} {v:.4f}" for k, v in losses.items())
+            print(f"warm start: epoch {epoch}/{epochs}: {values} ({time.perf_counter() - t0:.0f} s)")
+
+    try:
+        history = pretrain(model, demos, epochs=epochs, seed=seed, on_epoch=on_epoch)
+    finally:
+        if writer is not None:
+            writer.close()
     return {
-        "expert": settings["pretrain_expert"],
+        "expert": expert,
         "transitions": len(demos),
         "expert_jct_mean": round(float(sum(demos.episode_jct) / len(demos.episode_jct)), 1),
-        "epochs": settings["pretrain_epochs"],
+        "epochs": epochs,
         "noise": settings["pretrain_noise"],
         "final_losses": {k: round(v, 5) for k, v in history[-1].items()} if history else {},
         "seconds": round(time.perf_counter() - t0, 1),
     }
+
+
+def hparams_of(config: Mapping[str, Any]) -> dict[str, bool | str | float | int]:
+    """The run's settings as flat TensorBoard ``hparams``: run settings, ``hyperparams.*`` and
+    ``env_kwargs.*`` (lists and mappings as text, None as ``none``)."""
+    keys = ("algo", "seed", "preset", "device", *RUN_KEYS, "eval_reference", *PRETRAIN_KEYS)
+    flat: dict[str, Any] = {k: config.get(k) for k in keys}
+    flat["workload"] = " ".join(config.get("workload", []))
+    flat["eval_workload"] = " ".join(config.get("eval_workload", []))
+    for group in ("hyperparams", "env_kwargs"):
+        flat.update({f"{group}.{k}": v for k, v in (config.get(group) or {}).items()})
+
+    def scalar(value: Any) -> bool | str | float | int:
+        if value is None:
+            return "none"
+        if isinstance(value, bool | int | float | str):
+            return value
+        return str(_plain(value))
+
+    return {k: scalar(v) for k, v in flat.items()}
+
+
+def log_run_config(logger: Any, config: Mapping[str, Any]) -> None:
+    """Write the run's configuration to the logger's TensorBoard run: as ``hparams`` (the
+    HPARAMS tab, :func:`hparams_of`, against ``eval/best_score`` and ``reward/step_jct``) and as
+    the text ``config`` (``config.yml`` as written so far), both at step 0."""
+    from stable_baselines3.common.logger import TensorBoardOutputFormat
+    from torch.utils.tensorboard.summary import hparams
+
+    for fmt in logger.output_formats:
+        if isinstance(fmt, TensorBoardOutputFormat):
+            text = yaml.safe_dump(_plain(dict(config)), sort_keys=False)
+            fmt.writer.add_text("config", "    " + text.replace("\n", "\n    "), 0)  # indented: preformatted
+            metrics = {"eval/best_score": 0.0, "reward/step_jct": 0.0}
+            writer = fmt.writer.file_writer
+            assert writer is not None
+            for summary in hparams(hparams_of(config), metric_dict=metrics):
+                writer.add_summary(summary)
+            fmt.writer.flush()
 
 
 def next_run_dir(log_folder: str | Path, algo: str) -> Path:
@@ -160,7 +231,7 @@ def train(args: argparse.Namespace) -> Path:
     from stable_baselines3.common.logger import Logger, make_output_format
     from torch.distributions import Distribution
 
-    from agents.callbacks import SchedMetricsCallback, WorkloadEvalCallback
+    from agents.callbacks import SchedMetricsCallback, WorkloadEvalCallback, available_cpus
     from agents.checkpoint import load_checkpoint, read_data, saved_arch
     from agents.policy_adapter import detect_algo, env_shape_of, resolve_model_path
 
@@ -230,12 +301,22 @@ def train(args: argparse.Namespace) -> Path:
     if args.verbose >= 1:
         formats.append(make_output_format("stdout", str(run_dir)))
     model.set_logger(Logger(str(run_dir), formats))
+    log_run_config(model.logger, config)
     pretrained = resume is None and settings["pretrain_expert"] is not None
     if pretrained:
         demo_scenarios = (
             train_source if isinstance(train_source, list) else [s for _, s in load_workloads(args.workload)]
         )
-        config["pretrain"] = warm_start(model, settings, demo_scenarios, args.seed)
+        config["pretrain"] = warm_start(
+            model,
+            settings,
+            demo_scenarios,
+            args.seed,
+            tb_dir=tb_dir,
+            jobs=settings["eval_jobs"] or available_cpus(),
+            progress=not args.no_progress,
+            verbose=args.verbose,
+        )
     cfg = env_config(env_kwargs)
     neutral = cfg.make_codec().neutral_action()
     residual_start = resume is None and neutral is not None
@@ -259,6 +340,8 @@ def train(args: argparse.Namespace) -> Path:
             log_dir=run_dir,
             eval_at_start=pretrained or residual_start,
             reference=settings["eval_reference"],
+            jobs=settings["eval_jobs"],
+            progress=not args.no_progress,
             verbose=args.verbose,
         )
         callbacks.append(evaluator)
@@ -329,13 +412,8 @@ def _finish_run(
         "steps_per_second": round(steps / max(wall - eval_s, 1e-9), 1),
         "train_episodes": sched.episodes,
         "best_val_score": evaluator.best_score if evaluator is not None else None,
-        "selected_by": (
-            None
-            if evaluator is None
-            else f"mean censored JCT / {evaluator.reference}'s"
-            if evaluator.reference
-            else "mean censored JCT (s)"
-        ),
+        "selected_by": evaluator.selected_by if evaluator is not None else None,
+        "eval_share": round(eval_s / wall, 3) if wall > 0 else None,
         "evaluations": [list(h) for h in evaluator.history] if evaluator is not None else [],
         "interrupted": None if signum is None else signal.Signals(signum).name,
     }
@@ -344,6 +422,6 @@ def _finish_run(
         r = config["results"]
         print(
             f"run folder: {run_dir}  ({steps} steps in {wall:.1f} s, "
-            f"{r['steps_per_second']} steps/s excluding {eval_s:.1f} s of evaluation)"
+            f"{r['steps_per_second']} steps/s excluding {eval_s:.1f} s of evaluation, {r['eval_share'] or 0:.0%})"
         )
     return final

@@ -5,6 +5,11 @@ goodput model; the shipped checkpoint's) and ``DeepBoot-v1`` (at the step times 
 placement shape, as in the original simulators; ``dynamics="v1"``, docs/environment.md) when
 gymnasium is installed; the simulation core (:mod:`deepboot_env.sim`) never imports gymnasium.
 :func:`load_agent` loads a saved PPO / MaskablePPO model with a factory of the env it needs.
+
+Both ids register ``max_episode_steps`` = :data:`MAX_EPISODE_STEPS`, the env's default
+``max_rounds``: ``gym.make``'s ``TimeLimit`` and the env's own truncation cut an episode at the
+same decision. With another ``max_rounds``, pass the same ``max_episode_steps`` to ``gym.make``
+(a ``TimeLimit`` shorter than ``max_rounds`` ends an episode without ``episode_metrics``).
 """
 
 from __future__ import annotations
@@ -13,6 +18,11 @@ from pathlib import Path
 from typing import Any
 
 __version__ = "0.1.0"
+
+
+MAX_EPISODE_STEPS = 3000
+"""Decisions per episode before truncation: the registered ``max_episode_steps`` and the default
+of :attr:`EnvConfig.max_rounds <deepboot_env.config.EnvConfig.max_rounds>`."""
 
 
 def load_agent(path: str | Path, *, device: str = "cpu", trust: bool = False) -> tuple[Any, Any]:
@@ -37,7 +47,10 @@ def _register() -> None:
     for version in ("v0", "v1"):
         if f"DeepBoot-{version}" not in gymnasium.registry:
             gymnasium.register(
-                id=f"DeepBoot-{version}", entry_point="deepboot_env.env:DeepBootEnv", kwargs={"dynamics": version}
+                id=f"DeepBoot-{version}",
+                entry_point="deepboot_env.env:DeepBootEnv",
+                kwargs={"dynamics": version},
+                max_episode_steps=MAX_EPISODE_STEPS,
             )
 
 

@@ -30,6 +30,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from deepboot_env import MAX_EPISODE_STEPS
 from deepboot_env.env.codec import CODECS, ActionCodec, make_codec
 from deepboot_env.sim.choices import validate_choice
 from deepboot_env.sim.cluster import ClusterConfig, ClusterConfigError
@@ -160,7 +161,7 @@ class EnvConfig:
     lend_levels: int = 5
     jct_scale: float = 10.0
     infer_weight: float = 1.0
-    max_rounds: int = 3000
+    max_rounds: int = MAX_EPISODE_STEPS
     action_mode: str = "target"
     base_policy: str = "ats"
     outlook: bool = False

@@ -211,7 +211,8 @@ def test_adapter_gives_the_model_the_env_observation_and_mask(tiny) -> None:
     env = DeepBootEnv(workload=tiny, max_jobs=MAX_JOBS)
     obs, _ = env.reset(seed=1)
     model = _RecordingModel(env)
-    policy = AgentPolicy(model)
+    policy = AgentPolicy(model, deterministic=False)  # sampling asks model.predict (the most likely action
+    # is computed from the same observation and mask: test_most_likely_action_is_sb3_predicts_...)
     policy.masked = True  # as for a MaskablePPO
     rng = np.random.default_rng(1)
     for _ in range(40):
@@ -224,3 +225,51 @@ def test_adapter_gives_the_model_the_env_observation_and_mask(tiny) -> None:
         np.testing.assert_array_equal(seen_mask, env.action_masks())
         obs, _, terminated, truncated, _ = env.step(masked_random_action(env, rng))
         assert not (terminated or truncated)
+
+
+@pytest.mark.parametrize(
+    ("algo", "env_kwargs", "arch"),
+    [
+        ("ppo", {}, "mlp"),
+        ("maskable_ppo", {}, "mlp"),
+        ("maskable_ppo", {"action_mode": "residual"}, "mlp"),
+        ("maskable_ppo", {"action_mode": "residual"}, "set"),
+        ("ppo", {"action_mode": "residual"}, "set"),
+    ],
+)
+def test_most_likely_action_is_sb3_predicts_deterministic_action(tiny, algo, env_kwargs, arch) -> None:
+    from agents.factory import switch_arch
+
+    env = make_vec_env_for(tiny, 1, 0, {"max_jobs": MAX_JOBS, **env_kwargs})
+    hyperparams = resolve_hyperparams(algo, {}, SMALL_NET)
+    if arch == "set":
+        switch_arch(hyperparams, "set", keep_policy_kwargs=False)
+        hyperparams["policy_kwargs"] = {"embed_dim": 16, "attention_heads": 2, "attention_layers": 1}
+    model = build_model(algo, env, device="cpu", seed=0, hyperparams=hyperparams)
+    env.close()
+    with torch.no_grad():  # spread the logits: an untrained head's are near-equal in every dimension
+        for param in model.policy.parameters():
+            param.add_(torch.randn(param.shape, generator=torch.Generator().manual_seed(param.numel())) * 1.0)
+    policy = AgentPolicy(model, base_policy="ats")
+    compared, actions, predict = [], set(), policy.predict
+
+    def checked(state):
+        action, mask = predict(state)
+        obs = policy_obs(policy, state)
+        kwargs = {"action_masks": mask} if policy.masked else {}
+        expected, _ = model.predict(obs, deterministic=True, **kwargs)
+        compared.append(np.array_equal(action, np.asarray(expected).reshape(-1)))
+        actions.add(tuple(action))
+        return action, mask
+
+    policy.predict = checked
+    run_episode(policy, tiny, SimConfig(max_time=10 * 3600.0), seed=0, stall_limit_s=None)
+    assert len(compared) > 50 and all(compared)
+    assert len(actions) > 1  # not one constant action
+
+
+def policy_obs(policy: AgentPolicy, state) -> dict[str, np.ndarray]:
+    """The observation ``policy`` encodes for ``state`` (its outlook encoder untouched)."""
+    from deepboot_env.env.encoding import agent_observation
+
+    return agent_observation(state, policy.max_jobs, None, policy.codec.observe(state))

@@ -329,3 +329,30 @@ def test_trim_to_capacity_equals_the_gpu_by_gpu_rule() -> None:
         _trim_one_gpu_at_a_time(slow, jobs, excess)
         assert fast == slow
         assert sum(fast.values()) == sum(targets.values()) - excess
+
+
+def test_registered_time_limit_is_the_envs_own_cap(small_workload) -> None:
+    from deepboot_env.config import EnvConfig
+
+    for version in ("v0", "v1"):
+        assert gym.spec(f"DeepBoot-{version}").max_episode_steps == EnvConfig().max_rounds == 3000
+    cap = 25  # made with a matching max_episode_steps, the TimeLimit and the env end the episode together
+    wrapped = gym.make("DeepBoot-v0", workload=small_workload, max_jobs=8, max_rounds=cap, max_episode_steps=cap)
+    plain = DeepBootEnv(workload=small_workload, max_jobs=8, max_rounds=cap)
+    obs_w, _ = wrapped.reset(seed=1)
+    obs_p, _ = plain.reset(seed=1)
+    rng = np.random.default_rng(1)
+    steps = 0
+    while steps < cap + 1:
+        steps += 1
+        action = masked_random_action(plain, rng)
+        obs_w, reward_w, term_w, trunc_w, info_w = wrapped.step(action)
+        obs_p, reward_p, term_p, trunc_p, info_p = plain.step(action)
+        assert reward_w == reward_p and (term_w, trunc_w) == (term_p, trunc_p)
+        assert all(np.array_equal(obs_w[k], obs_p[k]) for k in obs_p)
+        if term_p or trunc_p:
+            break
+    assert steps == cap and trunc_w and trunc_p and not term_p
+    for info in (info_w, info_p):
+        info["episode_metrics"].pop("wall_seconds")
+    assert repr(info_w["episode_metrics"]) == repr(info_p["episode_metrics"])  # NaN where no job finished

@@ -112,8 +112,8 @@ def test_the_agent_adapter_sees_the_env_outlook(workload, tmp_path) -> None:
     assert "outlook" in loaded.observation_space.spaces
     agent = AgentPolicy(loaded)
     seen: list[np.ndarray] = []
-    predict = loaded.predict
-    loaded.predict = lambda obs, **kw: (seen.append(obs["outlook"].copy()), predict(obs, **kw))[1]
+    most_likely = agent.most_likely  # what the model is given (its deterministic action)
+    agent.most_likely = lambda obs, mask: (seen.append(obs["outlook"].copy()), most_likely(obs, mask))[1]  # type: ignore[method-assign]
     env = _outlook_env(workload)
     obs, _ = env.reset(seed=0)
     agent.reset(0)

@@ -49,6 +49,21 @@ def _scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
+def _hparams(folder: Path) -> dict[str, object]:
+    """The hparams a TensorBoard run folder records (the HPARAMS tab's session start)."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
+
+    for path in folder.glob("events.out.tfevents.*"):
+        for event in EventFileLoader(str(path)).Load():
+            for value in event.summary.value:
+                if value.tag == "_hparams_/session_start_info":
+                    data = HParamsPluginData.FromString(value.metadata.plugin_data.content)
+                    params = data.session_start_info.hparams
+                    return {k: getattr(v, v.WhichOneof("kind")) for k, v in params.items()}
+    raise AssertionError(f"no hparams in {folder}")
+
+
 def test_smoke_maskable_ppo(tiny_csv, tmp_path) -> None:
     argv = ["--algo", "maskable_ppo", "--n-timesteps", "2048", "--n-envs", "2", "--seed", "3", "--eval-freq", "1024"]
     run = train_policy.run(argv + _common(tiny_csv, tmp_path / "runs"))
@@ -210,3 +225,44 @@ def test_a_family_is_trained_on_alone() -> None:
         training_source(["family:mixed", "train"])
     labels = [label for label, _ in load_workloads(["family:bursty:test"])]
     assert labels == [f"bursty-{seed}" for seed in range(2_000_000, 2_000_008)]
+
+
+def test_tensorboard_shows_step_means_from_the_first_rollout_and_the_config(tiny_csv, tmp_path, capsys) -> None:
+    argv = ["--algo", "ppo", "-n", "256", "--n-envs", "2", "--hyperparams", "n_steps:64", "n_epochs:1"]
+    argv += ["--pretrain-expert", "ats", "--pretrain-epochs", "2", "--eval-jobs", "2"]
+    run = train_policy.run(argv + _common(tiny_csv, tmp_path / "runs")[:-1] + ["1"])
+
+    scalars = _scalars(run / "tb")
+    rollouts = [128, 256]  # n_steps x n_envs per rollout
+    for tag in ("reward/step_jct", "reward/step_infer", "reward/step_total", "sched/step_active_jobs"):
+        assert [step for step, _ in scalars[tag]] == rollouts, tag
+    assert "sched/step_repaired_gpus" in scalars
+    assert all(v < 0 for _, v in scalars["reward/step_jct"]) and all(
+        v > 0 for _, v in scalars["sched/step_active_jobs"]
+    )
+    for (_, total), (_, jct), (_, infer) in zip(
+        scalars["reward/step_total"], scalars["reward/step_jct"], scalars["reward/step_infer"], strict=True
+    ):
+        assert total == pytest.approx(jct + infer, rel=1e-5)
+    assert not any(tag.startswith("pretrain/") for tag in scalars)  # its own run, its own step axis
+    pretrain = _scalars(run / "tb" / "pretrain")
+    assert [step for step, _ in pretrain["pretrain/bc_loss"]] == [1, 2]
+    assert "eval/jct_ratio" in scalars and "eval/truncated_frac" in scalars
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run / "tb"), size_guidance={"tensors": 0})
+    acc.Reload()
+    text = acc.Tensors("config/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert "n_timesteps: 256" in text and "pretrain_expert: ats" in text
+    hparams = _hparams(run / "tb")
+    assert hparams["n_timesteps"] == 256 and hparams["hyperparams.n_steps"] == 64 and hparams["algo"] == "ppo"
+    assert hparams["env_kwargs.max_rounds"] == 1000 and hparams["pretrain_expert"] == "ats"
+
+    out = capsys.readouterr().out
+    assert "warm start: epoch 2/2" in out
+    line = next(x for x in out.splitlines() if x.startswith("eval @ 256 steps"))
+    assert "truncated (cut at last arrival + 1,000 rounds" in line
+    assert "selection score" in line and "mean censored JCT / ats's (lower is better)" in line
+    config = yaml.safe_load((run / "config.yml").read_text())
+    assert config["eval_jobs"] == 2 and 0 < config["results"]["eval_share"] < 1

@@ -1,0 +1,104 @@
+"""Running picklable jobs in worker processes, with a progress bar: :func:`run_pool`.
+
+The one process pool of the project: ``deepboot compare`` runs its (policy, workload, seed) runs
+through it (:mod:`deepboot_harness.compare_workers`), ``train_policy.py`` its validation episodes
+(:class:`agents.callbacks.WorkloadEvalCallback`) and its warm start's demonstrations
+(:func:`agents.imitation.collect_demonstrations`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
+from typing import Any, TypeVar, cast
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+def run_pool(
+    fn: Callable[[_T], _R],
+    items: Sequence[_T],
+    jobs: int,
+    progress: bool,
+    label: str,
+    describe: Callable[[_T], str] = str,
+    local: Callable[[_T], _R] | None = None,
+) -> list[_R]:
+    """``[fn(item) for item in items]`` in ``jobs`` worker processes (in this process, with
+    ``local`` if given, for ``jobs == 1`` or a single item), with a progress bar on stderr
+    (``label``, then ``describe(item)`` of the last item done) when ``progress``; results in item
+    order whatever order they finish in. ``fn`` and the items must be picklable for ``jobs > 1``;
+    a worker's error is raised here."""
+    results: list[_R | None] = [None] * len(items)
+    if jobs <= 1 or len(items) <= 1:
+        with _ProgressBar(len(items), progress, label) as advance:
+            for i, item in enumerate(items):
+                results[i] = (local or fn)(item)
+                advance(describe(item))
+        return cast(list[_R], results)
+    # Every worker is forked (at submission) before the progress bar's thread starts, so none
+    # inherits a lock that thread holds.
+    executor = ProcessPoolExecutor(max_workers=min(jobs, len(items)))
+    try:
+        futures: dict[Future[_R], int] = {executor.submit(fn, item): i for i, item in enumerate(items)}
+        with _ProgressBar(len(items), progress, label) as advance:
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+                for fut in done:
+                    i = futures[fut]
+                    results[i] = fut.result()  # re-raises a worker's error
+                    advance(describe(items[i]))
+    finally:
+        executor.shutdown(wait=True, cancel_futures=True)
+    return cast(list[_R], results)
+
+
+class _ProgressBar:
+    """A rich progress bar on stderr (or nothing); entering gives ``advance(description)``."""
+
+    def __init__(self, total: int, enabled: bool, label: str) -> None:
+        self.total = total
+        self.enabled = enabled
+        self.label = label
+        self._progress: Any = None  # a rich Progress while entered
+
+    def __enter__(self) -> Callable[[str], None]:
+        if not self.enabled:
+            return lambda description: None
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self._progress = progress = Progress(
+            TextColumn(f"[bold]{self.label}[/]"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            TextColumn("{task.description}"),
+            console=Console(stderr=True),
+            transient=False,
+        )
+        progress.start()
+        bar = progress.add_task("", total=self.total)
+
+        done = [0]
+
+        def advance(description: str) -> None:
+            done[0] += 1
+            progress.update(bar, advance=1, description="done" if done[0] == self.total else description)
+
+        return advance
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
