@@ -6,7 +6,7 @@
   ``reward/*`` TensorBoard scalars) and :class:`~agents.callbacks.WorkloadEvalCallback`
   (validation episodes, ``evaluations.csv``, ``best_model.zip``).
 * :mod:`agents.policy_adapter`: a saved model as a :class:`~deepboot_env.policy.Policy`
-  (``make_policy("ppo:<path>")``).
+  (``make_policy("ppo:<path>")``); :func:`load_agent`: a saved model with a factory of its env.
 * :mod:`agents.run_config`: a training run's settings (presets of ``conf/deepboot.yml`` < flags).
 * :mod:`agents.training_run`: one training run (:func:`~agents.training_run.train`) and its
   run folder.
@@ -16,6 +16,25 @@ cheap (it registers the ``ppo:<path>`` policy prefix); the submodules import sta
 torch when used.
 """
 
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
 from deepboot_env.policy import register_prefix
 
 register_prefix("ppo", "agents.policy_adapter:load_agent_policy", arg="path")
+
+
+def load_agent(path: str | Path, *, device: str = "cpu", trust: bool = False) -> tuple[Any, Any]:
+    """A saved PPO / MaskablePPO model and a factory of the env it needs::
+
+        model, make_env = agents.load_agent("agents/pretrained/deepboot-v0.zip")
+        env = make_env(workload="val")
+
+    Nothing in the file is unpickled unless ``trust=True``; see
+    :func:`agents.policy_adapter.load_agent` (stable-baselines3 is imported when called).
+    """
+    from agents.policy_adapter import load_agent as load
+
+    return load(path, device=device, trust=trust)

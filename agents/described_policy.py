@@ -104,7 +104,7 @@ class DescribedPolicyMixin:
         if problem is not None:
             raise EnvMismatchError(
                 f"this model needs the env {env_call(self.env_arguments())}, but {problem} "
-                "(deepboot_env.load_agent(path) returns the model with its env)"
+                "(agents.load_agent(path) returns the model with its env)"
             )
         return super().obs_to_tensor(observation)  # type: ignore[misc]
 

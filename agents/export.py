@@ -5,7 +5,7 @@ Adam keeps two moments per weight, twice the size of the network; a checkpoint m
 ``--policy ppo:<path>`` does not need them. The exported policy is the project's class of the same
 architecture (:mod:`agents.described_policy`) holding the env arguments of the run (its policy's,
 or for an older run ``config.yml``'s ``env_kwargs`` completed from the model's spaces: e.g. the base
-policy of a residual model), so the file is self-contained: ``deepboot_env.load_agent(path)``
+policy of a residual model), so the file is self-contained: ``agents.load_agent(path)``
 returns the model and its env, and a plain ``MaskablePPO.load(path)`` / ``PPO.load(path)``
 evaluated on another env fails with one line naming the env it needs::
 

@@ -4,7 +4,7 @@ Importing the package registers the Gymnasium ids ``DeepBoot-v0`` (jobs progress
 goodput model; the shipped checkpoint's) and ``DeepBoot-v1`` (at the step times measured for their
 placement shape, as in the original simulators; ``dynamics="v1"``, docs/environment.md) when
 gymnasium is installed; the simulation core (:mod:`deepboot_env.sim`) never imports gymnasium.
-:func:`load_agent` loads a saved PPO / MaskablePPO model with a factory of the env it needs.
+A saved model comes back with a factory of the env it needs through :func:`agents.load_agent`.
 
 Both ids register ``max_episode_steps`` = :data:`MAX_EPISODE_STEPS`, the env's default
 ``max_rounds``: ``gym.make``'s ``TimeLimit`` and the env's own truncation cut an episode at the
@@ -14,29 +14,12 @@ same decision. With another ``max_rounds``, pass the same ``max_episode_steps`` 
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 __version__ = "0.1.0"
 
 
 MAX_EPISODE_STEPS = 3000
 """Decisions per episode before truncation: the registered ``max_episode_steps`` and the default
 of :attr:`EnvConfig.max_rounds <deepboot_env.config.EnvConfig.max_rounds>`."""
-
-
-def load_agent(path: str | Path, *, device: str = "cpu", trust: bool = False) -> tuple[Any, Any]:
-    """A saved PPO / MaskablePPO model and a factory of the env it needs::
-
-        model, make_env = deepboot_env.load_agent("agents/pretrained/deepboot-v0.zip")
-        env = make_env(workload="val")
-
-    Nothing in the file is unpickled unless ``trust=True``; see
-    :func:`agents.policy_adapter.load_agent` (stable-baselines3 is imported when called).
-    """
-    from agents.policy_adapter import load_agent as load
-
-    return load(path, device=device, trust=trust)
 
 
 def _register() -> None:

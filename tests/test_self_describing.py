@@ -1,4 +1,4 @@
-"""Self-describing checkpoints: the policy keeps its env arguments, ``deepboot_env.load_agent``
+"""Self-describing checkpoints: the policy keeps its env arguments, ``agents.load_agent``
 returns the model with its env, plain SB3 on another env fails with one line naming the env, and
 the shipped checkpoint's README snippets run as written."""
 
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-import deepboot_env
+import agents
 from agents.checkpoint import CheckpointError, load_checkpoint
 from agents.described_policy import (
     EnvMismatchError,
@@ -55,7 +55,7 @@ def test_shipped_checkpoint_keeps_its_env_arguments_in_plain_text() -> None:
 
 
 def test_load_agent_returns_the_model_and_its_env() -> None:
-    model, make_env = deepboot_env.load_agent(SHIPPED)
+    model, make_env = agents.load_agent(SHIPPED)
     assert make_env.args == ("DeepBoot-v0",)
     assert make_env.keywords == {"action_mode": "residual", "base_policy": "ats", "lend_levels": 5, "max_jobs": 32}
     env = make_env(workload="test/test-03")
@@ -104,7 +104,7 @@ def test_training_builds_a_described_policy_and_v1_maps_to_its_id(tiny, tmp_path
     vec.close()
     assert model.policy.env_kwargs == kwargs
     model.save(tmp_path / "m.zip")
-    loaded, make_env = deepboot_env.load_agent(tmp_path / "m.zip")
+    loaded, make_env = agents.load_agent(tmp_path / "m.zip")
     assert loaded.policy.env_kwargs == kwargs
     assert make_env.args == ("DeepBoot-v1",)
     assert make_env.keywords == {"max_jobs": 8, "action_mode": "residual", "base_policy": "fifo", "lend_levels": 5}
