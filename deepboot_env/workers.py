@@ -9,7 +9,7 @@ through it (:mod:`deepboot_harness.compare_workers`), ``train_policy.py`` its va
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any, TypeVar, cast
 
 _T = TypeVar("_T")
@@ -24,17 +24,20 @@ def run_pool(
     label: str,
     describe: Callable[[_T], str] = str,
     local: Callable[[_T], _R] | None = None,
+    on_result: Callable[[int, _R], None] | None = None,
 ) -> list[_R]:
     """``[fn(item) for item in items]`` in ``jobs`` worker processes (in this process, with
     ``local`` if given, for ``jobs == 1`` or a single item), with a progress bar on stderr
     (``label``, then ``describe(item)`` of the last item done) when ``progress``; results in item
-    order whatever order they finish in. ``fn`` and the items must be picklable for ``jobs > 1``;
-    a worker's error is raised here."""
+    order whatever order they finish in; ``on_result(i, result)`` is called as each one arrives.
+    ``fn`` and the items must be picklable for ``jobs > 1``; a worker's error is raised here."""
     results: list[_R | None] = [None] * len(items)
     if jobs <= 1 or len(items) <= 1:
         with _ProgressBar(len(items), progress, label) as advance:
             for i, item in enumerate(items):
-                results[i] = (local or fn)(item)
+                results[i] = result = (local or fn)(item)
+                if on_result is not None:
+                    on_result(i, result)
                 advance(describe(item))
         return cast(list[_R], results)
     # Every worker is forked (at submission) before the progress bar's thread starts, so none
@@ -45,10 +48,12 @@ def run_pool(
         with _ProgressBar(len(items), progress, label) as advance:
             pending = set(futures)
             while pending:
-                done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in done:
                     i = futures[fut]
-                    results[i] = fut.result()  # re-raises a worker's error
+                    results[i] = result = fut.result()  # re-raises a worker's error
+                    if on_result is not None:
+                        on_result(i, result)
                     advance(describe(items[i]))
     finally:
         executor.shutdown(wait=True, cancel_futures=True)

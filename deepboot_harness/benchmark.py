@@ -14,8 +14,6 @@ resume must match. At the end the folder holds ``results.csv`` (one tidy row per
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -25,6 +23,7 @@ from typing import Any
 
 from deepboot_env.config import sim_config
 from deepboot_env.sim.scenario import Scenario
+from deepboot_harness.run_log import RUNS_FILE, RunLogError, append_run, open_run_log, read_runs
 
 DEFAULT_POLICIES: tuple[str, ...] = (
     "fifo",
@@ -41,9 +40,6 @@ DEFAULT_POLICIES: tuple[str, ...] = (
 DEFAULT_OPTIONS: dict[str, Any] = {"dynamics": "v1"}
 """Simulation options of every run (flat :func:`deepboot_env.config.sim_config` options): the
 benchmark runs on DeepBoot-v1's dynamics; each scenario sets its cluster and restart model."""
-
-SETTINGS_FILE = "benchmark.json"
-RUNS_FILE = "runs.jsonl"
 
 
 class BenchmarkError(ValueError):
@@ -177,54 +173,18 @@ def run_one(policy: str, family: str, seed: int, options: dict[str, Any]) -> dic
 
 
 def prepare_folder(out: Path, spec: BenchmarkSpec, resume: bool) -> set[tuple[str, str, int]]:
-    """Check and set up ``out``; the (policy, family, seed) already done when resuming.
+    """Check and set up ``out`` (:func:`deepboot_harness.run_log.open_run_log`); the (policy,
+    family, seed) already done when resuming.
 
     Raises:
         BenchmarkError: if ``out`` is a file or cannot be written; if it holds a benchmark and
             ``resume`` is off; if ``resume`` is on and its settings differ.
     """
-    if out.exists() and not out.is_dir():
-        raise BenchmarkError(f"--out {out}: is a file, not a folder")
     try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise BenchmarkError(f"--out {out}: cannot create the folder ({exc.strerror})") from None
-    if not os.access(out, os.W_OK):
-        raise BenchmarkError(f"--out {out}: the folder is not writable")
-    settings_path, runs_path = out / SETTINGS_FILE, out / RUNS_FILE
-    if settings_path.exists() and not resume:
-        raise BenchmarkError(
-            f"--out {out}: holds a benchmark already; add --resume to continue it, or pick another folder"
-        )
-    if settings_path.exists():
-        try:
-            saved = json.loads(settings_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise BenchmarkError(f"{settings_path}: unreadable ({exc})") from None
-        if saved.get("settings") != json.loads(json.dumps(spec.settings())):
-            raise BenchmarkError(
-                f"--resume: {settings_path} was run with {saved.get('settings')}, not {spec.settings()}; "
-                "use another --out"
-            )
-    settings_path.write_text(json.dumps({"settings": spec.settings(), "spec": asdict(spec)}, indent=2) + "\n")
-    rows = read_runs(runs_path)
-    if runs_path.exists():  # rewrite without a line an interruption cut short, so appends start on a new line
-        runs_path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+        rows = open_run_log(out, "benchmark", spec.settings(), resume, extra=asdict(spec))
+    except RunLogError as exc:
+        raise BenchmarkError(str(exc)) from None
     return {(r["policy"], r["family"], r["seed"]) for r in rows}
-
-
-def read_runs(path: Path) -> list[dict[str, Any]]:
-    """The runs saved in ``path`` (a line cut short by an interruption is dropped)."""
-    if not path.exists():
-        return []
-    rows = []
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            try:
-                rows.append(json.loads(line))
-            except ValueError:
-                continue
-    return rows
 
 
 # ----------------------------------------------------------------------------------------------
@@ -280,16 +240,14 @@ def run_benchmark(
     done = prepare_folder(out, spec, resume)
     runs = spec.runs()
     todo = [run for run in runs if run not in done]
-    runs_path = out / RUNS_FILE
     count = [len(runs) - len(todo)]
 
     def save(row: dict[str, Any]) -> None:
-        with open(runs_path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(row) + "\n")
+        append_run(out, row)
         count[0] += 1
         if progress is not None:
             progress(count[0], len(runs), row)
 
     execute(todo, spec.options, jobs, save)
-    rows = {(r["policy"], r["family"], r["seed"]): r for r in read_runs(runs_path)}
+    rows = {(r["policy"], r["family"], r["seed"]): r for r in read_runs(out / RUNS_FILE)}
     return [rows[run] for run in runs if run in rows]

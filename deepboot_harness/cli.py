@@ -263,23 +263,41 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from deepboot_harness.compare import resolve_reference, write_results
     from deepboot_harness.compare_grid import run_comparison
     from deepboot_harness.compare_tables import print_summary_table
+    from deepboot_harness.compare_workers import outcome_from_row, outcome_row
+    from deepboot_harness.run_log import append_run, open_run_log
 
     check_output_folder(args.out, "--out")
     reference = resolve_reference(args.policies, args.reference)
     config = sim_config_from_args(args)
     seeds = args.seeds if args.seeds is not None else [args.seed]
-    comparison = run_comparison(
-        args.policies,
-        args.workloads,
-        seeds,
-        config,
-        jobs=args.jobs,
-        progress=not args.quiet,
-        timeline_policy=args.timeline_policy,
-        timeline_workload=args.timeline_workload,
-        timeline_per_policy=args.timeline_per_policy,
-    )
-    paths = write_results(comparison, args.out, reference)
+    out = Path(args.out)
+    settings = {"policies": list(args.policies), "workloads": list(map(str, args.workloads)), "seeds": seeds}
+
+    def saved_runs() -> dict[tuple[str, str, int], Any]:
+        rows = open_run_log(out, "comparison", {**settings, "config": repr(config)}, args.resume, overwrite=True)
+        return {(r["policy"], r["workload"], r["seed"]): outcome_from_row(r) for r in rows}
+
+    try:
+        comparison = run_comparison(
+            args.policies,
+            args.workloads,
+            seeds,
+            config,
+            jobs=args.jobs,
+            progress=not args.quiet,
+            timeline_policy=args.timeline_policy,
+            timeline_workload=args.timeline_workload,
+            timeline_per_policy=args.timeline_per_policy,
+            saved=saved_runs,
+            on_done=lambda task, outcome: append_run(out, outcome_row(task, outcome)),
+        )
+        paths = write_results(comparison, args.out, reference)
+    except KeyboardInterrupt:
+        print(
+            f"deepboot compare: interrupted; finished runs are saved in {args.out}: continue with --resume",
+            file=sys.stderr,
+        )
+        return 130
     if not args.quiet:
         print_summary_table(comparison.frame, title=f"policy comparison ({config_title(config)})")
         print(f"wrote {', '.join(p.name for p in paths.values())} to {args.out}")
@@ -410,7 +428,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="P",
         help="policy of the paired JCT ratios in results.md and jct_ratio.png (default: ats)",
     )
-    cmp.add_argument("--out", required=True, metavar="DIR", help="output folder (created)")
+    cmp.add_argument(
+        "--out", required=True, metavar="DIR", help="output folder (created; each finished run is saved in runs.jsonl)"
+    )
+    cmp.add_argument(
+        "--resume", action="store_true", help="reuse the finished runs saved in --out (same policies, workloads, seeds)"
+    )
     cmp.add_argument("--quiet", action="store_true", help="no progress bar or table")
     cmp.set_defaults(func=cmd_compare)
 

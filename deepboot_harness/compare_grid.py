@@ -9,8 +9,8 @@ and the chosen run's timeline (:data:`TIMELINE_COLUMNS`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +20,7 @@ from deepboot_env.config import dynamics_notes
 from deepboot_env.sim.interference import InterferenceModel
 from deepboot_env.sim.metrics import GPU_STATES
 from deepboot_env.sim.simulator import SimConfig
-from deepboot_harness.compare_workers import RunTask, load_workload_once, run_tasks
+from deepboot_harness.compare_workers import RunOutcome, RunTask, load_workload_once, run_tasks
 
 RUN_COLUMNS: tuple[str, ...] = ("policy", "workload", "seed", "cluster", "restart", "protect_scale")
 """Columns naming a run, first in :func:`deepboot_harness.compare.compare`'s frame; the metric columns follow."""
@@ -179,6 +179,8 @@ def run_comparison(
     timeline_policy: str | None = None,
     timeline_workload: str | None = None,
     timeline_per_policy: bool = False,
+    saved: Callable[[], Mapping[tuple[str, str, int], RunOutcome]] | None = None,
+    on_done: Callable[[RunTask, RunOutcome], None] | None = None,
 ) -> Comparison:
     """Run every (policy, workload, seed) and collect metrics, JCTs and one timeline.
 
@@ -193,6 +195,10 @@ def run_comparison(
         timeline_workload: workload (label or source) of that run (default: the first); the
             seed is the first seed.
         timeline_per_policy: keep the timeline of every policy on that workload and seed too.
+        saved: called once the inputs are checked, before any run: the outcomes of runs done
+            before, by (policy, workload label, seed), which are not run again (unless the run's
+            timeline is wanted and the saved outcome has none).
+        on_done: called with each run that finishes here and its outcome.
 
     Raises:
         ValueError: empty or unknown policies, seeds or workloads, a bad ``jobs``, or a
@@ -233,7 +239,16 @@ def run_comparison(
         RunTask(i, policy, ref.label, ref.source, seed, config, (policy, ref.label, seed) in kept)
         for i, (policy, ref, seed) in enumerate((p, r, s) for p in policies for r in refs for s in seeds)
     ]
-    outcomes = run_tasks(tasks, loaded, int(jobs), progress)
+    done_before = saved() if saved is not None else {}
+    kept_outcomes = {
+        t.index: replace(outcome, index=t.index)
+        for t in tasks
+        if (outcome := done_before.get((t.policy, t.workload, t.seed))) is not None
+        and (outcome.timeline is not None or not t.want_timeline)
+    }
+    todo = [t for t in tasks if t.index not in kept_outcomes]
+    ran = run_tasks(todo, loaded, int(jobs), progress, on_done=on_done)
+    outcomes = {**kept_outcomes, **{t.index: o for t, o in zip(todo, ran, strict=True)}}
 
     frame = pd.DataFrame([_row(task, outcomes[task.index].metrics) for task in tasks])
     jcts = {(t.policy, t.workload, t.seed): outcomes[t.index].jcts for t in tasks}

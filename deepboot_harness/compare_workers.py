@@ -9,7 +9,9 @@ progress bar are :func:`deepboot_env.workers.run_pool`). Each process loads a wo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from deepboot_env.sim.metrics import EpisodeMetrics
 from deepboot_env.sim.simulator import SimConfig
@@ -68,11 +70,16 @@ def run_task(task: RunTask, workload: Workload | None = None) -> RunOutcome:
 
 
 def run_tasks(
-    tasks: list[RunTask], loaded: dict[str, Workload], jobs: int, progress: bool, label: str = "compare"
+    tasks: list[RunTask],
+    loaded: dict[str, Workload],
+    jobs: int,
+    progress: bool,
+    label: str = "compare",
+    on_done: Callable[[RunTask, RunOutcome], None] | None = None,
 ) -> list[RunOutcome]:
     """Run ``tasks`` (``loaded``: workloads by source, used in this process) in
     :func:`deepboot_env.workers.run_pool`; the outcomes are indexed like the tasks whatever order
-    they finish in."""
+    they finish in; ``on_done(task, outcome)`` is called as each run finishes."""
     outcomes = run_pool(
         run_task,
         tasks,
@@ -81,6 +88,31 @@ def run_tasks(
         label=label,
         describe=lambda t: f"{t.policy} on {t.workload} seed {t.seed}",
         local=lambda t: run_task(t, loaded.get(t.source)),
+        on_result=None if on_done is None else lambda i, outcome: on_done(tasks[i], outcome),
     )
     assert all(o.index == t.index for o, t in zip(outcomes, tasks, strict=True))
     return outcomes
+
+
+def outcome_row(task: RunTask, outcome: RunOutcome) -> dict[str, object]:
+    """A finished run as one JSON-able line of a comparison's ``runs.jsonl``."""
+    return {
+        "policy": task.policy,
+        "workload": task.workload,
+        "seed": task.seed,
+        "metrics": outcome.metrics,
+        "jcts": outcome.jcts,
+        "timeline": outcome.timeline,
+    }
+
+
+def outcome_from_row(row: dict[str, Any]) -> RunOutcome:
+    """The outcome :func:`outcome_row` saved (JSON keeps every float exactly; the index is set
+    by the comparison that reuses it)."""
+    timeline = row.get("timeline")
+    return RunOutcome(
+        index=-1,
+        metrics=dict(row["metrics"]),
+        jcts={str(k): float(v) for k, v in row["jcts"].items()},
+        timeline=None if timeline is None else [tuple(point) for point in timeline],
+    )

@@ -2,7 +2,39 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from deepboot_env.sim.workload import InferenceRequestSpec
+
+
+def interrupt_when(argv: Sequence[str], ready: Callable[[], bool], timeout: float = 120.0) -> tuple[int, str]:
+    """Start ``argv`` in its own process group, wait until ``ready()``, send Ctrl-C (SIGINT to the
+    group, workers included); the exit status and stderr."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    def as_from_a_terminal() -> None:
+        """Ctrl-C's disposition in a terminal: a test run in the background by a shell without
+        job control inherits SIGINT ignored, and Python keeps an inherited SIG_IGN."""
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    proc = subprocess.Popen(
+        list(argv),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        start_new_session=True,
+        preexec_fn=as_from_a_terminal,
+    )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not ready():
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=timeout)
+    return proc.returncode, err
 
 
 def masked_random_action(env, rng):

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from builders import interrupt_when
 
 from deepboot_env.config import sim_config
 from deepboot_env.evaluation import run_episode
@@ -215,36 +216,14 @@ def test_the_settings_file_records_the_spec(tmp_path) -> None:
 def test_ctrl_c_keeps_the_finished_runs_and_resume_completes_them(tmp_path) -> None:
     """Ctrl-C (SIGINT to the process group, workers included): one line, exit 130, no traceback;
     --resume then runs only what is missing."""
-    import signal
-    import subprocess
     import sys
-    import time
 
     out = tmp_path / "bench"
     argv = [sys.executable, "-m", "deepboot_harness.cli", "benchmark", "--families", "short-period"]
     argv += ["--policies", "ats", "ones-lend", "--seeds", "4", "--jobs", "2", "--out", str(out)]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-
-    def as_from_a_terminal() -> None:
-        """Ctrl-C's disposition in a terminal: a test run in the background by a shell without
-        job control inherits SIGINT ignored, and Python keeps an inherited SIG_IGN."""
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-    proc = subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=True,
-        preexec_fn=as_from_a_terminal,
-    )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not ((out / RUNS_FILE).is_file() and (out / RUNS_FILE).stat().st_size):
-        time.sleep(0.2)  # the first run is saved: the benchmark is under way
-    os.killpg(proc.pid, signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
+    # interrupted once the first run is saved: the benchmark is under way
+    code, err = interrupt_when(argv, lambda: (out / RUNS_FILE).is_file() and (out / RUNS_FILE).stat().st_size > 0)
+    assert code == 130, err
     assert "Traceback" not in err and err.strip().splitlines()[-1].endswith("continue with --resume"), err
     saved = read_runs(out / RUNS_FILE)
     assert 1 <= len(saved) < 8

@@ -8,12 +8,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from builders import interrupt_when
 
 from deepboot_env.sim.metrics import GPU_STATES
 from deepboot_harness.cli import main
 from deepboot_harness.compare import compare
 from deepboot_harness.compare_grid import RUN_COLUMNS, expand_workloads, run_comparison
 from deepboot_harness.plots import plot_timeline
+from deepboot_harness.run_log import RUNS_FILE, read_runs
 from traces.generate import generate_workload, write_workload_csv
 from traces.loaders import list_shipped_workloads
 
@@ -198,3 +200,64 @@ def test_timeline_bands_split_the_clusters_despite_float_noise() -> None:
     counts = {"training": np.array([32.0, 0.0]), "idle": np.array([-1e-12, 32.0 - 1e-12])}
     assert _splits(counts, 32)
     assert not _splits({"training": np.array([20.0]), "idle": np.array([5.0])}, 32)  # 7 training-cluster GPUs elsewhere
+
+
+def _compare_argv(out: Path) -> list[str]:
+    import sys
+
+    argv = [sys.executable, "-m", "deepboot_harness.cli", "compare", "--workloads", "test/test-01", "test/test-02"]
+    return argv + [
+        "--policies",
+        "fifo",
+        "ats",
+        "ones",
+        "--seeds",
+        "0",
+        "1",
+        "--jobs",
+        "2",
+        "--quiet",
+        "--out",
+        str(out),
+    ]
+
+
+def test_resume_reuses_saved_runs_and_gives_the_same_results(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A comparison resumed from some saved runs (and a line cut short) writes the results of an
+    uninterrupted one; only the missing runs run again."""
+    full, part = tmp_path / "full", tmp_path / "part"
+    assert main(_compare_argv(full)[3:]) == 0
+    lines = (full / RUNS_FILE).read_text(encoding="utf-8").splitlines(keepends=True)
+    assert len(lines) == 12
+    part.mkdir()
+    (part / "comparison.json").write_text((full / "comparison.json").read_text(encoding="utf-8"), encoding="utf-8")
+    (part / RUNS_FILE).write_text("".join(lines[:5]) + lines[5][:40], encoding="utf-8")  # the 6th cut short
+    assert main([*_compare_argv(part)[3:], "--resume"]) == 0
+    resumed = read_runs(part / RUNS_FILE)
+    assert resumed[:5] == read_runs(full / RUNS_FILE)[:5] and len(resumed) == 12
+    drop = ["wall_seconds"]
+    pd.testing.assert_frame_equal(
+        pd.read_csv(part / "results.csv").drop(columns=drop), pd.read_csv(full / "results.csv").drop(columns=drop)
+    )
+    for name in ("jcts.csv", "timeline.csv", "results.md"):
+        assert (part / name).read_bytes() == (full / name).read_bytes(), name
+    # another grid in the same folder: refused with --resume, started over without it
+    other = [*_compare_argv(part)[3:], "--seeds", "3"]
+    assert main([*other, "--resume"]) == 2
+    assert "(seeds [0, 1], not [3]); use another --out" in capsys.readouterr().err
+    assert main(other) == 0 and len(read_runs(part / RUNS_FILE)) == 6
+
+
+def test_ctrl_c_keeps_the_finished_runs(tmp_path: Path) -> None:
+    """Ctrl-C: one line, exit 130, no traceback; the runs done so far are saved for --resume."""
+    out = tmp_path / "cmp"
+    argv = [*_compare_argv(out), "--policies", "ones", "afs", "ats", "--seeds", "0", "1", "2", "3"]
+    code, err = interrupt_when(argv, lambda: len(read_runs(out / RUNS_FILE)) >= 1)
+    assert code == 130, err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].endswith("continue with --resume"), err
+    saved = read_runs(out / RUNS_FILE)
+    assert 1 <= len(saved) < 24
+    assert main([*argv[3:], "--resume"]) == 0
+    assert read_runs(out / RUNS_FILE)[: len(saved)] == saved and len(read_runs(out / RUNS_FILE)) == 24
