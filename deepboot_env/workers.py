@@ -1,19 +1,60 @@
-"""Running picklable jobs in worker processes, with a progress bar: :func:`run_pool`.
+"""Running picklable jobs in worker processes or as Ray tasks, with a progress bar: :func:`run_pool`.
 
-The one process pool of the project: ``deepboot compare`` runs its (policy, workload, seed) runs
-through it (:mod:`deepboot_harness.compare_workers`), ``train_policy.py`` its validation episodes
+The one pool of the project: ``deepboot compare`` runs its (policy, workload, seed) runs through
+it (:mod:`deepboot_harness.compare_workers`), ``deepboot benchmark`` its (policy, family, seed)
+runs (:mod:`deepboot_harness.benchmark`), ``train_policy.py`` its validation episodes
 (:class:`agents.callbacks.WorkloadEvalCallback`) and its warm start's demonstrations
-(:func:`agents.imitation.collect_demonstrations`).
+(:func:`agents.imitation.collect_demonstrations`). A :class:`Backend` says where the jobs run:
+local processes (the default) or Ray tasks (:mod:`deepboot_env.ray_pool`, ``--backend ray``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from typing import Any, TypeVar, cast
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar, cast
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
+
+BACKENDS = ("local", "ray")
+"""Where :func:`run_pool` runs jobs: worker processes of this machine, or Ray tasks."""
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Where :func:`run_pool` runs jobs.
+
+    Attributes:
+        kind: ``local`` (a process pool of ``jobs`` processes) or ``ray`` (one Ray task per
+            job: :mod:`deepboot_env.ray_pool`).
+        address: for ``ray``, the cluster to join (``auto``, ``HOST:PORT``); None starts a local
+            Ray instance of ``jobs`` CPUs.
+    """
+
+    kind: Literal["local", "ray"] = "local"
+    address: str | None = None
+
+    def check(self) -> None:
+        """Refuse, before any work, a backend that cannot run.
+
+        Raises:
+            ValueError: for an unknown kind, an address without Ray, or Ray not installed (one line
+                saying how to install it).
+        """
+        if self.kind not in BACKENDS:
+            raise ValueError(f"--backend {self.kind!r}: expected one of {', '.join(BACKENDS)}")
+        if self.address is not None and self.kind != "ray":
+            raise ValueError("--address is for --backend ray")
+        if self.kind == "ray":
+            from deepboot_env.ray_pool import check_ray
+
+            check_ray()
+
+
+LOCAL = Backend()
+"""Worker processes of this machine."""
 
 
 def run_pool(
@@ -25,12 +66,22 @@ def run_pool(
     describe: Callable[[_T], str] = str,
     local: Callable[[_T], _R] | None = None,
     on_result: Callable[[int, _R], None] | None = None,
+    backend: Backend = LOCAL,
 ) -> list[_R]:
     """``[fn(item) for item in items]`` in ``jobs`` worker processes (in this process, with
     ``local`` if given, for ``jobs == 1`` or a single item), with a progress bar on stderr
     (``label``, then ``describe(item)`` of the last item done) when ``progress``; results in item
     order whatever order they finish in; ``on_result(i, result)`` is called as each one arrives.
-    ``fn`` and the items must be picklable for ``jobs > 1``; a worker's error is raised here."""
+    ``fn`` and the items must be picklable for ``jobs > 1``; a worker's error is raised here.
+
+    With ``backend`` Ray every item is a Ray task, whatever ``jobs`` (the CPUs of a local Ray
+    instance): see :func:`deepboot_env.ray_pool.run_ray` (a failed run is reported by name, as
+    :class:`deepboot_env.ray_pool.RunsFailed`, once the others are done)."""
+    if backend.kind == "ray":
+        from deepboot_env.ray_pool import run_ray
+
+        with _ProgressBar(len(items), progress, label) as advance:
+            return run_ray(fn, items, jobs, backend.address, advance, describe, on_result)
     results: list[_R | None] = [None] * len(items)
     if jobs <= 1 or len(items) <= 1:
         with _ProgressBar(len(items), progress, label) as advance:

@@ -15,14 +15,14 @@ resume must match. At the end the folder holds ``results.csv`` (one tidy row per
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from deepboot_env.config import sim_config
 from deepboot_env.sim.scenario import Scenario
+from deepboot_env.workers import LOCAL, Backend, run_pool
 from deepboot_harness.run_log import RUNS_FILE, RunLogError, append_run, open_run_log, read_runs
 
 DEFAULT_POLICIES: tuple[str, ...] = (
@@ -191,34 +191,35 @@ def prepare_folder(out: Path, spec: BenchmarkSpec, resume: bool) -> set[tuple[st
 # running
 
 
+Cell = tuple[str, str, int, dict[str, Any]]
+"""One run and its options: (policy, family, seed, simulation options)."""
+
+
+def run_cell(cell: Cell) -> dict[str, Any]:
+    """:func:`run_one` of one cell (a pool's job)."""
+    return run_one(*cell)
+
+
 def execute(
     todo: Sequence[tuple[str, str, int]],
     options: dict[str, Any],
     jobs: int,
     save: Callable[[dict[str, Any]], None],
+    backend: Backend = LOCAL,
 ) -> None:
-    """Run ``todo`` in ``jobs`` processes, calling ``save`` with each row as it finishes."""
-    if jobs <= 1 or len(todo) <= 1:
-        for policy, family, seed in todo:
-            save(run_one(policy, family, seed, options))
-        return
-    executor = ProcessPoolExecutor(max_workers=min(jobs, len(todo)))
-    try:
-        pending: set[Future[dict[str, Any]]] = set()
-        queue: Iterator[tuple[str, str, int]] = iter(todo)
-        for task in queue:  # keep 2 tasks per worker in flight, in order
-            pending.add(executor.submit(run_one, *task, options))
-            if len(pending) >= 2 * jobs:
-                break
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in done:
-                save(fut.result())
-                nxt = next(queue, None)
-                if nxt is not None:
-                    pending.add(executor.submit(run_one, *nxt, options))
-    finally:
-        executor.shutdown(wait=True, cancel_futures=True)
+    """Run ``todo`` in ``jobs`` processes or on Ray (:func:`deepboot_env.workers.run_pool`),
+    calling ``save`` with each row as it finishes."""
+    cells: list[Cell] = [(*run, options) for run in todo]
+    run_pool(
+        run_cell,
+        cells,
+        jobs,
+        progress=False,
+        label="benchmark",
+        describe=lambda cell: f"{cell[0]} on {cell[1]} seed {cell[2]}",
+        on_result=lambda i, row: save(row),
+        backend=backend,
+    )
 
 
 def run_benchmark(
@@ -227,15 +228,19 @@ def run_benchmark(
     jobs: int = 1,
     resume: bool = False,
     progress: Callable[[int, int, dict[str, Any]], None] | None = None,
+    backend: Backend = LOCAL,
 ) -> list[dict[str, Any]]:
-    """Run what ``spec`` asks for that ``out`` does not hold yet; every run's row, in spec order.
+    """Run what ``spec`` asks for that ``out`` does not hold yet (in ``jobs`` processes, or on
+    Ray with ``backend``); every run's row, in spec order.
 
     Raises:
         BenchmarkError: for bad input (see :meth:`BenchmarkSpec.check`, :func:`prepare_folder`).
+        deepboot_env.ray_pool.RunsFailed: on Ray, once the other runs are saved, if some failed.
     """
     spec.check()
     if jobs < 1:
         raise BenchmarkError(f"--jobs must be >= 1, got {jobs}")
+    backend.check()
     out = Path(out)
     done = prepare_folder(out, spec, resume)
     runs = spec.runs()
@@ -248,6 +253,6 @@ def run_benchmark(
         if progress is not None:
             progress(count[0], len(runs), row)
 
-    execute(todo, spec.options, jobs, save)
+    execute(todo, spec.options, jobs, save, backend)
     rows = {(r["policy"], r["family"], r["seed"]): r for r in read_runs(out / RUNS_FILE)}
     return [rows[run] for run in runs if run in rows]

@@ -28,6 +28,7 @@ from deepboot_env.sim.restart import RESTART_MODELS
 from deepboot_env.sim.simulator import SimConfig
 from deepboot_env.sim.state import AllocationError
 from deepboot_env.sim.workload import WorkloadError
+from deepboot_env.workers import BACKENDS, Backend
 
 DEFAULT_WORKLOAD = "test/test-01"
 """Shipped workload used when ``--workload`` is omitted (periodic inference, 160 jobs)."""
@@ -65,6 +66,36 @@ def sim_config_from_args(args: argparse.Namespace) -> SimConfig:
         dynamics=args.dynamics,
         inference_placement=args.inference_placement,
     )
+
+
+def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--jobs``, ``--backend`` and ``--address``: where the runs of a grid run."""
+    parser.add_argument(
+        "--jobs", "-j", type=int, default=1, help="worker processes, or the CPUs of a local Ray instance (default 1)"
+    )
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="local",
+        help="local: worker processes of this machine (default); ray: one Ray task per run (pip install -e '.[ray]')",
+    )
+    parser.add_argument(
+        "--address",
+        metavar="ADDR",
+        help="with --backend ray: the Ray cluster to join (auto, or HOST:PORT); default: a new local one",
+    )
+
+
+def backend_from_args(args: argparse.Namespace) -> Backend:
+    """The :class:`deepboot_env.workers.Backend` of ``--backend`` / ``--address``, checked (Ray installed)."""
+    backend = Backend(args.backend, args.address)
+    backend.check()
+    return backend
+
+
+def runs_failed_message(command: str, exc: Exception, out: str) -> str:
+    """The one line for runs that failed on Ray while the others were saved in ``out``."""
+    return f"deepboot {command}: error: {exc}; the finished runs are saved in {out}: continue with --resume"
 
 
 def config_title(config: SimConfig) -> str:
@@ -260,6 +291,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Run policies x workloads x seeds; write results.csv, results.md and plots to ``--out``."""
+    from deepboot_env.ray_pool import RunsFailed
     from deepboot_harness.compare import resolve_reference, write_results
     from deepboot_harness.compare_grid import run_comparison
     from deepboot_harness.compare_tables import print_summary_table
@@ -267,6 +299,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from deepboot_harness.run_log import append_run, open_run_log
 
     check_output_folder(args.out, "--out")
+    backend = backend_from_args(args)
     reference = resolve_reference(args.policies, args.reference)
     config = sim_config_from_args(args)
     seeds = args.seeds if args.seeds is not None else [args.seed]
@@ -290,8 +323,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
             timeline_per_policy=args.timeline_per_policy,
             saved=saved_runs,
             on_done=lambda task, outcome: append_run(out, outcome_row(task, outcome)),
+            backend=backend,
         )
         paths = write_results(comparison, args.out, reference)
+    except RunsFailed as exc:
+        print(runs_failed_message("compare", exc, args.out), file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(
             f"deepboot compare: interrupted; finished runs are saved in {args.out}: continue with --resume",
@@ -319,8 +356,11 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
     """Run policies on the test seeds of workload families; write the results and the leaderboard."""
     import time
 
+    from deepboot_env.ray_pool import RunsFailed
     from deepboot_harness.benchmark import BenchmarkSpec, run_benchmark
     from deepboot_harness.leaderboard import write_outputs
+
+    backend = backend_from_args(args)
 
     options: dict[str, object] = {"dynamics": args.dynamics or "v1"}
     spec = BenchmarkSpec(
@@ -347,7 +387,10 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
             )
 
     try:
-        rows = run_benchmark(spec, args.out, jobs=args.jobs, resume=args.resume, progress=progress)
+        rows = run_benchmark(spec, args.out, jobs=args.jobs, resume=args.resume, progress=progress, backend=backend)
+    except RunsFailed as exc:
+        print(runs_failed_message("benchmark", exc, args.out), file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(
             f"deepboot benchmark: interrupted; finished runs are saved in {args.out}: continue with --resume",
@@ -355,12 +398,13 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
         )
         return 130
     wall = time.perf_counter() - start
+    how = f"--jobs {args.jobs}" + (f" --backend {args.backend}" if args.backend != "local" else "")
     cpu_hours = sum(float(row["cpu_s"]) for row in rows) / 3600.0
     notes = [
         f"Families {', '.join(spec.families)}; the first {spec.seeds} {spec.split} seeds of each; dynamics "
         f"{options['dynamics']} (each scenario sets its cluster and restart model).",
         f"{len(rows)} runs, {cpu_hours:.2f} CPU-hours in all (the sum of the runs' CPU time); this invocation of "
-        f"`deepboot benchmark --jobs {args.jobs}` made {made[0]} of them in {wall / 60:.1f} min of wall time.",
+        f"`deepboot benchmark {how}` made {made[0]} of them in {wall / 60:.1f} min of wall time.",
     ]
     paths = write_outputs(rows, args.out, "Benchmark leaderboard", notes)
     if not args.quiet:
@@ -413,7 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--policies", nargs="+", required=True, metavar="P", help="policy names")
     add_sim_arguments(cmp)
     cmp.add_argument("--seeds", nargs="+", type=int, metavar="S", help="policy seeds (default: --seed)")
-    cmp.add_argument("--jobs", "-j", type=int, default=1, help="worker processes (default 1)")
+    add_backend_arguments(cmp)
     cmp.add_argument("--timeline-policy", metavar="P", help="policy of the run in timeline.png (default: the first)")
     cmp.add_argument(
         "--timeline-workload", metavar="W", help="workload of the run in timeline.png (default: the first)"
@@ -462,7 +506,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--dynamics", choices=("v0", "v1"), default=None, help="environment dynamics (default v1: measured step times)"
     )
-    bench.add_argument("--jobs", "-j", type=int, default=1, help="worker processes (default 1)")
+    add_backend_arguments(bench)
     bench.add_argument("--out", required=True, metavar="DIR", help="output folder (created)")
     bench.add_argument("--resume", action="store_true", help="continue the benchmark in --out, skipping finished runs")
     bench.add_argument("--quiet", action="store_true", help="print nothing but errors")

@@ -20,6 +20,7 @@ from deepboot_env.config import dynamics_notes
 from deepboot_env.sim.interference import InterferenceModel
 from deepboot_env.sim.metrics import GPU_STATES
 from deepboot_env.sim.simulator import SimConfig
+from deepboot_env.workers import LOCAL, Backend
 from deepboot_harness.compare_workers import RunOutcome, RunTask, load_workload_once, run_tasks
 
 RUN_COLUMNS: tuple[str, ...] = ("policy", "workload", "seed", "cluster", "restart", "protect_scale")
@@ -181,6 +182,7 @@ def run_comparison(
     timeline_per_policy: bool = False,
     saved: Callable[[], Mapping[tuple[str, str, int], RunOutcome]] | None = None,
     on_done: Callable[[RunTask, RunOutcome], None] | None = None,
+    backend: Backend = LOCAL,
 ) -> Comparison:
     """Run every (policy, workload, seed) and collect metrics, JCTs and one timeline.
 
@@ -199,10 +201,13 @@ def run_comparison(
             before, by (policy, workload label, seed), which are not run again (unless the run's
             timeline is wanted and the saved outcome has none).
         on_done: called with each run that finishes here and its outcome.
+        backend: where the runs run: ``jobs`` local processes, or Ray tasks
+            (:class:`deepboot_env.workers.Backend`).
 
     Raises:
-        ValueError: empty or unknown policies, seeds or workloads, a bad ``jobs``, or a
-            timeline choice that is not part of the comparison.
+        ValueError: empty or unknown policies, seeds or workloads, a bad ``jobs`` or
+            ``backend``, or a timeline choice that is not part of the comparison.
+        deepboot_env.ray_pool.RunsFailed: on Ray, once the other runs are done, if some failed.
     """
     from deepboot_env.policy import make_policy
 
@@ -215,6 +220,7 @@ def run_comparison(
         raise ValueError("no seeds given")
     if int(jobs) < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
+    backend.check()
     for name in policies:
         make_policy(name)  # raises ValueError naming the known policies
     refs = expand_workloads(workloads)
@@ -247,7 +253,7 @@ def run_comparison(
         and (outcome.timeline is not None or not t.want_timeline)
     }
     todo = [t for t in tasks if t.index not in kept_outcomes]
-    ran = run_tasks(todo, loaded, int(jobs), progress, on_done=on_done)
+    ran = run_tasks(todo, loaded, int(jobs), progress, on_done=on_done, backend=backend)
     outcomes = {**kept_outcomes, **{t.index: o for t, o in zip(todo, ran, strict=True)}}
 
     frame = pd.DataFrame([_row(task, outcomes[task.index].metrics) for task in tasks])

@@ -3,8 +3,9 @@
 A :class:`RunTask` is one (policy, workload, seed) of :func:`deepboot_harness.compare_grid.run_comparison`;
 :func:`run_tasks` runs a list of them in this process or in a pool of worker processes and
 returns their :class:`RunOutcome` in task order, whatever order they finish in (the pool and
-progress bar are :func:`deepboot_env.workers.run_pool`). Each process loads a workload once
-(:func:`load_workload_once`); only the chosen run sends its timeline back.
+progress bar are :func:`deepboot_env.workers.run_pool`: local processes or Ray tasks). Each
+process loads a workload once (:func:`load_workload_once`); only the chosen run sends its
+timeline back.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 from deepboot_env.sim.metrics import EpisodeMetrics
 from deepboot_env.sim.simulator import SimConfig
 from deepboot_env.sim.workload import Workload
-from deepboot_env.workers import run_pool
+from deepboot_env.workers import LOCAL, Backend, run_pool
 
 
 @dataclass(frozen=True)
@@ -76,9 +77,10 @@ def run_tasks(
     progress: bool,
     label: str = "compare",
     on_done: Callable[[RunTask, RunOutcome], None] | None = None,
+    backend: Backend = LOCAL,
 ) -> list[RunOutcome]:
     """Run ``tasks`` (``loaded``: workloads by source, used in this process) in
-    :func:`deepboot_env.workers.run_pool`; the outcomes are indexed like the tasks whatever order
+    :func:`deepboot_env.workers.run_pool` (on ``backend``); the outcomes are indexed like the tasks whatever order
     they finish in; ``on_done(task, outcome)`` is called as each run finishes."""
     outcomes = run_pool(
         run_task,
@@ -89,6 +91,7 @@ def run_tasks(
         describe=lambda t: f"{t.policy} on {t.workload} seed {t.seed}",
         local=lambda t: run_task(t, loaded.get(t.source)),
         on_result=None if on_done is None else lambda i, outcome: on_done(tasks[i], outcome),
+        backend=backend,
     )
     assert all(o.index == t.index for o, t in zip(outcomes, tasks, strict=True))
     return outcomes

@@ -233,3 +233,20 @@ def test_ctrl_c_keeps_the_finished_runs_and_resume_completes_them(tmp_path) -> N
     assert {(r["policy"], r["seed"]) for r in runs} == {
         (p, s) for p in ("ats", "ones-lend") for s in range(2_000_000, 2_000_004)
     }
+
+
+@pytest.mark.parametrize("command", ["benchmark", "compare"])
+def test_backend_ray_without_ray_says_in_one_line_how_to_install_it(tmp_path, capsys, monkeypatch, command) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if the extra were not installed
+    grid = ARGS if command == "benchmark" else ["--workloads", "test/test-01", "--policies", "fifo", "--quiet"]
+    out = tmp_path / "b"
+    assert main([command, *grid, "--out", str(out), "--backend", "ray"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"deepboot {command}: error: --backend ray needs Ray, an optional extra: pip install -e '.[ray]' " + (
+        "(pip install 'ray[tune]==2.60.0')"
+    )
+    assert not (out / RUNS_FILE).exists()
+    assert main([command, *grid, "--out", str(out), "--address", "auto"]) == 2
+    assert capsys.readouterr().err.strip() == f"deepboot {command}: error: --address is for --backend ray"
