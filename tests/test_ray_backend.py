@@ -52,9 +52,9 @@ def test_the_instance_listens_on_loopback_and_refuses_a_wrong_token(cluster: str
     assert cluster.startswith("127.0.0.1:")
     assert os.environ["RAY_AUTH_MODE"] == "token"
     join = "import ray, sys; ray.init(address=sys.argv[1]); print(ray.cluster_resources()['CPU'])"
-    env = {**os.environ, "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    env = {**os.environ, "RAY_AUTH_TOKEN": secrets.token_hex(32), "RAY_NUM_REDIS_GET_RETRIES": "2"}  # fail fast
     wrong = subprocess.run([sys.executable, "-c", join, cluster], env=env, capture_output=True, text=True, timeout=120)
-    assert wrong.returncode != 0 and "2.0" not in wrong.stdout
+    assert wrong.returncode != 0 and "2.0" not in wrong.stdout and "token-auth" in wrong.stderr
     right = subprocess.run([sys.executable, "-c", join, cluster], capture_output=True, text=True, timeout=120)
     assert right.returncode == 0 and right.stdout.strip().endswith("2.0"), right.stderr
 
@@ -144,7 +144,7 @@ def test_a_killed_worker_is_retried_and_no_run_is_lost_or_doubled(cluster: str, 
     to the module's instance: the run is made again and the benchmark completes, every run once."""
     out = tmp_path / "bench"
     argv = [sys.executable, "-m", "deepboot_harness.cli", "benchmark", "--families", "short-period"]
-    argv += ["--policies", "ats", "ones-lend", "fifo", "--seeds", "4", "--jobs", "2", "--quiet"]
+    argv += ["--policies", "ats", "fifo", "--seeds", "3", "--jobs", "2", "--quiet"]
     argv += ["--backend", "ray", "--address", cluster, "--out", str(out)]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     killed, saved_then = None, -1
@@ -161,7 +161,7 @@ def test_a_killed_worker_is_retried_and_no_run_is_lost_or_doubled(cluster: str, 
     assert proc.returncode == 0, err
     assert "Traceback" not in err
     runs = read_runs(out / RUNS_FILE)
-    assert 0 <= saved_then < 12
+    assert 0 <= saved_then < 6
     assert sorted((r["policy"], r["seed"]) for r in runs) == sorted(
-        (p, s) for p in ("ats", "ones-lend", "fifo") for s in range(2_000_000, 2_000_004)
+        (p, s) for p in ("ats", "fifo") for s in range(2_000_000, 2_000_003)
     )
