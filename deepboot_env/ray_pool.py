@@ -8,7 +8,8 @@ reported by name once every other task is done (:class:`RunsFailed`): nothing fi
 
 Where Ray runs: a Ray session already open in this process (``ray.init`` by the caller) is used
 as it is; otherwise ``address=None`` starts a private local instance of ``jobs`` CPUs on
-127.0.0.1 (:data:`LOOPBACK_ENV`; shut down at the end) and an address (``auto``, ``HOST:PORT``) joins a running cluster.
+127.0.0.1 (:data:`LOOPBACK_ENV`; shut down at the end) and an address (``auto``,
+``HOST:PORT``) joins a running cluster.
 Token authentication stays on: nothing here sets ``RAY_AUTH_MODE``. Ray 2.60 turns it on for a
 local instance (with the token of ``RAY_AUTH_TOKEN``, or of ``~/.ray/auth_token``, generated if
 missing) and, for ``auto``, when a token exists; an explicit ``HOST:PORT`` needs

@@ -7,8 +7,8 @@ A run is one (policy, family, seed): scenario ``seed`` of the family (:mod:`trac
 its own cluster with its restart model, under the benchmark's dynamics (DeepBoot-v1 by default).
 Each finished run is appended at once to ``runs.jsonl`` in the output folder, so an interrupted
 benchmark continues with ``--resume`` where it stopped (runs go to worker processes or, with
-``--backend ray``, to Ray tasks: :func:`deepboot_env.workers.run_pool`); ``benchmark.json`` records the settings a
-resume must match. At the end the folder holds ``results.csv`` (one tidy row per run),
+``--backend ray``, to Ray tasks: :func:`deepboot_env.workers.run_pool`); ``benchmark.json``
+records the settings a resume must match. At the end the folder holds ``results.csv`` (one tidy row per run),
 ``jobs.csv`` (one row per training job), ``leaderboard.md`` and the plots
 (:mod:`deepboot_harness.leaderboard`).
 """
