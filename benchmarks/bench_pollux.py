@@ -3,11 +3,13 @@
 The five workloads of issue 17 (item 4): Pollux workloads 1-4 at load 1.0 (160 jobs each) on the
 16x4 training cluster with the Pollux restart model (flat 30 s), and DeepBoot's ``small.csv``
 (the same kind of 160 training jobs plus inference) under the CLI's defaults (8x4+8x4, restart
-afe). Policy seed 0; one episode at a time, CPU measured with ``time.process_time``. Usage::
+afe). ``--dynamics v1`` runs them under DeepBoot-v1's measured step times, the setting of the
+Pollux anchors (``benchmarks/bench_anchors.py``). Policy seed 0; one episode at a time, CPU
+measured with ``time.process_time``. Usage::
 
     python benchmarks/bench_pollux.py [--policy pollux|pollux-lend|pollux-noavoid]
         [--only workload-1 ...] [--generations N] [--patience K | none] [--patience-per-job C]
-        [--seed 0] [--against-full]
+        [--seed 0] [--dynamics v0|v1] [--against-full]
 
 ``--against-full`` also runs the full GA (``patience=None``) on each workload and prints the
 relative change of the mean JCT.
@@ -26,6 +28,8 @@ workload-3  23.4 / 2,092.7    10.3 / 2,104.1    +0.54 %
 workload-4  31.5 / 2,529.6    9.8 / 2,525.8     -0.15 %
 small       44.6 / 3,885.4    14.2 / 3,874.9    -0.27 %
 ==========  ================  ================  ========
+
+With ``--dynamics v1`` workload-2, the costliest, takes 38.4 s / 3,337.9 -> 19.1 s / 3,339.5.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ import time
 from pathlib import Path
 
 from baselines.pollux import PolluxPolicy
-from deepboot_env.config import sim_config
+from deepboot_env.config import DYNAMICS, sim_config
 from deepboot_env.evaluation import run_episode
 from deepboot_env.sim.simulator import SimConfig
 from traces.loaders import load_workload
@@ -75,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--patience", type=_patience, default=argparse.SUPPRESS, help="none: the full GA")
     parser.add_argument("--patience-per-job", type=float, default=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dynamics", choices=sorted(DYNAMICS), default="v0")
     parser.add_argument("--against-full", action="store_true", help="also run the full GA and compare")
     args = parser.parse_args(argv)
     options = {**VARIANTS[args.policy]}
@@ -83,12 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"reference workloads not found: {', '.join(missing)} (looked in {DATA})", file=sys.stderr)
         return 2
-    print(f"{args.policy} {options or '(defaults)'}, seed {args.seed}")
+    print(f"{args.policy} {options or '(defaults)'}, seed {args.seed}, dynamics {args.dynamics}")
     header = f"{'workload':<12} {'CPU s':>8} {'mean JCT s':>12}"
     print(header + (f" {'full CPU s':>11} {'full JCT s':>11} {'change':>8}" if args.against_full else ""))
     for name in args.only:
         path, sim_options = WORKLOADS[name]
-        config = sim_config(**sim_options)
+        config = sim_config(**sim_options, dynamics=args.dynamics)
         cpu, jct = time_episode(PolluxPolicy(**options), path, config, args.seed)
         line = f"{name:<12} {cpu:>8.1f} {jct:>12.1f}"
         if args.against_full:

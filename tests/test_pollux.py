@@ -391,7 +391,7 @@ def test_early_stop_truncates_the_full_search_after_the_patience():
         assert earlier.last_fitness < early.last_fitness
 
 
-def test_default_patience_scales_with_jobs_and_none_runs_every_generation():
+def test_default_early_stop_and_none_runs_every_generation():
     pol = PolluxPolicy()
     assert (pol.patience, pol.patience_per_job) == (10, 2.0)
     jobs = [_job(i, "cifar10", [0, 0], max_replicas=4, service=i) for i in range(2)]
