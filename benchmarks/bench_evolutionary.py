@@ -3,13 +3,14 @@ CPU time, generations per round and avg JCT.
 
 Default: Pollux workload-1 at load 1.0 (160 jobs) on the 16x4 training cluster with the Pollux
 restart model (flat 30 s), the setting of docs/references.md §4.1 (reference avg JCT: Pollux 2,089 s,
-Tiresias 2,474 s). Target: <= 60 s CPU per episode with each policy's default settings. Usage::
+Tiresias 2,474 s). Target: <= 20 s CPU per episode with each policy's default settings (issue 17;
+``benchmarks/bench_pollux.py`` times Pollux on all five reference workloads). Usage::
 
     python benchmarks/bench_evolutionary.py [--policy pollux|ones] [--workload W] [--cluster 16x4]
         [--restart pollux] [--lend] [--population N] [--generations N] [--patience K | none] [--seed 0]
 
-Defaults per policy: pollux population 100, 100 generations, no patience; ones population 64,
-40 generations, patience 10.
+Defaults per policy (each policy's own): pollux population 100, 100 generations, patience 10 plus
+2 per active job (``--patience none``: the full GA); ones population 64, 40 generations, patience 10.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ REFERENCE = SHARED / "data" / "workloads" / "pollux" / "load-1.0" / "workload-1.
 
 
 POLICIES = {
-    "pollux": (PolluxPolicy, {"population": 100, "generations": 100, "patience": None}),
+    "pollux": (PolluxPolicy, {"population": 100, "generations": 100, "patience": 10}),
     "ones": (OnesPolicy, {"population": 64, "generations": 40, "patience": 10}),
 }
 """Policy class and default search settings per ``--policy``."""

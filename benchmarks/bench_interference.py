@@ -4,7 +4,7 @@ Default: the Pollux workloads 1-4 at load 1.0 (160 jobs each) on the 16x4 traini
 the Pollux restart model, ``interference-aware`` (ATS counts, interference-aware placement)
 against ``ats`` (the same counts, interference-oblivious best-fit placement), at flat slowdowns
 0, 0.25 and 0.5 (Pollux's rule, ``--interference F``). Pollux's own sweep (docs/interference.md §6)
-is ``--policies pollux pollux-noavoid`` (~50 s CPU per episode). Usage::
+is ``--policies pollux pollux-noavoid`` (~10-20 s CPU per episode). Usage::
 
     python benchmarks/bench_interference.py [--policies ats interference-aware] [--slowdowns 0 0.25 0.5]
         [--workloads 1 2 3 4] [--matrix FILE|default] [--jobs 2] [--csv out.csv]

@@ -362,8 +362,51 @@ def test_no_jobs_or_no_capacity_gives_empty_allocation():
     assert dict(pol.decide(_state("2x4", jobs, running=[4, 4])).gpus) == {}
 
 
+def test_early_stop_truncates_the_full_search_after_the_patience():
+    """A round with patience runs the full GA's generations and stops once the best fitness has
+    not improved for ``patience + patience_per_job * J`` of them."""
+    jobs = [_job(i, "cifar10", [0, 0, 0, 0], max_replicas=8, service=i) for i in range(3)]
+    state = _state("4x4", jobs)
+    early = PolluxPolicy(population=20, generations=200, patience=2, patience_per_job=1.0)
+    early.reset(7)
+    picked = early.decide(state).gpus
+    stop = early.last_generations
+    limit = 2 + 1 * len(jobs)
+    assert limit <= stop < 200
+    full = PolluxPolicy(population=20, generations=stop, patience=None)
+    full.reset(7)
+    assert full.decide(state).gpus.keys() == picked.keys()
+    assert full.last_fitness == early.last_fitness and full.last_generations == stop
+    np.testing.assert_array_equal(full._pop, early._pop)
+    # the best fitness was already reached `limit` generations before the stop
+    before = PolluxPolicy(population=20, generations=stop - limit, patience=None)
+    before.reset(7)
+    before.decide(state)
+    assert before.last_fitness == early.last_fitness
+    # and no earlier stop: `limit + 1` generations before, it was still improving
+    if stop - limit - 1 >= 0:
+        earlier = PolluxPolicy(population=20, generations=stop - limit - 1, patience=None)
+        earlier.reset(7)
+        earlier.decide(state)
+        assert earlier.last_fitness < early.last_fitness
+
+
+def test_default_early_stop_and_none_runs_every_generation():
+    pol = PolluxPolicy()
+    assert (pol.patience, pol.patience_per_job) == (10, 2.0)
+    jobs = [_job(i, "cifar10", [0, 0], max_replicas=4, service=i) for i in range(2)]
+    full = PolluxPolicy(population=10, generations=30, patience=None)
+    full.reset(0)
+    full.decide(_state("2x4", jobs))
+    assert full.last_generations == 30
+
+
 def test_bad_settings_rejected():
     with pytest.raises(ValueError):
         PolluxPolicy(population=1)
     with pytest.raises(ValueError):
         PolluxPolicy(generations=-1)
+    with pytest.raises(ValueError):
+        PolluxPolicy(patience=0)
+    with pytest.raises(ValueError):
+        PolluxPolicy(patience_per_job=-1.0)
