@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 from baselines.pollux import PolluxPolicy
+from deepboot_env.argparsing import ArgumentParser
 from deepboot_env.config import DYNAMICS, sim_config
 from deepboot_env.evaluation import run_episode
 from deepboot_env.sim.simulator import SimConfig
@@ -72,7 +73,7 @@ def time_episode(policy: PolluxPolicy, path: Path, config: SimConfig, seed: int 
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point (see the module docstring); returns the exit status."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--policy", choices=sorted(VARIANTS), default="pollux")
     parser.add_argument("--only", nargs="+", choices=sorted(WORKLOADS), default=sorted(WORKLOADS))
     parser.add_argument("--generations", type=int, default=argparse.SUPPRESS)
