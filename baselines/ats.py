@@ -55,7 +55,7 @@ from deepboot_env.policy import Allocation, BasePolicy, ClusterState, JobView
 
 RESTART_PENALTY_S = 10.0
 """Seconds per restart in ATS's restart factor (the original's constant)."""
-MAX_KNAPSACK_CELLS = 1 << 22
+MAX_KNAPSACK_CELLS = 1 << 24
 """The knapsack's bound (docs/policies.md §8.5): a pass of the dynamic programme fills at most
 this many cells (sum over jobs of (width + 1) x (capacity + 1)) unless more jobs are needed for
 their useful widths to cover the capacity."""
@@ -264,6 +264,10 @@ class AtsPolicy(BasePolicy):
         fair = math.ceil(capacity / len(jobs)) if capacity > 0 else 1
         caps = [self.job_cap(j, capacity, fair) for j in jobs]
         counts = dict.fromkeys((j.id for j in jobs), 0)
+        useful = [min(cap, j.rates.max_replicas) for cap, j in zip(caps, jobs, strict=True)]
+        if knapsack_prefix(caps, useful, capacity) < len(jobs):  # bounded: the jobs holding GPUs first
+            order = sorted(range(len(jobs)), key=lambda i: jobs[i].replicas == 0)
+            jobs, caps = [jobs[i] for i in order], [caps[i] for i in order]
         start, left = 0, capacity
         while start < len(jobs) and left > 0:  # one pass unless the bound binds (docs/policies.md §8.5)
             widths = [min(cap, left) for cap in caps[start:]]

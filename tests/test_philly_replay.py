@@ -127,16 +127,19 @@ def test_replay_job_count_out_of_range_is_one_line(capsys) -> None:
 
 
 def test_the_prefix_is_every_job_while_the_programme_is_small() -> None:
-    assert knapsack_prefix([64] * 900, [64] * 900, 64) == 900  # 900 x 65 x 65 cells: under the budget
-    assert knapsack_prefix([64] * 30, [64] * 30, 2128) == 30  # the widths fit the capacity: no bound
+    budget = 1 << 22
+    assert knapsack_prefix([64] * 900, [64] * 900, 64, budget) == 900  # 900 x 65 x 65 cells: under the budget
+    assert knapsack_prefix([64] * 30, [64] * 30, 2128, budget) == 30  # the widths fit the capacity: no bound
     assert knapsack_prefix([], [], 2000) == 0
     # the budget binds: as many jobs as it holds (64 x 64 GPUs of useful widths for 1,000)
-    assert knapsack_prefix([64] * 500, [64] * 500, 1000) == MAX_KNAPSACK_CELLS // (65 * 1001) == 64
+    assert knapsack_prefix([64] * 500, [64] * 500, 1000, budget) == budget // (65 * 1001) == 64
     # the budget's 30 jobs could use 1,920 GPUs of 2,128: the 34 that cover them
-    assert MAX_KNAPSACK_CELLS // (65 * 2129) == 30 and knapsack_prefix([64] * 500, [64] * 500, 2128) == 34
+    assert budget // (65 * 2129) == 30 and knapsack_prefix([64] * 500, [64] * 500, 2128, budget) == 34
     # jobs that can use 16 of their 64 GPUs: counted by what they can use
-    assert knapsack_prefix([64] * 500, [16] * 500, 2128) == 133  # 133 x 16 = 2,128
-    assert knapsack_prefix([1] * 5000, [1] * 5000, 2128) == 2128
+    assert knapsack_prefix([64] * 500, [16] * 500, 2128, budget) == 133  # 133 x 16 = 2,128
+    assert knapsack_prefix([1] * 5000, [1] * 5000, 2128, budget) == 2128
+    # the default bound: all of 3,000 full-width jobs at the default capacity (64 GPUs)
+    assert knapsack_prefix([64] * 3000, [64] * 3000, 64) == 3000 and 3000 * 65 * 65 < MAX_KNAPSACK_CELLS
 
 
 @pytest.mark.parametrize("seed", range(6))
