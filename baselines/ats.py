@@ -12,6 +12,10 @@ At every boundary ATS solves a group knapsack over the active training jobs:
   least-attained-service order); the trace-back from c = C takes, for each job in reverse order,
   the *smallest* w that attains the optimum (so on ties a job takes GPUs rather than none).
 
+Cost (docs/policies.md §8.5): the programme spans min(capacity, sum of the jobs' widths) GPUs (the
+same choice, bit for bit); beyond :data:`MAX_KNAPSACK_CELLS` cells, with more widths than GPUs, it
+runs in bounded passes over the jobs holding GPUs first (never at the default sizes).
+
 Placement: a job whose count is unchanged keeps its GPUs; the others, in ascending order of their
 new count, are placed on the remaining free GPUs by DeepBoot's best-fit rule
 (:func:`deepboot_env.placement.best_fit`).
