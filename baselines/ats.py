@@ -12,6 +12,10 @@ At every boundary ATS solves a group knapsack over the active training jobs:
   least-attained-service order); the trace-back from c = C takes, for each job in reverse order,
   the *smallest* w that attains the optimum (so on ties a job takes GPUs rather than none).
 
+Cost (docs/policies.md §8.5): the programme spans min(capacity, sum of the jobs' widths) GPUs (the
+same choice, bit for bit); beyond :data:`MAX_KNAPSACK_CELLS` cells, with more widths than GPUs, it
+runs in bounded passes over the jobs holding GPUs first (never at the default sizes).
+
 Placement: a job whose count is unchanged keeps its GPUs; the others, in ascending order of their
 new count, are placed on the remaining free GPUs by DeepBoot's best-fit rule
 (:func:`deepboot_env.placement.best_fit`).
@@ -55,6 +59,10 @@ from deepboot_env.policy import Allocation, BasePolicy, ClusterState, JobView
 
 RESTART_PENALTY_S = 10.0
 """Seconds per restart in ATS's restart factor (the original's constant)."""
+MAX_KNAPSACK_CELLS = 1 << 24
+"""The knapsack's bound (docs/policies.md §8.5): a pass of the dynamic programme fills at most
+this many cells (sum over jobs of (width + 1) x (capacity + 1)) unless more jobs are needed for
+their useful widths to cover the capacity."""
 
 
 def restart_factor(job: JobView) -> float:
@@ -185,6 +193,29 @@ def knapsack_matrix(values: np.ndarray, widths: Sequence[int], capacity: int) ->
     return choice
 
 
+def knapsack_prefix(
+    widths: Sequence[int], useful: Sequence[int], capacity: int, max_cells: int = MAX_KNAPSACK_CELLS
+) -> int:
+    """How many jobs, the first in priority order, one pass of the knapsack considers
+    (docs/policies.md §8.5).
+
+    All of them when their ``widths`` (the GPUs each may take) add up to at most the capacity
+    (nothing is scarce) or when their dynamic programme fills at most ``max_cells`` cells (the
+    sum over jobs of ``(width + 1) x (capacity + 1)``). Beyond, the longest prefix within
+    ``max_cells`` by their ``useful`` widths (the GPUs each can use: its rate table's width), or
+    the shortest whose useful widths add up to the capacity if that is longer, so that the
+    considered jobs can use every GPU.
+    """
+    if not widths:
+        return 0
+    if sum(widths) <= capacity or (sum(widths) + len(widths)) * (capacity + 1) <= max_cells:
+        return len(widths)
+    reach = np.cumsum(np.asarray(useful, dtype=np.int64))
+    within = int(np.searchsorted((reach + np.arange(1, len(widths) + 1)) * (capacity + 1), max_cells, side="right"))
+    covering = int(np.searchsorted(reach, capacity, side="left")) + 1
+    return max(within, min(covering, len(widths)))
+
+
 def _windows(row: np.ndarray, capacity: int, width: int) -> np.ndarray:
     """A read-only strided view of a padded dp ``row``: entry [j, c] is ``row[capacity + c - width + j]``
     for j = 0..width, the best value within c - w GPUs for w = width - j (no copy, no index array;
@@ -236,9 +267,26 @@ class AtsPolicy(BasePolicy):
         capacity = int(state.training_capacity(lend=self.lend).sum())
         fair = math.ceil(capacity / len(jobs)) if capacity > 0 else 1
         caps = [self.job_cap(j, capacity, fair) for j in jobs]
-        values = option_matrix(jobs, fair, state.gpus_per_node, caps, self.linear_untrained)
-        counts = knapsack_matrix(values, caps, capacity)
-        return {j.id: w for j, w in zip(jobs, counts, strict=True)}
+        counts = dict.fromkeys((j.id for j in jobs), 0)
+        useful = [min(cap, j.rates.max_replicas) for cap, j in zip(caps, jobs, strict=True)]
+        if knapsack_prefix(caps, useful, capacity) < len(jobs):  # bounded: the jobs holding GPUs first
+            order = sorted(range(len(jobs)), key=lambda i: jobs[i].replicas == 0)
+            jobs, caps = [jobs[i] for i in order], [caps[i] for i in order]
+        start, left = 0, capacity
+        while start < len(jobs) and left > 0:  # one pass unless the bound binds (docs/policies.md §8.5)
+            widths = [min(cap, left) for cap in caps[start:]]
+            useful = [min(w, j.rates.max_replicas) for w, j in zip(widths, jobs[start:], strict=True)]
+            considered = knapsack_prefix(widths, useful, left)
+            part = jobs[start : start + considered]
+            if considered < len(widths):  # bounded: values beyond a job's useful width add nothing
+                widths = useful
+            widths = widths[:considered]
+            values = option_matrix(part, fair, state.gpus_per_node, widths, self.linear_untrained)
+            chosen = knapsack_matrix(values, widths, min(left, sum(widths)))
+            counts.update(zip((j.id for j in part), chosen, strict=True))
+            start += considered
+            left -= sum(chosen)
+        return counts
 
     def place_proposal(self, state: ClusterState, counts: Mapping[int, int]) -> Allocation:
         """Best-fit placement of ``counts`` (jobs whose count is unchanged keep their GPUs)."""

@@ -52,6 +52,8 @@ def interference_from_args(args: argparse.Namespace) -> InterferenceModel | None
 
 def sim_config_from_args(args: argparse.Namespace) -> SimConfig:
     """Simulation settings from the common flags (:func:`deepboot_env.config.sim_config`)."""
+    if args.max_days is not None and not args.max_days > 0:
+        raise ValueError(f"--max-days must be > 0, got {args.max_days:g}")
     return sim_config(
         cluster=args.cluster,
         shared_pool=args.shared_pool,
@@ -65,6 +67,7 @@ def sim_config_from_args(args: argparse.Namespace) -> SimConfig:
         cap_growth=args.cap_growth,
         dynamics=args.dynamics,
         inference_placement=args.inference_placement,
+        max_time=None if args.max_days is None else args.max_days * 86400.0,
     )
 
 
@@ -172,6 +175,9 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         help="shorthand for --inference-placement aryl",
     )
     parser.add_argument("--seed", type=int, default=0, help="policy seed (default 0)")
+    parser.add_argument(
+        "--max-days", type=float, metavar="D", help="cut the episode at this simulated day (default 30)"
+    )
 
 
 def print_summary(title: str, metrics: EpisodeMetrics) -> None:

@@ -153,6 +153,29 @@ def generate_training(
     cells = np.repeat(np.arange(flat.size), per_cell)
     minute, bucket = cells // n_buckets, cells % n_buckets
     times = minute * 60 + rng.integers(0, 60, size=n)
+    return job_specs(times, bucket, rng, tuned)
+
+
+def job_specs(
+    times: np.ndarray,
+    bucket: np.ndarray,
+    rng: np.random.Generator,
+    tuned: Mapping[str, tuple[tuple[int, int], ...]] = TUNED_JOBS,
+) -> list[TrainingJobSpec]:
+    """Training jobs from arrival times and GPU-time buckets: steps 4-6 of the module docstring.
+
+    The application follows the bucket (``< 1`` GPU-h: cifar10 or ncf, one half each; ``1-10``:
+    deepspeech2 or bert; ``10-100``: yolov3; ``>= 100``: imagenet) and ``(num_replicas,
+    batch_size)`` is drawn uniformly from ``tuned[app]``; two uniform draws per job (the coin,
+    then the pick) from ``rng``. Jobs are sorted by arrival (stable) and named ``<app>-<index>``.
+
+    Args:
+        times: arrival times (s), one per job, in any order.
+        bucket: GPU-time bucket 0..3 of each job (:func:`traces.philly.gpu_time_bucket`).
+        rng: the generator the coin and the pick are drawn from.
+        tuned: (num_replicas, batch_size) options per application.
+    """
+    n = len(times)
     coin = rng.random(n)
     pick = rng.random(n)
     apps = np.empty(n, dtype=object)
@@ -162,7 +185,7 @@ def generate_training(
     apps[bucket == 3] = "imagenet"
     order = np.argsort(times, kind="stable")
     jobs = []
-    for idx, k in enumerate(order):
+    for idx, k in enumerate(order.tolist()):
         app = str(apps[k])
         options = tuned[app]
         reps, bsz = options[min(int(pick[k] * len(options)), len(options) - 1)]

@@ -2,6 +2,7 @@
 
     deepboot generate --out my.csv --seed 7 [--load 1.5] [--inference-mean-gpus 14 --inference-amplitude 0.85]
     deepboot generate --family heavy-inference --seed 2000000 --out s.csv   # also writes s.scenario.json
+    deepboot generate --philly-replay ../shared/data/philly/philly.csv [--jobs 10000] --out philly.csv
 
 Writes a generated workload as a DeepBoot-format CSV (or to standard output) and reports the peak
 offered inference load against the inference cluster, with a warning when the peaks exceed it.
@@ -31,7 +32,9 @@ from traces.generate import (
     workload_csv_rows,
     write_workload_csv,
 )
+from traces.loaders import load_philly
 from traces.philly import load_philly_stats
+from traces.philly_replay import PhillyReplay, philly_replay
 
 
 def build_generate_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -88,6 +91,21 @@ def build_generate_parser(parser: argparse.ArgumentParser | None = None) -> argp
         "restart model); with --out it also writes <out stem>.scenario.json; see --list-families",
     )
     p.add_argument("--list-families", action="store_true", help="list the workload families and exit")
+    p.add_argument(
+        "--philly-replay",
+        metavar="PHILLY_CSV",
+        default=None,
+        help="replay every filtered job of this raw Philly trace at its own arrival time, with periodic inference "
+        "at the default relative load, on a cluster sized like Philly's (docs/workloads.md §9)",
+    )
+    p.add_argument("--jobs", type=int, default=None, metavar="N", help="with --philly-replay: the first N jobs only")
+    p.add_argument(
+        "--service-scale",
+        type=float,
+        default=None,
+        metavar="S",
+        help="with --philly-replay: inference service times over the default ones (default: inference GPUs / 32)",
+    )
     return p
 
 
@@ -131,15 +149,34 @@ def _flag_workload(args: argparse.Namespace) -> Workload:
     return generate_workload(name, args.seed, train=train, inference=inference, stats=stats)
 
 
+def _changed_flags(args: argparse.Namespace, flags: tuple[str, ...]) -> list[str]:
+    """The ``flags`` (as ``--flag-name``) that ``args`` sets to other than their defaults."""
+    defaults = build_generate_parser().parse_args([])
+    return [f"--{flag.replace('_', '-')}" for flag in flags if getattr(args, flag) != getattr(defaults, flag)]
+
+
 def _family_scenario(args: argparse.Namespace) -> Scenario:
     """The scenario ``--family`` and ``--seed`` name (the generator flags must keep their defaults)."""
-    defaults = build_generate_parser().parse_args([])
-    changed = [
-        f"--{flag.replace('_', '-')}" for flag in GENERATOR_FLAGS if getattr(args, flag) != getattr(defaults, flag)
-    ]
+    changed = _changed_flags(args, GENERATOR_FLAGS)
     if changed:
         raise ValueError(f"--family draws every generator parameter itself; drop {', '.join(changed)}")
     return sample_scenario(args.family, args.seed)
+
+
+REPLAY_FLAGS: tuple[str, ...] = ("jobs", "service_scale")
+"""Flags of ``--philly-replay`` only."""
+
+
+def _philly_replay(args: argparse.Namespace) -> PhillyReplay:
+    """The replay ``--philly-replay`` names (the other generator flags must keep their defaults)."""
+    changed = _changed_flags(args, tuple(f for f in GENERATOR_FLAGS if f != "no_inference") + ("family",))
+    if changed:
+        raise ValueError(f"--philly-replay replays the trace as it is; drop {', '.join(changed)}")
+    name = args.name or (Path(args.out).stem if args.out else None)
+    trace = load_philly(args.philly_replay)
+    return philly_replay(
+        trace, args.jobs, args.seed, inference=not args.no_inference, service_scale=args.service_scale, name=name
+    )
 
 
 def scenario_sidecar(csv_path: str | Path) -> Path:
@@ -161,7 +198,13 @@ def run_generate(args: argparse.Namespace) -> int:
         return 0
     try:
         scenario = None
-        if args.family:
+        replay = None
+        if args.philly_replay:
+            replay = _philly_replay(args)
+            wl = replay.workload
+        elif _changed_flags(args, REPLAY_FLAGS):
+            raise ValueError(f"{', '.join(_changed_flags(args, REPLAY_FLAGS))}: only with --philly-replay")
+        elif args.family:
             scenario = _family_scenario(args)
             wl = scenario.workload
         else:
@@ -181,9 +224,17 @@ def run_generate(args: argparse.Namespace) -> int:
             w = csv.writer(sys.stdout, lineterminator="\n")
             w.writerow(DEEPBOOT_OUTPUT_COLUMNS)
             w.writerows(workload_csv_rows(wl))
+        if replay is not None:
+            print(
+                f"peak concurrent GPU demand in the trace {replay.peak_gpus}, span {replay.span_s / 86400:.1f} days: "
+                f"deepboot simulate --workload {args.out or 'FILE'} --cluster {replay.cluster.describe()} "
+                f"--max-days {replay.max_days}",
+                file=sys.stdout if args.out else sys.stderr,
+            )
         inference_gpus = args.inference_gpus
-        if scenario is not None and scenario.cluster is not None:
-            inference_gpus = scenario.cluster.infer_nodes * scenario.cluster.gpus_per_node
+        cluster = replay.cluster if replay is not None else scenario.cluster if scenario is not None else None
+        if cluster is not None:
+            inference_gpus = cluster.infer_nodes * cluster.gpus_per_node
         if wl.requests:
             peak = peak_offered_gpus(wl.requests)
             share = peak / inference_gpus

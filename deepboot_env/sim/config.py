@@ -71,3 +71,5 @@ class SimConfig:
             raise ValueError(f"protect_scale must be a finite number > 0, got {self.protect_scale}")
         if not (math.isfinite(self.interval) and self.interval > 0):
             raise ValueError(f"interval must be a finite number > 0, got {self.interval}")
+        if not (math.isfinite(self.max_time) and self.max_time > 0):
+            raise ValueError(f"max_time must be a finite number > 0 (s), got {self.max_time}")
