@@ -10,7 +10,6 @@ and peak resident memory are its own (``os.wait4``). Usage::
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -18,6 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from deepboot_env.argparsing import ArgumentParser
 from traces.generate import write_workload_csv
 from traces.loaders import load_philly
 from traces.philly_replay import philly_replay
@@ -36,7 +36,7 @@ def run_simulate(argv: list[str]) -> tuple[float, float]:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point (see the module docstring); returns the exit status."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--philly", required=True, help="the raw Philly trace (philly.csv)")
     parser.add_argument("--jobs", nargs="+", default=["1000", "10000", "all"], help="prefix sizes, or 'all'")
     parser.add_argument("--policies", nargs="+", default=["fifo", "tiresias", "ats"])

@@ -41,6 +41,9 @@ def _parser_files() -> list[Path]:
     return [f for f in files if "ArgumentParser(" in f.read_text(encoding="utf-8")]
 
 
+BENCHMARK_REQUIRED: dict[str, list[str]] = {"bench_philly.py": ["--philly", "x"]}
+"""Arguments a benchmark script requires."""
+
 # every command with the arguments it requires: an abbreviation added to them must be the only error
 COMMANDS: dict[str, tuple[Callable[[], Callable[[list[str]], Any]], list[str]]] = {
     "train_policy.py": (lambda: _module_main("train_policy"), []),
@@ -58,7 +61,10 @@ COMMANDS: dict[str, tuple[Callable[[], Callable[[list[str]], Any]], list[str]]] 
     "traces.philly": (lambda: _module_main("traces.philly"), ["--philly", "x"]),
     "traces.make_shipped": (lambda: _module_main("traces.make_shipped"), []),
     **{
-        f"benchmarks/{path.name}": ((lambda rel=f"benchmarks/{path.name}": _script_main(rel)), [])
+        f"benchmarks/{path.name}": (
+            (lambda rel=f"benchmarks/{path.name}": _script_main(rel)),
+            BENCHMARK_REQUIRED.get(path.name, []),
+        )
         for path in sorted((REPO / "benchmarks").glob("bench_*.py"))
     },
 }
