@@ -8,6 +8,7 @@ Examples::
         --eval-workload family:mixed  # train on a workload family, select on its val seeds
     python train_policy.py --algo maskable_ppo --policy-arch set --env DeepBoot-v1 \
         --workload family:mixed --eval-workload family:mixed   # the set-based policy
+    python train_policy.py --algo maskable_ppo --vec-env ray --n-envs 16 --address auto  # envs on a Ray cluster
     python train_policy.py --algo maskable_ppo -i runs/maskable_ppo_1/final_model.zip -n 100000  # resume
     tensorboard --logdir runs/
 
@@ -37,7 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agents.checkpoint import CheckpointError
-from agents.factory import ALGOS, DEVICES, POLICY_ARCHS, ConfigError
+from agents.factory import ALGOS, DEVICES, POLICY_ARCHS, VEC_ENVS, ConfigError
 from agents.interrupt import TrainingInterrupted
 from agents.run_config import ENV_IDS, preset_descriptions
 from agents.training_run import train
@@ -66,7 +67,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=0, help="seed of torch, numpy and env i (seed + i); default 0")
     p.add_argument("--n-envs", type=int, default=None, help="parallel envs (preset: 4)")
-    p.add_argument("--vec-env", choices=("dummy", "subproc"), default="dummy", help="VecEnv class (default dummy)")
+    p.add_argument(
+        "--vec-env",
+        choices=VEC_ENVS,
+        default="dummy",
+        help="VecEnv class (default dummy); ray: one Ray actor per env, spread over the cluster (the ray extra)",
+    )
+    p.add_argument(
+        "--address",
+        default=None,
+        metavar="ADDR",
+        help="--vec-env ray: the Ray cluster to join (auto, HOST:PORT; default: a private local instance on 127.0.0.1)",
+    )
     p.add_argument(
         "--device",
         default="auto",

@@ -262,7 +262,12 @@ def train(args: argparse.Namespace) -> Path:
     try:
         train_source = training_source(args.workload)
         eval_workloads = load_workloads(args.eval_workload, "val") if settings["eval_freq"] > 0 else []
-        vec_env = make_vec_env_for(train_source, settings["n_envs"], args.seed, env_kwargs, vec_env=args.vec_env)
+        address = getattr(args, "address", None)
+        if address is not None and args.vec_env != "ray":
+            raise ConfigError("--address is for --vec-env ray")
+        vec_env = make_vec_env_for(
+            train_source, settings["n_envs"], args.seed, env_kwargs, vec_env=args.vec_env, address=address
+        )
     except (ValueError, TypeError) as exc:  # bad workload files or env argument values
         raise ConfigError(str(exc).splitlines()[0]) from None
     run_dir = next_run_dir(args.log_folder, algo)
