@@ -282,5 +282,5 @@ def test_vec_env_ray_without_ray_says_in_one_line_how_to_install_it(tiny_csv, tm
     with pytest.raises(SystemExit):
         train_policy.main(["--address", "auto", *_common(tiny_csv, tmp_path / "runs")])
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        "train_policy.py: error: --address is for --vec-env ray (see --help)"
+        "train_policy.py: error: --address is for --vec-env ray and --tune (see --help)"
     )
