@@ -284,3 +284,17 @@ def test_vec_env_ray_without_ray_says_in_one_line_how_to_install_it(tiny_csv, tm
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "train_policy.py: error: --address is for --vec-env ray and --tune (see --help)"
     )
+
+
+def test_tune_without_ray_says_in_one_line_how_to_install_it(tiny_csv, tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if the extra were not installed
+    spec = tmp_path / "sweep.yml"
+    spec.write_text("seed: {grid: [0, 1]}\n")
+    with pytest.raises(SystemExit) as exit_:
+        train_policy.main(["--tune", str(spec), *_common(tiny_csv, tmp_path / "runs")])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "train_policy.py: error: --tune needs Ray Tune, an optional extra: pip install -e '.[ray]' "
+        "(pip install 'ray[tune]==2.60.0') (see --help)"
+    )
+    assert not (tmp_path / "runs").exists()
