@@ -8,6 +8,8 @@ Examples::
         --eval-workload family:mixed  # train on a workload family, select on its val seeds
     python train_policy.py --algo maskable_ppo --policy-arch set --env DeepBoot-v1 \
         --workload family:mixed --eval-workload family:mixed   # the set-based policy
+    python train_policy.py --algo maskable_ppo --vec-env ray --n-envs 16 --address auto  # envs on a Ray cluster
+    python train_policy.py --algo maskable_ppo --tune sweep.yml --address auto  # a sweep on Ray Tune (agents.sweep)
     python train_policy.py --algo maskable_ppo -i runs/maskable_ppo_1/final_model.zip -n 100000  # resume
     tensorboard --logdir runs/
 
@@ -37,9 +39,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agents.checkpoint import CheckpointError
-from agents.factory import ALGOS, DEVICES, POLICY_ARCHS, ConfigError
+from agents.factory import ALGOS, DEVICES, POLICY_ARCHS, VEC_ENVS, ConfigError
 from agents.interrupt import TrainingInterrupted
 from agents.run_config import ENV_IDS, preset_descriptions
+from agents.sweep import sweep
 from agents.training_run import train
 from deepboot_env.argparsing import ArgumentParser
 
@@ -66,7 +69,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=0, help="seed of torch, numpy and env i (seed + i); default 0")
     p.add_argument("--n-envs", type=int, default=None, help="parallel envs (preset: 4)")
-    p.add_argument("--vec-env", choices=("dummy", "subproc"), default="dummy", help="VecEnv class (default dummy)")
+    p.add_argument(
+        "--vec-env",
+        choices=VEC_ENVS,
+        default="dummy",
+        help="VecEnv class (default dummy); ray: one Ray actor per env, spread over the cluster (the ray extra)",
+    )
+    p.add_argument(
+        "--address",
+        default=None,
+        metavar="ADDR",
+        help="--vec-env ray, --tune: the Ray cluster to join (auto, HOST:PORT; default: a private local instance "
+        "on 127.0.0.1)",
+    )
     p.add_argument(
         "--device",
         default="auto",
@@ -157,6 +172,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="residual env: after the warm start, each slot keeps the base policy's count with "
         "probability P (preset: 0.9)",
     )
+    p.add_argument(
+        "--tune",
+        default=None,
+        metavar="SPEC",
+        help="sweep seeds and hyperparameters on Ray Tune (ASHA on the validation score) from this YAML search "
+        "space; the other flags are every trial's (agents.sweep; the ray extra)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
         "--distribution-checks",
@@ -173,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.command = None if argv is None else "train_policy.py " + " ".join(argv)
     try:
-        train(args)
+        sweep(args) if args.tune else train(args)
     except (ConfigError, CheckpointError, FileNotFoundError) as exc:
         parser.error(str(exc))
     except TrainingInterrupted as stop:
@@ -183,10 +205,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run(argv: Sequence[str]) -> Path:
-    """Parse ``argv`` and train; returns the run folder (for scripts and tests)."""
+    """Parse ``argv`` and train (or sweep, with ``--tune``); returns the run (or sweep) folder
+    (for scripts and tests)."""
     args = build_parser().parse_args(list(argv))
     args.command = "train_policy.py " + " ".join(argv)
-    return train(args)
+    return sweep(args) if args.tune else train(args)
 
 
 if __name__ == "__main__":

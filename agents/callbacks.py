@@ -23,7 +23,7 @@ import os
 import tempfile
 import time
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -259,6 +259,8 @@ class WorkloadEvalCallback(BaseCallback):
         jobs: worker processes for the episodes (0 or None: one per available CPU; 1: in this
             process). Training waits meanwhile, so the workers have the CPUs to themselves.
         progress: show a progress bar (one step per episode) on stderr.
+        on_evaluation: called after each evaluation with the timesteps and the score (a Ray
+            Tune trial reports it: :mod:`agents.sweep`).
 
     The model runs as ``ppo:<snapshot>`` (a copy saved for the evaluation, with the env's base
     policy), deterministically, through the pool ``deepboot compare`` uses
@@ -288,8 +290,10 @@ class WorkloadEvalCallback(BaseCallback):
         jobs: int | None = 1,
         progress: bool = False,
         verbose: int = 0,
+        on_evaluation: Callable[[int, float], None] | None = None,
     ) -> None:
         super().__init__(verbose)
+        self.on_evaluation = on_evaluation
         if not workloads:
             raise ValueError("no evaluation workloads")
         self.workloads = [(label, w if isinstance(w, Scenario) else Scenario(w)) for label, w in workloads]
@@ -467,6 +471,8 @@ class WorkloadEvalCallback(BaseCallback):
             print(self.summary(len(rows), truncated, seconds, jct, score, improved))
         self.logger.record("time/total_timesteps", self.num_timesteps, exclude="tensorboard")
         self.logger.dump(self.num_timesteps)
+        if self.on_evaluation is not None:
+            self.on_evaluation(self.num_timesteps, score)
 
     def summary(self, episodes: int, truncated: int, seconds: float, jct: float, score: float, improved: bool) -> str:
         """The evaluation's log line: what ran, how many episodes the cap truncated, the score

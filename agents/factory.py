@@ -29,6 +29,10 @@ ALGOS: tuple[str, ...] = ("ppo", "maskable_ppo")
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda", "mps")
 """Values of ``--device``."""
 
+VEC_ENVS: tuple[str, ...] = ("dummy", "subproc", "ray")
+"""Values of ``--vec-env``: SB3's ``DummyVecEnv`` and ``SubprocVecEnv``, and
+:class:`agents.ray_vec_env.RayVecEnv` (one Ray actor per env)."""
+
 DEFAULT_HYPERPARAMS: dict[str, dict[str, Any]] = {
     "ppo": {
         "policy": "MultiInputPolicy",
@@ -400,9 +404,10 @@ def make_vec_env_for(
     env_kwargs: Mapping[str, Any] | None = None,
     monitor_dir: str | None = None,
     vec_env: str = "dummy",
+    address: str | None = None,
 ) -> Any:
     """``n_envs`` copies of the env (``DeepBoot-v0``, or ``DeepBoot-v1`` with ``dynamics="v1"`` in
-    ``env_kwargs``) in a ``DummyVecEnv``, each wrapped in ``Monitor``.
+    ``env_kwargs``) in a ``DummyVecEnv`` (or :data:`VEC_ENVS`' other kinds), each wrapped in ``Monitor``.
 
     Args:
         workload: the env's ``workload`` argument (split name, shipped name, CSV path,
@@ -412,27 +417,44 @@ def make_vec_env_for(
         env_kwargs: other :class:`~deepboot_env.env.DeepBootEnv` arguments (``max_jobs`` ...).
         monitor_dir: where ``Monitor`` writes its CSVs (None: nowhere).
         vec_env: ``dummy`` (default; fastest on small machines, docs/environment.md §7) or
-            ``subproc`` (one process per env; pays off only for slow steps).
+            ``subproc`` (one process per env; pays off only for slow steps) or ``ray`` (one Ray
+            actor per env, :class:`agents.ray_vec_env.RayVecEnv`).
+        address: ``ray`` only: the Ray cluster to join when no Ray session is open (None: a
+            private local instance on 127.0.0.1).
+
+    Raises:
+        ConfigError: for a bad ``n_envs`` or ``vec_env``, or a Ray that is missing or unreachable.
     """
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
     from deepboot_env.env import DeepBootEnv
+    from deepboot_env.ray_pool import RayBackendError
 
     if int(n_envs) < 1:
         raise ConfigError(f"n_envs must be >= 1, got {n_envs}")
-    if vec_env not in ("dummy", "subproc"):
-        raise ConfigError(f"unknown vec_env {vec_env!r}; choose from dummy, subproc")
+    if vec_env not in VEC_ENVS:
+        raise ConfigError(f"unknown vec_env {vec_env!r}; choose from {', '.join(VEC_ENVS)}")
     kwargs = dict(env_kwargs or {})
     kwargs["workload"] = workload
-    return make_vec_env(
-        DeepBootEnv,  # the class itself: the same env as gym.make of either id, without its version notice
-        n_envs=int(n_envs),
-        seed=seed,
-        env_kwargs=kwargs,
-        vec_env_cls=DummyVecEnv if vec_env == "dummy" else SubprocVecEnv,
-        monitor_dir=monitor_dir,
-    )
+    vec_env_cls: Any = {"dummy": DummyVecEnv, "subproc": SubprocVecEnv}.get(vec_env)
+    vec_env_kwargs: dict[str, Any] = {}
+    if vec_env == "ray":
+        from agents.ray_vec_env import RayVecEnv
+
+        vec_env_cls, vec_env_kwargs = RayVecEnv, {"address": address}
+    try:
+        return make_vec_env(
+            DeepBootEnv,  # the class itself: the same env as gym.make of either id, without its version notice
+            n_envs=int(n_envs),
+            seed=seed,
+            env_kwargs=kwargs,
+            vec_env_cls=vec_env_cls,
+            vec_env_kwargs=vec_env_kwargs,
+            monitor_dir=monitor_dir,
+        )
+    except RayBackendError as exc:  # ray: missing or unreachable
+        raise ConfigError(str(exc)) from None
 
 
 def build_model(

@@ -11,6 +11,7 @@ signal while stopping is handled the same way: the model being saved is not cut 
 from __future__ import annotations
 
 import signal
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -62,6 +63,8 @@ class StopOnSignal(BaseCallback):
             self.signum = signum
 
     def __enter__(self) -> StopOnSignal:
+        if threading.current_thread() is not threading.main_thread():
+            return self  # only the main thread handles signals (a Ray Tune trial runs in another)
         for sig in SIGNALS:
             self._previous[sig] = signal.signal(sig, self._record)
         return self

@@ -15,7 +15,7 @@ import re
 import signal
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -220,8 +220,9 @@ def _versions() -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------- training
-def train(args: argparse.Namespace) -> Path:
-    """Train as ``args`` say; returns the run folder.
+def train(args: argparse.Namespace, on_evaluation: Callable[[int, float], None] | None = None) -> Path:
+    """Train as ``args`` say; returns the run folder. ``on_evaluation(timesteps, score)`` is
+    called after each validation (see :class:`~agents.callbacks.WorkloadEvalCallback`).
 
     Raises:
         ConfigError, FileNotFoundError, ValueError: bad flags, files or env arguments.
@@ -262,7 +263,12 @@ def train(args: argparse.Namespace) -> Path:
     try:
         train_source = training_source(args.workload)
         eval_workloads = load_workloads(args.eval_workload, "val") if settings["eval_freq"] > 0 else []
-        vec_env = make_vec_env_for(train_source, settings["n_envs"], args.seed, env_kwargs, vec_env=args.vec_env)
+        address = getattr(args, "address", None)
+        if address is not None and args.vec_env != "ray":
+            raise ConfigError("--address is for --vec-env ray and --tune")
+        vec_env = make_vec_env_for(
+            train_source, settings["n_envs"], args.seed, env_kwargs, vec_env=args.vec_env, address=address
+        )
     except (ValueError, TypeError) as exc:  # bad workload files or env argument values
         raise ConfigError(str(exc).splitlines()[0]) from None
     run_dir = next_run_dir(args.log_folder, algo)
@@ -343,6 +349,7 @@ def train(args: argparse.Namespace) -> Path:
             jobs=settings["eval_jobs"],
             progress=not args.no_progress,
             verbose=args.verbose,
+            on_evaluation=on_evaluation,
         )
         callbacks.append(evaluator)
     if settings["save_freq"] > 0:

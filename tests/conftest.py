@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+from deepboot_env.ray_pool import LOOPBACK_ENV
+
+os.environ.setdefault(LOOPBACK_ENV, "0")  # a Ray imported by any test puts its servers on 127.0.0.1
 
 
 @pytest.fixture(scope="module")
@@ -14,3 +20,31 @@ def torch_one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def ray_token():
+    """A Ray token of the test session's own in ``RAY_AUTH_TOKEN`` (nothing written to ``~/.ray``;
+    one for the session: a process keeps the first token it reads); restored at the end."""
+    import secrets
+
+    saved = {key: os.environ.get(key) for key in ("RAY_AUTH_TOKEN", "RAY_AUTH_MODE")}
+    os.environ["RAY_AUTH_TOKEN"] = token = secrets.token_hex(32)
+    yield token
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(ray_token):
+    """A local Ray instance for the module (2 CPUs, on 127.0.0.1, token authentication on with
+    ``ray_token``), shut down at the end; its GCS address. Skips without the ``ray`` extra."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()

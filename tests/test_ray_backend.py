@@ -1,7 +1,7 @@
 """``--backend ray``: the same results as the local pool, failed runs named, killed workers retried.
 
-One local Ray instance per module (2 CPUs, on 127.0.0.1, token authentication on with a token of
-this module's own), shut down at the end. Skipped without the ``ray`` extra.
+One local Ray instance per module (``ray_cluster`` of conftest.py: 2 CPUs, on 127.0.0.1, token
+authentication on with the test session's token), shut down at the end. Skipped without the ``ray`` extra.
 """
 
 from __future__ import annotations
@@ -12,50 +12,32 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from deepboot_env.ray_pool import LOOPBACK_ENV, RunsFailed
+from deepboot_env.ray_pool import RunsFailed
 from deepboot_env.workers import Backend, run_pool
 from deepboot_harness.benchmark import RUNS_FILE, read_runs, run_cell
 from deepboot_harness.cli import main
 
-if "ray" not in sys.modules:  # Ray's servers on the loopback interface only (read when Ray is imported)
-    os.environ.setdefault(LOOPBACK_ENV, "0")
 ray = pytest.importorskip("ray")
 
 RAY = Backend("ray")
 PLOTS = ("jct_ratio.png", "jct_aggregate.png", "jct_cdf.png")
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[str]:
-    """A local Ray instance for the module; its GCS address."""
-    saved = {key: os.environ.get(key) for key in ("RAY_AUTH_TOKEN", "RAY_AUTH_MODE")}
-    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)  # nothing written to ~/.ray
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    try:
-        yield ray.get_runtime_context().gcs_address
-    finally:
-        ray.shutdown()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
-def test_the_instance_listens_on_loopback_and_refuses_a_wrong_token(cluster: str) -> None:
-    assert cluster.startswith("127.0.0.1:")
+def test_the_instance_listens_on_loopback_and_refuses_a_wrong_token(ray_cluster: str) -> None:
+    assert ray_cluster.startswith("127.0.0.1:")
     assert os.environ["RAY_AUTH_MODE"] == "token"
     join = "import ray, sys; ray.init(address=sys.argv[1]); print(ray.cluster_resources()['CPU'])"
     env = {**os.environ, "RAY_AUTH_TOKEN": secrets.token_hex(32), "RAY_NUM_REDIS_GET_RETRIES": "2"}  # fail fast
-    wrong = subprocess.run([sys.executable, "-c", join, cluster], env=env, capture_output=True, text=True, timeout=120)
+    wrong = subprocess.run(
+        [sys.executable, "-c", join, ray_cluster], env=env, capture_output=True, text=True, timeout=120
+    )
     assert wrong.returncode != 0 and "2.0" not in wrong.stdout and "token-auth" in wrong.stderr
-    right = subprocess.run([sys.executable, "-c", join, cluster], capture_output=True, text=True, timeout=120)
+    right = subprocess.run([sys.executable, "-c", join, ray_cluster], capture_output=True, text=True, timeout=120)
     assert right.returncode == 0 and right.stdout.strip().endswith("2.0"), right.stderr
 
 
@@ -64,7 +46,7 @@ def _compare(out: Path, *extra: str) -> None:
     assert main([*argv, "--seeds", "0", "1", "--jobs", "2", "--quiet", "--out", str(out), *extra]) == 0
 
 
-def test_compare_on_ray_writes_what_the_local_pool_writes(cluster: str, tmp_path: Path) -> None:
+def test_compare_on_ray_writes_what_the_local_pool_writes(ray_cluster: str, tmp_path: Path) -> None:
     local, remote = tmp_path / "local", tmp_path / "ray"
     _compare(local)
     _compare(remote, "--backend", "ray")
@@ -83,7 +65,7 @@ def _without_timings(markdown: str) -> str:
     return "\n".join(line for line in kept.splitlines() if "of wall time" not in line)
 
 
-def test_benchmark_on_ray_writes_what_the_local_pool_writes(cluster: str, tmp_path: Path) -> None:
+def test_benchmark_on_ray_writes_what_the_local_pool_writes(ray_cluster: str, tmp_path: Path) -> None:
     argv = ["benchmark", "--families", "short-period", "philly-periodic", "--policies", "ats", "fifo"]
     argv += ["--seeds", "2", "--jobs", "2", "--quiet"]
     local, remote = tmp_path / "local", tmp_path / "ray"
@@ -102,7 +84,7 @@ def test_benchmark_on_ray_writes_what_the_local_pool_writes(cluster: str, tmp_pa
         assert (remote / name).read_bytes() == (local / name).read_bytes(), name
 
 
-def test_a_failing_run_is_named_after_the_others_are_handed_back(cluster: str) -> None:
+def test_a_failing_run_is_named_after_the_others_are_handed_back(ray_cluster: str) -> None:
     options = {"dynamics": "v1"}
     cells = [("ats", "short-period", 2_000_000, options), ("no-such-policy", "short-period", 2_000_000, options)]
     cells.append(("fifo", "short-period", 2_000_000, options))
@@ -139,13 +121,13 @@ def _task_workers(title: str) -> list[int]:
 
 
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="finds Ray's workers through /proc")
-def test_a_killed_worker_is_retried_and_no_run_is_lost_or_doubled(cluster: str, tmp_path: Path) -> None:
+def test_a_killed_worker_is_retried_and_no_run_is_lost_or_doubled(ray_cluster: str, tmp_path: Path) -> None:
     """SIGKILL to the Ray worker running a run of a ``deepboot benchmark --backend ray`` joined
     to the module's instance: the run is made again and the benchmark completes, every run once."""
     out = tmp_path / "bench"
     argv = [sys.executable, "-m", "deepboot_harness.cli", "benchmark", "--families", "short-period"]
     argv += ["--policies", "ats", "fifo", "--seeds", "3", "--jobs", "2", "--quiet"]
-    argv += ["--backend", "ray", "--address", cluster, "--out", str(out)]
+    argv += ["--backend", "ray", "--address", ray_cluster, "--out", str(out)]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     killed, saved_then = None, -1
     deadline = time.monotonic() + 120

@@ -266,3 +266,35 @@ def test_tensorboard_shows_step_means_from_the_first_rollout_and_the_config(tiny
     assert "selection score" in line and "mean censored JCT / ats's (lower is better)" in line
     config = yaml.safe_load((run / "config.yml").read_text())
     assert config["eval_jobs"] == 2 and 0 < config["results"]["eval_share"] < 1
+
+
+def test_vec_env_ray_without_ray_says_in_one_line_how_to_install_it(tiny_csv, tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if the extra were not installed
+    argv = ["--vec-env", "ray", *_common(tiny_csv, tmp_path / "runs")]
+    with pytest.raises(SystemExit) as exit_:
+        train_policy.main(argv)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "train_policy.py: error: --vec-env ray needs Ray, an optional extra: pip install -e '.[ray]' "
+        "(pip install 'ray[tune]==2.60.0') (see --help)"
+    )
+    assert not (tmp_path / "runs").exists()
+    with pytest.raises(SystemExit):
+        train_policy.main(["--address", "auto", *_common(tiny_csv, tmp_path / "runs")])
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "train_policy.py: error: --address is for --vec-env ray and --tune (see --help)"
+    )
+
+
+def test_tune_without_ray_says_in_one_line_how_to_install_it(tiny_csv, tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if the extra were not installed
+    spec = tmp_path / "sweep.yml"
+    spec.write_text("seed: {grid: [0, 1]}\n")
+    with pytest.raises(SystemExit) as exit_:
+        train_policy.main(["--tune", str(spec), *_common(tiny_csv, tmp_path / "runs")])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "train_policy.py: error: --tune needs Ray Tune, an optional extra: pip install -e '.[ray]' "
+        "(pip install 'ray[tune]==2.60.0') (see --help)"
+    )
+    assert not (tmp_path / "runs").exists()

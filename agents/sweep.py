@@ -1,0 +1,271 @@
+"""``train_policy.py --tune SPEC.yml``: sweep seeds and hyperparameters on Ray Tune.
+
+Every trial is one run of :func:`agents.training_run.train` with the command line's other flags,
+its ``seed`` and hyperparameters taken from the search space. After each validation it reports
+the selection score (:data:`METRIC`: the mean JCT ratio to ``--eval-reference``, or the mean
+censored JCT with ``none``; lower is better) with its timesteps to Tune, whose ASHA scheduler stops
+the trials that fall behind at each rung (from ``grace_period`` timesteps, every
+``reduction_factor`` times more). The sweep folder ``<log-folder>/sweep_<n>/`` holds:
+
+* ``<trial id>/<algo>_1/``: each trial's run folder (``config.yml``, TensorBoard events in ``tb/``,
+  ``checkpoints/``, ``best_model.zip``, ``evaluations.csv``), kept whether or not ASHA stopped it;
+* ``tune/``: Tune's own records of the experiment;
+* ``trials.csv``: one row per trial (its parameters, best score, timesteps, run folder);
+* ``best_model.zip``: the best trial's best model, exported (:func:`agents.export.export_model`)
+  so that ``ppo:<sweep folder>/best_model.zip`` loads it.
+
+The search space is YAML: each key is ``seed`` or a hyperparameter (``--hyperparams`` keys), each
+value a constant or one of ``{grid: [...]}``, ``{choice: [...]}``, ``{uniform: [low, high]}``,
+``{loguniform: [low, high]}``, ``{randint: [low, high]}``; two optional keys set ``num_samples``
+(draws of the non-grid entries per grid point, default 1) and ``asha`` (``grace_period``,
+default ``--eval-freq``; ``reduction_factor``, default 2)::
+
+    seed: {grid: [0, 1]}
+    learning_rate: {loguniform: [1.0e-5, 1.0e-3]}
+    num_samples: 2
+
+Each trial asks Ray for one CPU, and one GPU when ``--device`` resolves to CUDA. Ray is reached
+through :func:`deepboot_env.ray_pool.ray_session` (``--address``, or a private local instance on
+127.0.0.1 of the available CPUs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import functools
+import math
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agents.factory import HYPERPARAM_TYPES, ConfigError, check_hyperparams, resolve_device
+
+METRIC = "val_score"
+"""What each trial reports after a validation: the selection score (lower is better)."""
+
+DISTRIBUTIONS: tuple[str, ...] = ("grid", "choice", "uniform", "loguniform", "randint")
+"""The search-space forms besides a constant."""
+
+SPEC_KEYS: tuple[str, ...] = ("num_samples", "asha")
+"""Keys of the YAML that are not search-space entries."""
+
+INSTALL_HINT = "--tune needs Ray Tune, an optional extra: pip install -e '.[ray]' (pip install 'ray[tune]==2.60.0')"
+"""The one line shown when Ray is not installed."""
+
+
+def _number(key: str, value: Any) -> float | int:
+    """A bound of a range (YAML reads ``1e-5`` as text)."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"--tune: {key}: expected a number, got {value!r}")
+    return value
+
+
+def _check_value(key: str, value: Any) -> Any:
+    """``value`` for the entry ``key`` (numbers YAML read as text converted), checked."""
+    if isinstance(value, str) and key != "policy":
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    if key == "seed":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"--tune: seed: expected an integer, got {value!r}")
+        return value
+    try:
+        check_hyperparams({key: value})
+    except ConfigError as exc:
+        raise ConfigError(f"--tune: {exc}") from None
+    return value
+
+
+def parse_space(spec: Mapping[str, Any]) -> tuple[dict[str, Any], int, dict[str, float]]:
+    """The search space as plain data (``{key: (form, values)}``), ``num_samples`` and the
+    ``asha`` settings of a loaded YAML spec.
+
+    Raises:
+        ConfigError: for an unknown key or form, or a bad value (one line).
+    """
+    if not isinstance(spec, Mapping):
+        raise ConfigError("--tune: the spec must be a mapping of keys to values or {form: [...]}")
+    space: dict[str, Any] = {}
+    for key, entry in spec.items():
+        if key in SPEC_KEYS:
+            continue
+        if key != "seed" and key not in HYPERPARAM_TYPES:
+            known = ", ".join(["seed", *sorted(HYPERPARAM_TYPES)])
+            raise ConfigError(f"--tune: unknown key {key!r}; known: {', '.join(SPEC_KEYS)}, {known}")
+        if not (isinstance(entry, Mapping) and len(entry) == 1 and next(iter(entry)) in DISTRIBUTIONS):
+            if isinstance(entry, Mapping) and key != "policy_kwargs":
+                raise ConfigError(f"--tune: {key}: expected a constant or one of {{{', '.join(DISTRIBUTIONS)}: ...}}")
+            space[key] = ("constant", _check_value(key, entry))
+            continue
+        form, values = next(iter(entry.items()))
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"--tune: {key}: {form} takes a non-empty list, got {values!r}")
+        if form in ("grid", "choice"):
+            space[key] = (form, [_check_value(key, v) for v in values])
+            continue
+        if len(values) != 2:
+            raise ConfigError(f"--tune: {key}: {form} takes [low, high], got {values!r}")
+        low, high = (_number(key, v) for v in values)
+        if not low < high or (form == "loguniform" and low <= 0):
+            raise ConfigError(f"--tune: {key}: {form} needs 0 < low < high, got {values!r}")
+        if form == "randint" and not (isinstance(low, int) and isinstance(high, int)):
+            raise ConfigError(f"--tune: {key}: randint takes integers, got {values!r}")
+        _check_value(key, low)
+        space[key] = (form, [low, high])
+    if not space:
+        raise ConfigError("--tune: the search space is empty")
+    samples = spec.get("num_samples", 1)
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+        raise ConfigError(f"--tune: num_samples must be an integer >= 1, got {samples!r}")
+    asha = spec.get("asha") or {}
+    if not isinstance(asha, Mapping) or set(asha) - {"grace_period", "reduction_factor"}:
+        raise ConfigError("--tune: asha takes grace_period and reduction_factor")
+    return space, samples, {k: _number(f"asha.{k}", v) for k, v in asha.items()}
+
+
+def load_spec(path: str | Path) -> tuple[dict[str, Any], int, dict[str, float]]:
+    """:func:`parse_space` of the YAML file at ``path``.
+
+    Raises:
+        ConfigError: for a missing or unreadable file, or a bad spec.
+    """
+    try:
+        spec = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"--tune: cannot read {path}: {str(exc).splitlines()[0]}") from None
+    return parse_space(spec)
+
+
+def tune_space(space: Mapping[str, Any]) -> dict[str, Any]:
+    """Ray Tune's search space for :func:`parse_space`'s."""
+    from ray import tune
+
+    forms: dict[str, Callable[..., Any]] = {
+        "grid": tune.grid_search,
+        "choice": tune.choice,
+        "uniform": lambda v: tune.uniform(*v),
+        "loguniform": lambda v: tune.loguniform(*v),
+        "randint": lambda v: tune.randint(v[0], v[1] + 1),  # both bounds included
+    }
+    return {key: value if form == "constant" else forms[form](value) for key, (form, value) in space.items()}
+
+
+def _absolute(value: str) -> str:
+    """An existing path made absolute (a trial runs in another folder); anything else as it is."""
+    return str(Path(value).resolve()) if value and Path(value).exists() else value
+
+
+def trial(config: Mapping[str, Any], base: Mapping[str, Any]) -> None:
+    """One Tune trial: :func:`~agents.training_run.train` with ``base`` (the command line's
+    arguments) and the trial's ``config`` (seed, hyperparameters) in ``<log_folder>/<trial>``,
+    reporting :data:`METRIC` after each validation."""
+    from ray import tune
+
+    from agents.training_run import train
+
+    args = argparse.Namespace(**base)
+    trial_dir = Path(args.log_folder) / tune.get_context().get_trial_id()
+    args.log_folder = str(trial_dir)
+    args.seed = int(config.get("seed", args.seed))
+    args.hyperparams = [*(args.hyperparams or []), *(f"{k}:{v!r}" for k, v in config.items() if k != "seed")]
+
+    def report(timesteps: int, score: float) -> None:
+        tune.report({METRIC: score if math.isfinite(score) else math.inf, "timesteps": timesteps})
+
+    train(args, on_evaluation=report)
+
+
+def sweep(args: argparse.Namespace) -> Path:
+    """Run the sweep ``args.tune`` names (see the module); returns the sweep folder.
+
+    Raises:
+        ConfigError: bad spec or flags, Ray missing or unreachable, or no trial that reported.
+    """
+    from agents.callbacks import available_cpus
+    from agents.export import export_model
+    from agents.run_config import resolve_settings
+    from agents.training_run import next_run_dir
+    from deepboot_env.ray_pool import RayBackendError, check_ray, ray_session
+
+    space, samples, asha = load_spec(args.tune)
+    if args.resume:
+        raise ConfigError("--tune starts new runs; it does not take --resume")
+    try:
+        check_ray()
+    except RayBackendError:
+        raise ConfigError(INSTALL_HINT) from None
+    algo = args.algo or "ppo"
+    settings = resolve_settings(args, algo)
+    if settings["eval_freq"] <= 0:
+        raise ConfigError("--tune selects on validation scores: give --eval-freq > 0")
+    sweep_dir = next_run_dir(args.log_folder, "sweep").resolve()
+    base = {**vars(args), "algo": algo, "tune": None, "address": None, "no_progress": True}
+    base["log_folder"] = str(sweep_dir)
+    base["workload"] = [_absolute(v) for v in args.workload]
+    base["eval_workload"] = [_absolute(v) for v in args.eval_workload]
+    base["conf_file"] = _absolute(args.conf_file or "") or None
+    base["tensorboard_log"] = _absolute(args.tensorboard_log)
+    gpus = 1 if resolve_device(args.device).startswith("cuda") else 0
+    try:
+        with ray_session(args.address, available_cpus()):
+            from ray import tune
+            from ray.tune.schedulers import ASHAScheduler
+
+            scheduler = ASHAScheduler(
+                time_attr="timesteps",
+                max_t=settings["n_timesteps"],
+                grace_period=asha.get("grace_period", settings["eval_freq"]),
+                reduction_factor=asha.get("reduction_factor", 2),
+            )
+            tuner = tune.Tuner(
+                tune.with_resources(functools.partial(trial, base=base), {"cpu": 1, "gpu": gpus}),
+                param_space=tune_space(space),
+                tune_config=tune.TuneConfig(metric=METRIC, mode="min", scheduler=scheduler, num_samples=samples),
+                run_config=tune.RunConfig(name="tune", storage_path=str(sweep_dir), verbose=0),
+            )
+            results = tuner.fit()
+    except RayBackendError as exc:
+        raise ConfigError(f"--tune: {exc}") from None
+    rows = []
+    for result in (results[i] for i in range(len(results))):
+        folder = sweep_dir / str((result.metrics or {}).get("trial_id", ""))  # "": it never reported
+        history = result.metrics_dataframe
+        reported = history is not None and METRIC in history
+        scores: list[float] = [float(v) for v in history[METRIC]] if history is not None and reported else []
+        steps = [int(v) for v in history["timesteps"]] if history is not None and reported else []
+        rows.append(
+            {
+                "trial": folder.name,
+                **(result.config or {}),
+                "best_score": min(scores, default=math.inf),
+                "timesteps": max(steps, default=0),
+                "error": "" if result.error is None else type(result.error).__name__,
+                "run_dir": str(folder / f"{algo}_1"),
+            }
+        )
+    with open(sweep_dir / "trials.csv", "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["trial"])
+        writer.writeheader()
+        writer.writerows(rows)
+    scored = [r for r in rows if math.isfinite(r["best_score"])]
+    if not scored:
+        errors = [r["error"] for r in rows if r["error"]]
+        raise ConfigError(f"--tune: no trial reported a validation score ({len(errors)} of {len(rows)} failed)")
+    best = min(scored, key=lambda r: r["best_score"])
+    out = export_model(Path(best["run_dir"]) / "best_model.zip", sweep_dir / "best_model.zip")
+    if args.verbose >= 1:
+        print(
+            f"sweep folder: {sweep_dir} ({len(rows)} trials); best: {best['trial']} {METRIC} {best['best_score']:.4f}"
+        )
+        print(f"best model: {out} (deepboot compare --policies ats ppo:{out})")
+    return sweep_dir
