@@ -267,13 +267,24 @@ class AtsPolicy(BasePolicy):
         capacity = int(state.training_capacity(lend=self.lend).sum())
         fair = math.ceil(capacity / len(jobs)) if capacity > 0 else 1
         caps = [self.job_cap(j, capacity, fair) for j in jobs]
-        counts = dict.fromkeys((j.id for j in jobs), 0)
         useful = [min(cap, j.rates.max_replicas) for cap, j in zip(caps, jobs, strict=True)]
-        if knapsack_prefix(caps, useful, capacity) < len(jobs):  # bounded: the jobs holding GPUs first
-            order = sorted(range(len(jobs)), key=lambda i: jobs[i].replicas == 0)
-            jobs, caps = [jobs[i] for i in order], [caps[i] for i in order]
+        if knapsack_prefix(caps, useful, capacity) < len(jobs):
+            return self._bounded_counts(jobs, caps, capacity, fair, state.gpus_per_node)
+        values = option_matrix(jobs, fair, state.gpus_per_node, caps, self.linear_untrained)
+        chosen = knapsack_matrix(values, caps, min(capacity, sum(caps)))
+        return {j.id: w for j, w in zip(jobs, chosen, strict=True)}
+
+    def _bounded_counts(
+        self, jobs: list[JobView], caps: list[int], capacity: int, fair: int, gpus_per_node: int
+    ) -> dict[int, int]:
+        """:meth:`propose_counts` when one programme over every job would pass
+        :data:`MAX_KNAPSACK_CELLS`: passes over the jobs holding GPUs first, each within the bound,
+        until the GPUs or the jobs run out (docs/policies.md §8.5); counts in ``jobs``' order."""
+        counts = dict.fromkeys((j.id for j in jobs), 0)
+        order = sorted(range(len(jobs)), key=lambda i: jobs[i].replicas == 0)
+        jobs, caps = [jobs[i] for i in order], [caps[i] for i in order]
         start, left = 0, capacity
-        while start < len(jobs) and left > 0:  # one pass unless the bound binds (docs/policies.md §8.5)
+        while start < len(jobs) and left > 0:
             widths = [min(cap, left) for cap in caps[start:]]
             useful = [min(w, j.rates.max_replicas) for w, j in zip(widths, jobs[start:], strict=True)]
             considered = knapsack_prefix(widths, useful, left)
@@ -281,7 +292,7 @@ class AtsPolicy(BasePolicy):
             if considered < len(widths):  # bounded: values beyond a job's useful width add nothing
                 widths = useful
             widths = widths[:considered]
-            values = option_matrix(part, fair, state.gpus_per_node, widths, self.linear_untrained)
+            values = option_matrix(part, fair, gpus_per_node, widths, self.linear_untrained)
             chosen = knapsack_matrix(values, widths, min(left, sum(widths)))
             counts.update(zip((j.id for j in part), chosen, strict=True))
             start += considered
