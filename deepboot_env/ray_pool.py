@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import ModuleType
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -113,18 +113,16 @@ def run_ray(
     items: Sequence[_T],
     jobs: int,
     address: str | None,
-    advance: Callable[[str], None],
+    deliver: Callable[[int, _R], None],
     describe: Callable[[_T], str],
-    on_result: Callable[[int, _R], None] | None,
-) -> list[_R]:
-    """``[fn(item) for item in items]`` as Ray tasks (see the module); ``on_result(i, result)``
-    and ``advance(describe(item))`` as each one finishes; results in item order.
+) -> None:
+    """``fn`` of every item as a Ray task (see the module); ``deliver(i, result)`` as each one
+    finishes (``describe(item)`` names a failed one).
 
     Raises:
         RayBackendError: if Ray is missing or unreachable.
         RunsFailed: after the others finished, if some runs failed.
     """
-    results: list[_R | None] = [None] * len(items)
     failures: list[str] = []
     with ray_session(address, jobs) as ray:
         from ray.exceptions import RayError, RayTaskError
@@ -138,22 +136,19 @@ def run_ray(
                 for ref in done:
                     i = refs[ref]
                     try:
-                        results[i] = result = ray.get(ref)
+                        result = ray.get(ref)
                     except RayTaskError as exc:  # fn raised: the same error on every retry
                         failures.append(f"{describe(items[i])} ({type(exc.cause).__name__}: {_first_line(exc.cause)})")
                         continue
                     except RayError as exc:  # its worker died RETRIES + 1 times, or the node is gone
                         failures.append(f"{describe(items[i])} ({type(exc).__name__})")
                         continue
-                    if on_result is not None:
-                        on_result(i, result)
-                    advance(describe(items[i]))
+                    deliver(i, result)
         finally:
             for ref in pending:  # interrupted: nothing left running on the cluster
                 ray.cancel(ref, force=True)
     if failures:
         raise RunsFailed(failures, len(items))
-    return cast(list[_R], results)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal, TypeVar, cast
 
 _T = TypeVar("_T")
@@ -77,37 +78,38 @@ def run_pool(
     With ``backend`` Ray every item is a Ray task, whatever ``jobs`` (the CPUs of a local Ray
     instance): see :func:`deepboot_env.ray_pool.run_ray` (a failed run is reported by name, as
     :class:`deepboot_env.ray_pool.RunsFailed`, once the others are done)."""
+    results: list[_R | None] = [None] * len(items)
+
+    def deliver(advance: Callable[[str], None], i: int, result: _R) -> None:
+        results[i] = result
+        if on_result is not None:
+            on_result(i, result)
+        advance(describe(items[i]))
+
+    bar = _ProgressBar(len(items), progress, label)
     if backend.kind == "ray":
         from deepboot_env.ray_pool import run_ray
 
-        with _ProgressBar(len(items), progress, label) as advance:
-            return run_ray(fn, items, jobs, backend.address, advance, describe, on_result)
-    results: list[_R | None] = [None] * len(items)
-    if jobs <= 1 or len(items) <= 1:
-        with _ProgressBar(len(items), progress, label) as advance:
+        with bar as advance:
+            run_ray(fn, items, jobs, backend.address, partial(deliver, advance), describe)
+    elif jobs <= 1 or len(items) <= 1:
+        with bar as advance:
             for i, item in enumerate(items):
-                results[i] = result = (local or fn)(item)
-                if on_result is not None:
-                    on_result(i, result)
-                advance(describe(item))
-        return cast(list[_R], results)
-    # Every worker is forked (at submission) before the progress bar's thread starts, so none
-    # inherits a lock that thread holds.
-    executor = ProcessPoolExecutor(max_workers=min(jobs, len(items)))
-    try:
-        futures: dict[Future[_R], int] = {executor.submit(fn, item): i for i, item in enumerate(items)}
-        with _ProgressBar(len(items), progress, label) as advance:
-            pending = set(futures)
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    i = futures[fut]
-                    results[i] = result = fut.result()  # re-raises a worker's error
-                    if on_result is not None:
-                        on_result(i, result)
-                    advance(describe(items[i]))
-    finally:
-        executor.shutdown(wait=True, cancel_futures=True)
+                deliver(advance, i, (local or fn)(item))
+    else:
+        executor = ProcessPoolExecutor(max_workers=min(jobs, len(items)))
+        try:
+            # Every worker is forked (at submission) before the progress bar's thread starts, so
+            # none inherits a lock that thread holds.
+            futures: dict[Future[_R], int] = {executor.submit(fn, item): i for i, item in enumerate(items)}
+            with bar as advance:
+                pending = set(futures)
+                while pending:
+                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        deliver(advance, futures[fut], fut.result())  # result() re-raises a worker's error
+        finally:
+            executor.shutdown(wait=True, cancel_futures=True)
     return cast(list[_R], results)
 
 

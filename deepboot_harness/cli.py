@@ -96,9 +96,14 @@ def backend_from_args(args: argparse.Namespace) -> Backend:
     return backend
 
 
-def runs_failed_message(command: str, exc: Exception, out: str) -> str:
-    """The one line for runs that failed on Ray while the others were saved in ``out``."""
-    return f"deepboot {command}: error: {exc}; the finished runs are saved in {out}: continue with --resume"
+def grid_stopped(command: str, out: str, exc: BaseException) -> int:
+    """Report a grid of runs (``compare``, ``benchmark``) that stopped before its end, the finished
+    runs saved in ``out``: one line on stderr; the exit status (130 for Ctrl-C, 1 for runs that
+    failed on Ray)."""
+    interrupted = isinstance(exc, KeyboardInterrupt)
+    why = "interrupted; finished runs" if interrupted else f"error: {exc}; the finished runs"
+    print(f"deepboot {command}: {why} are saved in {out}: continue with --resume", file=sys.stderr)
+    return 130 if interrupted else 1
 
 
 def config_title(config: SimConfig) -> str:
@@ -332,15 +337,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
             backend=backend,
         )
         paths = write_results(comparison, args.out, reference)
-    except RunsFailed as exc:
-        print(runs_failed_message("compare", exc, args.out), file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(
-            f"deepboot compare: interrupted; finished runs are saved in {args.out}: continue with --resume",
-            file=sys.stderr,
-        )
-        return 130
+    except (RunsFailed, KeyboardInterrupt) as exc:
+        return grid_stopped("compare", args.out, exc)
     if not args.quiet:
         print_summary_table(comparison.frame, title=f"policy comparison ({config_title(config)})")
         print(f"wrote {', '.join(p.name for p in paths.values())} to {args.out}")
@@ -394,15 +392,8 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
 
     try:
         rows = run_benchmark(spec, args.out, jobs=args.jobs, resume=args.resume, progress=progress, backend=backend)
-    except RunsFailed as exc:
-        print(runs_failed_message("benchmark", exc, args.out), file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(
-            f"deepboot benchmark: interrupted; finished runs are saved in {args.out}: continue with --resume",
-            file=sys.stderr,
-        )
-        return 130
+    except (RunsFailed, KeyboardInterrupt) as exc:
+        return grid_stopped("benchmark", args.out, exc)
     wall = time.perf_counter() - start
     how = f"--jobs {args.jobs}" + (f" --backend {args.backend}" if args.backend != "local" else "")
     cpu_hours = sum(float(row["cpu_s"]) for row in rows) / 3600.0
