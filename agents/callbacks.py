@@ -197,6 +197,7 @@ class EvalEpisode:
     workload: Workload
     config: SimConfig
     seed: int
+    max_decisions: int | None = None
 
     def describe(self, model: str) -> str:
         """``<policy> on <label> seed <seed>``, the policy ``model`` when it is the snapshot."""
@@ -210,7 +211,9 @@ def run_eval_episode(episode: EvalEpisode) -> tuple[EpisodeMetrics, int]:
     from deepboot_env.policy import make_policy
 
     policy = make_policy(episode.policy)
-    metrics = run_episode(policy, episode.workload, episode.config, seed=episode.seed)
+    metrics = run_episode(
+        policy, episode.workload, episode.config, seed=episode.seed, max_decisions=episode.max_decisions
+    )
     return replace(metrics, timeline=[]), int(getattr(policy, "repaired_gpus", 0))
 
 
@@ -264,10 +267,10 @@ class WorkloadEvalCallback(BaseCallback):
 
     The model runs as ``ppo:<snapshot>`` (a copy saved for the evaluation, with the env's base
     policy), deterministically, through the pool ``deepboot compare`` uses
-    (:func:`deepboot_env.workers.run_pool`). Each episode is cut, as the env's
-    ``max_rounds`` (the registered ``max_episode_steps``) cuts training episodes, at ``last
-    arrival (of a job or an inference request) + max_rounds x interval`` of simulated time (its
-    metrics then say ``truncated``; the log line counts them).
+    (:func:`deepboot_env.workers.run_pool`). Each episode is cut where the env's ``max_rounds``
+    (the registered ``max_episode_steps``) cuts training episodes, after ``max_rounds``
+    decisions, but never before the last job has arrived, so that every job counts in the
+    censored JCT (its metrics then say ``truncated``; the log line counts them).
 
     Attributes:
         best_score: best score so far (lower is better): the mean ratio to the reference, or
@@ -336,17 +339,10 @@ class WorkloadEvalCallback(BaseCallback):
         if self.eval_freq > 0:
             self._next_eval = self.num_timesteps + self.eval_freq
 
-    def _config_for(self, scenario: Scenario) -> SimConfig:
-        sim = scenario.configure(self.env_config.sim)
-        workload = scenario.workload
-        # every arrival (jobs and inference requests) must fall within the horizon
-        last = max([j.arrival for j in workload.jobs] + [r.arrival for r in workload.requests], default=0.0)
-        limit = last + self.env_config.max_rounds * sim.interval
-        return replace(sim, max_time=min(sim.max_time, limit))
-
     def _task(self, policy: str, episode: tuple[int, int]) -> EvalEpisode:
         label, scenario = self.workloads[episode[0]]
-        return EvalEpisode(policy, label, scenario.workload, self._config_for(scenario), seed=episode[1])
+        config = scenario.configure(self.env_config.sim)
+        return EvalEpisode(policy, label, scenario.workload, config, episode[1], self.env_config.max_rounds)
 
     def _snapshot(self, folder: Path) -> str:
         """Save the model to ``folder`` for the workers; its ``ppo:`` policy name."""
@@ -477,7 +473,7 @@ class WorkloadEvalCallback(BaseCallback):
     def summary(self, episodes: int, truncated: int, seconds: float, jct: float, score: float, improved: bool) -> str:
         """The evaluation's log line: what ran, how many episodes the cap truncated, the score
         that selects the best model and what it is."""
-        cap = f"last arrival + {self.env_config.max_rounds:,} rounds"
+        cap = f"{self.env_config.max_rounds:,} decisions, not before the last job arrival"
         value = f"{score:.4f}" if self.reference is not None else f"{score:,.0f} s"
         return (
             f"eval @ {self.num_timesteps:,} steps: {episodes} val episodes in {seconds:.1f} s, {truncated} truncated "

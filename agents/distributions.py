@@ -12,7 +12,9 @@ each operation in a few batched tensor calls:
   dimension after dimension), so checkpoints are interchangeable with SB3's distributions;
 * the same law: per dimension a softmax over its own choices; masked choices get the logit -1e8,
   as sb3-contrib's masking does, and contribute 0 to the entropy; ``mode`` is the per-dimension
-  argmax (the same actions on ties: the first maximal choice);
+  argmax of the masked logits (SB3 takes it after normalising, which shifts each dimension by
+  one constant: the same choice, the first maximal one on ties, unless the shift rounds two
+  logits within an ulp of each other together);
 * sampling draws from the same per-dimension categorical laws, but in one call, so a seeded run's
   random actions differ from those of SB3's per-dimension loop.
 
@@ -92,12 +94,16 @@ class _PaddedMixin:
     def _set_logits(self) -> None:
         self._logits = None  # normalised when first needed (masking usually follows at once)
 
+    def _masked(self) -> th.Tensor:
+        """The padded logits with masked choices at -1e8 and padding at -1e9 (batch, dims, width)."""
+        assert self._raw is not None and self._allowed is not None, "call proba_distribution first"
+        fill = th.where(self._real, MASKED_LOGIT, PADDING_LOGIT).to(self._raw.dtype)
+        return th.where(self._allowed, self._raw, fill)
+
     def _log_probs(self) -> th.Tensor:
         """Per-dimension log-softmax of the masked, padded logits (batch, dims, width)."""
         if self._logits is None:
-            assert self._raw is not None and self._allowed is not None, "call proba_distribution first"
-            fill = th.where(self._real, MASKED_LOGIT, PADDING_LOGIT).to(self._raw.dtype)
-            logits = th.where(self._allowed, self._raw, fill)
+            logits = self._masked()
             self._logits = logits - logits.logsumexp(dim=-1, keepdim=True)
         return self._logits
 
@@ -121,8 +127,9 @@ class _PaddedMixin:
         return th.multinomial(logp.exp().reshape(-1, width), 1).reshape(batch, dims)
 
     def mode(self) -> th.Tensor:
-        """The most likely choice per dimension (the first one on ties)."""
-        return self._log_probs().argmax(dim=2)
+        """The most likely choice per dimension (the first one on ties): the argmax of the masked
+        logits, which the normalisation shifts by one constant per dimension."""
+        return self._masked().argmax(dim=2)
 
     def actions_from_params(self, action_logits: th.Tensor, deterministic: bool = False) -> th.Tensor:
         """Actions drawn (or the mode) from flat logits."""

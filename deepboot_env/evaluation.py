@@ -9,9 +9,10 @@ training progress at all for ``stall_limit_s`` of simulated time while training 
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from deepboot_env.policy import ClusterState, Policy, make_policy
 from deepboot_env.sim.metrics import EpisodeMetrics
@@ -77,6 +78,7 @@ def run_episode(
     progress: Callable[[EpisodeProgress], None] | None = None,
     progress_every: int = PROGRESS_EVERY,
     stall_limit_s: float | None = STALL_LIMIT_S,
+    max_decisions: int | None = None,
 ) -> EpisodeMetrics:
     """Simulate ``workload`` from start to end under ``policy`` and return its metrics.
 
@@ -93,6 +95,10 @@ def run_episode(
             progress (no job's progress grows, none completes) while jobs are active; None
             turns it off. Checked every ``min(1 h, stall_limit_s / 8)`` of simulated time, so it
             fires at most that long after the bound.
+        max_decisions: end the episode after this many decisions, as the env's
+            ``max_episode_steps`` ends its episodes, but never before every training job has
+            arrived (so that each counts in a censored JCT); the metrics then say ``truncated``.
+            None: run to the end (``config.max_time``).
 
     Raises:
         StalledEpisodeError: when the watchdog fires; the message names the policy, how long
@@ -104,6 +110,8 @@ def run_episode(
         raise ValueError(f"progress_every must be >= 1, got {progress_every}")
     if stall_limit_s is not None and not stall_limit_s > 0:
         raise ValueError(f"stall_limit_s must be > 0 or None, got {stall_limit_s}")
+    if max_decisions is not None and max_decisions < 1:
+        raise ValueError(f"max_decisions must be >= 1 or None, got {max_decisions}")
     start = time.perf_counter()
     if isinstance(policy, str):
         policy = make_policy(policy)
@@ -128,6 +136,8 @@ def run_episode(
         )
 
     decisions = 0
+    cut = math.inf if max_decisions is None else max_decisions
+    last_arrival = max((job.arrival for job in workload.jobs), default=0.0)
     # watchdog, checked every `period` of simulated time (not at every decision, to cost nothing):
     # training progressed since the last check iff a job completed or the summed progress of the
     # active jobs (advanced to now by observe()) grew; jobs admitted since then add exactly 0 (they
@@ -150,11 +160,14 @@ def run_episode(
         sim.apply(policy.decide(state), state)
         sim.advance()
         decisions += 1
+        if decisions >= cut and not sim.done and sim.now >= last_arrival:
+            break
         if progress is not None and decisions % progress_every == 0 and not sim.done:
             report(decisions)
     if progress is not None:
         report(decisions, done=True)
-    return sim.metrics()
+    metrics = sim.metrics()
+    return metrics if sim.done else replace(metrics, truncated=True)
 
 
 def _stalled(policy: Policy, state: ClusterState, now: float, since: float) -> StalledEpisodeError:

@@ -262,7 +262,7 @@ def test_tensorboard_shows_step_means_from_the_first_rollout_and_the_config(tiny
     out = capsys.readouterr().out
     assert "warm start: epoch 2/2" in out
     line = next(x for x in out.splitlines() if x.startswith("eval @ 256 steps"))
-    assert "truncated (cut at last arrival + 1,000 rounds" in line
+    assert "truncated (cut at 1,000 decisions, not before the last job arrival" in line
     assert "selection score" in line and "mean censored JCT / ats's (lower is better)" in line
     config = yaml.safe_load((run / "config.yml").read_text())
     assert config["eval_jobs"] == 2 and 0 < config["results"]["eval_share"] < 1
