@@ -24,6 +24,7 @@ import tempfile
 import time
 import zipfile
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -310,6 +311,8 @@ class WorkloadEvalCallback(BaseCallback):
         self.jobs = int(jobs) if jobs else available_cpus()
         self.progress = progress
         self._reference_jct: dict[tuple[int, int], float] = {}
+        self._prefetched: dict[tuple[int, int], Future[tuple[EpisodeMetrics, int]]] = {}
+        self._prefetcher: ProcessPoolExecutor | None = None
         self.best_score = math.inf
         self.history: list[tuple[int, float, float]] = []
         self.last_rows: list[dict[str, Any]] = []
@@ -362,7 +365,10 @@ class WorkloadEvalCallback(BaseCallback):
         from deepboot_env.workers import run_pool
 
         start = time.perf_counter()
-        episodes = [(k % len(self.workloads), k // len(self.workloads)) for k in range(self.n_episodes)]
+        episodes = self._episodes()
+        for episode in [e for e in episodes if e in self._prefetched and e not in self._reference_jct]:
+            outcome = self._prefetched.pop(episode).result()  # ready unless training was very short
+            self._reference_jct[episode] = censored_jct_mean(self.workloads[episode[0]][1].workload, outcome[0])
         missing = sorted(set(episodes) - set(self._reference_jct)) if self.reference is not None else []
         threads = torch.get_num_threads()  # loading ppo:<path> in this process sets 1
         with tempfile.TemporaryDirectory(prefix="deepboot-eval-") as tmp:
@@ -481,9 +487,28 @@ class WorkloadEvalCallback(BaseCallback):
             f"selection score {value} = {self.selected_by} (lower is better){', new best' if improved else ''}"
         )
 
+    def _episodes(self) -> list[tuple[int, int]]:
+        """(workload index, policy seed) of each evaluation episode."""
+        return [(k % len(self.workloads), k // len(self.workloads)) for k in range(self.n_episodes)]
+
+    def _prefetch_reference(self) -> None:
+        """Start the reference's episodes (which do not depend on the model) in one background
+        worker process, so that they run beside training on a spare CPU instead of inside the
+        first evaluation; not with one worker (``jobs`` 1: everything in this process)."""
+        if self.reference is None or self.jobs <= 1 or self._prefetcher is not None:
+            return
+        episodes = [e for e in self._episodes() if e not in self._reference_jct]
+        if episodes:
+            self._prefetcher = ProcessPoolExecutor(max_workers=1)
+            for episode in episodes:
+                self._prefetched[episode] = self._prefetcher.submit(
+                    run_eval_episode, self._task(str(self.reference), episode)
+                )
+
     def _on_training_start(self) -> None:
         if self.eval_at_start:
             self.evaluate()
+        self._prefetch_reference()
 
     def _on_step(self) -> bool:
         if self.eval_freq > 0 and self.num_timesteps >= self._next_eval:
@@ -493,5 +518,11 @@ class WorkloadEvalCallback(BaseCallback):
         return True
 
     def _on_training_end(self) -> None:
-        if self.eval_at_end and self.eval_freq > 0 and self._last_eval != self.num_timesteps:
-            self.evaluate()
+        try:
+            if self.eval_at_end and self.eval_freq > 0 and self._last_eval != self.num_timesteps:
+                self.evaluate()
+        finally:
+            if self._prefetcher is not None:
+                self._prefetcher.shutdown(wait=False, cancel_futures=True)
+                self._prefetcher = None
+                self._prefetched.clear()

@@ -48,8 +48,11 @@ Two options reproduce rules of the original DeepBoot simulator that the defaults
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -67,7 +70,13 @@ their useful widths to cover the capacity."""
 
 def restart_factor(job: JobView) -> float:
     """phi = max(age - 10 restarts, 0) / (age + 10)."""
-    return max(job.age - RESTART_PENALTY_S * job.num_restarts, 0.0) / (job.age + RESTART_PENALTY_S)
+    return float(restart_factors(np.asarray([job.age]), np.asarray([job.num_restarts]))[0])
+
+
+def restart_factors(ages: np.ndarray, restarts: np.ndarray) -> np.ndarray:
+    """:func:`restart_factor` of jobs of these ages and restart counts (the same float operations,
+    element by element)."""
+    return np.maximum(ages - RESTART_PENALTY_S * restarts, 0.0) / (ages + RESTART_PENALTY_S)
 
 
 def option_values(
@@ -82,43 +91,77 @@ def option_matrix(
     jobs: Sequence[JobView], fair: int, gpus_per_node: int, caps: Sequence[int], linear_untrained: bool = False
 ) -> np.ndarray:
     """:func:`option_values` of every job at once: row i holds job i's values of w = 0..caps[i]
-    GPUs, then zeros up to ``max(caps)`` (one multiplication by the restart factors for all
-    jobs: the same products as job by job)."""
-    n = len(jobs)
-    base = np.zeros((n, max(caps, default=0) + 1))
-    phi = np.empty((n, 1))
-    kept_rows: list[int] = []
-    kept_counts: list[int] = []
-    for i, (job, cap) in enumerate(zip(jobs, caps, strict=True)):
-        if linear_untrained and not job.trained:
-            base[i, : cap + 1] = np.arange(cap + 1) / max(fair, 1)
-        else:
-            base[i, : cap + 1] = speedup_values(job.rate_table(), fair, gpus_per_node, cap)
-        phi[i, 0] = restart_factor(job)
-        if job.replicas <= cap:
-            kept_rows.append(i)
-            kept_counts.append(job.replicas)
-    out = base * phi  # every option but keeping the held count pays phi
-    out[kept_rows, kept_counts] = base[kept_rows, kept_counts]
+    GPUs, then zeros up to ``max(caps)`` (the products :class:`Options` describes)."""
+    options = Options.of(jobs, fair, gpus_per_node, caps, linear_untrained)
+    out = np.zeros((len(jobs), max(caps, default=0) + 1))
+    for i, (start, cap) in enumerate(zip(options.offsets.tolist(), caps, strict=True)):
+        row = options.speedups[start : start + cap + 1]
+        out[i, : cap + 1] = row * options.phi[i]
+        if 0 <= options.held[i] <= cap:
+            out[i, options.held[i]] = row[options.held[i]]
     return out
 
 
-_SPEEDUPS: dict[tuple[int, int, int, int], tuple[np.ndarray, np.ndarray]] = {}
+@dataclass(frozen=True)
+class Options:
+    """Every job's option values, without building them: job i's value of w GPUs is
+    ``speedups[offsets[i] + w]``, times its restart factor ``phi[i]`` unless w is ``held[i]``
+    (the GPUs it holds; -1 when that is beyond its cap). The knapsack computes the products as it
+    reads them (the same products as :func:`option_matrix`'s)."""
+
+    speedups: np.ndarray
+    offsets: np.ndarray
+    phi: np.ndarray
+    held: np.ndarray
+
+    @classmethod
+    def of(
+        cls, jobs: Sequence[JobView], fair: int, gpus_per_node: int, caps: Sequence[int], linear_untrained: bool
+    ) -> Options:
+        """The options of ``jobs``, job i taking 0..caps[i] GPUs (see :func:`option_values`)."""
+        if linear_untrained:
+            rows = [
+                np.arange(cap + 1) / max(fair, 1) if not job.trained else job_speedups(job, fair, gpus_per_node, cap)
+                for job, cap in zip(jobs, caps, strict=True)
+            ]
+        else:
+            rows = [job_speedups(job, fair, gpus_per_node, cap) for job, cap in zip(jobs, caps, strict=True)]
+        widths = np.asarray(caps, dtype=np.int64)
+        offsets = np.zeros(len(rows), dtype=np.int64)
+        np.cumsum(widths[:-1] + 1, out=offsets[1:])
+        held = np.asarray([job.replicas for job in jobs], dtype=np.int64)
+        phi = restart_factors(np.asarray([job.age for job in jobs]), np.asarray([job.num_restarts for job in jobs]))
+        speedups = np.concatenate(rows) if rows else np.zeros(0)
+        return cls(speedups, offsets, phi, np.where(held <= widths, held, -1))
+
+
+_SPEEDUPS: dict[tuple[int, int, int, int, int], tuple[object, np.ndarray]] = {}
 _SPEEDUPS_LIMIT = 1 << 16
+
+
+def job_speedups(job: JobView, fair: int, gpus_per_node: int, max_w: int) -> np.ndarray:
+    """:func:`speedup_values` of ``job``'s rate table at its epoch; a read-only array.
+
+    A job's rates object keeps one table per epoch for as long as it lives, so the result is
+    memoised by the rates object's identity and the epoch (the entry holds the object, so the
+    identity cannot be reused while it is cached); the memo is emptied at 65,536 entries.
+    """
+    rates = job.rates
+    key = (id(rates), job.epoch, fair, gpus_per_node, max_w)
+    hit = _SPEEDUPS.get(key)
+    if hit is not None and hit[0] is rates:
+        return hit[1]
+    values = speedup_values(job.rate_table(), fair, gpus_per_node, max_w)
+    values.flags.writeable = False
+    if len(_SPEEDUPS) >= _SPEEDUPS_LIMIT:
+        _SPEEDUPS.clear()
+    _SPEEDUPS[key] = (rates, values)
+    return values
 
 
 def speedup_values(table: np.ndarray, fair: int, gpus_per_node: int, max_w: int) -> np.ndarray:
     """Speedup of w = 0..max_w GPUs over ``fair`` GPUs on one node, from a rate table (by
-    [multi-node flag, replicas]); a read-only array.
-
-    Rate tables are cached arrays that live as long as their application's rates, so the result
-    is memoised by the table's identity (the entry holds the table, so the identity cannot be
-    reused while it is cached); the memo is emptied when it reaches 65,536 entries.
-    """
-    key = (id(table), fair, gpus_per_node, max_w)
-    hit = _SPEEDUPS.get(key)
-    if hit is not None and hit[0] is table:
-        return hit[1]
+    [multi-node flag, replicas])."""
     k_max = table.shape[1] - 1
     base_k = max(1, min(fair, k_max))
     base = table[0, base_k]
@@ -128,10 +171,6 @@ def speedup_values(table: np.ndarray, fair: int, gpus_per_node: int, max_w: int)
     multi = (np.ceil(w / gpus_per_node) > 1).astype(int)
     values = table[multi, kk] / base
     values[0] = 0.0
-    values.flags.writeable = False
-    if len(_SPEEDUPS) >= _SPEEDUPS_LIMIT:
-        _SPEEDUPS.clear()
-    _SPEEDUPS[key] = (table, values)
     return values
 
 
@@ -150,47 +189,83 @@ def knapsack(values: Sequence[np.ndarray], capacity: int) -> list[int]:
 
 def knapsack_matrix(values: np.ndarray, widths: Sequence[int], capacity: int) -> list[int]:
     """:func:`knapsack` of the items ``values[i, 0..widths[i]]`` (``values[i, 0]`` is ignored;
-    every width at most ``capacity``).
-
-    Each item's dynamic-programming row is one max-plus convolution of the previous row with the
-    item's values in reverse, 0 for w = 0 appended, over a strided window view (:func:`_windows`):
-    a row is the maximum of sums of the same two floats as an element-by-element loop would add
-    (and the previous row plus 0.0 is the previous row), so the result is bit-identical to it, at
-    a few numpy calls per item.
-    """
+    every width at most ``capacity``)."""
     n = len(widths)
-    top = values.shape[1] - 1
-    # reversed[i, top - w] = values[i, w] for w >= 1, and reversed[i, top] = 0 (taking nothing)
-    reversed_values = values[:, ::-1].copy()
-    reversed_values[:, top] = 0.0
-    # dp[i, capacity + c] = best value of items < i within c GPUs; the first `capacity` columns
-    # are -inf, so that a window reaching below 0 GPUs never wins
-    dp = np.empty((n + 1, 2 * capacity + 1))
-    dp[:, :capacity] = -np.inf
-    dp[0, capacity:] = 0.0
-    for i, width in enumerate(widths):
-        if width <= 0:
-            dp[i + 1, capacity:] = dp[i, capacity:]
-            continue
-        sums = _windows(dp[i], capacity, width) + reversed_values[i, top - width :, None]
-        sums.max(axis=0, out=dp[i + 1, capacity:])
-    # the trace-back visits a few entries per job: Python floats (the same doubles) beat numpy calls
-    choice = [0] * n
+    if n == 0:
+        return []
+    flat = np.ascontiguousarray(values, dtype=np.float64)
+    offsets = np.arange(n, dtype=np.int64) * flat.shape[1]
+    options = Options(flat.reshape(-1), offsets, np.ones(n), np.full(n, -1, dtype=np.int64))
+    return knapsack_options(options, widths, capacity)
+
+
+def knapsack_options(options: Options, widths: Sequence[int], capacity: int) -> list[int]:
+    """:func:`knapsack` of the jobs of ``options``, job i taking 0..widths[i] GPUs.
+
+    The dynamic programme and its trace-back run as one compiled loop (:func:`_knapsack_loops`,
+    compiled by numba on first use and cached on disk): every cell is the maximum of the same sums
+    of two floats as the definition's, so the choice is bit-identical to it, at about a
+    nanosecond per cell instead of numpy's few microseconds per item.
+    """
+    if len(widths) == 0:
+        return []
+    kernel = _compiled_knapsack()
+    chosen = kernel(
+        options.speedups, options.offsets, np.asarray(widths, dtype=np.int64), options.phi, options.held, int(capacity)
+    )
+    return [int(w) for w in chosen]
+
+
+def _knapsack_loops(
+    speedups: np.ndarray, offsets: np.ndarray, widths: np.ndarray, phi: np.ndarray, held: np.ndarray, capacity: int
+) -> np.ndarray:
+    """The group knapsack's programme and trace-back over :class:`Options` arrays, cell by cell
+    (compiled by :func:`_compiled_knapsack`; plain Python gives the same result, slowly).
+
+    ``dp[i, c]`` is the best value of the jobs before i within c GPUs; the trace-back takes, for
+    each job in reverse order, the smallest w > 0 attaining the optimum within a relative 1e-12,
+    else 0.
+    """
+    n = widths.shape[0]
+    values = np.zeros(capacity + 1)
+    dp = np.zeros((n + 1, capacity + 1))
+    for i in range(n):
+        width = min(widths[i], capacity)
+        start = offsets[i]
+        for w in range(1, width + 1):
+            values[w] = speedups[start + w] if w == held[i] else speedups[start + w] * phi[i]
+        for c in range(capacity + 1):
+            best = dp[i, c]
+            for w in range(1, min(width, c) + 1):
+                candidate = dp[i, c - w] + values[w]
+                if candidate > best:
+                    best = candidate
+            dp[i + 1, c] = best
+    choice = np.zeros(n, dtype=np.int64)
     c = capacity
     for i in range(n - 1, -1, -1):
         width = min(widths[i], c)
         if width <= 0:
             continue
-        target = float(dp[i + 1, capacity + c])
+        target = dp[i + 1, c]
         tol = 1e-12 * max(1.0, abs(target))
-        # dp[i][c - w] for w = 1..width
-        before = dp[i, capacity + c - width : capacity + c].tolist()[::-1]
-        for w, (best, value) in enumerate(zip(before, values[i, 1 : width + 1].tolist(), strict=True), start=1):
-            if abs(best + value - target) <= tol:
+        start = offsets[i]
+        for w in range(1, width + 1):
+            value = speedups[start + w] if w == held[i] else speedups[start + w] * phi[i]
+            if abs(dp[i, c - w] + value - target) <= tol:
                 choice[i] = w
                 c -= w
                 break
     return choice
+
+
+@functools.cache
+def _compiled_knapsack() -> Callable[..., np.ndarray]:
+    """:func:`_knapsack_loops` compiled by numba (imported here, on the first knapsack, so that
+    importing the policies stays cheap); the machine code is cached next to this module."""
+    import numba
+
+    return cast(Callable[..., np.ndarray], numba.njit(cache=True)(_knapsack_loops))
 
 
 def knapsack_prefix(
@@ -214,16 +289,6 @@ def knapsack_prefix(
     within = int(np.searchsorted((reach + np.arange(1, len(widths) + 1)) * (capacity + 1), max_cells, side="right"))
     covering = int(np.searchsorted(reach, capacity, side="left")) + 1
     return max(within, min(covering, len(widths)))
-
-
-def _windows(row: np.ndarray, capacity: int, width: int) -> np.ndarray:
-    """A read-only strided view of a padded dp ``row``: entry [j, c] is ``row[capacity + c - width + j]``
-    for j = 0..width, the best value within c - w GPUs for w = width - j (no copy, no index array;
-    the maximum over j is then an element-wise maximum of contiguous rows, numpy's fast case)."""
-    step = row.itemsize
-    return np.ndarray(
-        (width + 1, capacity + 1), dtype=row.dtype, buffer=row, offset=(capacity - width) * step, strides=(step, step)
-    )
 
 
 class AtsPolicy(BasePolicy):
@@ -267,11 +332,13 @@ class AtsPolicy(BasePolicy):
         capacity = int(state.training_capacity(lend=self.lend).sum())
         fair = math.ceil(capacity / len(jobs)) if capacity > 0 else 1
         caps = [self.job_cap(j, capacity, fair) for j in jobs]
-        useful = [min(cap, j.rates.max_replicas) for cap, j in zip(caps, jobs, strict=True)]
-        if knapsack_prefix(caps, useful, capacity) < len(jobs):
-            return self._bounded_counts(jobs, caps, capacity, fair, state.gpus_per_node)
-        values = option_matrix(jobs, fair, state.gpus_per_node, caps, self.linear_untrained)
-        chosen = knapsack_matrix(values, caps, min(capacity, sum(caps)))
+        total = sum(caps)
+        if total > capacity and (total + len(caps)) * (capacity + 1) > MAX_KNAPSACK_CELLS:  # may bind
+            useful = [min(cap, j.rates.max_replicas) for cap, j in zip(caps, jobs, strict=True)]
+            if knapsack_prefix(caps, useful, capacity) < len(jobs):
+                return self._bounded_counts(jobs, caps, capacity, fair, state.gpus_per_node)
+        options = Options.of(jobs, fair, state.gpus_per_node, caps, self.linear_untrained)
+        chosen = knapsack_options(options, caps, min(capacity, total))
         return {j.id: w for j, w in zip(jobs, chosen, strict=True)}
 
     def _bounded_counts(
@@ -292,8 +359,8 @@ class AtsPolicy(BasePolicy):
             if considered < len(widths):  # bounded: values beyond a job's useful width add nothing
                 widths = useful
             widths = widths[:considered]
-            values = option_matrix(part, fair, gpus_per_node, widths, self.linear_untrained)
-            chosen = knapsack_matrix(values, widths, min(left, sum(widths)))
+            options = Options.of(part, fair, gpus_per_node, widths, self.linear_untrained)
+            chosen = knapsack_options(options, widths, min(left, sum(widths)))
             counts.update(zip((j.id for j in part), chosen, strict=True))
             start += considered
             left -= sum(chosen)

@@ -10,7 +10,7 @@
 * The residual codec asks a count-proposing base (ATS) for counts only and places them when the
   neutral action needs them: observations, masks and decoded allocations (order included) equal
   those of the codec that asks the base for its whole allocation at every decision.
-* ATS's group knapsack (one strided max-plus convolution per job) chooses exactly what the
+* ATS's group knapsack (one compiled loop) chooses exactly what the
   element-by-element dynamic programme chooses, ties and flat (restart factor 0) values included.
 """
 

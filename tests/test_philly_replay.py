@@ -198,13 +198,13 @@ def test_ats_decisions_with_and_without_the_bound(monkeypatch, jobs: int, cluste
 
     state = _queued_state(jobs, cluster)
     sizes: list[tuple[int, int, int]] = []
-    real = ats.knapsack_matrix
+    real = ats.knapsack_options
 
-    def spy(values, widths, capacity):
+    def spy(options, widths, capacity):
         sizes.append((len(widths), sum(widths), capacity))
-        return real(values, widths, capacity)
+        return real(options, widths, capacity)
 
-    monkeypatch.setattr(ats, "knapsack_matrix", spy)
+    monkeypatch.setattr(ats, "knapsack_options", spy)
     counts = AtsPolicy().propose_counts(state)
     capacity = int(state.training_capacity(lend=True).sum())
     if bound_binds:

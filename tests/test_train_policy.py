@@ -298,3 +298,29 @@ def test_tune_without_ray_says_in_one_line_how_to_install_it(tiny_csv, tmp_path,
         "(pip install 'ray[tune]==2.60.0') (see --help)"
     )
     assert not (tmp_path / "runs").exists()
+
+
+def test_reference_episodes_run_beside_training(tiny_csv, tmp_path, monkeypatch) -> None:
+    """With worker processes, the reference's episodes start in the background at training start
+    (none goes through the evaluation's pool) and score the model exactly as in-process ones."""
+    import deepboot_env.workers as workers
+
+    pooled: list[str] = []
+    real = workers.run_pool
+
+    def spy(fn, items, *args, **kwargs):
+        pooled.extend(getattr(item, "policy", "") for item in items)
+        return real(fn, items, *args, **kwargs)
+
+    monkeypatch.setattr(workers, "run_pool", spy)
+    argv = ["--n-timesteps", "256", "--n-envs", "2", "--eval-freq", "256", "--eval-episodes", "2"]
+    rows = {}
+    for jobs in ("2", "1"):
+        pooled.clear()
+        run = train_policy.run(
+            argv + _common(tiny_csv, tmp_path / jobs) + ["--eval-jobs", jobs, "-params", "n_steps:128"]
+        )
+        with open(run / "evaluations.csv", newline="") as fh:
+            rows[jobs] = [r["reference_censored_jct"] for r in csv.DictReader(fh)]
+        assert ("ats" in pooled) == (jobs == "1"), pooled
+    assert rows["2"] == rows["1"] and all(float(v) > 0 for v in rows["1"])

@@ -194,6 +194,11 @@ class TrainingJob:
             return
         if t == t_last and self._settled == self.version:
             return  # already advanced to t since the last change: _run(t, t) would change nothing
+        if self.replicas == 0:  # no GPU: only the clock moves (what _run returns, without its copy)
+            self._anchor = None
+            self._t = t
+            self._settled = self.version
+            return
         self.attained_service += self.replicas * (t - t_last)
         self.epoch, self.progress, self._phases, self._anchor, completion = _run(self, t_last, t)
         if completion is not None:
