@@ -4,7 +4,9 @@
 per call (:meth:`Simulator.observe <deepboot_env.sim.simulator.Simulator.observe>` delegates to
 it). A snapshot is built at every decision and at every reclaim, so it is built fast: the fields
 of a job's view that change only with the job's version (a change of placement or speed) are
-cached per job, and the frozen dataclasses are filled without their ``__init__``.
+cached per job, and the frozen dataclasses are filled without their ``__init__``. A job that holds
+no GPU makes no progress until its version changes, so every field of its view but ``age`` is
+cached (in a busy cluster most active jobs wait without GPUs).
 """
 
 from __future__ import annotations
@@ -26,6 +28,16 @@ def max_replicas(job: TrainingJob, adaptive: bool) -> int:
     if adaptive:
         return max(1, min(cap, max(2 * job.max_profiled, 1)))
     return cap
+
+
+def _progress_fields(fields: dict[str, object], job: TrainingJob, max_epochs: int) -> None:
+    """Set the fields of ``job``'s view that its progress changes (``max_epochs``: its app's)."""
+    fields["attained_service"] = job.attained_service
+    fields["epoch"] = epoch = job.epoch
+    fields["progress_fraction"] = epoch / max_epochs
+    fields["stalled_seconds"] = job.stalled_seconds_left
+    fields["remaining_work"] = job.target_progress - job.progress
+    fields["trained"] = job.progress > 0.0
 
 
 class StateBuilder:
@@ -118,18 +130,16 @@ class StateBuilder:
                     job.app.max_epochs,
                     job.max_profiled,
                 )
+                if replicas == 0:  # no progress until the version changes: its progress fields are fixed too
+                    _progress_fields(cached[1], job, cached[2])
             # A JobView without its frozen-dataclass __init__ (several times slower): the same
             # instance dict, filled directly. tests/test_env.py checks every field is set.
             view = new_view(JobView)
             fields = view.__dict__
             fields.update(cached[1])
-            fields["age"] = now - job.spec.arrival
-            fields["attained_service"] = job.attained_service
-            fields["epoch"] = epoch = job.epoch
-            fields["progress_fraction"] = epoch / cached[2]
-            fields["stalled_seconds"] = job.stalled_seconds_left
-            fields["remaining_work"] = job.target_progress - job.progress
-            fields["trained"] = job.progress > 0.0
+            fields["age"] = now - fields["arrival"]
+            if job.replicas:
+                _progress_fields(fields, job, cached[2])
             views.append(view)
         counts = self.ledger.counts
         node_counts = (
