@@ -136,7 +136,10 @@ def place_counts(
             GPUs from them (each node once).
     """
     placed = place_count_lists(state, counts, capacity, rule, ascending, order)
-    return {job_id: np.array(row, dtype=np.int64) for job_id, row in placed.items()}
+    if not placed:
+        return {}
+    # one conversion for all jobs: their arrays are the rows of one matrix
+    return dict(zip(placed, np.array(list(placed.values()), dtype=np.int64), strict=True))
 
 
 def place_count_lists(
