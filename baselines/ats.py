@@ -331,7 +331,7 @@ class AtsPolicy(BasePolicy):
             return {}
         capacity = int(state.training_capacity(lend=self.lend).sum())
         fair = math.ceil(capacity / len(jobs)) if capacity > 0 else 1
-        caps = [self.job_cap(j, capacity, fair) for j in jobs]
+        caps = self.job_caps(jobs, capacity, fair)
         total = sum(caps)
         if total > capacity and (total + len(caps)) * (capacity + 1) > MAX_KNAPSACK_CELLS:  # may bind
             useful = [min(cap, j.rates.max_replicas) for cap, j in zip(caps, jobs, strict=True)]
@@ -375,7 +375,7 @@ class AtsPolicy(BasePolicy):
         relist = frozenset(i for i, nodes in (order or {}).items() if nodes != sorted(nodes))
         return Allocation(placed, relist=relist)
 
-    def job_cap(self, job: JobView, capacity: int, fair: int) -> int:
-        """The most GPUs the knapsack may give ``job``: its cap, at most the whole ``capacity``
+    def job_caps(self, jobs: Sequence[JobView], capacity: int, fair: int) -> list[int]:
+        """The most GPUs the knapsack may give each job: its cap, at most the whole ``capacity``
         (``fair`` is the fair share ``ceil(capacity / jobs)``; a variant may cap at it)."""
-        return min(job.max_replicas, capacity)
+        return [min(job.max_replicas, capacity) for job in jobs]

@@ -95,9 +95,9 @@ class SpreadAtsPolicy(AtsPolicy):
     def __init__(self, lend: bool | float = True, label: str = "ats-spread") -> None:
         super().__init__(lend=lend, label=label)
 
-    def job_cap(self, job: JobView, capacity: int, fair: int) -> int:
-        """The job's cap, at most the fair share."""
-        return min(job.max_replicas, capacity, fair)
+    def job_caps(self, jobs: Sequence[JobView], capacity: int, fair: int) -> list[int]:
+        """Each job's cap, at most the fair share."""
+        return [min(job.max_replicas, capacity, fair) for job in jobs]
 
 
 CANDIDATES: dict[str, Candidate] = {
