@@ -262,10 +262,16 @@ def _knapsack_loops(
 @functools.cache
 def _compiled_knapsack() -> Callable[..., np.ndarray]:
     """:func:`_knapsack_loops` compiled by numba (imported here, on the first knapsack, so that
-    importing the policies stays cheap); the machine code is cached next to this module."""
+    importing the policies stays cheap); the machine code is cached next to this module, or in
+    numba's user-wide cache where the package is read-only, and compiled in every process where
+    neither can be written (numba refuses to cache there)."""
     import numba
 
-    return cast(Callable[..., np.ndarray], numba.njit(cache=True)(_knapsack_loops))
+    try:
+        kernel = numba.njit(cache=True)(_knapsack_loops)
+    except RuntimeError:  # "cannot cache function ...: no locator available"
+        kernel = numba.njit(cache=False)(_knapsack_loops)
+    return cast(Callable[..., np.ndarray], kernel)
 
 
 def knapsack_prefix(

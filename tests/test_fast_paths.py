@@ -199,3 +199,18 @@ def test_residual_codec_with_lazy_placement_equals_the_allocating_one(workload, 
         if terminated or truncated:
             break
     assert neutral_steps > 50
+
+
+def test_knapsack_compiles_where_numba_cannot_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where no cache location can be written (numba refuses ``cache=True``), the knapsack is
+    compiled without its cache and chooses the same."""
+    from numba.core import caching
+
+    import baselines.ats as ats
+
+    monkeypatch.setattr(caching.CacheImpl, "_locator_classes", [])  # no writable location anywhere
+    compiled = ats._compiled_knapsack.__wrapped__()
+    values = [np.array([0.0, 1.0, 1.5]), np.array([0.0, 2.0]), np.zeros(3)]
+    options = ats.Options(np.concatenate(values), np.array([0, 3, 5]), np.ones(3), np.full(3, -1))
+    chosen = compiled(options.speedups, options.offsets, np.array([2, 1, 2]), options.phi, options.held, 3)
+    assert chosen.tolist() == reference_knapsack(values, 3) == knapsack(values, 3)
