@@ -367,8 +367,7 @@ class WorkloadEvalCallback(BaseCallback):
         start = time.perf_counter()
         episodes = self._episodes()
         for episode in [e for e in episodes if e in self._prefetched and e not in self._reference_jct]:
-            outcome = self._prefetched.pop(episode).result()  # ready unless training was very short
-            self._reference_jct[episode] = censored_jct_mean(self.workloads[episode[0]][1].workload, outcome[0])
+            self._keep_reference(episode, self._prefetched.pop(episode).result())  # ready unless training was short
         missing = sorted(set(episodes) - set(self._reference_jct)) if self.reference is not None else []
         threads = torch.get_num_threads()  # loading ppo:<path> in this process sets 1
         with tempfile.TemporaryDirectory(prefix="deepboot-eval-") as tmp:
@@ -386,11 +385,15 @@ class WorkloadEvalCallback(BaseCallback):
             finally:
                 torch.set_num_threads(threads)
         for episode, outcome in zip(missing, outcomes[len(episodes) :], strict=True):
-            self._reference_jct[episode] = censored_jct_mean(self.workloads[episode[0]][1].workload, outcome[0])
+            self._keep_reference(episode, outcome)
         rows = [self._row(e, outcome) for e, outcome in zip(episodes, outcomes[: len(episodes)], strict=True)]
         self.eval_seconds += time.perf_counter() - start
         self._record(rows, time.perf_counter() - start)
         return rows
+
+    def _keep_reference(self, episode: tuple[int, int], outcome: tuple[EpisodeMetrics, int]) -> None:
+        """Cache the reference's censored JCT on ``episode`` from its run's ``outcome``."""
+        self._reference_jct[episode] = censored_jct_mean(self.workloads[episode[0]][1].workload, outcome[0])
 
     def reference_jct(self, index: int, seed: int) -> float:
         """The reference policy's censored JCT on workload ``index`` with policy seed ``seed``
