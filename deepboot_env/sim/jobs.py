@@ -194,7 +194,7 @@ class TrainingJob:
             return
         if t == t_last and self._settled == self.version:
             return  # already advanced to t since the last change: _run(t, t) would change nothing
-        if self.replicas == 0:  # no GPU: only the clock moves (what _run returns, without its copy)
+        if self.replicas == 0:  # no GPU: only the clock moves, and no rate stretch is running
             self._anchor = None
             self._t = t
             self._settled = self.version
@@ -345,6 +345,9 @@ def _run(
     began, carried across calls), so the result does not depend on how often the job is advanced.
     Epoch ends that fall exactly on ``t1`` (including zero-length ones at the start of a stretch
     beginning at ``t1``) are taken, so a job advanced to its projected completion is done.
+
+    ``job`` holds GPUs: a job without any does not progress, and every caller
+    (:meth:`TrainingJob.advance`, the completion projections) handles it before calling.
     """
     if state is None:
         epoch, progress, job_phases, anchor = job.epoch, job.progress, job._phases, job._anchor
@@ -353,8 +356,6 @@ def _run(
     thresholds = job._thresholds
     truth = job.truth
     speed = job.speed
-    if job.replicas == 0:
-        return epoch, progress, list(job_phases), None, None
     projecting = t1 == np.inf
     # Fast paths for the commonest calls (each is the general loop below, unrolled):
     if job_phases:
