@@ -105,8 +105,8 @@ def option_matrix(
 @dataclass(frozen=True)
 class Options:
     """Every job's option values, without building them: job i's value of w GPUs is
-    ``speedups[offsets[i] + w]``, times its restart factor ``phi[i]`` unless w is ``held[i]``
-    (the GPUs it holds; -1 when that is beyond its cap). The knapsack computes the products as it
+    ``speedups[offsets[i] + w]``, times its restart factor ``phi[i]`` unless w is ``held[i]``,
+    the GPUs it holds (-1 or more than its cap: none of its options). The knapsack computes the products as it
     reads them (the same products as :func:`option_matrix`'s)."""
 
     speedups: np.ndarray
@@ -119,44 +119,85 @@ class Options:
         cls, jobs: Sequence[JobView], fair: int, gpus_per_node: int, caps: Sequence[int], linear_untrained: bool
     ) -> Options:
         """The options of ``jobs``, job i taking 0..caps[i] GPUs (see :func:`option_values`)."""
+        arena = _ARENA
+        arena.start_call()
         if linear_untrained:
-            rows = [
-                np.arange(cap + 1) / max(fair, 1) if not job.trained else job_speedups(job, fair, gpus_per_node, cap)
+            offsets = [
+                arena.linear_row(fair, cap) if not job.trained else arena.speedup_row(job, fair, gpus_per_node, cap)
                 for job, cap in zip(jobs, caps, strict=True)
             ]
         else:
-            rows = [job_speedups(job, fair, gpus_per_node, cap) for job, cap in zip(jobs, caps, strict=True)]
-        widths = np.asarray(caps, dtype=np.int64)
-        offsets = np.zeros(len(rows), dtype=np.int64)
-        np.cumsum(widths[:-1] + 1, out=offsets[1:])
-        held = np.asarray([job.replicas for job in jobs], dtype=np.int64)
-        phi = restart_factors(np.asarray([job.age for job in jobs]), np.asarray([job.num_restarts for job in jobs]))
-        speedups = np.concatenate(rows) if rows else np.zeros(0)
-        return cls(speedups, offsets, phi, np.where(held <= widths, held, -1))
+            offsets = [arena.speedup_row(job, fair, gpus_per_node, cap) for job, cap in zip(jobs, caps, strict=True)]
+        held = np.array([job.replicas for job in jobs], dtype=np.int64)
+        phi = restart_factors(np.array([job.age for job in jobs]), np.array([job.num_restarts for job in jobs]))
+        return cls(arena.values, np.array(offsets, dtype=np.int64), phi, held)
 
 
-_SPEEDUPS: dict[tuple[int, int, int, int, int], tuple[object, np.ndarray]] = {}
-_SPEEDUPS_LIMIT = 1 << 16
+class _RowArena:
+    """The speedup rows ATS has computed, memoised and stored back to back in one array, so that
+    :meth:`Options.of` hands the knapsack one array and the rows' offsets in it.
+
+    A job's rates object keeps one table per epoch for as long as it lives, so a job's row is
+    memoised by the rates object's identity and the epoch (with the fair share, the GPUs per node
+    and the width; the entry holds the object, so the identity cannot be reused while it is
+    cached). Rows are never overwritten: the array grows by copying, and when the memo holds
+    :data:`_ROWS_LIMIT` entries at the start of an :meth:`Options.of`, a new array starts empty;
+    arrays handed out earlier stay valid.
+    """
+
+    def __init__(self) -> None:
+        self.values = np.zeros(1 << 12)
+        self.used = 0
+        self.rows: dict[tuple[int, int, int, int, int], tuple[object, int]] = {}
+
+    def start_call(self) -> None:
+        """Start afresh if the memo is full (never in the middle of one :meth:`Options.of`)."""
+        if len(self.rows) >= _ROWS_LIMIT:
+            self.values = np.zeros(1 << 12)
+            self.used = 0
+            self.rows = {}
+
+    def speedup_row(self, job: JobView, fair: int, gpus_per_node: int, max_w: int) -> int:
+        """Offset of :func:`speedup_values` of ``job``'s rate table at its epoch."""
+        rates = job.rates
+        key = (id(rates), job.epoch, fair, gpus_per_node, max_w)
+        hit = self.rows.get(key)
+        if hit is not None and hit[0] is rates:
+            return hit[1]
+        return self._store(key, rates, speedup_values(job.rate_table(), fair, gpus_per_node, max_w))
+
+    def linear_row(self, fair: int, max_w: int) -> int:
+        """Offset of the row ``w / fair``, w = 0..max_w (the value of a job that has not trained)."""
+        key = (0, -1, fair, 0, max_w)
+        hit = self.rows.get(key)
+        if hit is not None:
+            return hit[1]
+        return self._store(key, None, np.arange(max_w + 1) / max(fair, 1))
+
+    def _store(self, key: tuple[int, int, int, int, int], owner: object, row: np.ndarray) -> int:
+        """Append ``row`` (memoised under ``key``, kept with ``owner``); its offset."""
+        start = self.used
+        end = start + len(row)
+        if end > len(self.values):
+            grown = np.zeros(max(2 * len(self.values), end))
+            grown[:start] = self.values[:start]
+            self.values = grown
+        self.values[start:end] = row
+        self.used = end
+        self.rows[key] = (owner, start)
+        return start
+
+
+_ROWS_LIMIT = 1 << 16
+_ARENA = _RowArena()
 
 
 def job_speedups(job: JobView, fair: int, gpus_per_node: int, max_w: int) -> np.ndarray:
-    """:func:`speedup_values` of ``job``'s rate table at its epoch; a read-only array.
-
-    A job's rates object keeps one table per epoch for as long as it lives, so the result is
-    memoised by the rates object's identity and the epoch (the entry holds the object, so the
-    identity cannot be reused while it is cached); the memo is emptied at 65,536 entries.
-    """
-    rates = job.rates
-    key = (id(rates), job.epoch, fair, gpus_per_node, max_w)
-    hit = _SPEEDUPS.get(key)
-    if hit is not None and hit[0] is rates:
-        return hit[1]
-    values = speedup_values(job.rate_table(), fair, gpus_per_node, max_w)
-    values.flags.writeable = False
-    if len(_SPEEDUPS) >= _SPEEDUPS_LIMIT:
-        _SPEEDUPS.clear()
-    _SPEEDUPS[key] = (rates, values)
-    return values
+    """:func:`speedup_values` of ``job``'s rate table at its epoch, memoised (a read-only view)."""
+    start = _ARENA.speedup_row(job, fair, gpus_per_node, max_w)
+    row = _ARENA.values[start : start + max_w + 1]
+    row.flags.writeable = False
+    return row
 
 
 def speedup_values(table: np.ndarray, fair: int, gpus_per_node: int, max_w: int) -> np.ndarray:
@@ -213,7 +254,7 @@ def knapsack_options(options: Options, widths: Sequence[int], capacity: int) -> 
     chosen = kernel(
         options.speedups, options.offsets, np.asarray(widths, dtype=np.int64), options.phi, options.held, int(capacity)
     )
-    return [int(w) for w in chosen]
+    return cast(list[int], chosen.tolist())
 
 
 def _knapsack_loops(

@@ -144,7 +144,7 @@ class InterferenceAwarePlacer:
         Raises:
             ValueError: if the counts do not fit in ``capacity``.
         """
-        by_id = {job.id: job for job in state.jobs}
+        by_id = state.job_by_id
         out: dict[int, np.ndarray] = {}
         free = capacity.astype(np.int64).copy()
         residents = _Residents(self.predictor, state.num_nodes)

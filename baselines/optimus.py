@@ -52,7 +52,7 @@ class OptimusPolicy(BasePolicy):
                 break
             counts[job.id] = 1
             left -= 1
-        by_id = {job.id: job for job in state.jobs}
+        by_id = state.job_by_id
         heap: list[tuple[float, int]] = []
 
         def push(job: JobView) -> None:

@@ -55,9 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     heavy = overloaded_workload()
     cost, sim = episode_cpu(Simulator, heavy, args.repeat)
     queue = max(int(row[-2]) for row in sim.timeline)
-    print(f"test-01: {base:.2f} s CPU (ATS, 160 jobs, 4,834 requests)")
+    print(f"test-01: {base:.3f} s CPU (ATS, 160 jobs, 4,834 requests)")
     print(
-        f"overloaded: {cost:.2f} s CPU = {cost / base:.1f}x test-01 ({len(heavy.jobs)} jobs, "
+        f"overloaded: {cost:.3f} s CPU = {cost / base:.2f}x test-01 ({len(heavy.jobs)} jobs, "
         f"{len(heavy.requests):,} requests, {sim.num_events:,} events, longest queue {queue:,} requests)"
     )
     if args.reference:

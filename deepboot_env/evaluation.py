@@ -140,7 +140,7 @@ def run_episode(
     last_arrival = max((job.arrival for job in workload.jobs), default=0.0)
     # watchdog, checked every `period` of simulated time (not at every decision, to cost nothing):
     # training progressed since the last check iff a job completed or the summed progress of the
-    # active jobs (advanced to now by observe()) grew; jobs admitted since then add exactly 0 (they
+    # active jobs (observe() advances those holding GPUs to now) grew; jobs admitted since then add exactly 0 (they
     # had no GPU yet), so the sums compare like with like. `since` is the last check that saw
     # progress: nothing progressed after it, so the stall reported never overstates.
     jobs = sim.jobs

@@ -155,7 +155,7 @@ def place_count_lists(
     if rule not in PLACEMENT_RULES:
         raise KeyError(rule)
     place = _best_fit_takes if rule == "best_fit" else _most_free_takes
-    by_id = {job.id: job for job in state.jobs}
+    by_id = state.job_by_id
     out: dict[int, list[int]] = {}
     # plain ints: a few nodes, many small steps
     free = list(capacity) if isinstance(capacity, list) else np.asarray(capacity).tolist()
@@ -194,7 +194,7 @@ def placement_order(state: ClusterState, counts: Mapping[int, int], ascending: b
     """The jobs of ``counts`` that get GPUs, with their counts, in the order :func:`place_counts`
     returns them (jobs that keep their count first, then the moved ones in placement order),
     without placing anything."""
-    by_id = {job.id: job for job in state.jobs}
+    by_id = state.job_by_id
     kept, moved = _kept_and_moved(by_id, counts, ascending)
     order = {job_id: counts[job_id] for job_id in kept}
     order.update((job_id, k) for k, job_id in moved)

@@ -14,6 +14,7 @@ from deepboot_env.sim.cluster import NODE_TRAIN, ClusterConfig
 from deepboot_env.sim.rates import RateTable
 from deepboot_env.sim.state import (
     Allocation,
+    AllocationError,
     ClusterState,
     JobView,
     validate_allocation,
@@ -177,3 +178,57 @@ def test_best_fit_properties(free: list[int], need: int, data: st.DataObject) ->
     fewest = int(np.searchsorted(np.cumsum(np.sort(avail)[::-1]), need) + 1) if need else 0
     assert int(np.count_nonzero(out)) == fewest
     assert best_fit(need, arr, allowed).tolist() == out.tolist()  # deterministic
+
+
+# ---------------------------------------------------------------------------------------------
+# validation's fast path (one matrix) and the per-state memos it reads
+
+
+def _two_jobs_state() -> ClusterState:
+    return make_state(ClusterConfig(train_nodes=2, infer_nodes=2), [make_job(0, 4), make_job(3, 2)])
+
+
+def test_validation_normalises_lists_numpy_keys_and_whole_floats_alike() -> None:
+    """Arrays, lists of ints, numpy integer ids and whole floats give the same int64 rows, under
+    the ids of the state's jobs; the fast path and the job-by-job checks agree."""
+    state = _two_jobs_state()
+    expected = {0: [2, 1, 0, 1], 3: [0, 0, 2, 0]}
+    for gpus in (
+        {0: np.array([2, 1, 0, 1]), 3: np.array([0, 0, 2, 0])},
+        {0: [2, 1, 0, 1], 3: [0, 0, 2, 0]},
+        {np.int64(0): np.array([2, 1, 0, 1]), np.int32(3): [0, 0, 2, 0]},
+        {0: np.array([2.0, 1.0, 0.0, 1.0]), 3: [0, 0, 2, 0]},  # not int64: the job-by-job path
+    ):
+        out = validate_allocation(state, Allocation(gpus))
+        assert {k: v.tolist() for k, v in out.items()} == expected
+        assert all(type(k) is int for k in out) and all(v.dtype == np.int64 for v in out.values())
+
+
+@pytest.mark.parametrize(
+    ("gpus", "message"),
+    [
+        ({5: [1, 0, 0, 0]}, "job id 5: not an active training job"),
+        ({0: [1, 0, 0]}, "expected GPUs for each of 4 nodes"),
+        ({0: [1, 0, 0, 0], 3: [1, 0]}, "expected GPUs for each of 4 nodes"),  # ragged
+        ({0: [0.5, 0, 0, 0]}, "must be whole numbers"),
+        ({3: [0, -1, 0, 0]}, "negative GPU count -1 on node 1"),
+        ({3: [3, 0, 0, 0]}, "3 GPUs exceed its limit of 2"),
+        ({0: [4, 0, 0, 0], 3: [1, 0, 0, 0]}, "node 0: training wants 5 GPUs"),
+    ],
+)
+def test_validation_names_the_fault_whatever_the_value_types(gpus: dict, message: str) -> None:
+    with pytest.raises(AllocationError, match=message):
+        validate_allocation(_two_jobs_state(), Allocation(gpus))
+
+
+def test_state_memos_hand_out_fresh_or_read_only_values() -> None:
+    """The training capacity is computed once per state and lend fraction, and every call
+    returns a new list; the jobs by id cannot be changed through the state."""
+    state = make_state(ClusterConfig(train_nodes=1, infer_nodes=2), [make_job(0, 4)], running=[0, 1, 3])
+    first = state.training_capacity_list(lend=0.5)
+    first[0] = -99
+    assert state.training_capacity_list(lend=0.5) == [4, 2, 0]
+    assert state.training_capacity_list(lend=True) == [4, 3, 1] == state.training_capacity(1.0).tolist()
+    with pytest.raises(TypeError):
+        state.job_by_id[1] = state.jobs[0]  # type: ignore[index]
+    assert state.job_by_id[0] is state.jobs[0]

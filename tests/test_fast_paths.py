@@ -214,3 +214,32 @@ def test_knapsack_compiles_where_numba_cannot_cache(monkeypatch: pytest.MonkeyPa
     options = ats.Options(np.concatenate(values), np.array([0, 3, 5]), np.ones(3), np.full(3, -1))
     chosen = compiled(options.speedups, options.offsets, np.array([2, 1, 2]), options.phi, options.held, 3)
     assert chosen.tolist() == reference_knapsack(values, 3) == knapsack(values, 3)
+
+
+def test_speedup_rows_stay_valid_as_the_arena_grows_and_restarts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ATS's memoised speedup rows are stored back to back in one array; rows and :class:`Options`
+    handed out earlier keep their values when the array grows or the memo starts afresh, and a
+    row read back equals :func:`speedup_values` of the job's table."""
+    import baselines.ats as ats
+    from baselines.ats import Options, job_speedups, speedup_values
+
+    arena = ats._RowArena()
+    monkeypatch.setattr(ats, "_ARENA", arena)
+    sim = Simulator(generate_workload("arena", 3, train={"num_jobs": 12}), SimConfig())
+    while len(sim.observe().jobs) < 4:
+        sim.advance()
+    jobs = list(sim.observe().jobs)
+    kept = [(job, fair, job_speedups(job, fair, 4, 12)) for fair in (1, 2, 3) for job in jobs[:2]]
+    early = Options.of(jobs[:2], 1, 4, [12, 12], False)
+    before = [early.speedups[start : start + 13].copy() for start in early.offsets]
+    for fair in range(4, 40):  # 36 x 4 rows of 61 values: past the first 4,096 values
+        Options.of(jobs, fair, 4, [60] * len(jobs), False)
+    assert len(arena.values) > 4096 and arena.values is not early.speedups
+    monkeypatch.setattr(ats, "_ROWS_LIMIT", 5)
+    Options.of(jobs, 1, 4, [3] * len(jobs), False)  # the memo is full: it starts afresh
+    assert len(arena.rows) == len({id(job.rates) for job in jobs}) <= len(jobs)
+    for start, row in zip(early.offsets, before, strict=True):
+        np.testing.assert_array_equal(early.speedups[start : start + 13], row)
+    for job, fair, row in kept:
+        np.testing.assert_array_equal(row, speedup_values(job.rate_table(), fair, 4, 12))
+        assert not row.flags.writeable

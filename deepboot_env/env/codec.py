@@ -30,6 +30,7 @@ returned with it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import ClassVar
 
 import numpy as np
@@ -76,7 +77,7 @@ def split_action(action: np.ndarray, max_jobs: int, slot_choices: int, lend_leve
     return choices, lend
 
 
-def trim_to_capacity(targets: dict[int, int], jobs: dict[int, JobView], excess: int) -> None:
+def trim_to_capacity(targets: dict[int, int], jobs: Mapping[int, JobView], excess: int) -> None:
     """Remove ``excess`` GPUs, one at a time from the largest target (ties: most attained service,
     then latest arrival), computed level by level instead of GPU by GPU.
 
@@ -182,7 +183,7 @@ class ActionCodec(ABC):
         return level / top if top > 0 else 0.0
 
     def _place(
-        self, state: ClusterState, targets: dict[int, int], level: int, jobs: dict[int, JobView]
+        self, state: ClusterState, targets: dict[int, int], level: int, jobs: Mapping[int, JobView]
     ) -> tuple[Counts, int]:
         """Trim ``targets`` to the capacity of lending ``level`` (:func:`trim_to_capacity`), then
         place them; returns the counts and the GPUs trimmed."""
@@ -371,7 +372,7 @@ class ResidualCodec(ActionCodec):
             clipped = min(max(want, 0), job.max_replicas)
             repaired += abs(want - clipped)
             targets[job.id] = clipped
-        counts, trimmed = self._place(state, targets, lend, {job.id: job for job in state.jobs})
+        counts, trimmed = self._place(state, targets, lend, state.job_by_id)
         return counts, repaired + trimmed
 
     def neutral_action(self) -> np.ndarray:

@@ -63,7 +63,7 @@ from deepboot_env.sim.inference import InferencePool, Pod, RequestRecord
 from deepboot_env.sim.jobs import TrainingJob
 from deepboot_env.sim.metrics import EpisodeMetrics, episode_metrics
 from deepboot_env.sim.snapshot import StateBuilder
-from deepboot_env.sim.state import Allocation, ClusterState, GpuRef, validate_allocation
+from deepboot_env.sim.state import Allocation, ClusterState, GpuRef, checked_counts
 from deepboot_env.sim.training import TrainingJobs
 from deepboot_env.sim.workload import InferenceRequestSpec, Workload
 
@@ -487,7 +487,7 @@ class Simulator:
         return self._books.timeline
 
     def observe(self) -> ClusterState:
-        """The read-only state at the current time (jobs advanced to now)."""
+        """The read-only state at the current time (jobs holding GPUs advanced to now)."""
         return self._snapshot.build(self.now, self._active, len(self._pool.waiting), self._recent)
 
     def apply(self, allocation: Allocation, state: ClusterState | None = None) -> None:
@@ -507,12 +507,12 @@ class Simulator:
         """
         if self.done:
             raise RuntimeError("the episode is over; call reset()")
-        wanted = validate_allocation(state or self.observe(), allocation)
+        ids, counts = checked_counts(state or self.observe(), allocation)
         self._books.account(self.now)
         jobs = self.jobs
         relist = getattr(allocation, "relist", None)
         before = {i: jobs[i].version for i in relist if 0 <= i < len(jobs)} if relist else None
-        self._apply_counts({job_id: arr.tolist() for job_id, arr in wanted.items()})
+        self._apply_counts(dict(zip(ids, counts.tolist(), strict=True)))
         if before:  # only the listed jobs whose placement this allocation changed
             self._training.mark_relist([i for i, version in before.items() if jobs[i].version != version])
 

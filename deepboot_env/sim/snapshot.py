@@ -6,7 +6,8 @@ it). A snapshot is built at every decision and at every reclaim, so it is built 
 of a job's view that change only with the job's version (a change of placement or speed) are
 cached per job, and the frozen dataclasses are filled without their ``__init__``. A job that holds
 no GPU makes no progress until its version changes, so every field of its view but ``age`` is
-cached (in a busy cluster most active jobs wait without GPUs).
+cached and the job is not advanced (its clock moves when its placement changes); in a busy
+cluster most active jobs wait without GPUs.
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ class StateBuilder:
         return new
 
     def build(self, now: float, active: Iterable[int], waiting: int, recent: Iterable[int]) -> ClusterState:
-        """The state at ``now`` (the ``active`` jobs, in that order, are advanced to ``now``).
+        """The state at ``now``: the ``active`` jobs in that order, those that hold GPUs advanced to
+        ``now`` (one without GPUs is advanced when its placement changes).
 
         Args:
             now: the current time.
@@ -99,6 +101,20 @@ class StateBuilder:
         adaptive = self.adaptive
         for index in active:
             job = jobs[index]
+            if not job.replicas:  # a waiting job's cached view: only its age changes
+                cached = fixed.get(index)
+                if (
+                    cached is not None
+                    and cached[0] == job.version
+                    and cached[3] == job.max_profiled
+                    and job.pending_profile is None
+                ):
+                    view = new_view(JobView)
+                    fields = view.__dict__
+                    fields.update(cached[1])
+                    fields["age"] = now - fields["arrival"]
+                    views.append(view)
+                    continue
             job.advance(now)
             version = job.version
             if job.pending_profile is not None:

@@ -14,6 +14,7 @@ import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from types import MappingProxyType
 
 import numpy as np
 
@@ -198,6 +199,11 @@ class ClusterState:
         arithmetic of hot paths (computed once per state; the simulator fills it in directly)."""
         return (self.train_used.tolist(), self.running.tolist(), self.protect.tolist(), self.sleeping.tolist())
 
+    @cached_property
+    def job_by_id(self) -> Mapping[int, JobView]:
+        """The active jobs by id (a read-only mapping, built once per state)."""
+        return MappingProxyType({job.id: job for job in self.jobs})
+
     def pinned(self) -> np.ndarray:
         """GPUs per node held by RUNNING/PROTECT pods: never available to training."""
         return self.running + self.protect
@@ -215,7 +221,19 @@ class ClusterState:
         GPUs of the inference nodes plus those training already holds there. The budget
         floor(lend x lendable) is spread over the inference nodes, the nodes training already uses
         first, then those with most lendable GPUs (fewer nodes to reclaim from), then by index.
+
+        Computed once per state and ``lend`` (a policy, the placement and the validation all ask
+        for it at one decision); every call returns a new list.
         """
+        memo: dict[float, list[int]] = self.__dict__.setdefault("_capacity_memo", {})
+        key = float(lend)
+        cap = memo.get(key)
+        if cap is None:
+            cap = memo[key] = self._training_capacity(key)
+        return cap.copy()
+
+    def _training_capacity(self, lend: float) -> list[int]:
+        """:meth:`training_capacity_list`, computed."""
         g = self.config.gpus_per_node
         used, running, protect, _ = self.node_counts
         cap = [g - pinned for pinned in map(operator.add, running, protect)]
@@ -223,7 +241,7 @@ class ClusterState:
         if not infer:
             return cap
         lendable = sum([cap[node] for node in infer])
-        budget = int(math.floor(float(lend) * lendable + 1e-9))
+        budget = int(math.floor(lend * lendable + 1e-9))
         if budget >= lendable:  # every inference node lends all it can: the order does not matter
             return cap
         out = cap.copy()
@@ -306,34 +324,49 @@ def validate_allocation(state: ClusterState, alloc: Allocation) -> dict[int, np.
     Raises:
         AllocationError: naming the job and node at fault.
     """
-    # Fast path: int64 arrays of the right shape, checked all at once; anything else (or any
-    # violation) goes through the job-by-job checks below, which name the culprit.
-    n = state.num_nodes
-    active = {job.id: job for job in state.jobs}
-    ids: list[int] = []
-    rows: list[np.ndarray] = []
-    limits: list[int] = []
-    for job_id, value in alloc.gpus.items():
-        job = active.get(int(job_id))
-        if job is None or type(value) is not np.ndarray or value.dtype != np.int64 or value.shape != (n,):
-            return _validate_each(state, alloc)
-        ids.append(job.id)
-        rows.append(value)
-        limits.append(job.max_replicas)
-    if not rows:
-        return {}
-    counts = np.array(rows)
-    if counts.min() < 0 or (counts.sum(axis=1) > limits).any():
-        return _validate_each(state, alloc)
-    if (counts.sum(axis=0) > state.training_capacity(lend=True)).any():
-        return _validate_each(state, alloc)
+    ids, counts = checked_counts(state, alloc)
     return dict(zip(ids, counts, strict=True))
+
+
+def checked_counts(state: ClusterState, alloc: Allocation) -> tuple[list[int], np.ndarray]:
+    """:func:`validate_allocation` as the job ids and their GPUs per node, one row each of one
+    int64 matrix (for the simulator, which reads the rows as lists)."""
+    # Fast path: every job active and the counts one int64 matrix of the right shape, checked all
+    # at once; anything else (or any violation) goes through the job-by-job checks below, which
+    # name the culprit.
+    gpus = alloc.gpus
+    n = state.num_nodes
+    if not gpus:
+        return [], np.zeros((0, n), dtype=np.int64)
+    active = state.job_by_id
+    try:
+        jobs = [active[job_id] for job_id in gpus]
+        counts = np.array(list(gpus.values()))
+    except (KeyError, TypeError, ValueError):
+        return _checked_each(state, alloc)
+    if (
+        counts.dtype != np.int64
+        or counts.shape != (len(jobs), n)
+        or counts.min() < 0
+        or (counts.sum(axis=1) > [job.max_replicas for job in jobs]).any()
+        or (counts.sum(axis=0) > state.training_capacity(lend=True)).any()
+    ):
+        return _checked_each(state, alloc)
+    return [job.id for job in jobs], counts
+
+
+def _checked_each(state: ClusterState, alloc: Allocation) -> tuple[list[int], np.ndarray]:
+    """:func:`checked_counts` job by job (raises on the first violation)."""
+    out = _validate_each(state, alloc)
+    if not out:
+        return [], np.zeros((0, state.num_nodes), dtype=np.int64)
+    return list(out), np.array(list(out.values()))
 
 
 def _validate_each(state: ClusterState, alloc: Allocation) -> dict[int, np.ndarray]:
     """:func:`validate_allocation` job by job (raises on the first violation)."""
     n = state.num_nodes
-    active = {job.id: job for job in state.jobs}
+    active = state.job_by_id
     out: dict[int, np.ndarray] = {}
     for job_id, value in alloc.gpus.items():
         job = active.get(int(job_id))
