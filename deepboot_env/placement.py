@@ -161,8 +161,9 @@ def place_count_lists(
     free = list(capacity) if isinstance(capacity, list) else np.asarray(capacity).tolist()
     kept, moved = _kept_and_moved(by_id, counts, ascending)
     for job_id in kept:
-        held = out[job_id] = by_id[job_id].alloc.tolist()
-        free = list(map(operator.sub, free, held))
+        out[job_id] = by_id[job_id].alloc.tolist()
+    if kept:  # what the kept jobs hold, node by node, in one pass
+        free = list(map(operator.sub, free, map(sum, zip(*out.values(), strict=True))))
     if not moved:
         return out
     own = node_layout(state.node_kinds).own

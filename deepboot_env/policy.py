@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
 
 from deepboot_env.plugins import load_plugins, resolve_entry_point
-from deepboot_env.sim.reclaim import ats_i_victim
+from deepboot_env.sim.reclaim import ats_i_rule, ats_i_victim
 from deepboot_env.sim.state import (
     Allocation,
     AllocationError,
@@ -113,8 +113,10 @@ class BasePolicy:
         """Subclasses implement the allocation."""
         raise NotImplementedError
 
+    @ats_i_rule
     def choose_reclaim(self, state: ClusterState, request: RequestView) -> GpuRef | None:
-        """DeepBoot's ATS-I rule: the lent GPU whose loss lowers the sum of speedups least."""
+        """DeepBoot's ATS-I rule: the lent GPU whose loss lowers the sum of speedups least (marked
+        :func:`~deepboot_env.sim.reclaim.ats_i_rule`: the simulator computes it directly)."""
         return ats_i_victim(state)
 
     def bind_simulator(self, sim: Simulator) -> None:

@@ -417,3 +417,38 @@ def test_plan_change_stopfree_phases() -> None:
     part = _plan("stopfree", "cifar10", [4, 0], [2, 2])
     assert part.phases == (Phase(24.0, 2, False, (2, 0)), Phase(3.0, 0, False))
     assert _plan("stopfree", "bert", [0, 0], [4, 0], started=False).phases == (Phase(103.0, 0, False),)
+
+
+def test_default_reclaim_hook_computed_without_the_whole_state_chooses_as_on_it(monkeypatch) -> None:
+    """With the default hook (ATS-I, marked ``ats_i_rule``) the simulator reclaims from the views
+    of the jobs that hold GPUs; at every reclaim of a busy lending episode that choice equals
+    ``ats_i_victim`` of the whole state, and the unmarked override of a subclass still gets the
+    whole state."""
+    from baselines.ats import AtsPolicy
+    from deepboot_env.sim.reclaim import ats_i_victim
+    from traces.loaders import load_workload
+
+    direct = Simulator.ats_i_victim
+    checked = []
+
+    def both(self):
+        ref = direct(self)
+        assert ref == ats_i_victim(self.observe())
+        checked.append(ref)
+        return ref
+
+    monkeypatch.setattr(Simulator, "ats_i_victim", both)
+    policy = AtsPolicy()
+    metrics = drive(Simulator(load_workload("test/test-01"), SimConfig(), policy), policy)
+    assert len(checked) >= metrics.reclaims > 400 and any(ref is not None for ref in checked)
+
+    class Override(AtsPolicy):
+        def choose_reclaim(self, state, request):
+            self.states.append(state)
+            return super().choose_reclaim(state, request)
+
+    checked.clear()
+    override = Override()
+    override.states = []
+    drive(Simulator(load_workload("test/test-01"), SimConfig(), override), override)
+    assert not checked and len(override.states) >= metrics.reclaims

@@ -65,10 +65,10 @@ def _overloaded(seed: int):
     )
 
 
-def _episode(sim_type: type[Simulator], policy, workload) -> dict:
+def _episode(sim_type: type[Simulator], policy, workload, cluster: ClusterConfig | None = None) -> dict:
     import deepboot_env.evaluation as evaluation
 
-    config = SimConfig(cluster=ClusterConfig.parse("2x4+2x4"))
+    config = SimConfig(cluster=cluster or ClusterConfig.parse("2x4+2x4"))
     sim = sim_type(workload, config, policy)
     while not sim.done:
         state = sim.observe()
@@ -92,6 +92,15 @@ def test_indexed_queue_equals_the_full_scan(seed: int, policy: str) -> None:
 
     fast, reference = _episode(Simulator, make(), workload), _episode(FullScanSimulator, make(), workload)
     assert max(row[-2] for row in reference["timeline"]) > 50  # really overloaded: requests queued
+    assert fast == reference
+
+
+def test_indexed_queue_equals_the_full_scan_on_a_shared_pool() -> None:
+    """One pool of 4 nodes shared by training and inference (every GPU reclaimable): the same."""
+    workload, cluster = _overloaded(3), ClusterConfig.parse_shared("4x4")
+    fast = _episode(Simulator, make_policy("ats"), workload, cluster)
+    reference = _episode(FullScanSimulator, make_policy("ats"), workload, cluster)
+    assert max(row[-2] for row in reference["timeline"]) > 50
     assert fast == reference
 
 

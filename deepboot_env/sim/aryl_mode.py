@@ -132,6 +132,10 @@ class ArylInferencePool(InferencePool):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.inference_nodes = aryl_inference_nodes(self.ledger.config)
 
+    def _cold_gpu_possible(self) -> bool:
+        """Always (a server may be cleared): step 1 of :meth:`serve_waiting` always runs."""
+        return True
+
     def _cold_node(self, idx: int) -> int | None:
         """The server Aryl mode (or the policy's ``choose_inference_server``) picks for request
         ``idx``, cleared for one pod; None if no server can take it, -1 if the policy let it

@@ -41,7 +41,6 @@ from deepboot_env.sim.apps import COLD_START_DELAY_S
 from deepboot_env.sim.cluster import NODE_INFER, NODE_TRAIN, ClusterLedger
 from deepboot_env.sim.events import EventKind, EventQueue
 from deepboot_env.sim.fork import clone_object, shallow_copy
-from deepboot_env.sim.reclaim import ats_i_victim
 from deepboot_env.sim.state import ClusterState, GpuRef, RequestView
 from deepboot_env.sim.workload import InferenceRequestSpec
 
@@ -122,6 +121,11 @@ class TrainingSide(Protocol):
         """The state at the current time, shown to the policy's reclaim hook."""
         ...
 
+    def ats_i_victim(self) -> GpuRef | None:
+        """:func:`~deepboot_env.sim.reclaim.ats_i_victim` of :meth:`observe` (computed without
+        the whole state where that is cheaper)."""
+        ...
+
     def take_training_gpu(self, ref: GpuRef) -> None:
         """Take the GPU ``ref`` from its training job now (the pod that gets it is counted by
         the pool); raises :class:`~deepboot_env.sim.state.AllocationError` if ``ref`` is not a
@@ -195,6 +199,7 @@ class InferencePool:
             self._reclaimable_total = "train"
         else:
             self._reclaimable_total = None
+        self._inference_gpus = len(self.inference_nodes) * ledger.capacity
 
     _FORK_FIELDS = frozenset(
         {
@@ -217,6 +222,7 @@ class InferencePool:
             "_node_order",
             "_node_order_of",
             "_reclaimable_total",
+            "_inference_gpus",
         }
     )
     """Every attribute of a pool (see :meth:`clone`)."""
@@ -321,12 +327,15 @@ class InferencePool:
            placed in FIFO order.
 
         Only when the policy's reclaim hook refuses a request while lent GPUs exist (a choice that
-        may depend on the request) is the rest of the queue tried one by one.
+        may depend on the request) is the rest of the queue tried one by one. While no cold start
+        can find a GPU (:meth:`_cold_gpu_possible`), step 1 can place only requests with a warm
+        pod of their instance, which step 2 places in the same order, so it is skipped: a blocked
+        queue costs nothing per event.
         """
         waiting = self.waiting
         waiting_of = self._waiting_of
         specs = self._specs
-        while waiting:
+        while waiting and self._cold_gpu_possible():
             ticket, idx = waiting.popitem(last=False)  # a reclaim's state counts only those behind it
             outcome = self._place_request(idx, now)
             if outcome == _PLACED:
@@ -342,6 +351,17 @@ class InferencePool:
         if dirty and waiting:
             self._serve_warm(dirty, now)
         dirty.clear()
+
+    def _cold_gpu_possible(self) -> bool:
+        """False only when :meth:`_cold_node` certainly finds no GPU now: no empty GPU and no SLEEP
+        pod on an inference node, and no training GPU there to reclaim (pods live on inference
+        nodes only, so the ledger's cluster-wide counts tell)."""
+        key = self._reclaimable_total
+        if key is None:
+            return True
+        training, lent, running, protect, sleep, _ = self.ledger.by_state
+        reclaimable = lent if key == "lent" else training + lent
+        return sleep > 0 or reclaimable > 0 or running + protect < self._inference_gpus
 
     def _serve_warm(self, instances: set[str], now: float) -> None:
         """Step 2 of :meth:`serve_waiting`: the first waiting requests of ``instances``, as many
@@ -481,11 +501,12 @@ class InferencePool:
         training = self._training()
         if training is None:
             raise ReferenceError("the training side of this inference pool is gone")
-        state = training.observe()
-        spec = self._specs[idx]
-        view = RequestView(idx, spec.instance, spec.app, spec.arrival, spec.duration)
         chooser = getattr(self.policy, "choose_reclaim", None)
-        ref = chooser(state, view) if chooser is not None else ats_i_victim(state)
+        if chooser is None or getattr(chooser, "ats_i", False):  # ATS-I itself (reclaim.ats_i_rule)
+            ref = training.ats_i_victim()
+        else:
+            spec = self._specs[idx]
+            ref = chooser(training.observe(), RequestView(idx, spec.instance, spec.app, spec.arrival, spec.duration))
         if ref is None:
             return -1
         training.take_training_gpu(ref)

@@ -19,6 +19,8 @@ the victim's term of the sum changes, so the rule compares each candidate's own 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
 import numpy as np
 
@@ -45,14 +47,28 @@ def ats_i_victim(state: ClusterState) -> GpuRef | None:
     Reclaimable GPUs are training GPUs on inference nodes (two clusters) or on any node (shared
     pool): training-cluster GPUs are never taken by inference.
     """
-    reclaimable = np.flatnonzero(state.node_kinds != NODE_TRAIN).tolist()
-    _, running, protect, sleeping = state.node_counts
+    return ats_i_choice(state.jobs, len(state.jobs), state.node_kinds, state.node_counts, state.config.total_gpus)
+
+
+def ats_i_choice(
+    jobs: Iterable[JobView],
+    num_jobs: int,
+    node_kinds: np.ndarray,
+    node_counts: Sequence[Sequence[int]],
+    total_gpus: int,
+) -> GpuRef | None:
+    """:func:`ats_i_victim` from its parts: ``jobs`` (those that hold no GPU may be left out:
+    they are never candidates) of the ``num_jobs`` active jobs, the node kinds, the (train,
+    running, protect, sleep) counts per node and the cluster's GPUs. The simulator reclaims
+    with it directly for the default hook (:func:`ats_i_rule`), without a whole state."""
+    reclaimable = np.flatnonzero(node_kinds != NODE_TRAIN).tolist()
+    _, running, protect, sleeping = node_counts
     pods = sum(running) + sum(protect) + sum(sleeping)
-    j_all = max(len(state.jobs) + pods, 1)
-    fair = math.ceil(state.config.total_gpus / j_all)
+    j_all = max(num_jobs + pods, 1)
+    fair = math.ceil(total_gpus / j_all)
     # (job, GPUs per node, nodes with a reclaimable GPU) of the jobs that hold one, as lists
     candidates = []
-    for job in state.jobs:
+    for job in jobs:
         if not job.replicas:
             continue
         counts = job.alloc.tolist()
@@ -72,3 +88,15 @@ def ats_i_victim(state: ClusterState) -> GpuRef | None:
             if best is None or loss < best[0] - 1e-12:
                 best = (loss, GpuRef(job.id, node))
     return None if best is None else best[1]
+
+
+_Hook = TypeVar("_Hook", bound=Callable[..., object])
+
+
+def ats_i_rule(hook: _Hook) -> _Hook:
+    """Mark a ``choose_reclaim`` hook that is ATS-I itself (``ats_i_victim(state)``, whatever the
+    request): the simulator then reclaims by :func:`ats_i_choice` over the jobs that hold GPUs
+    instead of building the whole state for the hook (the same choice; a hook that overrides a
+    marked one is not marked unless it says so)."""
+    hook.ats_i = True  # type: ignore[attr-defined]
+    return hook

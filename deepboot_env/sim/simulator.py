@@ -62,6 +62,7 @@ from deepboot_env.sim.fork import SimSnapshot, clone_into
 from deepboot_env.sim.inference import InferencePool, Pod, RequestRecord
 from deepboot_env.sim.jobs import TrainingJob
 from deepboot_env.sim.metrics import EpisodeMetrics, episode_metrics
+from deepboot_env.sim.reclaim import ats_i_choice
 from deepboot_env.sim.snapshot import StateBuilder
 from deepboot_env.sim.state import Allocation, ClusterState, GpuRef, checked_counts
 from deepboot_env.sim.training import TrainingJobs
@@ -489,6 +490,21 @@ class Simulator:
     def observe(self) -> ClusterState:
         """The read-only state at the current time (jobs holding GPUs advanced to now)."""
         return self._snapshot.build(self.now, self._active, len(self._pool.waiting), self._recent)
+
+    def ats_i_victim(self) -> GpuRef | None:
+        """:func:`~deepboot_env.sim.reclaim.ats_i_victim` of :meth:`observe`, from the views of
+        the jobs that hold GPUs only (the pool's reclaim with the default hook)."""
+        jobs = self.jobs
+        active = self._active
+        ledger = self.ledger
+        counts = ledger.counts
+        return ats_i_choice(
+            self._snapshot.views(self.now, [index for index in active if jobs[index].replicas]),
+            len(active),
+            ledger.kinds,
+            (counts["train"], counts["running"], counts["protect"], counts["sleep"]),
+            self.config.cluster.total_gpus,
+        )
 
     def apply(self, allocation: Allocation, state: ClusterState | None = None) -> None:
         """Apply a policy's allocation at the current boundary, after checking it

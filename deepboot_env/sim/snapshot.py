@@ -84,22 +84,15 @@ class StateBuilder:
         new._view_fields = self._view_fields.copy()
         return new
 
-    def build(self, now: float, active: Iterable[int], waiting: int, recent: Iterable[int]) -> ClusterState:
-        """The state at ``now``: the ``active`` jobs in that order, those that hold GPUs advanced to
-        ``now`` (one without GPUs is advanced when its placement changes).
-
-        Args:
-            now: the current time.
-            active: indices of the active training jobs.
-            waiting: inference requests waiting for a GPU.
-            recent: inference arrivals per recent interval (oldest first).
-        """
+    def views(self, now: float, indices: Iterable[int]) -> list[JobView]:
+        """The views at ``now`` of the jobs ``indices`` (active jobs), in that order; those that
+        hold GPUs are advanced to ``now`` (see :meth:`build`)."""
         views = []
         fixed = self._view_fields
         new_view = object.__new__
         jobs = self.jobs
         adaptive = self.adaptive
-        for index in active:
+        for index in indices:
             job = jobs[index]
             if not job.replicas:  # a waiting job's cached view: only its age changes
                 cached = fixed.get(index)
@@ -157,6 +150,19 @@ class StateBuilder:
             if job.replicas:
                 _progress_fields(fields, job, cached[2])
             views.append(view)
+        return views
+
+    def build(self, now: float, active: Iterable[int], waiting: int, recent: Iterable[int]) -> ClusterState:
+        """The state at ``now``: the ``active`` jobs in that order, those that hold GPUs advanced to
+        ``now`` (one without GPUs is advanced when its placement changes).
+
+        Args:
+            now: the current time.
+            active: indices of the active training jobs.
+            waiting: inference requests waiting for a GPU.
+            recent: inference arrivals per recent interval (oldest first).
+        """
+        views = self.views(now, active)
         counts = self.ledger.counts
         node_counts = (
             counts["train"].copy(),
@@ -164,6 +170,7 @@ class StateBuilder:
             counts["protect"].copy(),
             counts["sleep"].copy(),
         )
+        arrays = np.array(node_counts, dtype=np.int64)  # one conversion; each field is a row
         # filled like the views (every field of ClusterState, set once, without its __init__)
         state = object.__new__(ClusterState)
         state.__dict__.update(
@@ -171,10 +178,10 @@ class StateBuilder:
             interval=self.interval,
             config=self.cluster,
             node_kinds=self.ledger.kinds,
-            train_used=np.array(node_counts[0], dtype=np.int64),
-            running=np.array(node_counts[1], dtype=np.int64),
-            protect=np.array(node_counts[2], dtype=np.int64),
-            sleeping=np.array(node_counts[3], dtype=np.int64),
+            train_used=arrays[0],
+            running=arrays[1],
+            protect=arrays[2],
+            sleeping=arrays[3],
             node_counts=node_counts,
             jobs=tuple(views),
             waiting_requests=waiting,
