@@ -24,6 +24,7 @@ register_policy(
     relist_restarts=True,
     label="ats-deepboot",
 )
+register_policy("ats-srpt", "baselines.ats:AtsPolicy", lend=True, srpt_power=0.25, label="ats-srpt")
 register_policy("pollux", "baselines.pollux:PolluxPolicy", lend=False)
 register_policy("pollux-lend", "baselines.pollux:PolluxPolicy", lend=True)
 register_policy("pollux-noavoid", "baselines.pollux:PolluxPolicy", lend=False, avoid_interference=False)

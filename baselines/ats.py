@@ -59,6 +59,7 @@ import numpy as np
 from baselines.job_order import job_priority_key
 from deepboot_env.placement import place_counts
 from deepboot_env.policy import Allocation, BasePolicy, ClusterState, JobView
+from deepboot_env.sim.reclaim import fair_share_base
 
 RESTART_PENALTY_S = 10.0
 """Seconds per restart in ATS's restart factor (the original's constant)."""
@@ -88,14 +89,20 @@ def option_values(
 
 
 def option_matrix(
-    jobs: Sequence[JobView], fair: int, gpus_per_node: int, caps: Sequence[int], linear_untrained: bool = False
+    jobs: Sequence[JobView],
+    fair: int,
+    gpus_per_node: int,
+    caps: Sequence[int],
+    linear_untrained: bool = False,
+    weights: np.ndarray | None = None,
 ) -> np.ndarray:
     """:func:`option_values` of every job at once: row i holds job i's values of w = 0..caps[i]
-    GPUs, then zeros up to ``max(caps)`` (the products :class:`Options` describes)."""
-    options = Options.of(jobs, fair, gpus_per_node, caps, linear_untrained)
+    GPUs, then zeros up to ``max(caps)`` (the products :class:`Options` describes; ``weights``
+    as there)."""
+    options = Options.of(jobs, fair, gpus_per_node, caps, linear_untrained, weights)
     out = np.zeros((len(jobs), max(caps, default=0) + 1))
     for i, (start, cap) in enumerate(zip(options.offsets.tolist(), caps, strict=True)):
-        row = options.speedups[start : start + cap + 1]
+        row = options.speedups[start : start + cap + 1] * options.weights[i]
         out[i, : cap + 1] = row * options.phi[i]
         if 0 <= options.held[i] <= cap:
             out[i, options.held[i]] = row[options.held[i]]
@@ -105,20 +112,29 @@ def option_matrix(
 @dataclass(frozen=True)
 class Options:
     """Every job's option values, without building them: job i's value of w GPUs is
-    ``speedups[offsets[i] + w]``, times its restart factor ``phi[i]`` unless w is ``held[i]``,
-    the GPUs it holds (-1 or more than its cap: none of its options). The knapsack computes the products as it
+    ``speedups[offsets[i] + w] * weights[i]``, times its restart factor ``phi[i]`` unless w is
+    ``held[i]``, the GPUs it holds (-1 or more than its cap: none of its options). The weights
+    are 1 for ATS (:attr:`AtsPolicy.srpt_power` 0). The knapsack computes the products as it
     reads them (the same products as :func:`option_matrix`'s)."""
 
     speedups: np.ndarray
     offsets: np.ndarray
     phi: np.ndarray
     held: np.ndarray
+    weights: np.ndarray
 
     @classmethod
     def of(
-        cls, jobs: Sequence[JobView], fair: int, gpus_per_node: int, caps: Sequence[int], linear_untrained: bool
+        cls,
+        jobs: Sequence[JobView],
+        fair: int,
+        gpus_per_node: int,
+        caps: Sequence[int],
+        linear_untrained: bool,
+        weights: np.ndarray | None = None,
     ) -> Options:
-        """The options of ``jobs``, job i taking 0..caps[i] GPUs (see :func:`option_values`)."""
+        """The options of ``jobs``, job i taking 0..caps[i] GPUs (see :func:`option_values`),
+        weighted by ``weights`` (None: all 1)."""
         arena = _ARENA
         arena.start_call()
         if linear_untrained:
@@ -126,11 +142,21 @@ class Options:
                 arena.linear_row(fair, cap) if not job.trained else arena.speedup_row(job, fair, gpus_per_node, cap)
                 for job, cap in zip(jobs, caps, strict=True)
             ]
-        else:
-            offsets = [arena.speedup_row(job, fair, gpus_per_node, cap) for job, cap in zip(jobs, caps, strict=True)]
+        else:  # the memo's hits read inline (the commonest case by far), misses through speedup_row
+            hits = arena.rows.get
+            offsets = []
+            for job, cap in zip(jobs, caps, strict=True):
+                rates = job.rates
+                hit = hits((id(rates), job.epoch, fair, gpus_per_node, cap))
+                if hit is not None and hit[0] is rates:
+                    offsets.append(hit[1])
+                else:
+                    offsets.append(arena.speedup_row(job, fair, gpus_per_node, cap))
         held = np.array([job.replicas for job in jobs], dtype=np.int64)
         phi = restart_factors(np.array([job.age for job in jobs]), np.array([job.num_restarts for job in jobs]))
-        return cls(arena.values, np.array(offsets, dtype=np.int64), phi, held)
+        if weights is None:
+            weights = np.ones(len(offsets))
+        return cls(arena.values, np.array(offsets, dtype=np.int64), phi, held, weights)
 
 
 class _RowArena:
@@ -236,7 +262,7 @@ def knapsack_matrix(values: np.ndarray, widths: Sequence[int], capacity: int) ->
         return []
     flat = np.ascontiguousarray(values, dtype=np.float64)
     offsets = np.arange(n, dtype=np.int64) * flat.shape[1]
-    options = Options(flat.reshape(-1), offsets, np.ones(n), np.full(n, -1, dtype=np.int64))
+    options = Options(flat.reshape(-1), offsets, np.ones(n), np.full(n, -1, dtype=np.int64), np.ones(n))
     return knapsack_options(options, widths, capacity)
 
 
@@ -252,13 +278,25 @@ def knapsack_options(options: Options, widths: Sequence[int], capacity: int) -> 
         return []
     kernel = _compiled_knapsack()
     chosen = kernel(
-        options.speedups, options.offsets, np.asarray(widths, dtype=np.int64), options.phi, options.held, int(capacity)
+        options.speedups,
+        options.offsets,
+        np.asarray(widths, dtype=np.int64),
+        options.phi,
+        options.held,
+        options.weights,
+        int(capacity),
     )
     return cast(list[int], chosen.tolist())
 
 
 def _knapsack_loops(
-    speedups: np.ndarray, offsets: np.ndarray, widths: np.ndarray, phi: np.ndarray, held: np.ndarray, capacity: int
+    speedups: np.ndarray,
+    offsets: np.ndarray,
+    widths: np.ndarray,
+    phi: np.ndarray,
+    held: np.ndarray,
+    weights: np.ndarray,
+    capacity: int,
 ) -> np.ndarray:
     """The group knapsack's programme and trace-back over :class:`Options` arrays, cell by cell
     (compiled by :func:`_compiled_knapsack`; plain Python gives the same result, slowly).
@@ -274,7 +312,8 @@ def _knapsack_loops(
         width = min(widths[i], capacity)
         start = offsets[i]
         for w in range(1, width + 1):
-            values[w] = speedups[start + w] if w == held[i] else speedups[start + w] * phi[i]
+            value = speedups[start + w] * weights[i]
+            values[w] = value if w == held[i] else value * phi[i]
         for c in range(capacity + 1):
             best = dp[i, c]
             for w in range(1, min(width, c) + 1):
@@ -292,7 +331,9 @@ def _knapsack_loops(
         tol = 1e-12 * max(1.0, abs(target))
         start = offsets[i]
         for w in range(1, width + 1):
-            value = speedups[start + w] if w == held[i] else speedups[start + w] * phi[i]
+            value = speedups[start + w] * weights[i]
+            if w != held[i]:
+                value *= phi[i]
             if abs(dp[i, c - w] + value - target) <= tol:
                 choice[i] = w
                 c -= w
@@ -338,6 +379,16 @@ def knapsack_prefix(
     return max(within, min(covering, len(widths)))
 
 
+def epochs_left_work(job: JobView) -> float:
+    """The progress of the epochs ``job`` has not completed (its application's target less the
+    progress at the end of its last completed epoch): what a scheduler that knows the
+    application's epochs and the job's epoch, but not its progress inside the epoch, can tell of
+    the work left."""
+    app = job.rates.app
+    done = float(app.epoch_progress[job.epoch - 1]) if job.epoch > 0 else 0.0
+    return app.target_progress - done
+
+
 class AtsPolicy(BasePolicy):
     """DeepBoot ATS allocator.
 
@@ -349,6 +400,9 @@ class AtsPolicy(BasePolicy):
             (see the module docstring).
         relist_restarts: report the moved jobs whose GPU list the original's ATS-I would
             rewrite (:attr:`Allocation.relist <deepboot_env.sim.state.Allocation.relist>`).
+        srpt_power: p >= 0; with p > 0 every option value of a job is weighted by ``T ** -p``,
+            T its remaining time at its fair share (:meth:`job_weights`; ``ats-srpt``,
+            docs/policies.md §8.6); 0 is ATS.
         label: the policy's name in results (default ``ats`` or ``ats-nolend``).
     """
 
@@ -360,11 +414,15 @@ class AtsPolicy(BasePolicy):
         lend: bool | float = True,
         linear_untrained: bool = False,
         relist_restarts: bool = False,
+        srpt_power: float = 0.0,
         label: str | None = None,
     ) -> None:
+        if isinstance(srpt_power, bool) or not (isinstance(srpt_power, int | float) and 0.0 <= srpt_power < math.inf):
+            raise ValueError(f"srpt_power must be a finite number >= 0, got {srpt_power!r}")
         self.lend = lend
         self.linear_untrained = linear_untrained
         self.relist_restarts = relist_restarts
+        self.srpt_power = float(srpt_power)
         self.name = label or ("ats" if lend else "ats-nolend")
 
     def decide(self, state: ClusterState) -> Allocation:
@@ -384,7 +442,7 @@ class AtsPolicy(BasePolicy):
             useful = [min(cap, j.rates.max_replicas) for cap, j in zip(caps, jobs, strict=True)]
             if knapsack_prefix(caps, useful, capacity) < len(jobs):
                 return self._bounded_counts(jobs, caps, capacity, fair, state.gpus_per_node)
-        options = Options.of(jobs, fair, state.gpus_per_node, caps, self.linear_untrained)
+        options = Options.of(jobs, fair, state.gpus_per_node, caps, self.linear_untrained, self.job_weights(jobs, fair))
         chosen = knapsack_options(options, caps, min(capacity, total))
         return {j.id: w for j, w in zip(jobs, chosen, strict=True)}
 
@@ -406,7 +464,7 @@ class AtsPolicy(BasePolicy):
             if considered < len(widths):  # bounded: values beyond a job's useful width add nothing
                 widths = useful
             widths = widths[:considered]
-            options = Options.of(part, fair, gpus_per_node, widths, self.linear_untrained)
+            options = Options.of(part, fair, gpus_per_node, widths, self.linear_untrained, self.job_weights(part, fair))
             chosen = knapsack_options(options, widths, min(left, sum(widths)))
             counts.update(zip((j.id for j in part), chosen, strict=True))
             start += considered
@@ -422,7 +480,21 @@ class AtsPolicy(BasePolicy):
         relist = frozenset(i for i, nodes in (order or {}).items() if nodes != sorted(nodes))
         return Allocation(placed, relist=relist)
 
+    def job_weights(self, jobs: Sequence[JobView], fair: int) -> np.ndarray | None:
+        """Each job's weight in the knapsack: ``max(T, 1) ** -srpt_power``, T its remaining time
+        at its fair share in seconds, or None (all 1) for ATS.
+
+        T is the work of the epochs the job has not completed (its application's profile and its
+        epoch, as the RL observation shows them; no ``remaining_work`` oracle) over its rate at
+        ``fair`` GPUs on one node (:func:`~deepboot_env.sim.reclaim.fair_share_base`).
+        """
+        power = self.srpt_power
+        if power == 0.0:
+            return None
+        remaining = np.array([epochs_left_work(job) / fair_share_base(job, fair) for job in jobs])
+        return np.maximum(remaining, 1.0) ** -power
+
     def job_caps(self, jobs: Sequence[JobView], capacity: int, fair: int) -> list[int]:
         """The most GPUs the knapsack may give each job: its cap, at most the whole ``capacity``
         (``fair`` is the fair share ``ceil(capacity / jobs)``; a variant may cap at it)."""
-        return [min(job.max_replicas, capacity) for job in jobs]
+        return [cap if cap < capacity else capacity for cap in [job.max_replicas for job in jobs]]

@@ -1,0 +1,87 @@
+"""``ats-srpt``: ATS whose option values are weighted by the jobs' remaining time (docs/policies.md §8.6)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+
+import numpy as np
+import pytest
+from builders import cluster_state, job_view
+
+from baselines.ats import AtsPolicy, epochs_left_work, job_priority_key, option_matrix
+from deepboot_env.policy import make_policy
+from deepboot_env.sim.apps import get_app
+from deepboot_env.sim.reclaim import fair_share_base
+
+
+def _job(job_id: int, epoch: int, alloc=(0, 0), app: str = "cifar10", max_replicas: int = 4):
+    """A job at the start of ``epoch``; its ``remaining_work`` oracle says nothing (1e6)."""
+    return job_view(job_id, app, list(alloc), max_replicas, epoch=epoch)
+
+
+def test_the_work_left_is_that_of_the_epochs_not_completed() -> None:
+    """Read from the application's profile and the job's epoch, never from the oracle."""
+    cifar = get_app("cifar10")
+    assert epochs_left_work(_job(0, 0)) == cifar.target_progress
+    assert epochs_left_work(_job(0, 99)) == pytest.approx(cifar.target_progress / 100, rel=0.02)
+    assert epochs_left_work(_job(0, 100)) == 0.0
+    oracle = dataclasses.replace(_job(0, 40), remaining_work=1.0)
+    assert epochs_left_work(oracle) == epochs_left_work(_job(0, 40))
+
+
+def test_weights_are_the_remaining_time_at_the_fair_share_to_the_minus_power() -> None:
+    jobs = [_job(0, 99), _job(1, 0), _job(2, 100)]
+    weights = AtsPolicy(srpt_power=0.25).job_weights(jobs, 2)
+    assert weights is not None
+    expected = [max(epochs_left_work(job) / fair_share_base(job, 2), 1.0) ** -0.25 for job in jobs]
+    np.testing.assert_array_equal(weights, expected)
+    assert weights[0] > 2 * weights[1] and weights[2] == 1.0  # the job near its end weighs more; floored at 1 s
+    assert AtsPolicy().job_weights(jobs, 2) is None  # ATS: no weights at all
+
+
+def test_the_job_closer_to_its_end_gets_more_of_scarce_gpus() -> None:
+    """Two cifar10 jobs on 4 GPUs: ATS shares them by speedup alone; ats-srpt gives the job with
+    1 % of the other's work left more of them, and every GPU is still used."""
+    state = cluster_state("1x4", [_job(0, 0, (0,)), _job(1, 99, (0,))])
+    ats = make_policy("ats").propose_counts(state)
+    srpt = make_policy("ats-srpt").propose_counts(state)
+    assert srpt[1] > ats[1] and srpt[0] < ats[0]
+    assert sum(srpt.values()) == sum(ats.values()) == 4
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_weighted_knapsack_attains_the_best_weighted_sum(seed: int) -> None:
+    """Against exhaustive search over every allocation of three jobs: the compiled knapsack's
+    counts reach the largest sum of weighted, restart-discounted option values."""
+    rng = np.random.default_rng(seed)
+    apps = ["cifar10", "bert", "ncf", "deepspeech2", "imagenet", "yolov3"]
+    jobs = [
+        dataclasses.replace(
+            job_view(i, apps[int(rng.integers(len(apps)))], [int(rng.integers(0, 3)), 0], 4, restarts=int(i == 1)),
+            epoch=int(rng.integers(0, 2)),
+        )
+        for i in range(3)
+    ]
+    state = cluster_state("2x4", jobs)
+    policy = AtsPolicy(srpt_power=0.5)
+    counts = policy.propose_counts(state)
+    ordered = sorted(state.jobs, key=job_priority_key)
+    capacity = int(state.training_capacity().sum())
+    fair = math.ceil(capacity / len(ordered))
+    caps = policy.job_caps(ordered, capacity, fair)
+    values = option_matrix(ordered, fair, 4, caps, weights=policy.job_weights(ordered, fair))
+    best = max(
+        sum(values[i, w] for i, w in enumerate(ws))
+        for ws in itertools.product(*(range(c + 1) for c in caps))
+        if sum(ws) <= capacity
+    )
+    chosen = sum(values[i, counts[job.id]] for i, job in enumerate(ordered))
+    assert chosen == pytest.approx(best, rel=1e-12)
+
+
+@pytest.mark.parametrize("bad", [-0.25, math.nan, math.inf, "0.25", True])
+def test_the_power_is_checked(bad) -> None:
+    with pytest.raises(ValueError, match="srpt_power must be a finite number >= 0"):
+        AtsPolicy(srpt_power=bad)
