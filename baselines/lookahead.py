@@ -109,6 +109,7 @@ CANDIDATES: dict[str, Candidate] = {
         Candidate("ats-nolend", lambda: make_policy("ats-nolend"), stateless=True),
         Candidate("ats-lend50", lambda: AtsPolicy(lend=0.5, label="ats-lend50"), stateless=True),
         Candidate("ats-spread", lambda: SpreadAtsPolicy(), stateless=True),
+        Candidate("ats-srpt", lambda: make_policy("ats-srpt"), stateless=True),
     )
 }
 """The known candidates by label; any other registered policy name is a stateful candidate."""
