@@ -497,4 +497,5 @@ class AtsPolicy(BasePolicy):
     def job_caps(self, jobs: Sequence[JobView], capacity: int, fair: int) -> list[int]:
         """The most GPUs the knapsack may give each job: its cap, at most the whole ``capacity``
         (``fair`` is the fair share ``ceil(capacity / jobs)``; a variant may cap at it)."""
+        # min(cap, capacity) without a call per job: this runs over every active job at every decision
         return [cap if cap < capacity else capacity for cap in [job.max_replicas for job in jobs]]

@@ -30,20 +30,16 @@ def overloaded_workload():
     return generate_workload("overloaded", 7, train={"num_jobs": 400}, inference={"mean_gpus": 27.0, "amplitude": 0.85})
 
 
-def episode_cpu(sim_type: type[Simulator], workload, repeat: int) -> tuple[float, Simulator]:
-    """Best CPU seconds of ``repeat`` ATS episodes, and the last simulator."""
-    best, sim = float("inf"), None
-    for _ in range(repeat):
-        policy = make_policy("ats")
-        start = time.process_time()
-        sim = sim_type(workload, SimConfig(), policy)
-        while not sim.done:
-            state = sim.observe()
-            sim.apply(policy.decide(state), state)
-            sim.advance()
-        best = min(best, time.process_time() - start)
-    assert sim is not None
-    return best, sim
+def episode_cpu(sim_type: type[Simulator], workload) -> tuple[float, Simulator]:
+    """CPU seconds of one ATS episode, and its simulator."""
+    policy = make_policy("ats")
+    start = time.process_time()
+    sim = sim_type(workload, SimConfig(), policy)
+    while not sim.done:
+        state = sim.observe()
+        sim.apply(policy.decide(state), state)
+        sim.advance()
+    return time.process_time() - start, sim
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,8 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     light, heavy = load_workload("test/test-01"), overloaded_workload()
     base = cost = float("inf")
     for _ in range(args.repeat):  # alternated, so that a drift of the machine's speed hits both
-        base = min(base, episode_cpu(Simulator, light, 1)[0])
-        run, sim = episode_cpu(Simulator, heavy, 1)
+        base = min(base, episode_cpu(Simulator, light)[0])
+        run, sim = episode_cpu(Simulator, heavy)
         cost = min(cost, run)
     queue = max(int(row[-2]) for row in sim.timeline)
     print(f"test-01: {base:.3f} s CPU (ATS, 160 jobs, 4,834 requests)")
@@ -68,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
         from test_overload import FullScanSimulator
 
-        ref, ref_sim = episode_cpu(FullScanSimulator, heavy, 1)
+        ref, ref_sim = episode_cpu(FullScanSimulator, heavy)
         same = ref_sim.metrics().deterministic_dict() == sim.metrics().deterministic_dict()
         print(f"reference full scan: {ref:.2f} s CPU = {ref / base:.1f}x test-01; same metrics: {same}")
     return 0

@@ -358,9 +358,7 @@ def checked_counts(state: ClusterState, alloc: Allocation) -> tuple[list[int], n
 def _checked_each(state: ClusterState, alloc: Allocation) -> tuple[list[int], np.ndarray]:
     """:func:`checked_counts` job by job (raises on the first violation)."""
     out = _validate_each(state, alloc)
-    if not out:
-        return [], np.zeros((0, state.num_nodes), dtype=np.int64)
-    return list(out), np.array(list(out.values()))
+    return list(out), np.array(list(out.values()), dtype=np.int64).reshape(len(out), state.num_nodes)
 
 
 def _validate_each(state: ClusterState, alloc: Allocation) -> dict[int, np.ndarray]:
