@@ -94,15 +94,30 @@ class StateBuilder:
         adaptive = self.adaptive
         for index in indices:
             job = jobs[index]
-            # a waiting job makes no progress: its clock moves when its placement changes
-            if job.replicas or job.pending_profile is not None:
-                job.advance(now)
-                if job.pending_profile is not None:
-                    job.profiled(now)  # SimConfig(cap_growth="trained"): the cap grows once trained
+            # A waiting job's cached view: only its age changes. This shortcut repeats the view's
+            # last lines below on purpose: it is most of the views of an overloaded cluster, and
+            # folding it into the general path measured about 1 % slower on bench_overload.
+            if not job.replicas:
+                cached = fixed.get(index)
+                if (
+                    cached is not None
+                    and cached[0] == job.version
+                    and cached[3] == job.max_profiled
+                    and job.pending_profile is None
+                ):
+                    view = new_view(JobView)
+                    fields = view.__dict__
+                    fields.update(cached[1])
+                    fields["age"] = now - fields["arrival"]
+                    views.append(view)
+                    continue
+            job.advance(now)
+            version = job.version
+            if job.pending_profile is not None:
+                job.profiled(now)  # SimConfig(cap_growth="trained"): the cap grows once trained
             # Fields that change only with the job's version (a change of placement or speed) or
             # its exploration cap; the job's alloc is a read-only array (jobs.frozen_alloc), so
             # its views share it.
-            version = job.version
             cached = fixed.get(index)
             if cached is None or cached[0] != version or cached[3] != job.max_profiled:
                 spec = job.spec
