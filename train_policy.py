@@ -11,6 +11,7 @@ Examples::
     python train_policy.py --algo maskable_ppo --vec-env ray --n-envs 16 --address auto  # envs on a Ray cluster
     python train_policy.py --algo maskable_ppo --tune sweep.yml --address auto  # a sweep on Ray Tune (agents.sweep)
     python train_policy.py --algo maskable_ppo -i runs/maskable_ppo_1/final_model.zip -n 100000  # resume
+    python train_policy.py --algo es --preset priority-es --workload family:mixed  # the learned priority
     tensorboard --logdir runs/
 
 Each run writes ``<log-folder>/<algo>_<n>/``: ``config.yml`` (arguments, resolved
@@ -23,7 +24,10 @@ episode, ``eval/*``, ``train/*``, the settings as hparams and text, and ``pretra
 ``tb/pretrain``; ``checkpoints/`` every
 ``--save-freq`` steps (25,000 by default). SIGINT (Ctrl-C) or SIGTERM stops the run at the next
 step: the model, its config and the evaluations so far are saved as at a normal end, one line
-says how to resume, and the exit status is 130 or 143. Evaluate the result like any baseline::
+says how to resume, and the exit status is 130 or 143. ``--algo es`` trains the learned priority
+of :mod:`agents.priority` by evolution strategies instead (:func:`agents.evolution.train_es`:
+``es_<n>/`` with ``best_model.json``, loaded as ``priority:<path>``). Evaluate the result like
+any baseline::
 
     deepboot compare --policies ats ppo:runs/maskable_ppo_1/best_model.zip --workloads test
 
@@ -39,6 +43,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agents.checkpoint import CheckpointError
+from agents.evolution import EsConfigError, train_es
 from agents.factory import ALGOS, DEVICES, POLICY_ARCHS, VEC_ENVS, ConfigError
 from agents.interrupt import TrainingInterrupted
 from agents.run_config import ENV_IDS, preset_descriptions
@@ -58,8 +63,19 @@ def build_parser() -> argparse.ArgumentParser:
         + "".join(f"  {name:<{width}}  {text}\n" for name, text in presets.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--algo", default=None, help=f"{' | '.join(ALGOS)} (default: ppo, or the --resume model's)")
-    p.add_argument("-n", "--n-timesteps", type=int, default=None, help="timesteps to train (preset: 200000)")
+    p.add_argument(
+        "--algo",
+        default=None,
+        help=f"{' | '.join(ALGOS)} | es (default: ppo, or the --resume model's); es: evolution strategies "
+        "for the learned priority of agents.priority (agents.evolution)",
+    )
+    p.add_argument(
+        "-n",
+        "--n-timesteps",
+        type=int,
+        default=None,
+        help="timesteps to train (preset: 200000); --algo es: generations",
+    )
     p.add_argument(
         "--policy-arch",
         choices=tuple(POLICY_ARCHS),
@@ -195,8 +211,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.command = None if argv is None else "train_policy.py " + " ".join(argv)
     try:
-        sweep(args) if args.tune else train(args)
-    except (ConfigError, CheckpointError, FileNotFoundError) as exc:
+        dispatch(args)
+    except (ConfigError, CheckpointError, EsConfigError, FileNotFoundError) as exc:
         parser.error(str(exc))
     except TrainingInterrupted as stop:
         print(f"train_policy.py: {stop}", file=sys.stderr)
@@ -209,6 +225,13 @@ def run(argv: Sequence[str]) -> Path:
     (for scripts and tests)."""
     args = build_parser().parse_args(list(argv))
     args.command = "train_policy.py " + " ".join(argv)
+    return dispatch(args)
+
+
+def dispatch(args: argparse.Namespace) -> Path:
+    """Run what ``args`` ask for: an ES run (``--algo es``), a sweep (``--tune``) or a PPO run."""
+    if args.algo == "es":
+        return train_es(args)
     return sweep(args) if args.tune else train(args)
 
 

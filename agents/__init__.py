@@ -10,10 +10,13 @@
 * :mod:`agents.run_config`: a training run's settings (presets of ``conf/deepboot.yml`` < flags).
 * :mod:`agents.training_run`: one training run (:func:`~agents.training_run.train`) and its
   run folder.
+* :mod:`agents.priority`: a learned per-job priority inside ATS's knapsack
+  (``make_policy("priority:<path>")``), trained by evolution strategies (:mod:`agents.evolution`,
+  ``train_policy.py --algo es``).
 
 Training from the command line: ``python train_policy.py --help``. Importing this package is
-cheap (it registers the ``ppo:<path>`` policy prefix); the submodules import stable-baselines3 /
-torch when used.
+cheap (it registers the ``ppo:<path>`` and ``priority:<path>`` policy prefixes); the submodules
+import stable-baselines3 / torch when used.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 from deepboot_env.policy import register_prefix
 
 register_prefix("ppo", "agents.policy_adapter:load_agent_policy", arg="path")
+register_prefix("priority", "agents.priority:load_priority_policy", arg="path")
 
 
 def load_agent(path: str | Path, *, device: str = "cpu", trust: bool = False) -> tuple[Any, Any]:

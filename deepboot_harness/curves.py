@@ -68,6 +68,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--ratio", metavar="NAME", default=None, help="plot the mean JCT ratio to the runs' reference NAME"
     )
+    parser.add_argument(
+        "--x-label", default="training timesteps", help="x axis (an ES run's timesteps are training episodes)"
+    )
     parser.add_argument("--out", required=True, help="PNG path")
     args = parser.parse_args(argv)
     labels = args.labels or [Path(r).name for r in args.runs]
@@ -87,9 +90,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(exc))
     if args.ratio:
         refs = {args.ratio: 1.0, **refs}
-        print(plot_learning_curves(runs, args.out, refs, ratio_to=args.ratio))
+        print(plot_learning_curves(runs, args.out, refs, ratio_to=args.ratio, xlabel=args.x_label))
     else:
-        print(plot_learning_curves(runs, args.out, refs))
+        print(plot_learning_curves(runs, args.out, refs, xlabel=args.x_label))
     return 0
 
 

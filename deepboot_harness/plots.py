@@ -406,6 +406,7 @@ def plot_learning_curves(
     references: Mapping[str, float] | None = None,
     title: str = "Validation: mean training JCT",
     ratio_to: str | None = None,
+    xlabel: str = "training timesteps",
 ) -> Path:
     """Validation mean JCT against training timesteps for each run, with reference policies as
     horizontal lines (e.g. ATS on the same workloads); with ``ratio_to``, the points and lines are
@@ -419,7 +420,7 @@ def plot_learning_curves(
     for name, value in (references or {}).items():
         shown = f"{value:.3f}" if ratio_to else f"{value:,.0f} s"
         ax.axhline(value, linestyle="--", linewidth=1, color=colors[name], label=f"{name} ({shown})")
-    ax.set_xlabel("training timesteps")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(f"mean training JCT / {ratio_to}'s" if ratio_to else "mean training JCT (s)")
     ax.set_title(f"Validation: mean JCT ratio to {ratio_to}" if ratio_to else title)
     ax.grid(alpha=0.3)

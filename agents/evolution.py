@@ -1,0 +1,452 @@
+"""Evolution strategies for the learned priority of :mod:`agents.priority` (``train_policy.py --algo es``).
+
+The learned part of :class:`~agents.priority.PriorityPolicy` is a handful of coefficients that
+decide every job's weight in ATS's knapsack. Its effect shows only in whole episodes (who finishes
+first changes every later decision), so it is trained on the episode's own objective, the mean
+training JCT, by natural evolution strategies (Wierstra et al. 2014; Salimans et al. 2017 for
+RL), not by a per-decision policy gradient:
+
+* each generation draws ``seeds_per_family`` train-seed scenarios of every training family
+  (:func:`traces.families.sample_scenario`; the same scenarios for every candidate: common random
+  numbers) and ``pairs`` Gaussian directions e; candidates theta +- sigma e (antithetic pairs)
+  run every scenario;
+* a candidate's fitness is its mean ratio of mean training JCT to ``ats`` on the same scenarios
+  (ATS's JCTs are computed once per scenario); the gradient estimate is
+  sum_i (f(theta + sigma e_i) - f(theta - sigma e_i)) e_i / (2 pairs sigma), and Adam descends it;
+* the start is ``ats-srpt``'s theta (:func:`~agents.priority.srpt_theta`), so training begins at
+  the best heuristic (as DL2 starts from a heuristic before improving online);
+* every ``eval_freq`` generations (and at generation 0) theta runs the validation scenarios (the
+  first 8 val seeds of each ``--eval-workload`` family): the best mean ratio to ``ats`` is
+  ``best_model.json``; the selection never sees a test seed.
+
+The run folder (``<log-folder>/es_<n>/``) holds ``config.yml``, ``final_model.json``,
+``best_model.json``, ``evaluations.csv`` (one row per validation episode: ``timesteps`` counts the
+training episodes simulated so far, with ``generation``, ``train_jct_mean``, ``jct_ratio``),
+``generations.csv`` (one row per generation), ``state.json`` (theta, Adam's moments, the random
+generator, the cached ATS JCTs: what ``--resume`` continues from) and TensorBoard events in
+``tb/``: ``sched/val_jct_ratio``, ``sched/train_jct_ratio``, ``es/*`` and ``theta/*``. SIGINT or
+SIGTERM stops the run after the generation in progress, saved as at a normal end. Episodes run in
+worker processes or on Ray (:func:`deepboot_env.workers.run_pool`).
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agents.priority import FEATURES, PriorityModel, PriorityPolicy, srpt_theta
+from deepboot_env.workers import LOCAL, Backend, run_pool
+
+DYNAMICS = "v1"
+"""The simulation dynamics of training and validation episodes (the benchmark's)."""
+
+Scenario = tuple[str, int]
+"""(family, seed)."""
+Item = tuple[tuple[float, ...] | None, str, int]
+"""One episode to run: theta (None: ``ats``), family, seed."""
+
+
+class EsConfigError(ValueError):
+    """Bad evolution-strategies settings (one line naming the setting)."""
+
+
+@dataclass(frozen=True)
+class EsSettings:
+    """Hyperparameters of an ES run (``conf/deepboot.yml`` preset ``es`` sections, ``-params``).
+
+    Attributes:
+        generations: generations to run (``-n`` with ``--algo es``).
+        pairs: antithetic pairs of candidates per generation.
+        seeds_per_family: train scenarios of each training family per generation.
+        sigma: standard deviation of the perturbations of theta.
+        learning_rate: Adam's step size on theta.
+        eval_freq: validate every this many generations (and at generation 0).
+        srpt_power: the warm start, ``ats-srpt``'s power.
+    """
+
+    generations: int = 40
+    pairs: int = 8
+    seeds_per_family: int = 2
+    sigma: float = 0.05
+    learning_rate: float = 0.03
+    eval_freq: int = 2
+    srpt_power: float = 0.25
+
+    @classmethod
+    def of(cls, values: dict[str, Any]) -> EsSettings:
+        """Settings from a flat mapping, checked.
+
+        Raises:
+            EsConfigError: an unknown key or a value out of range.
+        """
+        known = {f.name: f.type for f in fields(cls)}
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise EsConfigError(f"unknown ES settings {unknown}; known: {', '.join(known)}")
+        out: dict[str, Any] = {}
+        for name, value in values.items():
+            kind = int if known[name] == "int" else float
+            if isinstance(value, bool) or not isinstance(value, int | float) or (kind is int and value != int(value)):
+                whole = " (whole)" if kind is int else ""
+                raise EsConfigError(f"ES setting {name} must be a number{whole}, got {value!r}")
+            out[name] = kind(value)
+        settings = cls(**out)
+        for name in ("generations", "pairs", "seeds_per_family", "eval_freq"):
+            if getattr(settings, name) < 1:
+                raise EsConfigError(f"ES setting {name} must be >= 1, got {getattr(settings, name)}")
+        for name in ("sigma", "learning_rate"):
+            if not (0 < getattr(settings, name) < math.inf):
+                raise EsConfigError(f"ES setting {name} must be > 0 and finite, got {getattr(settings, name)}")
+        if not (0 <= settings.srpt_power < math.inf):
+            raise EsConfigError(f"ES setting srpt_power must be >= 0 and finite, got {settings.srpt_power}")
+        return settings
+
+
+@functools.lru_cache(maxsize=16)
+def _scenario(family: str, seed: int) -> Any:
+    from traces.families import sample_scenario
+
+    return sample_scenario(family, seed)
+
+
+def episode_jct(item: Item) -> float:
+    """Mean training JCT of one episode: theta's priority policy (``ats`` for None) on scenario
+    ``seed`` of ``family`` (a worker's job)."""
+    from baselines.ats import AtsPolicy
+    from deepboot_env.config import sim_config
+    from deepboot_env.evaluation import run_episode
+
+    theta, family, seed = item
+    scenario = _scenario(family, seed)
+    policy = AtsPolicy() if theta is None else PriorityPolicy(theta)
+    config = scenario.configure(sim_config(dynamics=DYNAMICS))
+    return float(run_episode(policy, scenario.workload, config).train_jct_mean)
+
+
+@dataclass
+class EsState:
+    """What a run continues from: theta, Adam's moments, the generation, the random generator's
+    state and the ATS JCT of every scenario run so far (``state.json``)."""
+
+    theta: list[float]
+    m: list[float]
+    v: list[float]
+    generation: int = 0
+    episodes: int = 0
+    best_val: float | None = None
+    rng: dict[str, Any] | None = None
+    ats_jct: dict[str, float] | None = None
+    wall_seconds: float = 0.0
+
+    @classmethod
+    def start(cls, settings: EsSettings, seed: int) -> EsState:
+        """A new run's state: ``ats-srpt``'s theta, Adam at rest, the generator seeded by ``seed``."""
+        zeros = [0.0] * len(FEATURES)
+        rng = dict(np.random.default_rng(seed).bit_generator.state)
+        return cls(srpt_theta(settings.srpt_power).tolist(), zeros, list(zeros), rng=rng, ats_jct={})
+
+    @classmethod
+    def load(cls, path: Path) -> EsState:
+        """Read ``state.json`` (plain JSON).
+
+        Raises:
+            EsConfigError: a missing or malformed file, named.
+        """
+        try:
+            doc = json.loads(path.read_text())
+            state = cls(**doc)
+        except (OSError, json.JSONDecodeError, TypeError) as exc:
+            raise EsConfigError(f"{path}: cannot resume from it ({exc})") from None
+        if len(state.theta) != len(FEATURES) or not all(math.isfinite(x) for x in state.theta):
+            raise EsConfigError(f"{path}: field 'theta' must be {len(FEATURES)} finite numbers")
+        return state
+
+    def save(self, path: Path) -> None:
+        """Write ``state.json``."""
+        path.write_text(json.dumps(asdict(self)) + "\n")
+
+
+def adam_step(state: EsState, grad: np.ndarray, lr: float, beta1: float = 0.9, beta2: float = 0.999) -> None:
+    """One Adam descent step of ``state.theta`` along ``grad`` (moments and step count in state)."""
+    m = beta1 * np.asarray(state.m) + (1 - beta1) * grad
+    v = beta2 * np.asarray(state.v) + (1 - beta2) * grad**2
+    t = state.generation + 1
+    step = lr * (m / (1 - beta1**t)) / (np.sqrt(v / (1 - beta2**t)) + 1e-8)
+    state.theta = (np.asarray(state.theta) - step).tolist()
+    state.m, state.v = m.tolist(), v.tolist()
+
+
+def antithetic_gradient(plus: np.ndarray, minus: np.ndarray, eps: np.ndarray, sigma: float) -> np.ndarray:
+    """The ES estimate of the fitness gradient from antithetic pairs' fitnesses."""
+    return ((plus - minus)[:, None] * eps).sum(axis=0) / (2 * len(eps) * sigma)
+
+
+class EsRun:
+    """One ES run in ``run_dir`` (see the module docstring).
+
+    Args:
+        run_dir: the run folder (exists).
+        families: the training families.
+        val: the validation scenarios.
+        settings: the hyperparameters.
+        state: where to start (new or resumed).
+        jobs: worker processes; backend: where episodes run.
+        command: the command line, kept in the models' info.
+        log: where progress lines go (None: nowhere).
+    """
+
+    def __init__(
+        self,
+        run_dir: Path,
+        families: Sequence[str],
+        val: Sequence[Scenario],
+        settings: EsSettings,
+        state: EsState,
+        jobs: int,
+        backend: Backend = LOCAL,
+        command: str | None = None,
+        log: Callable[[str], None] | None = print,
+    ) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.run_dir, self.families, self.val, self.settings = run_dir, list(families), list(val), settings
+        self.state, self.jobs, self.backend, self.command, self.log = state, jobs, backend, command, log
+        self.rng = np.random.default_rng()
+        if state.rng is not None:
+            self.rng.bit_generator.state = state.rng
+        self.writer = SummaryWriter(str(run_dir / "tb"))
+        self.t0 = time.time()
+        self.wall_before = state.wall_seconds
+
+    # ------------------------------------------------------------------ episodes
+    def _run(self, items: Sequence[Item], label: str) -> list[float]:
+        """JCTs of the items (ATS results cached in the state)."""
+        cache = self.state.ats_jct if self.state.ats_jct is not None else {}
+        self.state.ats_jct = cache
+        needed = sorted({(f, s) for _, f, s in items if f"{f}/{s}" not in cache})
+        todo = [(None, f, s) for f, s in needed] + [it for it in items if it[0] is not None]
+        results = run_pool(episode_jct, todo, self.jobs, False, label, backend=self.backend)
+        for (f, s), jct in zip(needed, results, strict=False):
+            cache[f"{f}/{s}"] = jct
+        out = iter(results[len(needed) :])
+        return [cache[f"{f}/{s}"] if theta is None else next(out) for theta, f, s in items]
+
+    def ratios(self, thetas: Sequence[tuple[float, ...]], scenarios: Sequence[Scenario], label: str) -> np.ndarray:
+        """``(len(thetas), len(scenarios))`` JCT ratios to ``ats``."""
+        items: list[Item] = [(None, f, s) for f, s in scenarios] + [(t, f, s) for t in thetas for f, s in scenarios]
+        jcts = np.asarray(self._run(items, label), dtype=float)
+        ats, rest = jcts[: len(scenarios)], jcts[len(scenarios) :]
+        return rest.reshape(len(thetas), len(scenarios)) / ats
+
+    # ------------------------------------------------------------------ the loop
+    def validate(self) -> float:
+        """Theta's mean ratio on the validation scenarios; rows to evaluations.csv, best model kept."""
+        theta = tuple(self.state.theta)
+        ratios = self.ratios([theta], self.val, "validation")[0]
+        path = self.run_dir / "evaluations.csv"
+        new = not path.exists()
+        with open(path, "a", newline="", encoding="utf-8") as fh:
+            out = csv.writer(fh)
+            if new:
+                out.writerow(["timesteps", "generation", "workload", "train_jct_mean", "jct_ratio"])
+            cache = self.state.ats_jct or {}
+            for (f, s), r in zip(self.val, ratios, strict=True):
+                out.writerow([self.state.episodes, self.state.generation, f"{f}-{s}", cache[f"{f}/{s}"] * r, r])
+        score = float(ratios.mean())
+        self.writer.add_scalar("sched/val_jct_ratio", score, self.state.generation)
+        if self.state.best_val is None or score < self.state.best_val:
+            self.state.best_val = score
+            self.model(score).save(self.run_dir / "best_model.json")
+        if self.log:
+            best = self.state.best_val
+            self.log(f"generation {self.state.generation}: validation JCT ratio to ats {score:.4f} (best {best:.4f})")
+        return score
+
+    def model(self, val_ratio: float | None) -> PriorityModel:
+        """The current theta as a model, with its provenance."""
+        info = {
+            "algorithm": "evolution strategies (antithetic, common random numbers, Adam)",
+            "command": self.command,
+            "training_families": self.families,
+            "generation": self.state.generation,
+            "training_episodes": self.state.episodes,
+            "val_jct_ratio_to_ats": val_ratio,
+            "val_scenarios": len(self.val),
+            "wall_seconds": round(self.wall_before + time.time() - self.t0, 1),
+            "machine": machine(),
+            "settings": asdict(self.settings),
+        }
+        return PriorityModel(tuple(self.state.theta), info=info)
+
+    def generation(self) -> None:
+        """One generation: draw scenarios and directions, run the candidates, step theta."""
+        from traces.families import split_seeds
+
+        st, cfg = self.state, self.settings
+        train = split_seeds("train")
+        draws = [(f, self.rng.integers(len(train))) for f in self.families for _ in range(cfg.seeds_per_family)]
+        batch = [(f, int(train[i])) for f, i in draws]
+        eps = self.rng.standard_normal((cfg.pairs, len(FEATURES)))
+        theta = np.asarray(st.theta)
+        cands = [theta, *(theta + cfg.sigma * eps), *(theta - cfg.sigma * eps)]
+        ratios = self.ratios([tuple(c.tolist()) for c in cands], batch, f"generation {st.generation}")
+        fitness = ratios.mean(axis=1)
+        grad = antithetic_gradient(fitness[1 : 1 + cfg.pairs], fitness[1 + cfg.pairs :], eps, cfg.sigma)
+        adam_step(st, grad, cfg.learning_rate)
+        st.episodes += ratios.size
+        st.generation += 1
+        st.rng = dict(self.rng.bit_generator.state)
+        w = self.writer
+        w.add_scalar("sched/train_jct_ratio", float(fitness[0]), st.generation)
+        w.add_scalar("es/candidate_mean", float(fitness.mean()), st.generation)
+        w.add_scalar("es/candidate_best", float(fitness.min()), st.generation)
+        w.add_scalar("es/gradient_norm", float(np.linalg.norm(grad)), st.generation)
+        w.add_scalar("es/episodes", st.episodes, st.generation)
+        for name, value in zip(FEATURES, st.theta, strict=True):
+            w.add_scalar(f"theta/{name}", value, st.generation)
+        path = self.run_dir / "generations.csv"
+        new = not path.exists()
+        with open(path, "a", newline="", encoding="utf-8") as fh:
+            out = csv.writer(fh)
+            if new:
+                header = ["generation", "episodes", "train_jct_ratio", "candidate_mean", "candidate_best"]
+                out.writerow([*header, *FEATURES])
+            out.writerow([st.generation, st.episodes, fitness[0], fitness.mean(), fitness.min(), *st.theta])
+        if self.log:
+            spread = f"{fitness.min():.4f}-{fitness.max():.4f}"
+            self.log(f"generation {st.generation}: train JCT ratio {fitness[0]:.4f} (candidates {spread})")
+
+    def save(self) -> Path:
+        """state.json and final_model.json; returns the model's path."""
+        self.state.wall_seconds = round(self.wall_before + time.time() - self.t0, 1)
+        self.state.save(self.run_dir / "state.json")
+        final = self.run_dir / "final_model.json"
+        self.model(None).save(final)
+        self.writer.flush()
+        return final
+
+    def train(self, stop: Callable[[], bool] = lambda: False) -> Path:
+        """Run to ``settings.generations`` (or until ``stop()`` is true after a generation);
+        validates at the start, every ``eval_freq`` generations and at the end."""
+        cfg = self.settings
+        if self.state.generation == 0 and not (self.run_dir / "evaluations.csv").exists():
+            self.validate()
+        while self.state.generation < cfg.generations and not stop():
+            self.generation()
+            if self.state.generation % cfg.eval_freq == 0 or self.state.generation == cfg.generations:
+                self.validate()
+            self.save()
+        final = self.save()
+        self.writer.close()
+        return final
+
+
+def machine() -> str:
+    """The machine a run ran on, in words (CPUs and platform), for the models' info."""
+    import platform
+
+    from agents.callbacks import available_cpus
+
+    return f"{available_cpus()} CPUs, {platform.machine()}, {platform.system()}"
+
+
+def family_names(values: Sequence[str], flag: str) -> list[str]:
+    """The family names of ``family:<name>`` values (the train split, or ``flag``'s split).
+
+    Raises:
+        EsConfigError: for a value that is not a family, or an unknown family.
+    """
+    from traces.families import FAMILIES
+
+    names = []
+    for value in values:
+        prefix, _, rest = value.partition(":")
+        name = rest.split(":")[0]
+        if prefix != "family" or name not in FAMILIES:
+            known = ", ".join(FAMILIES)
+            raise EsConfigError(f"{flag} {value!r}: --algo es takes workload families family:<name> ({known})")
+        names.append(name)
+    return names
+
+
+def train_es(args: Any) -> Path:
+    """``train_policy.py --algo es``: an ES run as ``args`` say; returns the run folder.
+
+    ``--workload family:<name> ...``: the training families (train seeds); ``--eval-workload``:
+    validation families (their first ``--eval-episodes`` val seeds, default 8; the default ``val``
+    means every family);
+    ``--preset`` / ``-conf``: the ``es`` section of a preset; ``-params K:V``: :class:`EsSettings`
+    fields; ``-n``: generations; ``--eval-freq``: generations between validations;
+    ``--eval-jobs``: worker processes; ``--vec-env ray`` / ``--address``: episodes on Ray;
+    ``--resume RUN``: continue that run folder (``-n`` more generations).
+
+    Raises:
+        EsConfigError: bad flags or settings; TrainingInterrupted: stopped by SIGINT/SIGTERM (saved).
+    """
+    from agents.callbacks import available_cpus
+    from agents.factory import parse_kv
+    from agents.interrupt import StopOnSignal, TrainingInterrupted
+    from agents.run_config import load_conf
+    from agents.training_run import FAMILY_SEEDS, next_run_dir, write_config
+    from traces.families import FAMILIES, split_seeds
+
+    families = family_names(args.workload, "--workload")
+    default_val = list(args.eval_workload) == ["val"]
+    evals = list(FAMILIES) if default_val else family_names(args.eval_workload, "--eval-workload")
+    per_family = args.eval_episodes or FAMILY_SEEDS
+    val = [(f, s) for f in evals for s in split_seeds("val")[:per_family]]
+    preset = load_conf(args.conf_file, args.preset, "es")
+    values = {k: v for k, v in preset.items() if k in EsSettings.__dataclass_fields__}
+    values.update(parse_kv(args.hyperparams, "-params"))
+    if args.eval_freq is not None:
+        values["eval_freq"] = args.eval_freq
+    if args.resume:
+        run_dir = Path(args.resume)
+        run_dir = run_dir if run_dir.is_dir() else run_dir.parent
+        state = EsState.load(run_dir / "state.json")
+        if args.n_timesteps is not None:
+            values["generations"] = state.generation + args.n_timesteps
+    else:
+        if args.n_timesteps is not None:
+            values["generations"] = args.n_timesteps
+        state = None
+    settings = EsSettings.of(values)
+    if state is None:
+        run_dir = next_run_dir(args.log_folder, "es")
+        state = EsState.start(settings, args.seed)
+    jobs = args.eval_jobs or available_cpus()
+    backend = Backend("ray", args.address) if args.vec_env == "ray" else LOCAL
+    backend.check()
+    command = args.command or "python train_policy.py " + " ".join(sys.argv[1:])
+    config = {
+        "algo": "es",
+        "command": command,
+        "workload": families,
+        "eval_workload": evals,
+        "seed": args.seed,
+        "settings": asdict(settings),
+        "jobs": jobs,
+        "backend": backend.kind,
+        "machine": machine(),
+    }
+    write_config(run_dir / "config.yml", config)
+    log = functools.partial(print, flush=True) if args.verbose else None
+    run = EsRun(run_dir, families, val, settings, state, jobs, backend, command, log)
+    with StopOnSignal() as stopper:
+        final = run.train(stop=lambda: stopper.signum is not None)
+    if stopper.signum is not None:
+        raise TrainingInterrupted(stopper.signum, run_dir, final)
+    if log:
+        done = f"{state.generation} generations, {state.episodes} episodes, {state.wall_seconds:.0f} s"
+        log(f"run folder: {run_dir}  ({done})")
+    return run_dir

@@ -1,0 +1,205 @@
+"""The learned priority (agents.priority) and its evolution-strategies training (agents.evolution)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from builders import job_view
+
+import train_policy
+from agents.evolution import EsSettings, EsState, adam_step, antithetic_gradient
+from agents.priority import FEATURES, PriorityModel, PriorityModelError, PriorityPolicy, job_features, srpt_theta
+from deepboot_env.config import sim_config
+from deepboot_env.evaluation import run_episode
+from deepboot_env.policy import make_policy
+from traces.families import sample_scenario
+
+SHIPPED = Path(__file__).resolve().parents[1] / "agents" / "pretrained" / "deepboot-priority-v1.json"
+
+
+def _jobs():
+    return [
+        job_view(0, "cifar10", [2, 0], 8, epoch=10),
+        job_view(1, "bert", [0, 0], 8, epoch=0),
+        job_view(2, "ncf", [0, 1], 4, epoch=3),
+        job_view(3, "imagenet", [0, 0], 16, epoch=50),
+    ]
+
+
+def _weights(theta, jobs, fair: int = 2, capacity: int = 8) -> np.ndarray:
+    policy = PriorityPolicy(theta)
+    policy._capacity = capacity
+    return policy.job_weights(jobs, fair)
+
+
+def _short_period():
+    scenario = sample_scenario("short-period", 1_000_000)
+    return scenario.workload, scenario.configure(sim_config(dynamics="v1"))
+
+
+def test_the_warm_start_is_ats_srpt() -> None:
+    """theta = (-0.25, 0, ...) weights the jobs as ats-srpt does up to a common factor (which
+    leaves the knapsack's choice as it is), so an episode ends alike."""
+    jobs = _jobs()
+    ours = _weights(srpt_theta(), jobs)
+    theirs = make_policy("ats-srpt").job_weights(jobs, 2)
+    assert theirs is not None
+    np.testing.assert_allclose(ours / ours[0], theirs / theirs[0], rtol=1e-12)
+    workload, config = _short_period()
+    a = run_episode(PriorityPolicy(srpt_theta()), workload, config)
+    b = run_episode(make_policy("ats-srpt"), workload, config)
+    assert a.train_jct_mean == pytest.approx(b.train_jct_mean, rel=1e-9)
+
+
+def test_features_ignore_the_oracle_and_follow_the_jobs_when_permuted() -> None:
+    jobs = _jobs()
+    phi = job_features(jobs, 2, 8)
+    assert phi.shape == (4, len(FEATURES)) and np.isfinite(phi).all()
+    blind = [dataclasses.replace(j, remaining_work=1.0) for j in jobs]
+    np.testing.assert_array_equal(job_features(blind, 2, 8), phi)
+    order = [2, 0, 3, 1]
+    np.testing.assert_array_equal(job_features([jobs[i] for i in order], 2, 8), phi[order])
+    theta = np.linspace(-0.4, 0.3, len(FEATURES))
+    np.testing.assert_array_equal(_weights(theta, [jobs[i] for i in order]), _weights(theta, jobs)[order])
+    column = dict(zip(FEATURES, phi.T, strict=True))
+    np.testing.assert_array_equal(column["holds_gpus"], [1, 0, 1, 0])
+    np.testing.assert_array_equal(column["untrained"], [0, 0, 0, 0])
+
+
+def test_a_higher_weight_on_short_jobs_gives_the_job_near_its_end_more_gpus() -> None:
+    """Learned coefficients change decisions the way they say: with a steeper short-job
+    preference the knapsack gives a job near its end at least as many GPUs."""
+    from builders import cluster_state
+
+    state = cluster_state("1x4", [job_view(0, "cifar10", [0], 4, epoch=0), job_view(1, "cifar10", [0], 4, epoch=99)])
+    mild = PriorityPolicy(srpt_theta(0.1)).propose_counts(state)
+    steep = PriorityPolicy(srpt_theta(1.0)).propose_counts(state)
+    assert steep[1] >= mild[1] and steep[1] > steep[0]
+    assert sum(steep.values()) == sum(mild.values()) == 4
+
+
+def test_bad_theta_is_refused() -> None:
+    with pytest.raises(ValueError, match="theta must be 9 finite numbers"):
+        PriorityPolicy([0.0] * 3)
+    with pytest.raises(ValueError, match="finite"):
+        PriorityPolicy([float("nan")] * len(FEATURES))
+
+
+def test_a_model_round_trips_and_bad_files_fail_in_one_line(tmp_path: Path) -> None:
+    model = PriorityModel(tuple(np.linspace(-0.3, 0.2, len(FEATURES)).tolist()), info={"command": "x"})
+    path = tmp_path / "m.json"
+    model.save(path)
+    assert PriorityModel.load(path) == model
+    policy = make_policy(f"priority:{path}")
+    assert isinstance(policy, PriorityPolicy) and policy.name == f"priority:{path}"
+    good = json.loads(path.read_text())
+    cases = {
+        "not json": ("{", "not a JSON priority model"),
+        "list": ("[1, 2]", "expected a JSON object"),
+        "format": (json.dumps({**good, "format": "pickle"}), "field 'format'"),
+        "features": (json.dumps({**good, "features": ["a"]}), "field 'features'"),
+        "short theta": (json.dumps({**good, "theta": [1.0]}), "field 'theta'"),
+        "bool theta": (json.dumps({**good, "theta": [True] * len(FEATURES)}), "field 'theta'"),
+        "nan theta": (json.dumps({**good, "theta": [float("nan")] * len(FEATURES)}), "field 'theta'"),
+        "info": (json.dumps({**good, "info": [1]}), "field 'info'"),
+    }
+    for name, (text, message) in cases.items():
+        bad = tmp_path / f"{name}.json"
+        bad.write_text(text)
+        with pytest.raises(PriorityModelError, match=message) as err:
+            PriorityModel.load(bad)
+        assert str(bad) in str(err.value) and "\n" not in str(err.value), name
+    with pytest.raises(PriorityModelError, match="no such priority model file"):
+        make_policy(f"priority:{tmp_path / 'missing.json'}")
+
+
+def test_es_settings_are_checked() -> None:
+    assert EsSettings.of({"pairs": 3, "sigma": 0.1}).pairs == 3
+    for values, message in [
+        ({"pair": 3}, "unknown ES settings"),
+        ({"pairs": 0}, "pairs must be >= 1"),
+        ({"pairs": 2.5}, "whole"),
+        ({"sigma": -1.0}, "sigma must be > 0"),
+        ({"learning_rate": "fast"}, "must be a number"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            EsSettings.of(values)
+
+
+def test_the_antithetic_gradient_and_adam_descend_a_quadratic() -> None:
+    """On f(x) = |x - c|^2 the estimate points along the true gradient and Adam's steps reach c."""
+    rng = np.random.default_rng(0)
+    target = np.linspace(-1, 1, len(FEATURES))
+    state = EsState.start(EsSettings(), seed=0)
+    for _ in range(300):
+        theta = np.asarray(state.theta)
+        eps = rng.standard_normal((16, len(FEATURES)))
+        plus = ((theta + 0.05 * eps - target) ** 2).sum(axis=1)
+        minus = ((theta - 0.05 * eps - target) ** 2).sum(axis=1)
+        grad = antithetic_gradient(plus, minus, eps, 0.05)
+        if state.generation == 0:
+            true = 2 * (theta - target)
+            assert grad @ true / np.linalg.norm(grad) / np.linalg.norm(true) > 0.8
+        adam_step(state, grad, 0.02)
+        state.generation += 1
+    np.testing.assert_allclose(state.theta, target, atol=0.05)
+
+
+def _es_argv(runs: Path, *extra: str) -> list[str]:
+    return [
+        "--algo", "es", "--preset", "priority-es", "--workload", "family:short-period",
+        "--eval-workload", "family:short-period", "--eval-episodes", "1", "--eval-jobs", "1",
+        "-params", "pairs:1", "seeds_per_family:1", "eval_freq:1", "--verbose", "0", "-f", str(runs), *extra,
+    ]  # fmt: skip
+
+
+def test_es_smoke_run_selects_on_val_and_resumes_where_it_stopped(tmp_path: Path) -> None:
+    """Two generations in one go equal one generation and a resumed one (theta, Adam, the random
+    generator and the ATS cache come back from state.json); the files a run promises are there."""
+    whole = train_policy.run(_es_argv(tmp_path / "a", "-n", "2"))
+    first = train_policy.run(_es_argv(tmp_path / "b", "-n", "1"))
+    resumed = train_policy.run(_es_argv(tmp_path / "b", "--resume", str(first), "-n", "1"))
+    assert resumed == first
+    a = json.loads((whole / "state.json").read_text())
+    b = json.loads((resumed / "state.json").read_text())
+    assert a["generation"] == b["generation"] == 2 and a["episodes"] == b["episodes"] == 6
+    np.testing.assert_allclose(a["theta"], b["theta"], rtol=0, atol=1e-12)
+    assert a["theta"] != srpt_theta().tolist()
+    for name in ("config.yml", "final_model.json", "best_model.json", "evaluations.csv", "generations.csv"):
+        assert (whole / name).is_file(), name
+    rows = (whole / "evaluations.csv").read_text().splitlines()
+    assert rows[0] == "timesteps,generation,workload,train_jct_mean,jct_ratio" and len(rows) == 4
+    best = PriorityModel.load(whole / "best_model.json")
+    assert best.info["val_jct_ratio_to_ats"] == min(float(r.split(",")[-1]) for r in rows[1:])
+    assert list((whole / "tb").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--workload", "train"], "takes workload families"),
+        (["--workload", "family:nope"], "takes workload families"),
+        (["-params", "pairs:0"], "pairs must be >= 1"),
+    ],
+)
+def test_bad_es_flags_give_one_line_errors(flags, message, tmp_path, capsys) -> None:
+    argv = _es_argv(tmp_path) + flags
+    with pytest.raises(SystemExit) as stop:
+        train_policy.main(argv)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert message in err
+
+
+@pytest.mark.skipif(not SHIPPED.is_file(), reason="no shipped priority model")
+def test_the_shipped_model_loads_and_runs_deepboot_simulate(tmp_path: Path, capsys) -> None:
+    from deepboot_harness.cli import main
+
+    model = PriorityModel.load(SHIPPED)
+    assert model.info["command"].startswith("python train_policy.py --algo es")
+    assert main(["simulate", "--workload", "test/test-01", "--policy", f"priority:{SHIPPED}"]) == 0
+    assert "priority:" in capsys.readouterr().out
