@@ -11,8 +11,10 @@ RL), not by a per-decision policy gradient:
   numbers) and ``pairs`` Gaussian directions e; candidates theta +- sigma e (antithetic pairs)
   run every scenario;
 * a candidate's fitness is its mean ratio of mean training JCT to ``ats`` on the same scenarios
-  (ATS's JCTs are computed once per scenario); the gradient estimate is
-  sum_i (f(theta + sigma e_i) - f(theta - sigma e_i)) e_i / (2 pairs sigma), and Adam descends it;
+  (ATS's JCTs are computed once per scenario), shaped into centred ranks (one catastrophic
+  candidate counts as any worse one); the gradient estimate is
+  sum_i (f(theta + sigma e_i) - f(theta - sigma e_i)) e_i / (2 pairs sigma) over the shaped
+  fitnesses f, and Adam descends it;
 * the start is ``ats-srpt``'s theta (:func:`~agents.priority.srpt_theta`), so training begins at
   the best heuristic (as DL2 starts from a heuristic before improving online);
 * every ``eval_freq`` generations (and at generation 0) theta runs the validation scenarios (the
@@ -74,11 +76,11 @@ class EsSettings:
         srpt_power: the warm start, ``ats-srpt``'s power.
     """
 
-    generations: int = 40
+    generations: int = 24
     pairs: int = 8
-    seeds_per_family: int = 2
-    sigma: float = 0.05
-    learning_rate: float = 0.03
+    seeds_per_family: int = 3
+    sigma: float = 0.1
+    learning_rate: float = 0.02
     eval_freq: int = 2
     srpt_power: float = 0.25
 
@@ -186,8 +188,18 @@ def adam_step(state: EsState, grad: np.ndarray, lr: float, beta1: float = 0.9, b
     state.m, state.v = m.tolist(), v.tolist()
 
 
+def centered_ranks(values: np.ndarray) -> np.ndarray:
+    """Ranks of ``values`` scaled to [-0.5, 0.5] (ties in order of appearance): the fitness
+    shaping of Salimans et al. 2017, so that one catastrophic candidate weighs no more than any
+    other worse one."""
+    ranks = np.empty(len(values))
+    ranks[np.argsort(values, kind="stable")] = np.arange(len(values))
+    return ranks / max(len(values) - 1, 1) - 0.5
+
+
 def antithetic_gradient(plus: np.ndarray, minus: np.ndarray, eps: np.ndarray, sigma: float) -> np.ndarray:
-    """The ES estimate of the fitness gradient from antithetic pairs' fitnesses."""
+    """The ES estimate of the fitness gradient from antithetic pairs' fitnesses (or shaped
+    fitnesses)."""
     return ((plus - minus)[:, None] * eps).sum(axis=0) / (2 * len(eps) * sigma)
 
 
@@ -301,7 +313,8 @@ class EsRun:
         cands = [theta, *(theta + cfg.sigma * eps), *(theta - cfg.sigma * eps)]
         ratios = self.ratios([tuple(c.tolist()) for c in cands], batch, f"generation {st.generation}")
         fitness = ratios.mean(axis=1)
-        grad = antithetic_gradient(fitness[1 : 1 + cfg.pairs], fitness[1 + cfg.pairs :], eps, cfg.sigma)
+        shaped = centered_ranks(fitness[1:])
+        grad = antithetic_gradient(shaped[: cfg.pairs], shaped[cfg.pairs :], eps, cfg.sigma)
         adam_step(st, grad, cfg.learning_rate)
         st.episodes += ratios.size
         st.generation += 1

@@ -41,7 +41,6 @@ FORMAT = "deepboot-priority/1"
 FEATURES: tuple[str, ...] = (
     "log_remaining",
     "log_remaining_x_pressure",
-    "log_remaining_sq",
     "log_age",
     "progress",
     "holds_gpus",
@@ -55,8 +54,8 @@ FEATURES: tuple[str, ...] = (
   least 1 s: the work of the epochs it has not completed (its application's epoch profile and its
   epoch counter) over its progress rate at ``fair`` GPUs on one node (what ``ats-srpt`` uses);
 * ``log_remaining_x_pressure``: ``log_remaining`` times the queue pressure ln(active jobs /
-  training capacity in GPUs) (short-job-first matters more when jobs outnumber GPUs);
-* ``log_remaining_sq``: ``log_remaining`` squared (a curved preference over job lengths);
+  training capacity in GPUs), clipped to [-3, 1] (short-job-first matters more when jobs
+  outnumber GPUs);
 * ``log_age``: ln(1 + age / 1 h), the time since submission (ageing against starvation);
 * ``progress``: the fraction of its epochs done (epoch counter plus the fraction of the epoch);
 * ``holds_gpus``: 1 if the job holds GPUs now;
@@ -67,6 +66,8 @@ FEATURES: tuple[str, ...] = (
 """
 
 HOUR_S = 3600.0
+PRESSURE_RANGE = (-3.0, 1.0)
+"""The queue pressure is clipped to this range (from 1 job per 20 GPUs to 2.7 jobs per GPU)."""
 MAX_LOG_WEIGHT = 30.0
 """theta . phi is clipped to [-30, 30] so that no weight overflows or vanishes."""
 
@@ -78,7 +79,8 @@ class PriorityModelError(ValueError):
 def job_features(jobs: Sequence[JobView], fair: int, capacity: int) -> np.ndarray:
     """The ``(len(jobs), len(FEATURES))`` feature matrix of ``jobs`` (see :data:`FEATURES`) at
     fair share ``fair`` GPUs with ``capacity`` GPUs for training."""
-    pressure = math.log(max(len(jobs), 1) / max(capacity, 1))
+    low, high = PRESSURE_RANGE
+    pressure = min(max(math.log(max(len(jobs), 1) / max(capacity, 1)), low), high)
     rows = np.empty((len(jobs), len(FEATURES)))
     for i, job in enumerate(jobs):
         remaining = math.log(max(epochs_left_work(job) / fair_share_base(job, fair), 1.0) / HOUR_S)
@@ -89,7 +91,6 @@ def job_features(jobs: Sequence[JobView], fair: int, capacity: int) -> np.ndarra
         rows[i] = (
             remaining,
             remaining * pressure,
-            remaining * remaining,
             math.log1p(job.age / HOUR_S),
             job.progress_fraction,
             1.0 if job.replicas > 0 else 0.0,

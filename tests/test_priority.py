@@ -11,7 +11,7 @@ import pytest
 from builders import job_view
 
 import train_policy
-from agents.evolution import EsSettings, EsState, adam_step, antithetic_gradient
+from agents.evolution import EsSettings, EsState, adam_step, antithetic_gradient, centered_ranks
 from agents.priority import FEATURES, PriorityModel, PriorityModelError, PriorityPolicy, job_features, srpt_theta
 from deepboot_env.config import sim_config
 from deepboot_env.evaluation import run_episode
@@ -83,7 +83,7 @@ def test_a_higher_weight_on_short_jobs_gives_the_job_near_its_end_more_gpus() ->
 
 
 def test_bad_theta_is_refused() -> None:
-    with pytest.raises(ValueError, match="theta must be 9 finite numbers"):
+    with pytest.raises(ValueError, match="theta must be 8 finite numbers"):
         PriorityPolicy([0.0] * 3)
     with pytest.raises(ValueError, match="finite"):
         PriorityPolicy([float("nan")] * len(FEATURES))
@@ -134,19 +134,27 @@ def test_the_antithetic_gradient_and_adam_descend_a_quadratic() -> None:
     """On f(x) = |x - c|^2 the estimate points along the true gradient and Adam's steps reach c."""
     rng = np.random.default_rng(0)
     target = np.linspace(-1, 1, len(FEATURES))
-    state = EsState.start(EsSettings(), seed=0)
-    for _ in range(300):
-        theta = np.asarray(state.theta)
-        eps = rng.standard_normal((16, len(FEATURES)))
+
+    def estimate(theta: np.ndarray, pairs: int) -> np.ndarray:
+        eps = rng.standard_normal((pairs, len(FEATURES)))
         plus = ((theta + 0.05 * eps - target) ** 2).sum(axis=1)
         minus = ((theta - 0.05 * eps - target) ** 2).sum(axis=1)
-        grad = antithetic_gradient(plus, minus, eps, 0.05)
-        if state.generation == 0:
-            true = 2 * (theta - target)
-            assert grad @ true / np.linalg.norm(grad) / np.linalg.norm(true) > 0.8
-        adam_step(state, grad, 0.02)
+        return antithetic_gradient(plus, minus, eps, 0.05)
+
+    state = EsState.start(EsSettings(), seed=0)
+    start = np.asarray(state.theta)
+    grad, true = estimate(start, 400), 2 * (start - target)
+    assert grad @ true / np.linalg.norm(grad) / np.linalg.norm(true) > 0.95
+    for _ in range(300):
+        adam_step(state, estimate(np.asarray(state.theta), 16), 0.02)
         state.generation += 1
     np.testing.assert_allclose(state.theta, target, atol=0.05)
+
+
+def test_centred_ranks_bound_a_catastrophic_candidate() -> None:
+    shaped = centered_ranks(np.array([0.9, 7.0, 0.85, 0.95]))
+    np.testing.assert_allclose(shaped, [-1 / 6, 0.5, -0.5, 1 / 6])
+    assert centered_ranks(np.array([1.0])).tolist() == [-0.5]
 
 
 def _es_argv(runs: Path, *extra: str) -> list[str]:
