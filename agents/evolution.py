@@ -123,16 +123,20 @@ def _scenario(family: str, seed: int) -> Any:
 
 def episode_jct(item: Item) -> float:
     """Mean training JCT of one episode: theta's priority policy (``ats`` for None) on scenario
-    ``seed`` of ``family`` (a worker's job)."""
+    ``seed`` of ``family`` (a worker's job); infinite for an episode the watchdog stopped (no
+    training progress for a week of simulated time: a candidate that thrashes ranks last)."""
     from baselines.ats import AtsPolicy
     from deepboot_env.config import sim_config
-    from deepboot_env.evaluation import run_episode
+    from deepboot_env.evaluation import StalledEpisodeError, run_episode
 
     theta, family, seed = item
     scenario = _scenario(family, seed)
     policy = AtsPolicy() if theta is None else PriorityPolicy(theta)
     config = scenario.configure(sim_config(dynamics=DYNAMICS))
-    return float(run_episode(policy, scenario.workload, config).train_jct_mean)
+    try:
+        return float(run_episode(policy, scenario.workload, config).train_jct_mean)
+    except StalledEpisodeError:
+        return math.inf
 
 
 @dataclass

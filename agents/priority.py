@@ -43,7 +43,6 @@ FEATURES: tuple[str, ...] = (
     "log_remaining_x_pressure",
     "log_age",
     "progress",
-    "holds_gpus",
     "log_restarts",
     "scalability",
     "untrained",
@@ -58,7 +57,6 @@ FEATURES: tuple[str, ...] = (
   outnumber GPUs);
 * ``log_age``: ln(1 + age / 1 h), the time since submission (ageing against starvation);
 * ``progress``: the fraction of its epochs done (epoch counter plus the fraction of the epoch);
-* ``holds_gpus``: 1 if the job holds GPUs now;
 * ``log_restarts``: ln(1 + restarts so far);
 * ``scalability``: ln(rate at 2 fair GPUs / rate at fair GPUs) on one node, both capped at the
   job's most replicas (how much more GPUs would help it);
@@ -68,8 +66,11 @@ FEATURES: tuple[str, ...] = (
 HOUR_S = 3600.0
 PRESSURE_RANGE = (-3.0, 1.0)
 """The queue pressure is clipped to this range (from 1 job per 20 GPUs to 2.7 jobs per GPU)."""
-MAX_LOG_WEIGHT = 30.0
-"""theta . phi is clipped to [-30, 30] so that no weight overflows or vanishes."""
+MAX_SPREAD = 12.0
+"""The weights are ``exp(theta . phi - max theta . phi)`` clipped below at e^-12: the heaviest job
+weighs 1 and none less than 6e-6 of it, so no value falls under the knapsack's tie tolerance and
+a GPU nobody else wants is still given (the knapsack's choice is otherwise unchanged by a common
+factor)."""
 
 
 class PriorityModelError(ValueError):
@@ -93,7 +94,6 @@ def job_features(jobs: Sequence[JobView], fair: int, capacity: int) -> np.ndarra
             remaining * pressure,
             math.log1p(job.age / HOUR_S),
             job.progress_fraction,
-            1.0 if job.replicas > 0 else 0.0,
             math.log1p(job.num_restarts),
             math.log(more / here) if here > 0 and more > 0 else 0.0,
             0.0 if job.trained else 1.0,
@@ -133,9 +133,9 @@ class PriorityPolicy(AtsPolicy):
         return super().propose_counts(state)
 
     def job_weights(self, jobs: Sequence[JobView], fair: int) -> np.ndarray:
-        """``exp(theta . phi_j)`` per job, the exponent clipped to +-:data:`MAX_LOG_WEIGHT`."""
+        """``exp(theta . phi_j)`` per job over the heaviest job's, at least e^-:data:`MAX_SPREAD`."""
         scores = job_features(jobs, fair, self._capacity) @ self.theta
-        return np.exp(np.clip(scores, -MAX_LOG_WEIGHT, MAX_LOG_WEIGHT))
+        return np.exp(np.maximum(scores - scores.max(), -MAX_SPREAD))
 
 
 @dataclass(frozen=True)

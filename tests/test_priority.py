@@ -66,7 +66,6 @@ def test_features_ignore_the_oracle_and_follow_the_jobs_when_permuted() -> None:
     theta = np.linspace(-0.4, 0.3, len(FEATURES))
     np.testing.assert_array_equal(_weights(theta, [jobs[i] for i in order]), _weights(theta, jobs)[order])
     column = dict(zip(FEATURES, phi.T, strict=True))
-    np.testing.assert_array_equal(column["holds_gpus"], [1, 0, 1, 0])
     np.testing.assert_array_equal(column["untrained"], [0, 0, 0, 0])
 
 
@@ -82,8 +81,28 @@ def test_a_higher_weight_on_short_jobs_gives_the_job_near_its_end_more_gpus() ->
     assert sum(steep.values()) == sum(mild.values()) == 4
 
 
+def test_weights_are_relative_to_the_heaviest_job_and_floored() -> None:
+    """Whatever theta, the heaviest job weighs 1 and none less than e^-12 of it, so every value
+    stays above the knapsack's tie tolerance."""
+    theta = np.full(len(FEATURES), 40.0)
+    weights = _weights(theta, _jobs())
+    assert weights.max() == 1.0 and weights.min() >= np.exp(-12.0) and weights.min() < 1e-4
+
+
+def test_a_stalled_candidate_ranks_last(monkeypatch) -> None:
+    """An episode the watchdog stops is an infinite JCT for ES, not an error that ends the run."""
+    import deepboot_env.evaluation as evaluation
+    from agents.evolution import episode_jct
+
+    def stall(*args, **kwargs):
+        raise evaluation.StalledEpisodeError("no progress")
+
+    monkeypatch.setattr(evaluation, "run_episode", stall)
+    assert episode_jct((tuple(srpt_theta()), "short-period", 1_000_000)) == float("inf")
+
+
 def test_bad_theta_is_refused() -> None:
-    with pytest.raises(ValueError, match="theta must be 8 finite numbers"):
+    with pytest.raises(ValueError, match="theta must be 7 finite numbers"):
         PriorityPolicy([0.0] * 3)
     with pytest.raises(ValueError, match="finite"):
         PriorityPolicy([float("nan")] * len(FEATURES))
