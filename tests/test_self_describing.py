@@ -88,13 +88,16 @@ def test_plain_sb3_on_the_wrong_env_fails_with_the_readme_line() -> None:
 def test_readme_snippets_run_as_written(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO)
     blocks = _readme_blocks("python")
-    assert len(blocks) == 2 and "load_agent" in blocks[0] and "MaskablePPO.load" in blocks[1]
-    rewards = []
+    assert len(blocks) == 3 and "load_agent" in blocks[0] and "MaskablePPO.load" in blocks[1]
+    scopes: list[dict[str, object]] = []
     for code in blocks:
-        scope: dict[str, object] = {}
-        exec(compile(code, str(README), "exec"), scope)  # noqa: S102 - the README's own code
-        rewards.append(scope["mean_reward"])
+        scopes.append({})
+        exec(compile(code, str(README), "exec"), scopes[-1])  # noqa: S102 - the README's own code
+    rewards = [scope["mean_reward"] for scope in scopes[:2]]
     assert rewards[0] == rewards[1] and np.isfinite(rewards[0]) and rewards[0] < 0
+    from agents.priority import PriorityPolicy
+
+    assert isinstance(scopes[2]["policy"], PriorityPolicy)  # the learned priority's snippet
 
 
 def test_training_builds_a_described_policy_and_v1_maps_to_its_id(tiny, tmp_path: Path) -> None:
