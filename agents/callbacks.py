@@ -23,7 +23,7 @@ import os
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -228,6 +228,17 @@ def censored_jct_mean(workload: Workload, metrics: Any) -> float:
     end = float(metrics.sim_end)
     total = sum(done[j.name] if j.name in done else max(end - j.arrival, 0.0) for j in workload.jobs)
     return total / len(workload.jobs)
+
+
+def append_csv(path: Path, columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> None:
+    """Append ``rows`` (dicts over ``columns``) to the CSV file at ``path``, with the header
+    first if the file is new (``evaluations.csv`` and the like, written as a run goes)."""
+    new = not path.exists()
+    with open(path, "a", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(columns))
+        if new:
+            writer.writeheader()
+        writer.writerows(rows)
 
 
 def available_cpus() -> int:
@@ -464,12 +475,7 @@ class WorkloadEvalCallback(BaseCallback):
             self.best_score = score
         self.logger.record("eval/best_score", self.best_score if math.isfinite(self.best_score) else score)
         if self.csv_path is not None:
-            new = not self.csv_path.exists()
-            with open(self.csv_path, "a", newline="", encoding="utf-8") as fh:
-                writer = csv.DictWriter(fh, fieldnames=list(EVAL_COLUMNS))
-                if new:
-                    writer.writeheader()
-                writer.writerows(rows)
+            append_csv(self.csv_path, EVAL_COLUMNS, rows)
         if improved and self.best_model_path is not None:
             self.model.save(self.best_model_path)
         if self.verbose >= 1:

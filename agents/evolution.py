@@ -33,19 +33,19 @@ worker processes or on Ray (:func:`deepboot_env.workers.run_pool`).
 
 from __future__ import annotations
 
-import csv
 import functools
 import json
 import math
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from agents.callbacks import append_csv, available_cpus
 from agents.priority import FEATURES, PriorityModel, PriorityPolicy, srpt_theta
 from deepboot_env.workers import LOCAL, Backend, run_pool
 
@@ -56,6 +56,10 @@ Scenario = tuple[str, int]
 """(family, seed)."""
 Item = tuple[tuple[float, ...] | None, str, int]
 """One episode to run: theta (None: ``ats``), family, seed."""
+EVAL_COLUMNS = ("timesteps", "generation", "workload", "train_jct_mean", "jct_ratio")
+"""Columns of ``evaluations.csv`` (``timesteps``: training episodes so far)."""
+GENERATION_COLUMNS = ("generation", "episodes", "train_jct_ratio", "candidate_mean", "candidate_best", *FEATURES)
+"""Columns of ``generations.csv``."""
 
 
 class EsConfigError(ValueError):
@@ -114,13 +118,6 @@ class EsSettings:
         return settings
 
 
-@functools.lru_cache(maxsize=16)
-def _scenario(family: str, seed: int) -> Any:
-    from traces.families import sample_scenario
-
-    return sample_scenario(family, seed)
-
-
 def episode_jct(item: Item) -> float:
     """Mean training JCT of one episode: theta's priority policy (``ats`` for None) on scenario
     ``seed`` of ``family`` (a worker's job); infinite for an episode the watchdog stopped (no
@@ -128,9 +125,10 @@ def episode_jct(item: Item) -> float:
     from baselines.ats import AtsPolicy
     from deepboot_env.config import sim_config
     from deepboot_env.evaluation import StalledEpisodeError, run_episode
+    from traces.families import cached_scenario
 
     theta, family, seed = item
-    scenario = _scenario(family, seed)
+    scenario = cached_scenario(family, seed)
     policy = AtsPolicy() if theta is None else PriorityPolicy(theta)
     config = scenario.configure(sim_config(dynamics=DYNAMICS))
     try:
@@ -151,7 +149,7 @@ class EsState:
     episodes: int = 0
     best_val: float | None = None
     rng: dict[str, Any] | None = None
-    ats_jct: dict[str, float] | None = None
+    ats_jct: dict[str, float] = field(default_factory=dict)
     wall_seconds: float = 0.0
 
     @classmethod
@@ -159,7 +157,7 @@ class EsState:
         """A new run's state: ``ats-srpt``'s theta, Adam at rest, the generator seeded by ``seed``."""
         zeros = [0.0] * len(FEATURES)
         rng = dict(np.random.default_rng(seed).bit_generator.state)
-        return cls(srpt_theta(settings.srpt_power).tolist(), zeros, list(zeros), rng=rng, ats_jct={})
+        return cls(srpt_theta(settings.srpt_power).tolist(), zeros, list(zeros), rng=rng)
 
     @classmethod
     def load(cls, path: Path) -> EsState:
@@ -247,8 +245,7 @@ class EsRun:
     # ------------------------------------------------------------------ episodes
     def _run(self, items: Sequence[Item], label: str) -> list[float]:
         """JCTs of the items (ATS results cached in the state)."""
-        cache = self.state.ats_jct if self.state.ats_jct is not None else {}
-        self.state.ats_jct = cache
+        cache = self.state.ats_jct
         needed = sorted({(f, s) for _, f, s in items if f"{f}/{s}" not in cache})
         todo = [(None, f, s) for f, s in needed] + [it for it in items if it[0] is not None]
         results = run_pool(episode_jct, todo, self.jobs, False, label, backend=self.backend)
@@ -267,26 +264,27 @@ class EsRun:
     # ------------------------------------------------------------------ the loop
     def validate(self) -> float:
         """Theta's mean ratio on the validation scenarios; rows to evaluations.csv, best model kept."""
-        theta = tuple(self.state.theta)
-        ratios = self.ratios([theta], self.val, "validation")[0]
-        path = self.run_dir / "evaluations.csv"
-        new = not path.exists()
-        with open(path, "a", newline="", encoding="utf-8") as fh:
-            out = csv.writer(fh)
-            if new:
-                out.writerow(["timesteps", "generation", "workload", "train_jct_mean", "jct_ratio"])
-            cache = self.state.ats_jct or {}
-            for (f, s), r in zip(self.val, ratios, strict=True):
-                out.writerow([self.state.episodes, self.state.generation, f"{f}-{s}", cache[f"{f}/{s}"] * r, r])
+        st = self.state
+        ratios = self.ratios([tuple(st.theta)], self.val, "validation")[0]
+        rows = [
+            dict(
+                zip(EVAL_COLUMNS, (st.episodes, st.generation, f"{f}-{s}", st.ats_jct[f"{f}/{s}"] * r, r), strict=True)
+            )
+            for (f, s), r in zip(self.val, ratios, strict=True)
+        ]
+        append_csv(self.run_dir / "evaluations.csv", EVAL_COLUMNS, rows)
         score = float(ratios.mean())
-        self.writer.add_scalar("sched/val_jct_ratio", score, self.state.generation)
-        if self.state.best_val is None or score < self.state.best_val:
-            self.state.best_val = score
+        self.writer.add_scalar("sched/val_jct_ratio", score, st.generation)
+        if st.best_val is None or score < st.best_val:
+            st.best_val = score
             self.model(score).save(self.run_dir / "best_model.json")
         if self.log:
-            best = self.state.best_val
-            self.log(f"generation {self.state.generation}: validation JCT ratio to ats {score:.4f} (best {best:.4f})")
+            self.log(f"generation {st.generation}: validation JCT ratio to ats {score:.4f} (best {st.best_val:.4f})")
         return score
+
+    def wall_seconds(self) -> float:
+        """Wall time of the run so far, its earlier sessions included."""
+        return round(self.wall_before + time.time() - self.t0, 1)
 
     def model(self, val_ratio: float | None) -> PriorityModel:
         """The current theta as a model, with its provenance."""
@@ -298,7 +296,7 @@ class EsRun:
             "training_episodes": self.state.episodes,
             "val_jct_ratio_to_ats": val_ratio,
             "val_scenarios": len(self.val),
-            "wall_seconds": round(self.wall_before + time.time() - self.t0, 1),
+            "wall_seconds": self.wall_seconds(),
             "machine": machine(),
             "settings": asdict(self.settings),
         }
@@ -331,21 +329,17 @@ class EsRun:
         w.add_scalar("es/episodes", st.episodes, st.generation)
         for name, value in zip(FEATURES, st.theta, strict=True):
             w.add_scalar(f"theta/{name}", value, st.generation)
-        path = self.run_dir / "generations.csv"
-        new = not path.exists()
-        with open(path, "a", newline="", encoding="utf-8") as fh:
-            out = csv.writer(fh)
-            if new:
-                header = ["generation", "episodes", "train_jct_ratio", "candidate_mean", "candidate_best"]
-                out.writerow([*header, *FEATURES])
-            out.writerow([st.generation, st.episodes, fitness[0], fitness.mean(), fitness.min(), *st.theta])
+        values = [st.generation, st.episodes, fitness[0], fitness.mean(), fitness.min(), *st.theta]
+        append_csv(
+            self.run_dir / "generations.csv", GENERATION_COLUMNS, [dict(zip(GENERATION_COLUMNS, values, strict=True))]
+        )
         if self.log:
             spread = f"{fitness.min():.4f}-{fitness.max():.4f}"
             self.log(f"generation {st.generation}: train JCT ratio {fitness[0]:.4f} (candidates {spread})")
 
     def save(self) -> Path:
         """state.json and final_model.json; returns the model's path."""
-        self.state.wall_seconds = round(self.wall_before + time.time() - self.t0, 1)
+        self.state.wall_seconds = self.wall_seconds()
         self.state.save(self.run_dir / "state.json")
         final = self.run_dir / "final_model.json"
         self.model(None).save(final)
@@ -372,8 +366,6 @@ def machine() -> str:
     """The machine a run ran on, in words (CPUs and platform), for the models' info."""
     import platform
 
-    from agents.callbacks import available_cpus
-
     return f"{available_cpus()} CPUs, {platform.machine()}, {platform.system()}"
 
 
@@ -383,16 +375,17 @@ def family_names(values: Sequence[str], flag: str) -> list[str]:
     Raises:
         EsConfigError: for a value that is not a family, or an unknown family.
     """
-    from traces.families import FAMILIES
+    from traces.families import FAMILIES, FamilyError, family_sampler
 
     names = []
     for value in values:
-        prefix, _, rest = value.partition(":")
-        name = rest.split(":")[0]
-        if prefix != "family" or name not in FAMILIES:
+        try:
+            names.append(family_sampler(value).family)
+        except FamilyError:
             known = ", ".join(FAMILIES)
-            raise EsConfigError(f"{flag} {value!r}: --algo es takes workload families family:<name> ({known})")
-        names.append(name)
+            raise EsConfigError(
+                f"{flag} {value!r}: --algo es takes workload families family:<name> ({known})"
+            ) from None
     return names
 
 
@@ -410,7 +403,6 @@ def train_es(args: Any) -> Path:
     Raises:
         EsConfigError: bad flags or settings; TrainingInterrupted: stopped by SIGINT/SIGTERM (saved).
     """
-    from agents.callbacks import available_cpus
     from agents.factory import parse_kv
     from agents.interrupt import StopOnSignal, TrainingInterrupted
     from agents.run_config import load_conf

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from baselines.ats import AtsPolicy, epochs_left_work
-from deepboot_env.policy import ClusterState, JobView
+from deepboot_env.policy import JobView
 from deepboot_env.sim.reclaim import fair_share_base
 
 FORMAT = "deepboot-priority/1"
@@ -125,16 +125,10 @@ class PriorityPolicy(AtsPolicy):
             raise ValueError(f"theta must be {len(FEATURES)} finite numbers ({', '.join(FEATURES)}), got {theta!r}")
         super().__init__(lend=True, label=label)
         self.theta = values
-        self._capacity = 0
 
-    def propose_counts(self, state: ClusterState) -> dict[int, int]:
-        """ATS's knapsack with the learned weights (the capacity is kept for the pressure feature)."""
-        self._capacity = int(state.training_capacity(lend=self.lend).sum())
-        return super().propose_counts(state)
-
-    def job_weights(self, jobs: Sequence[JobView], fair: int) -> np.ndarray:
+    def job_weights(self, jobs: Sequence[JobView], fair: int, capacity: int) -> np.ndarray:
         """``exp(theta . phi_j)`` per job over the heaviest job's, at least e^-:data:`MAX_SPREAD`."""
-        scores = job_features(jobs, fair, self._capacity) @ self.theta
+        scores = job_features(jobs, fair, capacity) @ self.theta
         return np.exp(np.maximum(scores - scores.max(), -MAX_SPREAD))
 
 

@@ -442,7 +442,8 @@ class AtsPolicy(BasePolicy):
             useful = [min(cap, j.rates.max_replicas) for cap, j in zip(caps, jobs, strict=True)]
             if knapsack_prefix(caps, useful, capacity) < len(jobs):
                 return self._bounded_counts(jobs, caps, capacity, fair, state.gpus_per_node)
-        options = Options.of(jobs, fair, state.gpus_per_node, caps, self.linear_untrained, self.job_weights(jobs, fair))
+        weights = self.job_weights(jobs, fair, capacity)
+        options = Options.of(jobs, fair, state.gpus_per_node, caps, self.linear_untrained, weights)
         chosen = knapsack_options(options, caps, min(capacity, total))
         return {j.id: w for j, w in zip(jobs, chosen, strict=True)}
 
@@ -464,7 +465,8 @@ class AtsPolicy(BasePolicy):
             if considered < len(widths):  # bounded: values beyond a job's useful width add nothing
                 widths = useful
             widths = widths[:considered]
-            options = Options.of(part, fair, gpus_per_node, widths, self.linear_untrained, self.job_weights(part, fair))
+            weights = self.job_weights(part, fair, capacity)
+            options = Options.of(part, fair, gpus_per_node, widths, self.linear_untrained, weights)
             chosen = knapsack_options(options, widths, min(left, sum(widths)))
             counts.update(zip((j.id for j in part), chosen, strict=True))
             start += considered
@@ -480,9 +482,10 @@ class AtsPolicy(BasePolicy):
         relist = frozenset(i for i, nodes in (order or {}).items() if nodes != sorted(nodes))
         return Allocation(placed, relist=relist)
 
-    def job_weights(self, jobs: Sequence[JobView], fair: int) -> np.ndarray | None:
+    def job_weights(self, jobs: Sequence[JobView], fair: int, capacity: int) -> np.ndarray | None:
         """Each job's weight in the knapsack: ``max(T, 1) ** -srpt_power``, T its remaining time
-        at its fair share in seconds, or None (all 1) for ATS.
+        at its fair share in seconds, or None (all 1) for ATS (``capacity``, the GPUs training
+        may hold, is for variants whose weights depend on it).
 
         T is the work of the epochs the job has not completed (its application's profile and its
         epoch, as the RL observation shows them; no ``remaining_work`` oracle) over its rate at

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from deepboot_env.config import sim_config
-from deepboot_env.sim.scenario import Scenario
 from deepboot_env.workers import LOCAL, Backend, run_pool
 from deepboot_harness.run_log import RUNS_FILE, RunLogError, append_run, open_run_log, read_runs
 
@@ -130,27 +129,14 @@ class BenchmarkSpec:
 # ----------------------------------------------------------------------------------------------
 # one run (worker side)
 
-_SCENARIOS: dict[tuple[str, int], Scenario] = {}
-
-
-def _scenario(family: str, seed: int) -> Scenario:
-    """Scenario ``seed`` of ``family`` (kept per process: every policy runs it)."""
-    from traces.families import sample_scenario
-
-    key = (family, seed)
-    if key not in _SCENARIOS:
-        if len(_SCENARIOS) > 8:
-            _SCENARIOS.clear()
-        _SCENARIOS[key] = sample_scenario(family, seed)
-    return _SCENARIOS[key]
-
 
 def run_one(policy: str, family: str, seed: int, options: dict[str, Any]) -> dict[str, Any]:
     """Run ``policy`` on scenario ``seed`` of ``family``; the result row with per-job JCTs
     (``jcts``) and the run's CPU seconds (``cpu_s``)."""
     from deepboot_env.evaluation import run_episode
+    from traces.families import cached_scenario
 
-    scenario = _scenario(family, seed)
+    scenario = cached_scenario(family, seed)
     config = scenario.configure(sim_config(**options))
     start = time.process_time()
     metrics = run_episode(policy, scenario.workload, config, seed=0)

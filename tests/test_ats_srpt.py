@@ -33,12 +33,12 @@ def test_the_work_left_is_that_of_the_epochs_not_completed() -> None:
 
 def test_weights_are_the_remaining_time_at_the_fair_share_to_the_minus_power() -> None:
     jobs = [_job(0, 99), _job(1, 0), _job(2, 100)]
-    weights = AtsPolicy(srpt_power=0.25).job_weights(jobs, 2)
+    weights = AtsPolicy(srpt_power=0.25).job_weights(jobs, 2, 8)
     assert weights is not None
     expected = [max(epochs_left_work(job) / fair_share_base(job, 2), 1.0) ** -0.25 for job in jobs]
     np.testing.assert_array_equal(weights, expected)
     assert weights[0] > 2 * weights[1] and weights[2] == 1.0  # the job near its end weighs more; floored at 1 s
-    assert AtsPolicy().job_weights(jobs, 2) is None  # ATS: no weights at all
+    assert AtsPolicy().job_weights(jobs, 2, 8) is None  # ATS: no weights at all
 
 
 def test_the_job_closer_to_its_end_gets_more_of_scarce_gpus() -> None:
@@ -71,7 +71,7 @@ def test_the_weighted_knapsack_attains_the_best_weighted_sum(seed: int) -> None:
     capacity = int(state.training_capacity().sum())
     fair = math.ceil(capacity / len(ordered))
     caps = policy.job_caps(ordered, capacity, fair)
-    values = option_matrix(ordered, fair, 4, caps, weights=policy.job_weights(ordered, fair))
+    values = option_matrix(ordered, fair, 4, caps, weights=policy.job_weights(ordered, fair, capacity))
     best = max(
         sum(values[i, w] for i, w in enumerate(ws))
         for ws in itertools.product(*(range(c + 1) for c in caps))

@@ -31,9 +31,7 @@ def _jobs():
 
 
 def _weights(theta, jobs, fair: int = 2, capacity: int = 8) -> np.ndarray:
-    policy = PriorityPolicy(theta)
-    policy._capacity = capacity
-    return policy.job_weights(jobs, fair)
+    return PriorityPolicy(theta).job_weights(jobs, fair, capacity)
 
 
 def _short_period():
@@ -46,7 +44,7 @@ def test_the_warm_start_is_ats_srpt() -> None:
     leaves the knapsack's choice as it is), so an episode ends alike."""
     jobs = _jobs()
     ours = _weights(srpt_theta(), jobs)
-    theirs = make_policy("ats-srpt").job_weights(jobs, 2)
+    theirs = make_policy("ats-srpt").job_weights(jobs, 2, 8)
     assert theirs is not None
     np.testing.assert_allclose(ours / ours[0], theirs / theirs[0], rtol=1e-12)
     workload, config = _short_period()

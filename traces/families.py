@@ -18,6 +18,7 @@ same training parameters at a seed share its training jobs (common random number
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -343,6 +344,14 @@ def sample_scenario(family: str, seed: int) -> Scenario:
         seed=seed,
         params=tuple(params.items()),
     )
+
+
+@functools.lru_cache(maxsize=16)
+def cached_scenario(family: str, seed: int) -> Scenario:
+    """:func:`sample_scenario`, kept per process for its last 16 scenarios: the workers of a
+    benchmark or of an ES run play many policies on the same scenario (a Scenario is immutable
+    in use; every run configures its own simulator from it)."""
+    return sample_scenario(family, seed)
 
 
 @dataclass(frozen=True)
