@@ -28,3 +28,17 @@ def test_mypy() -> None:
     pytest.importorskip("mypy")
     result = _run("mypy")
     assert result.returncode == 0, f"mypy failed:\n{result.stdout}{result.stderr}"
+
+
+def test_ci_runs_the_readme_quickstart_commands_verbatim() -> None:
+    """``.ci/run`` runs the README's two Quickstart commands as written (the demo as a smoke step,
+    then the test run), and the test command installs the extras CI's tests need (ray: the Ray
+    tests run in CI, not skip)."""
+    result = subprocess.run([str(ROOT / ".ci" / "run"), "--print"], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    demo, tests = result.stdout.splitlines()
+    quickstart = (ROOT / "README.md").read_text(encoding="utf-8").split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    assert f"```bash\n{demo}\n```" in quickstart and f"```bash\n{tests}\n```" in quickstart
+    assert "deepboot simulate" in demo and tests.endswith("python -m pytest -q")
+    extras = tests.split('-e ".[', 1)[1].split("]", 1)[0].split(",")
+    assert {"dev", "ray"} <= set(extras)
