@@ -166,17 +166,26 @@ def _schedule(path: Path, key: str, field: dict[str, Any]) -> Any:
 
 def _spaces(path: Path, data: dict[str, Any]) -> tuple[Any, Any]:
     """Observation and action spaces rebuilt from the action space's sizes."""
-    from deepboot_env.env.codec import make_codec, mode_of_nvec
+    from deepboot_env.config import EnvConfig
+    from deepboot_env.env.codec import ScoreCodec, make_codec, mode_of_nvec
     from deepboot_env.env.deepboot_env import spaces_for
 
     field = data.get("action_space")
-    text = field.get("nvec", "") if isinstance(field, dict) else ""
+    field = field if isinstance(field, dict) else {}
+    text = field.get("nvec", "")
     try:
-        nvec = np.array([int(x) for x in str(text).strip("[]").split()], dtype=np.int64)
-        mode = mode_of_nvec(nvec)
+        if "spaces.box.Box" in str(field.get(":type:", "")):  # score mode: scores per slot, then lending
+            size = text = field.get("_shape")
+            if not (isinstance(size, list) and len(size) == 1 and isinstance(size[0], int) and 2 <= size[0] <= 4097):
+                raise ValueError(size)
+            mode = ScoreCodec.mode
+            codec = make_codec(mode, size[0] - 1, EnvConfig.defaults()["lend_levels"])
+        else:
+            nvec = np.array([int(x) for x in str(text).strip("[]").split()], dtype=np.int64)
+            mode = mode_of_nvec(nvec)
+            codec = make_codec(mode, int(nvec.size - 1), int(nvec[-1]))
     except ValueError:
         raise CheckpointError(f"{path}: action_space is not a DeepBoot-v0 action space ({str(text)[:80]!r})") from None
-    codec = make_codec(mode, int(nvec.size - 1), int(nvec[-1]))
     described = data.get("observation_space", {})
     keys = re.findall(r"'(\w+)': Box", str(described.get("spaces", ""))) if isinstance(described, dict) else []
     observation, action = spaces_for(codec, outlook="outlook" in keys)

@@ -158,7 +158,7 @@ SET_SIZE_MINIMUMS: dict[str, int] = {"embed_dim": 1, "attention_heads": 1, "atte
 """The set policy's size arguments and their smallest values (checked here and by the policy)."""
 
 ARCH_ONLY_KEYS: dict[str, tuple[str, ...]] = {
-    "mlp": ("net_arch", "share_features_extractor", "log_std_init"),
+    "mlp": ("net_arch", "share_features_extractor"),
     "set": tuple(SET_SIZE_MINIMUMS),
 }
 """``policy_kwargs`` keys that only one architecture takes."""

@@ -30,9 +30,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
+from gymnasium import spaces
 
 
 @dataclass
@@ -97,7 +98,8 @@ def run_demo_episode(episode: DemoEpisode) -> Demonstrations:
         actions.append(label)
         masks.append(mask)
         p = episode.noise
-        executed = perturb(label, mask, env.action_space.nvec, p, rng) if p > 0 else label
+        nvec = cast(spaces.MultiDiscrete, env.action_space).nvec  # cloning needs discrete actions
+        executed = perturb(label, mask, nvec, p, rng) if p > 0 else label
         obs, reward, terminated, truncated, info = env.step(executed)
         rewards.append(reward)
         done = terminated or truncated

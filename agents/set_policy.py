@@ -27,6 +27,7 @@ per slot; every other entry is global.
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from typing import Any, ClassVar, cast
 
@@ -40,9 +41,14 @@ from torch import nn
 from agents.described_policy import DescribedPolicyMixin
 from agents.factory import SET_SIZE_MINIMUMS
 
-SLOT_KEYS: tuple[str, ...] = ("jobs", "base")
+SLOT_KEYS: tuple[str, ...] = ("jobs", "base", "prior")
 """Observation entries that hold one row per job slot (``jobs``: the slot matrix; ``base``: the
-residual base policy's GPUs per slot). The first feature of a ``jobs`` row is ``present``."""
+residual base policy's GPUs per slot; ``prior``: the score mode's prior log-weight per slot). The
+first feature of a ``jobs`` row is ``present``."""
+
+NOISE_KEY = "noise"
+"""The score mode's exploration codes (uniform per slot, held per job, then the lending code):
+read by the sampler of :class:`SetActorCriticPolicy`, never by the network."""
 
 SET_POLICY_KWARGS: dict[str, int] = {"embed_dim": 64, "attention_heads": 4, "attention_layers": 1}
 """Default sizes of the set network (``policy_kwargs`` of ``--policy-arch set``)."""
@@ -104,7 +110,9 @@ class SetNetwork(nn.Module):
         offset = column = 0
         for key, space in observation_space.spaces.items():
             size = int(np.prod(space.shape or ()))
-            if key in SLOT_KEYS:
+            if key == NOISE_KEY:
+                pass
+            elif key in SLOT_KEYS:
                 if size % slots:
                     raise ValueError(f"observation entry {key!r} of size {size} is not {slots} slot rows")
                 if key == "jobs":
@@ -208,14 +216,18 @@ class _SetPolicyMixin(DescribedPolicyMixin):
 
     def _build_mlp_extractor(self) -> None:
         policy: Any = self
-        nvec = np.asarray(policy.action_space.nvec).reshape(-1)
-        if nvec.size < 2 or len(set(nvec[:-1].tolist())) != 1:
-            raise ValueError(f"the set policy needs slots of equal choices plus a lending level, got nvec {nvec}")
+        if isinstance(policy.action_space, spaces.Box):  # score mode: one mean per slot, then the lending share
+            slots, slot_choices, lend_levels = int(policy.action_space.shape[0]) - 1, 1, 1
+        else:
+            nvec = np.asarray(policy.action_space.nvec).reshape(-1)
+            if nvec.size < 2 or len(set(nvec[:-1].tolist())) != 1:
+                raise ValueError(f"the set policy needs slots of equal choices plus a lending level, got nvec {nvec}")
+            slots, slot_choices, lend_levels = int(nvec.size - 1), int(nvec[0]), int(nvec[-1])
         policy.mlp_extractor = SetNetwork(
             policy.observation_space,
-            slots=int(nvec.size - 1),
-            slot_choices=int(nvec[0]),
-            lend_levels=int(nvec[-1]),
+            slots=slots,
+            slot_choices=slot_choices,
+            lend_levels=lend_levels,
             activation=policy.activation_fn,
             **self.set_sizes,
         ).to(policy.device)
@@ -224,7 +236,16 @@ class _SetPolicyMixin(DescribedPolicyMixin):
         policy: Any = self
         super()._build(lr_schedule)  # type: ignore[misc]
         policy.action_net = nn.Identity()
-        if policy.ortho_init:
+        if isinstance(policy.action_space, spaces.Box):
+            # one log std for every slot's score (no slot order), one for the lending share; the
+            # means start at exactly 0, so the deterministic policy starts as the prior itself
+            start = float(policy.log_std.detach().reshape(-1)[0])
+            del policy.log_std
+            policy.score_log_std = nn.Parameter(th.full((2,), start, device=policy.device))
+            for layer in policy.mlp_extractor.output_layers():
+                nn.init.zeros_(layer.weight)
+                nn.init.zeros_(layer.bias)
+        elif policy.ortho_init:
             for layer in policy.mlp_extractor.output_layers():
                 layer.apply(partial(policy.init_weights, gain=0.01))
         policy.optimizer = policy.optimizer_class(policy.parameters(), lr=lr_schedule(1), **policy.optimizer_kwargs)
@@ -251,9 +272,70 @@ class _SetPolicyMixin(DescribedPolicyMixin):
 
 
 class SetActorCriticPolicy(_SetPolicyMixin, MultiInputActorCriticPolicy):
-    """The set-based actor-critic for ``PPO`` (Dict observations, MultiDiscrete actions)."""
+    """The set-based actor-critic for ``PPO`` (Dict observations; MultiDiscrete actions, or the
+    score mode's ``Box``).
+
+    With a ``Box`` action (``action_mode="score"``) the policy is Gaussian: slot i's score is
+    ``N(mean_i, std)``, the lending share's ``N(mean, std_lend)``, the two log stds learnt and
+    shared by every slot (``log_std_init`` sets both). Exploration is held per job: a sampled
+    action is ``mean + std * z``, z the standard normal of the observation's ``noise`` codes,
+    which the env draws once per job and keeps for the job's life (a job keeps its deviation
+    instead of flipping ranks with new noise at every decision; rl-scheduling notes). The log
+    probability is the Gaussian's, of the present jobs' scores and the lending share only (empty
+    slots do not act), and so is the entropy.
+    """
 
     deepboot_algo: ClassVar[str] = "ppo"
+    score_log_std: nn.Parameter
+    """Score mode: the log std of every slot's score, then of the lending share (set in ``_build``)."""
+
+    def _score_gaussian(
+        self, obs: dict[str, th.Tensor], latent_pi: th.Tensor
+    ) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
+        """(means, stds, acting weights) of the score action: weight 1 for present jobs' slots
+        and the lending share, 0 for empty slots."""
+        mean = self.action_net(latent_pi)
+        slots = mean.shape[1] - 1
+        log_std = th.cat([self.score_log_std[:1].expand(slots), self.score_log_std[1:]])
+        rows = obs["jobs"].reshape(mean.shape[0], slots, -1)
+        acting = th.cat([(rows[:, :, 0] > 0.5).to(mean.dtype), th.ones_like(mean[:, :1])], dim=1)
+        return mean, log_std.exp().expand_as(mean), acting
+
+    @staticmethod
+    def _held_normal(obs: dict[str, th.Tensor]) -> th.Tensor:
+        """The standard normal draws of the observation's noise codes."""
+        codes = obs[NOISE_KEY].clamp(1e-6, 1.0 - 1e-6)
+        return th.special.ndtri(codes)
+
+    @staticmethod
+    def _log_prob(mean: th.Tensor, std: th.Tensor, acting: th.Tensor, actions: th.Tensor) -> th.Tensor:
+        z = (actions - mean) / std
+        per_entry = -0.5 * z * z - th.log(std) - 0.5 * math.log(2 * math.pi)
+        return (per_entry * acting).sum(dim=1)
+
+    def forward(self, obs: Any, deterministic: bool = False) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
+        """SB3's rollout call; in score mode, actions with noise held per job (class docstring)."""
+        if not isinstance(self.action_space, spaces.Box):
+            return super().forward(obs, deterministic)
+        latent_pi, latent_vf = self.mlp_extractor(self.extract_features(obs))
+        mean, std, acting = self._score_gaussian(obs, latent_pi)
+        actions = mean if deterministic else mean + std * self._held_normal(obs)
+        return actions, self.value_net(latent_vf), self._log_prob(mean, std, acting, actions)
+
+    def evaluate_actions(self, obs: Any, actions: th.Tensor) -> tuple[th.Tensor, th.Tensor, th.Tensor | None]:
+        """Values, log probabilities and entropies of ``actions`` (score mode: of the acting entries)."""
+        if not isinstance(self.action_space, spaces.Box):
+            return super().evaluate_actions(obs, actions)
+        latent_pi, latent_vf = self.mlp_extractor(self.extract_features(obs))
+        mean, std, acting = self._score_gaussian(obs, latent_pi)
+        entropy = ((0.5 + 0.5 * math.log(2 * math.pi) + th.log(std)) * acting).sum(dim=1)
+        return self.value_net(latent_vf), self._log_prob(mean, std, acting, actions), entropy
+
+    def _predict(self, observation: Any, deterministic: bool = False) -> th.Tensor:
+        """The most likely action, or (score mode) one sampled with the held noise."""
+        if not isinstance(self.action_space, spaces.Box):
+            return super()._predict(observation, deterministic)
+        return self.forward(observation, deterministic)[0]
 
 
 class MaskableSetActorCriticPolicy(_SetPolicyMixin, MaskableMultiInputActorCriticPolicy):

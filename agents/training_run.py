@@ -309,6 +309,8 @@ def train(args: argparse.Namespace, on_evaluation: Callable[[int, float], None] 
     model.set_logger(Logger(str(run_dir), formats))
     log_run_config(model.logger, config)
     pretrained = resume is None and settings["pretrain_expert"] is not None
+    if pretrained and env_config(env_kwargs).make_codec().continuous:
+        raise ConfigError("--pretrain-expert clones discrete actions; action_mode 'score' starts at its prior already")
     if pretrained:
         demo_scenarios = (
             train_source if isinstance(train_source, list) else [s for _, s in load_workloads(args.workload)]
@@ -324,9 +326,12 @@ def train(args: argparse.Namespace, on_evaluation: Callable[[int, float], None] 
             verbose=args.verbose,
         )
     cfg = env_config(env_kwargs)
-    neutral = cfg.make_codec().neutral_action()
+    codec = cfg.make_codec()
+    neutral = codec.neutral_action()
     residual_start = resume is None and neutral is not None
-    if residual_start and neutral is not None:  # start at the base policy (after cloning, whose critic it keeps)
+    # start at the base policy (after cloning, whose critic it keeps); a score policy starts at
+    # its prior by construction (zero means: agents.set_policy)
+    if residual_start and neutral is not None and not codec.continuous:
         from agents.imitation import init_residual_policy
 
         init_residual_policy(model, neutral, float(settings["residual_neutral_prob"]))

@@ -429,26 +429,43 @@ class AtsPolicy(BasePolicy):
         """Knapsack over job GPU counts, then best-fit placement."""
         return self.place_proposal(state, self.propose_counts(state))
 
-    def propose_counts(self, state: ClusterState) -> dict[int, int]:
-        """The knapsack's GPUs per active job, in least-attained-service order."""
+    def decide_scored(self, state: ClusterState, scores: Mapping[int, float], lend: float) -> Allocation:
+        """:meth:`decide` with each job's knapsack weight times ``exp(scores[job id])`` (absent
+        ids: 0) and the lending share times ``lend`` in [0, 1] (the score action of
+        :class:`~deepboot_env.env.codec.ScoreCodec`). All scores 0 and ``lend`` 1 is :meth:`decide`
+        bit for bit (a weight times exp(0) = 1.0 is the weight)."""
+        share = float(self.lend) * lend
+        return self.place_proposal(state, self.propose_counts(state, scores, share), share)
+
+    def propose_counts(
+        self, state: ClusterState, scores: Mapping[int, float] | None = None, lend: float | None = None
+    ) -> dict[int, int]:
+        """The knapsack's GPUs per active job, in least-attained-service order (``scores`` and
+        ``lend``: see :meth:`decide_scored`; None: the policy's own)."""
         jobs = sorted(state.jobs, key=job_priority_key)
         if not jobs:
             return {}
-        capacity = int(state.training_capacity(lend=self.lend).sum())
+        capacity = int(state.training_capacity(lend=self.lend if lend is None else lend).sum())
         fair = math.ceil(capacity / len(jobs)) if capacity > 0 else 1
         caps = self.job_caps(jobs, capacity, fair)
         total = sum(caps)
         if total > capacity and (total + len(caps)) * (capacity + 1) > MAX_KNAPSACK_CELLS:  # may bind
             useful = [min(cap, j.rates.max_replicas) for cap, j in zip(caps, jobs, strict=True)]
             if knapsack_prefix(caps, useful, capacity) < len(jobs):
-                return self._bounded_counts(jobs, caps, capacity, fair, state.gpus_per_node)
-        weights = self.job_weights(jobs, fair, capacity)
+                return self._bounded_counts(jobs, caps, capacity, fair, state.gpus_per_node, scores)
+        weights = self.scored_weights(jobs, fair, capacity, scores)
         options = Options.of(jobs, fair, state.gpus_per_node, caps, self.linear_untrained, weights)
         chosen = knapsack_options(options, caps, min(capacity, total))
         return {j.id: w for j, w in zip(jobs, chosen, strict=True)}
 
     def _bounded_counts(
-        self, jobs: list[JobView], caps: list[int], capacity: int, fair: int, gpus_per_node: int
+        self,
+        jobs: list[JobView],
+        caps: list[int],
+        capacity: int,
+        fair: int,
+        gpus_per_node: int,
+        scores: Mapping[int, float] | None = None,
     ) -> dict[int, int]:
         """:meth:`propose_counts` when one programme over every job would pass
         :data:`MAX_KNAPSACK_CELLS`: passes over the jobs holding GPUs first, each within the bound,
@@ -465,7 +482,7 @@ class AtsPolicy(BasePolicy):
             if considered < len(widths):  # bounded: values beyond a job's useful width add nothing
                 widths = useful
             widths = widths[:considered]
-            weights = self.job_weights(part, fair, capacity)
+            weights = self.scored_weights(part, fair, capacity, scores)
             options = Options.of(part, fair, gpus_per_node, widths, self.linear_untrained, weights)
             chosen = knapsack_options(options, widths, min(left, sum(widths)))
             counts.update(zip((j.id for j in part), chosen, strict=True))
@@ -473,14 +490,41 @@ class AtsPolicy(BasePolicy):
             left -= sum(chosen)
         return counts
 
-    def place_proposal(self, state: ClusterState, counts: Mapping[int, int]) -> Allocation:
-        """Best-fit placement of ``counts`` (jobs whose count is unchanged keep their GPUs)."""
+    def place_proposal(self, state: ClusterState, counts: Mapping[int, int], lend: float | None = None) -> Allocation:
+        """Best-fit placement of ``counts`` (jobs whose count is unchanged keep their GPUs) on the
+        GPUs of lending share ``lend`` (None: the policy's own)."""
         if not counts:
             return Allocation({})
         order: dict[int, list[int]] | None = {} if self.relist_restarts else None
-        placed = place_counts(state, counts, state.training_capacity(lend=self.lend), order=order)
+        capacity = state.training_capacity(lend=self.lend if lend is None else lend)
+        placed = place_counts(state, counts, capacity, order=order)
         relist = frozenset(i for i, nodes in (order or {}).items() if nodes != sorted(nodes))
         return Allocation(placed, relist=relist)
+
+    def log_weights(self, state: ClusterState) -> dict[int, float]:
+        """Each active job's knapsack log-weight relative to the heaviest job's (0 for all under
+        ATS), at the fair share and capacity :meth:`propose_counts` uses (what the ``score``
+        action mode observes as the prior)."""
+        jobs = state.jobs
+        if not jobs:
+            return {}
+        capacity = int(state.training_capacity(lend=self.lend).sum())
+        fair = math.ceil(capacity / len(jobs)) if capacity > 0 else 1
+        weights = self.job_weights(jobs, fair, capacity)
+        if weights is None:
+            return dict.fromkeys((job.id for job in jobs), 0.0)
+        logs = np.log(np.maximum(weights, 1e-300))
+        return dict(zip((job.id for job in jobs), (logs - logs.max()).tolist(), strict=True))
+
+    def scored_weights(
+        self, jobs: Sequence[JobView], fair: int, capacity: int, scores: Mapping[int, float] | None
+    ) -> np.ndarray | None:
+        """:meth:`job_weights` times ``exp(scores[job id])`` per job (None scores: unchanged)."""
+        weights = self.job_weights(jobs, fair, capacity)
+        if scores is None:
+            return weights
+        factors = np.exp([scores.get(job.id, 0.0) for job in jobs])
+        return factors if weights is None else weights * factors
 
     def job_weights(self, jobs: Sequence[JobView], fair: int, capacity: int) -> np.ndarray | None:
         """Each job's weight in the knapsack: ``max(T, 1) ** -srpt_power``, T its remaining time

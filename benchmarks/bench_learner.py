@@ -1,8 +1,9 @@
 """Benchmark: learner throughput, env steps per CPU-second, rollout collection and update apart.
 
-    python benchmarks/bench_learner.py [--algos maskable_ppo ppo] [--modes target residual]
+    python benchmarks/bench_learner.py [--algos maskable_ppo ppo] [--modes target residual score]
                                        [--archs mlp set] [--n-envs 4] [--n-steps 256]
                                        [--rollouts 4] [--workload train] [--threads 1]
+                                       [--device cpu|cuda]
 
 For every (algorithm, action mode, policy architecture) it builds the model exactly as
 ``train_policy.py`` does with the default hyperparameters (``agents.factory.build_model``: MLP
@@ -20,8 +21,13 @@ torch warm up), then ``--rollouts`` timed ones, and reports, per CPU-second of t
   residual mode), ``mask`` (``action_masks``), ``forward`` (the policy's forward pass and action
   sampling), ``buffer`` (``RolloutBuffer.add``) and ``other`` (SB3's tensor conversions, the
   VecEnv and Monitor wrappers, callbacks);
-* ``env step residual/target``: the ratio of the residual mode's env step (env + obs + mask) to
-  the target mode's, per algorithm and architecture.
+* ``env step residual/target`` (and ``score/target``): the ratio of that mode's env step (env +
+  obs + mask) to the target mode's, per algorithm and architecture;
+* ``wall``: env steps per second of wall-clock time, rollouts and updates together (what counts
+  with ``--device cuda``, whose kernels run outside this process's CPU time).
+
+The score mode (continuous actions over ``ats-srpt``'s knapsack) runs with ``ppo`` only
+(MaskablePPO needs discrete actions).
 """
 
 from __future__ import annotations
@@ -102,16 +108,19 @@ def measure(algo: str, mode: str, arch: str, args: argparse.Namespace) -> dict[s
     """One configuration's figures (see the module docstring)."""
     hyperparams = resolve_hyperparams(algo, {"n_steps": args.n_steps, "batch_size": args.n_steps})
     switch_arch(hyperparams, arch, keep_policy_kwargs=False)
-    env = make_vec_env_for(args.workload, n_envs=args.n_envs, seed=args.seed, env_kwargs={"action_mode": mode})
-    model = build_model(algo, env, device="cpu", seed=args.seed, hyperparams=hyperparams)
+    env_kwargs = {"action_mode": mode, **({"base_policy": "ats-srpt"} if mode == "score" else {})}
+    env = make_vec_env_for(args.workload, n_envs=args.n_envs, seed=args.seed, env_kwargs=env_kwargs)
+    model = build_model(algo, env, device=args.device, seed=args.seed, hyperparams=hyperparams)
     model.learn(total_timesteps=args.n_envs * args.n_steps)  # warm-up: rate tables, torch kernels
     cpu: dict[str, float] = defaultdict(float)
     model.collect_rollouts = _cpu_timed(model.collect_rollouts, cpu, "collect")
     model.train = _cpu_timed(model.train, cpu, "update")
     timers = _Timers()
     steps = args.rollouts * args.n_envs * args.n_steps
+    wall = time.perf_counter()
     with _timed_parts(model, timers):
         model.learn(total_timesteps=steps, reset_num_timesteps=False)
+    wall = time.perf_counter() - wall
     env.close()
     parts = {p: timers.seconds[p] / steps * 1e6 for p in PARTS if p != "other"}
     parts["other"] = cpu["collect"] / steps * 1e6 - sum(parts.values())
@@ -119,6 +128,7 @@ def measure(algo: str, mode: str, arch: str, args: argparse.Namespace) -> dict[s
         "rollout": steps / cpu["collect"],
         "update": steps / cpu["update"],
         "overall": steps / (cpu["collect"] + cpu["update"]),
+        "wall": steps / wall,
         **parts,
     }
 
@@ -127,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     """Command-line entry point (see the module docstring); returns the exit status."""
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--algos", nargs="+", choices=ALGOS, default=["maskable_ppo"])
-    parser.add_argument("--modes", nargs="+", choices=("target", "residual"), default=["target", "residual"])
+    parser.add_argument("--modes", nargs="+", choices=("target", "residual", "score"), default=["target", "residual"])
     parser.add_argument("--archs", nargs="+", choices=tuple(POLICY_ARCHS), default=["mlp", "set"])
     parser.add_argument("--n-envs", type=int, default=4)
     parser.add_argument("--n-steps", type=int, default=256, help="per env and rollout (the default preset's)")
@@ -135,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workload", default="train")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: the fastest on 2 cores)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the networks run")
     args = parser.parse_args(argv)
 
     import torch
@@ -144,9 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     Distribution.set_default_validate_args(False)
     print(
         f"learner benchmark: {args.n_envs} DummyVecEnv envs on {args.workload!r}, n_steps {args.n_steps}, "
-        f"{args.rollouts} timed rollouts, {args.threads} torch thread(s); env steps per CPU-second"
+        f"{args.rollouts} timed rollouts, {args.threads} torch thread(s), networks on {args.device}; env steps "
+        "per CPU-second (wall: per second)"
     )
-    header = f"{'algo':<13}{'mode':<9}{'arch':<5}{'rollout':>9}{'update':>8}{'overall':>9}  " + "".join(
+    header = f"{'algo':<13}{'mode':<9}{'arch':<5}{'rollout':>9}{'update':>8}{'overall':>9}{'wall':>8}  " + "".join(
         f"{p:>8}" for p in PARTS
     )
     print(header + "   (us per collected step)")
@@ -154,16 +166,19 @@ def main(argv: list[str] | None = None) -> int:
     for algo in args.algos:
         for arch in args.archs:
             for mode in args.modes:
+                if mode == "score" and algo != "ppo":
+                    continue
                 r = measure(algo, mode, arch, args)
                 env_step[(algo, arch, mode)] = r["env"] + r["obs"] + r["mask"]
                 print(
-                    f"{algo:<13}{mode:<9}{arch:<5}{r['rollout']:>9,.0f}{r['update']:>8,.0f}{r['overall']:>9,.0f}  "
-                    + "".join(f"{r[p]:>8.0f}" for p in PARTS),
+                    f"{algo:<13}{mode:<9}{arch:<5}{r['rollout']:>9,.0f}{r['update']:>8,.0f}{r['overall']:>9,.0f}"
+                    f"{r['wall']:>8,.0f}  " + "".join(f"{r[p]:>8.0f}" for p in PARTS),
                     flush=True,
                 )
-            if {"target", "residual"} <= set(args.modes):
-                ratio = env_step[(algo, arch, "residual")] / env_step[(algo, arch, "target")]
-                print(f"  {algo} {arch}: env step residual/target = {ratio:.2f}x")
+            for mode in ("residual", "score"):
+                if (algo, arch, mode) in env_step and (algo, arch, "target") in env_step:
+                    ratio = env_step[(algo, arch, mode)] / env_step[(algo, arch, "target")]
+                    print(f"  {algo} {arch}: env step {mode}/target = {ratio:.2f}x")
     return 0
 
 

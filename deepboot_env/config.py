@@ -19,9 +19,11 @@ docs/goodput.md §9.7; ``dynamics`` ("v0" or "v1", :data:`DYNAMICS`) sets the de
 
 Agent options (fields of :class:`EnvConfig`): ``max_jobs`` (32 job slots), ``lend_levels`` (5),
 ``jct_scale`` (10), ``infer_weight`` (1.0), ``max_rounds`` (3000 decisions per episode),
-``action_mode`` ("target" or "residual", see :mod:`deepboot_env.env.codec`), ``base_policy``
-("ats", the policy a residual action corrects) and ``outlook`` (False: add the forecast entry of
-:class:`~deepboot_env.env.encoding.OutlookEncoder` to the observation).
+``action_mode`` ("target", "residual" or "score", see :mod:`deepboot_env.env.codec`),
+``base_policy`` ("ats", the policy a residual action corrects or the score mode's prior),
+``outlook`` (False: add the forecast entry of :class:`~deepboot_env.env.encoding.OutlookEncoder`
+to the observation), ``score_scale`` (1.0), ``hold`` (1 boundary per decision) and
+``relative_reward`` (False: the JCT reward relative to the base policy's on the same scenario).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from deepboot_env import MAX_EPISODE_STEPS
-from deepboot_env.env.codec import CODECS, ActionCodec, make_codec
+from deepboot_env.env.codec import CODECS, SCORE_SCALE, ActionCodec, make_codec
 from deepboot_env.sim.choices import validate_choice
 from deepboot_env.sim.cluster import ClusterConfig, ClusterConfigError
 from deepboot_env.sim.interference import InterferenceModel
@@ -150,10 +152,18 @@ class EnvConfig:
         jct_scale: the JCT reward's divisor (reward = -job-seconds / (interval x jct_scale)).
         infer_weight: weight of the inference-wait penalty.
         max_rounds: decisions per episode before truncation.
-        action_mode: ``target`` (GPU targets per slot) or ``residual`` (corrections to a base policy).
-        base_policy: the policy a residual action corrects (a registry name).
+        action_mode: ``target`` (GPU targets per slot), ``residual`` (corrections to a base
+            policy) or ``score`` (per-job scores over a prior's knapsack weights).
+        base_policy: the policy a residual action corrects, or the prior of the score mode (a
+            registry name).
         outlook: add the ``outlook`` observation entry (inference demand forecast learnt online,
             queue pressure; :class:`~deepboot_env.env.encoding.OutlookEncoder`).
+        score_scale: score mode: the log-weight change of a score of 1.
+        hold: boundaries one action is kept for (score mode: the held scores are decoded again
+            at each); the env asks earlier when a job arrives or finishes. 1: every boundary.
+        relative_reward: subtract, from the JCT reward, the base policy's on the same scenario
+            over the same time (its episode is simulated once per scenario and cached), so that
+            the return is the difference in total JCT to the base policy's.
     """
 
     sim: SimConfig = field(default_factory=SimConfig)
@@ -165,11 +175,23 @@ class EnvConfig:
     action_mode: str = "target"
     base_policy: str = "ats"
     outlook: bool = False
+    score_scale: float = SCORE_SCALE
+    hold: int = 1
+    relative_reward: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.outlook, bool):
-            raise EnvConfigError(f"outlook must be true or false, got {self.outlook!r}")
-        for name in ("max_jobs", "lend_levels", "max_rounds"):
+        for flag in ("outlook", "relative_reward"):
+            if not isinstance(getattr(self, flag), bool):
+                raise EnvConfigError(f"{flag} must be true or false, got {getattr(self, flag)!r}")
+        if isinstance(self.score_scale, bool) or not (
+            isinstance(self.score_scale, int | float) and 0 < self.score_scale < math.inf
+        ):
+            raise EnvConfigError(f"score_scale must be a finite number > 0, got {self.score_scale!r}")
+        if self.hold != 1 and self.action_mode != "score":
+            raise EnvConfigError(f"hold > 1 needs action_mode 'score' (held per-job scores), got {self.action_mode!r}")
+        if self.relative_reward and self.action_mode == "target":
+            raise EnvConfigError("relative_reward needs a base policy: action_mode residual or score")
+        for name in ("max_jobs", "lend_levels", "max_rounds", "hold"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise EnvConfigError(f"{name} must be an integer >= 1, got {value!r}")
@@ -214,4 +236,4 @@ class EnvConfig:
 
     def make_codec(self) -> ActionCodec:
         """The action codec of :attr:`action_mode` for these slots and lending levels."""
-        return make_codec(self.action_mode, self.max_jobs, self.lend_levels, self.base_policy)
+        return make_codec(self.action_mode, self.max_jobs, self.lend_levels, self.base_policy, self.score_scale)

@@ -63,6 +63,7 @@ __all__ = [
     "Policy",
     "RequestView",
     "PolicySpec",
+    "ScoredProposer",
     "available_policies",
     "available_prefixes",
     "make_policy",
@@ -98,6 +99,20 @@ class CountProposer(Protocol):
 
     def place_proposal(self, state: ClusterState, counts: Mapping[int, int]) -> Allocation:
         """Place the :meth:`propose_counts` of the same ``state`` on GPUs."""
+
+
+@runtime_checkable
+class ScoredProposer(Protocol):
+    """A policy that decides from per-job priority scores on top of its own (ATS's knapsack and
+    the policies built on it): what the ``score`` action mode adjusts
+    (:class:`~deepboot_env.env.codec.ScoreCodec`)."""
+
+    def decide_scored(self, state: ClusterState, scores: Mapping[int, float], lend: float) -> Allocation:
+        """The allocation with each job's weight times ``exp(scores[job id])`` (absent: 0) and
+        the lending share times ``lend`` in [0, 1]; zero scores and ``lend`` 1 are ``decide``."""
+
+    def log_weights(self, state: ClusterState) -> dict[int, float]:
+        """Each active job's log-weight before scores, relative to the heaviest job's (<= 0)."""
 
 
 class BasePolicy:

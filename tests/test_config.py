@@ -82,7 +82,7 @@ def test_fractional_lending_at_zero_and_one_is_lending_off_and_on(tiny) -> None:
 
 
 def test_codecs_by_mode_and_action_space() -> None:
-    assert set(CODECS) == {"target", "residual"}
+    assert set(CODECS) == {"target", "residual", "score"}
     target, residual = make_codec("target", 4, 5), make_codec("residual", 4, 5, "fifo")
     assert isinstance(target, TargetCodec) and isinstance(residual, ResidualCodec) and residual.base_name == "fifo"
     assert mode_of_nvec(np.array(target.nvec)) == "target" and mode_of_nvec(np.array(residual.nvec)) == "residual"

@@ -37,7 +37,7 @@ import numpy as np
 
 from deepboot_env.env.encoding import slot_jobs
 from deepboot_env.placement import place_count_lists, placement_order
-from deepboot_env.policy import CountProposer, Policy, make_policy
+from deepboot_env.policy import CountProposer, Policy, ScoredProposer, make_policy
 from deepboot_env.sim.cluster import node_layout
 from deepboot_env.sim.state import Allocation, ClusterState, JobView, validate_allocation
 
@@ -127,6 +127,8 @@ class ActionCodec(ABC):
     """The ``action_mode`` name of the codec."""
     slot_choices: ClassVar[int]
     """Choices per job slot."""
+    continuous: ClassVar[bool] = False
+    """Whether the action is a ``Box`` of :attr:`action_size` reals instead of ``MultiDiscrete``."""
 
     def __init__(self, max_jobs: int, lend_levels: int) -> None:
         self.max_jobs = max_jobs
@@ -136,6 +138,11 @@ class ActionCodec(ABC):
     def nvec(self) -> list[int]:
         """The ``MultiDiscrete`` sizes: one per slot, then the lending level."""
         return [self.slot_choices] * self.max_jobs + [self.lend_levels]
+
+    @property
+    def action_size(self) -> int:
+        """Entries of the action: one per slot, then the lending level (or share)."""
+        return self.max_jobs + 1
 
     def extra_observation(self) -> dict[str, int]:
         """Observation entries the codec adds (name -> length of its float32 vector in [0, 1])."""
@@ -166,9 +173,22 @@ class ActionCodec(ABC):
         counts, repaired = self.decode(action, state)
         return Allocation({job_id: np.array(row, dtype=np.int64) for job_id, row in counts.items()}), repaired
 
+    def decode_allocation_held(self, state: ClusterState) -> Allocation:
+        """:meth:`redecode` as an :class:`~deepboot_env.sim.state.Allocation`."""
+        counts, _ = self.redecode(state)
+        return Allocation({job_id: np.array(row, dtype=np.int64) for job_id, row in counts.items()})
+
     def neutral_action(self) -> np.ndarray | None:
         """The action that leaves a base policy's allocation as it is, or None without a base."""
         return None
+
+    def redecode(self, state: ClusterState) -> tuple[Counts, int]:
+        """:meth:`decode` of the latest action on a later ``state`` (the env's ``hold``).
+
+        Raises:
+            ValueError: if this codec cannot keep an action (only the score codec does).
+        """
+        raise ValueError(f"action_mode {self.mode!r} cannot hold an action over boundaries (hold > 1 needs 'score')")
 
     @abstractmethod
     def expert_action(self, expert: str, policy: Policy, state: ClusterState) -> np.ndarray:
@@ -393,20 +413,185 @@ class ResidualCodec(ActionCodec):
         return self.neutral_action()
 
 
-CODECS: dict[str, type[ActionCodec]] = {TargetCodec.mode: TargetCodec, ResidualCodec.mode: ResidualCodec}
+SCORE_SCALE: float = 1.0
+"""Default log-weight change of a score of 1 (score mode: a job's weight goes from w to w e^+-1)."""
+_LOG_WEIGHT_RANGE = 12.0
+"""Prior log-weights observed on [-12, 0] (mapped to [0, 1])."""
+
+
+class ScoreCodec(ActionCodec):
+    """Per slot a real score added to a prior's log-weight, then a lending share; ATS's
+    knapsack and placement decode it (``action_mode="score"``).
+
+    The action is a ``Box(-1, 1, (max_jobs + 1,))`` vector (values outside are clipped): slot i's
+    job gets the knapsack weight ``w_j * exp(score_scale * a_i)``, ``w_j`` its weight under the
+    prior (a :class:`~deepboot_env.policy.ScoredProposer`: ``ats``, ``ats-srpt``,
+    ``priority:<path>``), and training may borrow the share ``min(1, 1 + a_last)`` of what the
+    prior lends. Jobs beyond the slots keep their prior weight. Every action decodes into the
+    prior's own kind of schedule (restart factor, caps, best-fit placement), and the zero action
+    *is* the prior, bit for bit.
+
+    Scores are kept per job between decisions (:meth:`redecode`: the env's ``hold``). The
+    observation gains ``prior`` (each slot's prior log-weight relative to the heaviest job,
+    mapped from [-12, 0] to [0, 1]) and ``noise``: a uniform code per slot, drawn once for each
+    job and kept for its life, then one for the lending share drawn at every decision. Policies
+    that explore with noise held per job read it (:mod:`agents.score_policy`); it carries no
+    information about the state.
+
+    Args:
+        max_jobs: job slots.
+        lend_levels: unused by this codec (kept for the common signature).
+        base: the prior policy's name.
+        score_scale: the log-weight change of a score of 1 (> 0).
+
+    Raises:
+        ValueError: if the prior does not take scores, or ``score_scale`` is not a finite number > 0.
+    """
+
+    mode = "score"
+    slot_choices = 0
+    continuous = True
+
+    def __init__(self, max_jobs: int, lend_levels: int, base: str = "ats-srpt", score_scale: float = SCORE_SCALE):
+        super().__init__(max_jobs, lend_levels)
+        if isinstance(score_scale, bool) or not (isinstance(score_scale, int | float) and 0 < score_scale < np.inf):
+            raise ValueError(f"score_scale must be a finite number > 0, got {score_scale!r}")
+        prior = make_policy(base)
+        if not isinstance(prior, ScoredProposer):
+            raise ValueError(
+                f"action_mode 'score' needs a prior that takes per-job scores (ats, ats-srpt, priority:<path>), "
+                f"got base_policy {base!r}"
+            )
+        self.base_name = base
+        self.prior: ScoredProposer = prior
+        self.score_scale = float(score_scale)
+        self.held: dict[int, float] = {}
+        """Job id -> log-weight change of the latest decision (what :meth:`redecode` applies)."""
+        self.held_lend = 1.0
+        """The lending share of the latest decision."""
+        self._codes: dict[int, float] = {}
+        self._rng = np.random.default_rng()
+
+    @property
+    def nvec(self) -> list[int]:
+        """Not a ``MultiDiscrete`` action.
+
+        Raises:
+            ValueError: always (the action is a ``Box`` of :attr:`action_size`).
+        """
+        raise ValueError("action_mode 'score' has a continuous Box action, not MultiDiscrete sizes")
+
+    @property
+    def action_size(self) -> int:
+        """Length of the ``Box`` action: one score per slot, then the lending share."""
+        return self.max_jobs + 1
+
+    def extra_observation(self) -> dict[str, int]:
+        """``prior`` (per slot) and ``noise`` (per slot, then the lending code)."""
+        return {"prior": self.max_jobs, "noise": self.max_jobs + 1}
+
+    def reset(self, seed: int | None = None) -> None:
+        """Start an episode: forget held scores and codes; reseed the codes' generator if
+        ``seed`` is given (else its stream goes on)."""
+        self.prior.reset(seed)  # type: ignore[attr-defined]
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        self.held, self.held_lend, self._codes = {}, 1.0, {}
+
+    def observe(self, state: ClusterState) -> dict[str, np.ndarray]:
+        """The prior's log-weights and the exploration codes of the slot jobs."""
+        jobs = slot_jobs(state, self.max_jobs)
+        logs = self.prior.log_weights(state)
+        prior = np.zeros(self.max_jobs, dtype=np.float32)
+        noise = np.full(self.max_jobs + 1, 0.5, dtype=np.float32)
+        old, codes = self._codes, {}
+        fresh = self._rng.random(len(jobs) + 1)
+        for i, job in enumerate(jobs):
+            prior[i] = max(0.0, 1.0 + logs[job.id] / _LOG_WEIGHT_RANGE)
+            codes[job.id] = noise[i] = old.get(job.id, fresh[i])
+        noise[-1] = fresh[-1]
+        self._codes = codes
+        return {"prior": prior, "noise": noise}
+
+    def mask(self, state: ClusterState) -> np.ndarray:
+        """Not defined for a continuous action.
+
+        Raises:
+            ValueError: always (use PPO, not MaskablePPO, with this mode).
+        """
+        raise ValueError("action_mode 'score' has a continuous action: no action masks (use PPO, not MaskablePPO)")
+
+    def scores_of(self, action: np.ndarray, state: ClusterState) -> tuple[dict[int, float], float]:
+        """The log-weight changes by job id and the lending share of ``action``.
+
+        Raises:
+            ValueError: if the action is not ``max_jobs + 1`` finite numbers.
+        """
+        raw = np.asarray(action)
+        if raw.shape != (self.action_size,):
+            raise ValueError(f"score action must have shape ({self.action_size},), got {raw.shape}")
+        if raw.dtype.kind not in "fiu" or not np.isfinite(raw).all():
+            raise ValueError(f"score action must hold finite numbers, got {raw.tolist()[:8]}...")
+        values = np.clip(raw.astype(np.float64), -1.0, 1.0).tolist()
+        scale = self.score_scale
+        jobs = slot_jobs(state, self.max_jobs)  # fewer than the slots: the rest of the scores are unused
+        scores = {job.id: scale * value for job, value in zip(jobs, values, strict=False) if value != 0.0}
+        return scores, min(1.0, 1.0 + values[-1])
+
+    def decode(self, action: np.ndarray, state: ClusterState) -> tuple[Counts, int]:
+        """The prior's schedule under the action's scores and lending share (kept for
+        :meth:`redecode`); nothing is repaired.
+
+        Raises:
+            ValueError: if the action is not ``max_jobs + 1`` finite numbers.
+        """
+        self.held, self.held_lend = self.scores_of(action, state)
+        return self.redecode(state)
+
+    def redecode(self, state: ClusterState) -> tuple[Counts, int]:
+        """The prior's schedule of ``state`` under the held scores (jobs that arrived since: 0)."""
+        allocation = self.prior.decide_scored(state, self.held, self.held_lend)
+        checked = validate_allocation(state, allocation)
+        return {job_id: row.tolist() for job_id, row in checked.items()}, 0
+
+    def neutral_action(self) -> np.ndarray:
+        """All scores 0 and the full lending share: the prior itself."""
+        return np.zeros(self.action_size, dtype=np.float32)
+
+    def expert_action(self, expert: str, policy: Policy, state: ClusterState) -> np.ndarray:
+        """The zero action, exact for the prior (the only expert it expresses).
+
+        Raises:
+            ValueError: if ``expert`` is not the prior.
+        """
+        if expert != self.base_name:
+            raise ValueError(f"in score mode the expert must be the prior {self.base_name!r}, got {expert!r}")
+        return self.neutral_action()
+
+
+CODECS: dict[str, type[ActionCodec]] = {
+    TargetCodec.mode: TargetCodec,
+    ResidualCodec.mode: ResidualCodec,
+    ScoreCodec.mode: ScoreCodec,
+}
 """The codecs by ``action_mode``."""
 
 
-def make_codec(mode: str, max_jobs: int, lend_levels: int, base_policy: str = "ats") -> ActionCodec:
-    """The codec of ``mode`` (``base_policy`` is used by codecs that correct a base policy).
+def make_codec(
+    mode: str, max_jobs: int, lend_levels: int, base_policy: str = "ats", score_scale: float = SCORE_SCALE
+) -> ActionCodec:
+    """The codec of ``mode`` (``base_policy`` is used by codecs that correct a base policy or
+    score over a prior; ``score_scale`` by the score codec).
 
     Raises:
-        ValueError: for an unknown mode.
+        ValueError: for an unknown mode, or a base policy the mode cannot use.
     """
     if mode == ResidualCodec.mode:
         return ResidualCodec(max_jobs, lend_levels, base_policy)
     if mode == TargetCodec.mode:
         return TargetCodec(max_jobs, lend_levels)
+    if mode == ScoreCodec.mode:
+        return ScoreCodec(max_jobs, lend_levels, base_policy, score_scale)
     raise ValueError(f"action_mode must be one of {tuple(CODECS)}, got {mode!r}")
 
 

@@ -19,6 +19,7 @@ from deepboot_env.env.encoding import (
     agent_observation,
     observation_limits,
 )
+from deepboot_env.env.reference import ReferenceEpisode, reference_curve
 from deepboot_env.policy import BasePolicy
 from deepboot_env.sim.scenario import Scenario
 from deepboot_env.sim.simulator import Simulator
@@ -26,9 +27,10 @@ from deepboot_env.sim.state import ClusterState
 from deepboot_env.workloads import ScenarioSampler, WorkloadLoader, WorkloadSource, load_scenarios, scenario_sampler
 
 
-def spaces_for(codec: ActionCodec, outlook: bool = False) -> tuple[spaces.Dict, spaces.MultiDiscrete]:
+def spaces_for(codec: ActionCodec, outlook: bool = False) -> tuple[spaces.Dict, spaces.MultiDiscrete | spaces.Box]:
     """The observation and action spaces of the env with action codec ``codec`` (its slots,
-    lending levels and extra observation entries), with the ``outlook`` entry if asked."""
+    lending levels and extra observation entries), with the ``outlook`` entry if asked; the
+    action is ``MultiDiscrete``, or a ``Box(-1, 1)`` for a continuous codec (score mode)."""
     entries: dict[str, spaces.Space[Any]] = {
         "jobs": spaces.Box(0.0, 1.0, (codec.max_jobs * len(JOB_FEATURES),), dtype=np.float32),
         "cluster": spaces.Box(0.0, 1.0, (len(CLUSTER_FEATURES),), dtype=np.float32),
@@ -37,6 +39,8 @@ def spaces_for(codec: ActionCodec, outlook: bool = False) -> tuple[spaces.Dict, 
         entries["outlook"] = spaces.Box(0.0, 1.0, (len(OUTLOOK_FEATURES),), dtype=np.float32)
     for key, size in codec.extra_observation().items():
         entries[key] = spaces.Box(0.0, 1.0, (size,), dtype=np.float32)
+    if codec.continuous:
+        return spaces.Dict(entries), spaces.Box(-1.0, 1.0, (codec.action_size,), dtype=np.float32)
     return spaces.Dict(entries), spaces.MultiDiscrete(codec.nvec)
 
 
@@ -137,7 +141,7 @@ class DeepBootEnv(gym.Env):
 
     metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
     observation_space: spaces.Dict  # narrower than gym.Env's Space: set in __init__
-    action_space: spaces.MultiDiscrete
+    action_space: spaces.MultiDiscrete | spaces.Box
 
     def __init__(
         self,
@@ -168,6 +172,7 @@ class DeepBootEnv(gym.Env):
         self._outlook = OutlookEncoder(self.config.max_jobs) if self.config.outlook else None
         self.sim: Simulator | None = None
         self._state: ClusterState | None = None
+        self._reference: ReferenceEpisode | None = None
 
     @property
     def max_jobs(self) -> int:
@@ -218,6 +223,9 @@ class DeepBootEnv(gym.Env):
         self.sim_config = scenario.configure(self.config.sim)
         saturates = observation_limits(scenario.workload, self.sim_config)
         self.sim = Simulator(scenario.workload, self.sim_config, _EnvReclaim())
+        self._reference = (
+            reference_curve(self.config.base_policy, scenario, self.sim_config) if self.config.relative_reward else None
+        )
         self.codec.reset(seed)
         if self._outlook is not None:
             self._outlook.reset()
@@ -267,14 +275,25 @@ class DeepBootEnv(gym.Env):
         self.sim.apply_valid_counts(counts)
         t0, waited0 = self._reward_from, self._waited_from
         self.sim.advance()
-        t1 = self._reward_from = self.sim.now
-        self._waited_from = self.sim.waiting_seconds
         self.rounds += 1
         cfg = self.config
+        if cfg.hold > 1:
+            self._hold_action()
+        t1 = self._reward_from = self.sim.now
+        self._waited_from = self.sim.waiting_seconds
         interval = self.sim_config.interval
-        r_jct = -self.sim.job_seconds(t0, t1) / (interval * cfg.jct_scale)
-        r_infer = -cfg.infer_weight * (self.sim.waiting_seconds - waited0) / interval
+        job_seconds = self.sim.job_seconds(t0, t1)
+        waited = self.sim.waiting_seconds - waited0
         terminated = self.sim.done
+        ref = self._reference
+        if ref is not None:
+            job_seconds -= ref.jobs.between(t0, t1)
+            waited -= ref.waited_between(t0, t1)
+            if terminated:  # what the base policy still spends once these jobs are all done
+                job_seconds -= ref.jobs.after(t1)
+                waited -= ref.waited_after(t1)
+        r_jct = -job_seconds / (interval * cfg.jct_scale)
+        r_infer = -cfg.infer_weight * waited / interval
         truncated = (not terminated) and self.rounds >= cfg.max_rounds
         obs = self._observe() if not terminated else self._empty_obs()
         info: dict[str, Any] = {
@@ -287,6 +306,22 @@ class DeepBootEnv(gym.Env):
         if terminated or truncated:
             info["episode_metrics"] = self.sim.metrics().to_dict(include_jcts=False)
         return obs, float(r_jct + r_infer), terminated, truncated, info
+
+    def _hold_action(self) -> None:
+        """Keep the action for up to ``hold`` boundaries in all (the codec decodes the held
+        action again at each), until a job arrives or finishes, the episode ends or
+        ``max_rounds`` is reached; the next observation is the state after the last one."""
+        assert self.sim is not None and self._state is not None
+        decided = [job.id for job in self._state.jobs]
+        for _ in range(self.config.hold - 1):
+            if self.sim.done or self.rounds >= self.config.max_rounds:
+                return
+            state = self.sim.observe()
+            if [job.id for job in state.jobs] != decided:
+                return
+            self.sim.apply_valid_counts(self.codec.redecode(state)[0])
+            self.sim.advance()
+            self.rounds += 1
 
     def _empty_obs(self) -> dict[str, np.ndarray]:
         # every part of the observation is a Box (see __init__)

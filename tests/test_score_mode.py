@@ -1,0 +1,269 @@
+"""The score action mode: per-job scores over a prior's knapsack weights (env action_mode="score"),
+its relative reward and held decisions, and the set policy that acts in it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch as th
+
+from agents.checkpoint import load_checkpoint
+from agents.factory import build_model, make_vec_env_for
+from agents.policy_adapter import AgentPolicy, env_shape_of, load_agent_policy
+from deepboot_env.env import DeepBootEnv
+from deepboot_env.env.codec import ScoreCodec
+from deepboot_env.env.reference import JobSecondsCurve, simulate_reference
+from deepboot_env.evaluation import run_episode
+from deepboot_env.policy import make_policy
+from traces.generate import generate_workload
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+REPO = Path(__file__).resolve().parents[1]
+PRIORITY_MODEL = REPO / "agents" / "pretrained" / "deepboot-priority-v1.json"
+MAX_JOBS = 8
+SMALL_SET = {
+    "policy": "SetPolicy",
+    "n_steps": 64,
+    "batch_size": 64,
+    "n_epochs": 2,
+    "gamma": 1.0,
+    "policy_kwargs": {"embed_dim": 16, "attention_heads": 2, "attention_layers": 1, "log_std_init": -2.0},
+}
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return generate_workload("tiny", 3, train={"num_jobs": 12}, inference={"horizon_s": 4 * 3600.0, "mean_gpus": 3.0})
+
+
+@pytest.fixture(scope="module")
+def busy():
+    """Twelve jobs in half an hour: several in the system at once."""
+    return generate_workload(
+        "busy", 4, train={"num_jobs": 12, "window_hours": 0.5}, inference={"horizon_s": 4 * 3600.0, "mean_gpus": 3.0}
+    )
+
+
+def _score_env(workload, **kwargs) -> DeepBootEnv:
+    return DeepBootEnv(workload=workload, max_jobs=MAX_JOBS, action_mode="score", **kwargs)
+
+
+def _episode(env: DeepBootEnv, choose, seed: int = 0) -> tuple[dict, float, int]:
+    env.reset(seed=seed)
+    total, steps = 0.0, 0
+    while True:
+        _, reward, terminated, truncated, info = env.step(choose(env))
+        total += reward
+        steps += 1
+        if terminated or truncated:
+            return info["episode_metrics"], total, steps
+
+
+def _same_episode(metrics: dict, reference) -> None:
+    expected = reference.to_dict(include_jcts=False)
+    for key in ("train_jct_mean", "makespan", "restarts", "lent_gpu_seconds", "reclaims", "infer_latency_mean"):
+        assert metrics[key] == expected[key], key
+
+
+@pytest.mark.parametrize("prior", ["ats", "ats-srpt", f"priority:{PRIORITY_MODEL}"])
+def test_zero_action_is_the_prior_bit_for_bit(tiny, prior: str) -> None:
+    env = _score_env(tiny, base_policy=prior)
+    assert env.action_space.shape == (MAX_JOBS + 1,) and env.action_space.dtype == np.float32
+    assert env.observation_space["prior"].shape == (MAX_JOBS,)
+    assert env.observation_space["noise"].shape == (MAX_JOBS + 1,)
+    metrics, _, _ = _episode(env, lambda e: e.neutral_action())
+    _same_episode(metrics, run_episode(make_policy(prior), tiny, env.sim_config, seed=0))
+
+
+def test_held_zero_action_is_the_prior_with_fewer_decisions(tiny) -> None:
+    every, _, steps_every = _episode(_score_env(tiny, base_policy="ats-srpt"), lambda e: e.neutral_action())
+    held, _, steps_held = _episode(_score_env(tiny, base_policy="ats-srpt", hold=6), lambda e: e.neutral_action())
+    held.pop("wall_seconds"), every.pop("wall_seconds")
+    assert held == every
+    assert steps_held < steps_every / 2
+
+
+def test_held_scores_apply_until_the_jobs_change(tiny) -> None:
+    env = _score_env(tiny, base_policy="ats-srpt", hold=50)
+    env.reset(seed=0)
+    action = np.full(MAX_JOBS + 1, 0.7, dtype=np.float32)
+    ids = [job.id for job in env.state.jobs]
+    env.step(action)
+    assert env.codec.held == {job_id: pytest.approx(0.7) for job_id in ids[:MAX_JOBS]}
+    # the env came back because the set of jobs changed (or the episode ended), not after 50 boundaries
+    assert env.rounds < 50 or env.sim.done or [job.id for job in env.state.jobs] != ids
+
+
+def test_scores_move_the_schedule_and_lending_share_limits_borrowing(busy) -> None:
+    def env() -> DeepBootEnv:  # a small cluster, where jobs contend for GPUs
+        return _score_env(busy, base_policy="ats-srpt", cluster="2x4+2x4")
+
+    base, _, _ = _episode(env(), lambda e: e.neutral_action())
+
+    def no_lending(env: DeepBootEnv) -> np.ndarray:
+        action = env.neutral_action()
+        action[-1] = -1.0
+        return action
+
+    closed, _, _ = _episode(env(), no_lending)
+    assert base["lent_gpu_seconds"] > 0 and closed["lent_gpu_seconds"] == 0
+
+    def favour_last(env: DeepBootEnv) -> np.ndarray:
+        action = env.neutral_action()
+        action[: len(env.state.jobs)] = np.linspace(-1.0, 1.0, MAX_JOBS)[: len(env.state.jobs)]
+        return action
+
+    moved, _, _ = _episode(env(), favour_last)
+    assert moved["train_jct_mean"] != base["train_jct_mean"]
+
+
+def test_relative_reward_is_zero_for_the_prior_and_the_jct_difference_otherwise(tiny) -> None:
+    kwargs = {"base_policy": "ats-srpt", "relative_reward": True, "infer_weight": 0.0, "jct_scale": 1.0}
+    _, total, _ = _episode(_score_env(tiny, **kwargs), lambda e: e.neutral_action())
+    assert total == pytest.approx(0.0, abs=1e-9)
+    rng = np.random.default_rng(5)
+    metrics, total, _ = _episode(_score_env(tiny, **kwargs), lambda e: rng.uniform(-1, 1, MAX_JOBS + 1))
+    prior = run_episode(make_policy("ats-srpt"), tiny, _score_env(tiny).sim_config)
+    n = len(tiny.jobs)
+    interval = 60.0
+    assert total == pytest.approx(-(metrics["train_jct_mean"] - prior.train_jct_mean) * n / interval, rel=1e-9)
+    _, with_infer, _ = _episode(_score_env(tiny, base_policy="ats-srpt", relative_reward=True), lambda e: e.neutral_action())
+    assert with_infer == pytest.approx(0.0, abs=1e-9)
+
+
+def test_job_seconds_curve_integrates_jobs_in_the_system(tiny) -> None:
+    env = _score_env(tiny)
+    episode = simulate_reference("ats", tiny, env.sim_config)
+    curve = episode.jobs
+    assert curve.total == pytest.approx(sum(run_episode("ats", tiny, env.sim_config).jcts.values()))
+    arrivals, completions = np.array(curve.arrivals), np.array(curve.completions)
+    for t0, t1 in [(0.0, 100.0), (50.0, 5000.0), (1e3, 1e9)]:
+        grid = np.linspace(t0, min(t1, completions.max() + 1), 200_001)
+        inside = ((arrivals[None, :] < grid[:, None]) & (completions[None, :] > grid[:, None])).sum(axis=1)
+        assert curve.between(t0, t1) == pytest.approx(np.trapezoid(inside, grid), rel=1e-3, abs=1.0)
+    assert isinstance(curve, JobSecondsCurve) and episode.times == sorted(episode.times)
+
+
+@pytest.mark.parametrize(
+    ("action", "message"),
+    [
+        (np.full(MAX_JOBS + 1, np.nan, dtype=np.float32), "finite"),
+        (np.full(MAX_JOBS + 1, np.inf), "finite"),
+        (np.zeros(MAX_JOBS, dtype=np.float32), "shape"),
+        (np.zeros((MAX_JOBS + 1, 1), dtype=np.float32), "shape"),
+        (np.array(["a"] * (MAX_JOBS + 1)), "finite"),
+    ],
+)
+def test_bad_scores_are_one_line_errors(tiny, action: np.ndarray, message: str) -> None:
+    env = _score_env(tiny, base_policy="ats-srpt")
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=message) as info:
+        env.step(action)
+    assert "\n" not in str(info.value)
+
+
+def test_score_mode_refuses_priors_without_scores_and_bad_settings() -> None:
+    with pytest.raises(ValueError, match="prior that takes per-job scores"):
+        ScoreCodec(MAX_JOBS, 5, "fifo")
+    with pytest.raises(ValueError, match="score_scale"):
+        DeepBootEnv(workload="test/test-01", action_mode="score", score_scale=0.0)
+    with pytest.raises(ValueError, match="hold > 1 needs action_mode 'score'"):
+        DeepBootEnv(workload="test/test-01", action_mode="residual", hold=3)
+    with pytest.raises(ValueError, match="relative_reward needs a base policy"):
+        DeepBootEnv(workload="test/test-01", relative_reward=True)
+
+
+def test_noise_codes_are_held_per_job_and_seeded(tiny) -> None:
+    env = _score_env(tiny, base_policy="ats-srpt")
+    obs, _ = env.reset(seed=3)
+    first = {job.id: obs["noise"][i] for i, job in enumerate(env.state.jobs[:MAX_JOBS])}
+    for _ in range(5):
+        obs, *_ = env.step(env.neutral_action())
+        for i, job in enumerate(env.state.jobs[:MAX_JOBS]):
+            if job.id in first:
+                assert obs["noise"][i] == first[job.id]
+    again, _ = _score_env(tiny, base_policy="ats-srpt").reset(seed=3)
+    assert np.array_equal(again["noise"][:-1], _score_env(tiny, base_policy="ats-srpt").reset(seed=3)[0]["noise"][:-1])
+    assert 0.0 < obs["noise"].min() and obs["noise"].max() < 1.0
+
+
+def _score_model(tiny, **env_kwargs):
+    kwargs = {"max_jobs": MAX_JOBS, "action_mode": "score", "base_policy": "ats-srpt", **env_kwargs}
+    env = make_vec_env_for(tiny, n_envs=1, seed=0, env_kwargs=kwargs)
+    return build_model("ppo", env, hyperparams=SMALL_SET, env_kwargs=kwargs), env
+
+
+def test_set_policy_starts_at_the_prior_and_is_permutation_equivariant(busy) -> None:
+    model, env = _score_model(busy, cluster="2x4+2x4")
+    obs = env.reset()
+    policy = model.policy
+    with th.no_grad():
+        mean = policy.forward(policy.obs_to_tensor(obs)[0], deterministic=True)[0]
+    assert th.count_nonzero(mean) == 0  # zero means: the deterministic policy is the prior itself
+    # train a little so that the network is not trivial, then permute the slots
+    model.learn(128)
+    batch = env.reset()
+    for _ in range(2000):  # on to a state with several jobs
+        if (batch["jobs"].reshape(1, MAX_JOBS, -1)[0, :, 0] > 0.5).sum() >= 3:
+            break
+        batch = env.step(np.zeros((1, MAX_JOBS + 1), dtype=np.float32))[0]
+    jobs = batch["jobs"].reshape(1, MAX_JOBS, -1)
+    present = int((jobs[0, :, 0] > 0.5).sum())
+    assert present >= 3
+    order = np.arange(MAX_JOBS)
+    order[:present] = order[:present][::-1]
+    permuted = dict(batch)
+    permuted["jobs"] = jobs[:, order].reshape(1, -1)
+    permuted["prior"] = batch["prior"][:, order]
+    permuted["noise"] = np.concatenate([batch["noise"][:, order], batch["noise"][:, -1:]], axis=1)
+    with th.no_grad():
+        a, v, logp = policy.forward(policy.obs_to_tensor(batch)[0], deterministic=False)
+        pa, pv, plogp = policy.forward(policy.obs_to_tensor(permuted)[0], deterministic=False)
+    assert th.allclose(pa[0, :MAX_JOBS][order], a[0, :MAX_JOBS], atol=1e-5)
+    assert th.allclose(pa[0, -1], a[0, -1], atol=1e-5)
+    assert th.allclose(pv, v, atol=1e-5) and th.allclose(plogp, logp, atol=1e-4)
+
+
+def test_sampled_actions_use_the_held_noise(tiny) -> None:
+    model, env = _score_model(tiny)
+    obs = env.reset()
+    policy = model.policy
+    tensor = policy.obs_to_tensor(obs)[0]
+    with th.no_grad():
+        first = policy.forward(tensor, deterministic=False)[0]
+        second = policy.forward(tensor, deterministic=False)[0]
+        values, logp, entropy = policy.evaluate_actions(tensor, first)
+    assert th.equal(first, second)  # the noise is the observation's, not drawn anew
+    std = float(th.exp(policy.score_log_std[0].detach()))
+    z = th.special.ndtri(tensor["noise"].clamp(1e-6, 1 - 1e-6))
+    assert th.allclose(first, std * z, atol=1e-6)  # zero means at the start
+    assert logp.shape == (1,) and entropy is not None and entropy.shape == (1,)
+
+
+def test_score_checkpoint_loads_safely_and_runs_as_a_policy(tiny, tmp_path: Path) -> None:
+    model, _ = _score_model(tiny, hold=3, relative_reward=True)
+    path = tmp_path / "score.zip"
+    model.save(path)
+    loaded = load_checkpoint(path)
+    assert env_shape_of(loaded)["action_mode"] == "score"
+    policy = load_agent_policy(path)
+    assert isinstance(policy, AgentPolicy) and policy.hold == 3 and policy.codec.base_name == "ats-srpt"
+    env = _score_env(tiny, base_policy="ats-srpt")
+    metrics = run_episode(policy, tiny, env.sim_config)
+    _same_episode(metrics.to_dict(include_jcts=False), run_episode(make_policy("ats-srpt"), tiny, env.sim_config))
+    assert policy.last_action is not None and not policy.last_action.any()
+
+
+@pytest.mark.skipif(not th.cuda.is_available(), reason="no CUDA device")
+def test_score_policy_runs_on_cuda(tiny) -> None:
+    kwargs = {"max_jobs": MAX_JOBS, "action_mode": "score", "base_policy": "ats-srpt"}
+    env = make_vec_env_for(tiny, n_envs=2, seed=0, env_kwargs=kwargs)
+    model = build_model("ppo", env, device="cuda", hyperparams=SMALL_SET, env_kwargs=kwargs)
+    assert model.policy.device.type == "cuda"
+    model.learn(128)
+    obs = env.reset()
+    action, _ = model.predict(obs, deterministic=False)
+    assert action.shape == (2, MAX_JOBS + 1) and np.isfinite(action).all()
