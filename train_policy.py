@@ -1,9 +1,11 @@
-"""Train PPO / MaskablePPO on DeepBoot-v0 (flags in the style of RL Baselines3 Zoo).
+"""Train PPO / MaskablePPO on DeepBoot-v1 by default (flags in the style of RL Baselines3 Zoo).
+
+``deepboot train`` is this script with the same flags (it ships in the wheel).
 
 Examples::
 
     python train_policy.py --algo maskable_ppo --n-timesteps 200000 --seed 0
-    python train_policy.py --algo ppo --preset smoke --workload tiny.csv --eval-workload tiny.csv
+    python train_policy.py --algo ppo --preset smoke --workload tiny --eval-workload tiny  # seconds
     python train_policy.py --algo ppo --env DeepBoot-v1 --workload family:mixed \
         --eval-workload family:mixed  # train on a workload family, select on its val seeds
     python train_policy.py --algo maskable_ppo --policy-arch set --env DeepBoot-v1 \
@@ -49,17 +51,22 @@ from agents.interrupt import TrainingInterrupted
 from agents.run_config import ENV_IDS, preset_descriptions
 from agents.sweep import sweep
 from agents.training_run import train
+from deepboot_env import FRONT_END_DYNAMICS
 from deepboot_env.argparsing import ArgumentParser
 
+PROG = "train_policy.py"
+"""The script's name in usage lines and messages (``deepboot train`` passes its own)."""
 
-def build_parser() -> argparse.ArgumentParser:
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     """The command-line parser (options default to None where a preset may set them)."""
     presets = preset_descriptions()
     width = max(map(len, presets), default=0)
     p = ArgumentParser(
-        prog="train_policy.py",
-        description="Train PPO / MaskablePPO on DeepBoot-v0 (RL-Zoo-style flags).",
-        epilog="presets of conf/deepboot.yml (--preset NAME):\n"
+        prog=prog,
+        description=f"Train PPO / MaskablePPO (or the learned priority) on DeepBoot-{FRONT_END_DYNAMICS} by default "
+        "(RL-Zoo-style flags).",
+        epilog="presets of agents/conf/deepboot.yml (--preset NAME):\n"
         + "".join(f"  {name:<{width}}  {text}\n" for name, text in presets.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -145,10 +152,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--env",
         default=None,
         metavar="ID",
-        help=f"environment id: {' | '.join(ENV_IDS)} (sets the dynamics; default: the preset's, else DeepBoot-v0)",
+        help=f"environment id: {' | '.join(ENV_IDS)} (sets the dynamics; default: the preset's, else the --resume "
+        f"model's, else DeepBoot-{FRONT_END_DYNAMICS})",
     )
     p.add_argument("--env-kwargs", nargs="+", default=None, metavar="K:V", help="DeepBootEnv args, e.g. max_jobs:16")
-    p.add_argument("-conf", "--conf-file", default=None, help="YAML of defaults (default: conf/deepboot.yml)")
+    p.add_argument("-conf", "--conf-file", default=None, help="YAML of presets (default: the shipped ones)")
     p.add_argument("--preset", default="default", help="preset of the configuration file (default: default)")
     p.add_argument(
         "-i",
@@ -205,17 +213,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command-line entry point; returns the exit status (2 for bad flags or files)."""
-    parser = build_parser()
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    """Command-line entry point; returns the exit status (2 for bad flags or files). ``prog``
+    names the command in messages and in the run's recorded command (``deepboot train``)."""
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
-    args.command = None if argv is None else "train_policy.py " + " ".join(argv)
+    args.command = None if argv is None else f"{prog} " + " ".join(argv)
     try:
         dispatch(args)
     except (ConfigError, CheckpointError, EsConfigError, FileNotFoundError) as exc:
         parser.error(str(exc))
     except TrainingInterrupted as stop:
-        print(f"train_policy.py: {stop}", file=sys.stderr)
+        print(f"{prog}: {stop}", file=sys.stderr)
         return stop.exit_status
     return 0
 

@@ -7,16 +7,18 @@
   (validation episodes, ``evaluations.csv``, ``best_model.zip``).
 * :mod:`agents.policy_adapter`: a saved model as a :class:`~deepboot_env.policy.Policy`
   (``make_policy("ppo:<path>")``); :func:`load_agent`: a saved model with a factory of its env.
-* :mod:`agents.run_config`: a training run's settings (presets of ``conf/deepboot.yml`` < flags).
+* :mod:`agents.run_config`: a training run's settings (presets of ``agents/conf/deepboot.yml`` < flags).
 * :mod:`agents.training_run`: one training run (:func:`~agents.training_run.train`) and its
   run folder.
 * :mod:`agents.priority`: a learned per-job priority inside ATS's knapsack
   (``make_policy("priority:<path>")``), trained by evolution strategies (:mod:`agents.evolution`,
   ``train_policy.py --algo es``).
+* :mod:`agents.shipped`: the shipped models by short name (``ppo:deepboot-v0``,
+  ``priority:deepboot-priority-v1``), from any folder.
 
-Training from the command line: ``python train_policy.py --help``. Importing this package is
-cheap (it registers the ``ppo:<path>`` and ``priority:<path>`` policy prefixes); the submodules
-import stable-baselines3 / torch when used.
+Training from the command line: ``deepboot train --help`` (``python train_policy.py --help`` in a
+clone). Importing this package is cheap (it registers the ``ppo:<path>`` and ``priority:<path>``
+policy prefixes); the submodules import stable-baselines3 / torch when used.
 """
 
 from __future__ import annotations
@@ -27,18 +29,22 @@ from typing import Any
 from deepboot_env.policy import register_prefix
 
 register_prefix("ppo", "agents.policy_adapter:load_agent_policy", arg="path")
-register_prefix("priority", "agents.priority:load_priority_policy", arg="path")
+register_prefix("priority", "agents.shipped:load_priority_policy", arg="path")
 
 
-def load_agent(path: str | Path, *, device: str = "cpu", trust: bool = False) -> tuple[Any, Any]:
+def load_agent(
+    path: str | Path, *, device: str = "cpu", trust: bool = False, num_threads: int | None = None
+) -> tuple[Any, Any]:
     """A saved PPO / MaskablePPO model and a factory of the env it needs::
 
-        model, make_env = agents.load_agent("agents/pretrained/deepboot-v0.zip")
+        model, make_env = agents.load_agent("deepboot-v0")  # a shipped name, or a path
         env = make_env(workload="val")
 
-    Nothing in the file is unpickled unless ``trust=True``; see
+    Nothing in the file is unpickled unless ``trust=True``. Torch is set to one thread unless the
+    user chose a count (``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS``, or ``num_threads``): these
+    small networks run several times faster on one (:mod:`agents.threads`). See
     :func:`agents.policy_adapter.load_agent` (stable-baselines3 is imported when called).
     """
     from agents.policy_adapter import load_agent as load
 
-    return load(path, device=device, trust=trust)
+    return load(path, device=device, trust=trust, num_threads=num_threads)

@@ -33,7 +33,7 @@ class TrainingInterrupted(Exception):
         name = signal.Signals(signum).name
         super().__init__(
             f"{name}: stopped; model and config saved in {run_dir}; resume with "
-            f"python train_policy.py --resume {model} -n <more steps> (plus the same --workload/--preset)"
+            f"deepboot train --resume {model} -n <more steps> (plus the same --workload/--preset)"
         )
 
     @property

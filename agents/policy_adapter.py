@@ -55,6 +55,7 @@ __all__ = [
     "load_model",
     "model_env_kwargs",
     "resolve_model_path",
+    "saved_dynamics",
     "spaces_env_shape",
     "uses_masks",
 ]
@@ -208,13 +209,16 @@ class AgentPolicy(BasePolicy):
 
 
 def resolve_model_path(path: str | Path) -> Path:
-    """A model zip from ``path``: the file itself (``.zip`` optional) or, for a run folder, its
+    """A model zip from ``path``: a shipped model's short name (``deepboot-v0``:
+    :mod:`agents.shipped`), the file itself (``.zip`` optional) or, for a run folder, its
     ``best_model.zip``, else ``final_model.zip``.
 
     Raises:
         FileNotFoundError: naming what was looked for.
     """
-    p = Path(path).expanduser()
+    from agents.shipped import SUFFIXES, resolve_shipped
+
+    p = resolve_shipped(path, SUFFIXES["ppo"])
     if p.is_dir():
         for name in MODEL_FILES:
             if (p / name).is_file():
@@ -269,6 +273,27 @@ def agent_env_kwargs(model: Any, path: str | Path | None = None) -> dict[str, An
     return {**env_shape_of(model), **saved, **getattr(model.policy, "env_kwargs", {})}
 
 
+def saved_dynamics(path: str | Path) -> str:
+    """The dynamics (``v0`` / ``v1``) the saved model at ``path`` was trained on, read without
+    torch and without unpickling: ``dynamics`` of the env arguments its policy keeps (plain JSON in
+    the zip), else of those saved beside it (:func:`model_env_kwargs`); ``v0`` where none is
+    recorded, the env of every model from before DeepBoot-v1 (as
+    :func:`agents.described_policy.env_spec` reads it).
+
+    Raises:
+        FileNotFoundError: no model at ``path``.
+        agents.checkpoint.CheckpointError: a file that is not a model zip.
+    """
+    from agents.checkpoint import read_data
+
+    model_path = resolve_model_path(path)
+    kept = read_data(model_path).get("policy_kwargs")
+    env_kwargs = kept.get("env_kwargs") if isinstance(kept, dict) else None
+    if not isinstance(env_kwargs, dict) or "dynamics" not in env_kwargs:
+        env_kwargs = model_env_kwargs(model_path)
+    return str(env_kwargs.get("dynamics") or "v0")
+
+
 def detect_algo(path: str | Path) -> str:
     """``maskable_ppo`` or ``ppo`` for a saved model: ``config.yml`` beside it, else the policy
     class the zip names (read as text, never unpickled).
@@ -285,10 +310,20 @@ def detect_algo(path: str | Path) -> str:
     return saved_algo(p, read_data(p))
 
 
-def load_model(path: str | Path, device: str = "cpu", algo: str | None = None, trust: bool = False) -> Any:
+def load_model(
+    path: str | Path,
+    device: str = "cpu",
+    algo: str | None = None,
+    trust: bool = False,
+    num_threads: int | None = None,
+) -> Any:
     """Load a saved PPO / MaskablePPO without unpickling anything (:mod:`agents.checkpoint`;
     ``trust=True`` loads pickled fields as plain SB3 does). The algorithm is the one the zip's
     policy class names; ``algo``, if given, must match it.
+
+    Sets torch to one thread unless the user chose a count (``OMP_NUM_THREADS`` /
+    ``MKL_NUM_THREADS``, or ``num_threads``): these small networks run several times faster on one
+    (:mod:`agents.threads`).
 
     Raises:
         agents.checkpoint.CheckpointError: a file that is not such a model, or that cannot be
@@ -296,7 +331,9 @@ def load_model(path: str | Path, device: str = "cpu", algo: str | None = None, t
     """
     from agents.checkpoint import load_checkpoint
     from agents.factory import resolve_device
+    from agents.threads import use_torch_threads
 
+    use_torch_threads(num_threads)
     return load_checkpoint(resolve_model_path(path), algo=algo, device=resolve_device(device), trust=trust)
 
 
@@ -305,7 +342,7 @@ def load_agent_policy(
     device: str = "cpu",
     deterministic: bool = True,
     algo: str | None = None,
-    num_threads: int | None = 1,
+    num_threads: int | None = None,
     name: str | None = None,
     trust: bool = False,
 ) -> AgentPolicy:
@@ -316,29 +353,30 @@ def load_agent_policy(
         device: torch device for inference (``cpu`` is fastest for these small MLPs).
         deterministic: most likely action (True, for evaluation) or sampled.
         algo: ``ppo`` / ``maskable_ppo`` (None: detected).
-        num_threads: ``torch.set_num_threads(num_threads)`` before loading (process-wide; None
-            leaves it alone). The default 1 is ~2x faster for these small networks and keeps
-            ``deepboot compare --jobs N`` from hanging: workers forked after the parent ran torch
-            ops with several OpenMP threads deadlock on their first parallel op.
+        num_threads: ``torch.set_num_threads(num_threads)`` before loading (process-wide). None,
+            the default: one thread unless ``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS`` chose a
+            count (:mod:`agents.threads`): one is several times faster for these small networks
+            and keeps ``deepboot compare --jobs N`` from hanging (workers forked after the parent
+            ran torch ops with several OpenMP threads deadlock on their first parallel op).
         name: policy name in results (default ``ppo:<path>``).
         trust: unpickle the checkpoint's pickled fields (runs any code in the file; warns).
     """
-    if num_threads is not None:
-        import torch
-
-        torch.set_num_threads(int(num_threads))
-    model = load_model(path, device=device, algo=algo, trust=trust)
+    model = load_model(path, device=device, algo=algo, trust=trust, num_threads=num_threads)
     base = str(agent_env_kwargs(model, resolve_model_path(path)).get("base_policy", "ats"))
     return AgentPolicy(model, deterministic=deterministic, name=name or f"ppo:{path}", base_policy=base)
 
 
-def load_agent(path: str | Path, *, device: str = "cpu", trust: bool = False) -> tuple[Any, Any]:
+def load_agent(
+    path: str | Path, *, device: str = "cpu", trust: bool = False, num_threads: int | None = None
+) -> tuple[Any, Any]:
     """A saved model and a factory of the env it needs: ``model, make_env = load_agent(path)``,
     then ``env = make_env(workload="val")`` (keyword arguments are added to or override the
     model's env arguments) and ``evaluate_policy(model, env)``.
 
     The model is loaded without unpickling anything (:func:`load_model`; ``trust=True`` loads
-    pickled fields as plain SB3 does, and warns). ``make_env`` is
+    pickled fields as plain SB3 does, and warns), and torch is set to one thread unless the user
+    chose a count (``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS``, or ``num_threads``), so that a user's
+    own ``evaluate_policy`` runs at the speed of ``deepboot compare`` (:mod:`agents.threads`). ``make_env`` is
     ``functools.partial(gymnasium.make, "DeepBoot-vN", **env_kwargs)`` with the arguments of
     :func:`agent_env_kwargs` (``dynamics`` picks the id), so ``make_env.args[0]`` and
     ``make_env.keywords`` say which env it makes.
@@ -356,6 +394,6 @@ def load_agent(path: str | Path, *, device: str = "cpu", trust: bool = False) ->
     from agents.described_policy import env_spec
 
     model_path = resolve_model_path(path)
-    model = load_model(model_path, device=device, trust=trust)
+    model = load_model(model_path, device=device, trust=trust, num_threads=num_threads)
     env_id, kwargs = env_spec(agent_env_kwargs(model, model_path))
     return model, functools.partial(gymnasium.make, env_id, **kwargs)

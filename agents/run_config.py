@@ -1,7 +1,7 @@
 """Settings of a training run: configuration presets, command-line flags, env options.
 
 ``train_policy.py`` resolves every setting as built-in default < configuration preset (a YAML
-file, ``conf/deepboot.yml`` unless ``--conf-file`` says otherwise) < flag:
+file, the shipped ``agents/conf/deepboot.yml`` unless ``--conf-file`` says otherwise) < flag:
 :func:`load_conf` reads a preset, :func:`resolve_settings` merges the run settings
 (:data:`RUN_KEYS`), the model-selection reference (:func:`resolve_eval_reference`), the
 behaviour-cloning warm start (:data:`PRETRAIN_KEYS`, :func:`resolve_pretrain`), the env options
@@ -29,10 +29,12 @@ from agents.factory import (
     resolve_hyperparams,
     switch_arch,
 )
+from deepboot_env import FRONT_END_DYNAMICS
 from deepboot_env.config import DYNAMICS, EnvConfig
 
-DEFAULT_CONF = Path(__file__).resolve().parents[1] / "conf" / "deepboot.yml"
-"""Configuration read when ``--conf-file`` is not given (if it exists)."""
+DEFAULT_CONF = Path(__file__).resolve().parent / "conf" / "deepboot.yml"
+"""Configuration read when ``--conf-file`` is not given: package data, so that a wheel trains with
+the same presets as a clone."""
 
 RUN_KEYS: dict[str, Any] = {
     "n_timesteps": 200_000,
@@ -65,23 +67,24 @@ FIXED_ENV_KWARGS = ("workload", "render_mode")
 def load_conf(path: str | Path | None, preset: str, algo: str) -> dict[str, Any]:
     """The flat defaults for ``algo`` from ``preset`` of a configuration file (``common`` first).
 
-    A file whose top level has ``common``/algorithm keys is a single preset.
+    A file whose top level has ``common``/algorithm keys is a single preset (``--preset`` must
+    then be left at ``default``). The shipped presets missing (a broken install) is an error, not
+    an empty preset: a run must never train with other settings than the preset its config names.
 
     Raises:
-        ConfigError: unreadable file, unknown preset, or entries that are not mappings.
+        ConfigError: unreadable or missing file, unknown preset, or entries that are not mappings.
     """
-    if path is None:
-        if not DEFAULT_CONF.is_file():
-            return {}
-        path = DEFAULT_CONF
-    p = Path(path)
+    p = Path(path) if path is not None else DEFAULT_CONF
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read --conf-file {p}: {str(exc).splitlines()[0]}") from None
+        flag = "--conf-file" if path is not None else "the shipped presets file"
+        raise ConfigError(f"cannot read {flag} {p}: {str(exc).splitlines()[0]}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"--conf-file {p}: expected a mapping of presets")
     if set(data) & {"common", *ALGOS}:
+        if preset != "default":
+            raise ConfigError(f"--conf-file {p} is a single preset; --preset {preset!r} names none")
         section = data
     elif preset in data:
         section = data[preset]
@@ -136,6 +139,22 @@ def resolve_env_id(env_id: str | None, env_kwargs: dict[str, Any], flag_kwargs: 
     env_kwargs["dynamics"] = dynamics
 
 
+def default_dynamics(resume: str | Path | None) -> str:
+    """The dynamics of a run whose ``--env``, preset and ``--env-kwargs`` name none: the world the
+    ``--resume`` model was trained in (a v0 checkpoint goes on training on v0), else
+    :data:`~deepboot_env.FRONT_END_DYNAMICS` (v1). Always written into the run's ``env_kwargs``,
+    so that ``config.yml``, TensorBoard's config and the saved model name it."""
+    if resume is None:
+        return FRONT_END_DYNAMICS
+    from agents.checkpoint import CheckpointError
+    from agents.policy_adapter import saved_dynamics
+
+    try:
+        return saved_dynamics(resume)
+    except (OSError, CheckpointError):  # the resume itself reports the bad file
+        return FRONT_END_DYNAMICS
+
+
 def env_config(env_kwargs: Mapping[str, Any]) -> EnvConfig:
     """The :class:`~deepboot_env.config.EnvConfig` of the env options (``workload`` and
     ``render_mode`` are not options: ``--workload`` sets the workloads).
@@ -176,6 +195,7 @@ def resolve_settings(args: argparse.Namespace, algo: str) -> dict[str, Any]:
     flag_kwargs = parse_kv(args.env_kwargs, "--env-kwargs")
     resolve_env_id(getattr(args, "env", None), env_kwargs, flag_kwargs)
     env_kwargs.update(flag_kwargs)
+    env_kwargs.setdefault("dynamics", default_dynamics(getattr(args, "resume", None)))
     env_config(env_kwargs)
     cli = parse_kv(args.hyperparams, "--hyperparams")
     check_hyperparams(cli)

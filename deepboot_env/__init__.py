@@ -17,6 +17,13 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 
+FRONT_END_DYNAMICS = "v1"
+"""The dynamics every command runs unless told otherwise (``deepboot simulate``, ``compare``,
+``benchmark``, ``train`` / ``train_policy.py``): DeepBoot-v1's measured step times, the world the
+benchmark and the learned priority live in. The library keeps its own defaults (the
+``DeepBoot-v0`` id, :func:`deepboot_env.config.sim_config`), so code written against them runs
+as before; ``--dynamics v0`` / ``--env DeepBoot-v0`` reach v0 from every command."""
+
 MAX_EPISODE_STEPS = 3000
 """Decisions per episode before truncation: the registered ``max_episode_steps`` and the default
 of :attr:`EnvConfig.max_rounds <deepboot_env.config.EnvConfig.max_rounds>`."""

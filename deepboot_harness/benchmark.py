@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from deepboot_env import FRONT_END_DYNAMICS
 from deepboot_env.config import sim_config
 from deepboot_env.workers import LOCAL, Backend, run_pool
 from deepboot_harness.run_log import RUNS_FILE, RunLogError, append_run, open_run_log, read_runs
@@ -32,12 +33,12 @@ DEFAULT_POLICIES: tuple[str, ...] = (
     "afs-lend",
     "ones-lend",
     "pollux-lend",
-    "ppo:agents/pretrained/deepboot-v0.zip",
+    "ppo:deepboot-v0",
     "oracle-lookahead",
 )
 """The policies of the README's leaderboard."""
 
-DEFAULT_OPTIONS: dict[str, Any] = {"dynamics": "v1"}
+DEFAULT_OPTIONS: dict[str, Any] = {"dynamics": FRONT_END_DYNAMICS}
 """Simulation options of every run (flat :func:`deepboot_env.config.sim_config` options): the
 benchmark runs on DeepBoot-v1's dynamics; each scenario sets its cluster and restart model."""
 

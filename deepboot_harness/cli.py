@@ -1,6 +1,8 @@
-"""Command line: ``deepboot simulate | compare | generate | calibrate``.
+"""Command line: deepboot simulate | compare | benchmark | train | generate | calibrate.
 
 Every sub-command is a function of parsed arguments, so tests call :func:`main` with an argv list.
+``deepboot train`` is ``train_policy.py`` with the same flags (its parser parses them), so that a
+wheel, which has no clone to run the script from, trains too.
 Errors in user input (bad file, unknown policy, impossible cluster) are printed as one line and
 exit with status 2, never as a traceback.
 """
@@ -14,8 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from deepboot_env import FRONT_END_DYNAMICS
 from deepboot_env.argparsing import ArgumentParser
-from deepboot_env.config import DYNAMICS, dynamics_notes, sim_config
+from deepboot_env.config import DYNAMICS, sim_config
 from deepboot_env.evaluation import EpisodeProgress
 from deepboot_env.sim.aryl_mode import INFERENCE_PLACEMENTS
 from deepboot_env.sim.cluster import ClusterConfigError
@@ -29,6 +32,7 @@ from deepboot_env.sim.simulator import SimConfig
 from deepboot_env.sim.state import AllocationError
 from deepboot_env.sim.workload import WorkloadError
 from deepboot_env.workers import BACKENDS, Backend
+from deepboot_harness.dynamics import dynamics_name, dynamics_title, warn_trained_dynamics
 
 DEFAULT_WORKLOAD = "test/test-01"
 """Shipped workload used when ``--workload`` is omitted (periodic inference, 160 jobs)."""
@@ -107,14 +111,14 @@ def grid_stopped(command: str, out: str, exc: BaseException) -> int:
 
 
 def config_title(config: SimConfig) -> str:
-    """``cluster, restart=...[, interference=...][, truth=measured (...), ...]`` for report titles
-    (the dynamics options that differ from the defaults: :func:`deepboot_env.config.dynamics_notes`)."""
-    text = f"{config.cluster.describe()}, restart={config.restart}"
+    """``DeepBoot-v1 dynamics, cluster, restart=...[, interference=...]`` for report titles (the
+    dynamics first: :func:`deepboot_harness.dynamics.dynamics_title`)."""
+    text = f"{dynamics_title(config)}, {config.cluster.describe()}, restart={config.restart}"
     interference = config.interference
     if interference is not None:
         assert isinstance(interference, InterferenceModel)  # SimConfig stores it normalised
         text += f", interference={interference.describe()}"
-    return text + "".join(f", {name}={value}" for name, value in dynamics_notes(config).items())
+    return text
 
 
 def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
@@ -139,14 +143,15 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dynamics",
         choices=tuple(DYNAMICS),
-        help="the dynamics of DeepBoot-v0 (fitted model, the default) or DeepBoot-v1 (measured step times, "
-        "the originals' exploration cap); --truth, --batch-stats and --cap-growth override",
+        default=FRONT_END_DYNAMICS,
+        help="the dynamics of DeepBoot-v1 (measured step times, the originals' exploration cap; the default) "
+        "or DeepBoot-v0 (fitted goodput model); --truth, --batch-stats and --cap-growth override",
     )
     parser.add_argument(
         "--truth",
         choices=TRUTHS,
         help="what jobs progress at: the fitted model or the step times measured per placement shape "
-        "(default: that of --dynamics, fitted)",
+        "(default: that of --dynamics, measured)",
     )
     parser.add_argument(
         "--trace-set",
@@ -163,7 +168,7 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         "--cap-growth",
         choices=CAP_GROWTH,
         help="when the exploration cap grows: at the allocation, or once the job trained at it "
-        "(default: that of --dynamics, allocated)",
+        "(default: that of --dynamics, trained)",
     )
     parser.add_argument(
         "--inference-placement",
@@ -278,6 +283,18 @@ class ProgressLine:
             self.printed = True
 
 
+def write_metrics_json(metrics: EpisodeMetrics, config: SimConfig, path: str | Path) -> None:
+    """The metrics as JSON at ``path`` with the ``dynamics`` they were simulated with (``v0``,
+    ``v1`` or ``custom``), written atomically (a reader never sees half a file)."""
+    import json
+
+    doc = {"dynamics": dynamics_name(config), **json.loads(metrics.to_json())}
+    target = Path(path)
+    partial = target.with_name(f".{target.name}.partial")
+    partial.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(partial, target)
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Run one episode and print / write its metrics."""
     from deepboot_env.evaluation import run_episode
@@ -288,13 +305,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         check_output_file(args.json, "--json")
     workload = load_workload(args.workload)
     config = sim_config_from_args(args)
+    if not args.quiet:
+        warn_trained_dynamics("simulate", [args.policy], config)
     policy = make_policy(args.policy)
     reporter = None if args.quiet else ProgressLine()
     metrics = run_episode(policy, workload, config, seed=args.seed, progress=reporter, progress_every=PROGRESS_EVERY)
     if not args.quiet:
         print_summary(f"{args.policy} on {workload.name} ({config_title(config)})", metrics)
     if args.json:
-        metrics.to_json(args.json)
+        write_metrics_json(metrics, config, args.json)
         if not args.quiet:
             print(f"metrics written to {args.json}")
     return 0
@@ -313,6 +332,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     backend = backend_from_args(args)
     reference = resolve_reference(args.policies, args.reference)
     config = sim_config_from_args(args)
+    if not args.quiet:
+        warn_trained_dynamics("compare", args.policies, config)
     seeds = args.seeds if args.seeds is not None else [args.seed]
     out = Path(args.out)
     settings = {"policies": list(args.policies), "workloads": list(map(str, args.workloads)), "seeds": seeds}
@@ -366,7 +387,9 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
 
     backend = backend_from_args(args)
 
-    options: dict[str, object] = {"dynamics": args.dynamics or "v1"}
+    options: dict[str, object] = {"dynamics": args.dynamics}
+    if not args.quiet:
+        warn_trained_dynamics("benchmark", args.policies, sim_config(dynamics=args.dynamics))
     spec = BenchmarkSpec(
         families=tuple(args.families),
         policies=tuple(args.policies),
@@ -398,16 +421,23 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
     how = f"--jobs {args.jobs}" + (f" --backend {args.backend}" if args.backend != "local" else "")
     cpu_hours = sum(float(row["cpu_s"]) for row in rows) / 3600.0
     notes = [
-        f"Families {', '.join(spec.families)}; the first {spec.seeds} {spec.split} seeds of each; dynamics "
-        f"{options['dynamics']} (each scenario sets its cluster and restart model).",
+        f"Families {', '.join(spec.families)}; the first {spec.seeds} {spec.split} seeds of each; "
+        f"DeepBoot-{args.dynamics} dynamics (each scenario sets its cluster and restart model).",
         f"{len(rows)} runs, {cpu_hours:.2f} CPU-hours in all (the sum of the runs' CPU time); this invocation of "
         f"`deepboot benchmark {how}` made {made[0]} of them in {wall / 60:.1f} min of wall time.",
     ]
-    paths = write_outputs(rows, args.out, "Benchmark leaderboard", notes)
+    paths = write_outputs(rows, args.out, f"Benchmark leaderboard (DeepBoot-{args.dynamics} dynamics)", notes)
     if not args.quiet:
         print(Path(paths["leaderboard"]).read_text(encoding="utf-8"))
         print(f"wrote {', '.join(p.name for p in paths.values())} to {args.out}")
     return 0
+
+
+def cmd_train(argv: Sequence[str]) -> int:
+    """``deepboot train ARGS``: ``train_policy.py ARGS`` (its flags, messages and exit statuses)."""
+    from train_policy import main as train_main
+
+    return train_main(list(argv), prog="deepboot train")
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -501,13 +531,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--policy-seeds", nargs="+", metavar="P=N", help="fewer seeds for slow policies, e.g. pollux-lend=3"
     )
     bench.add_argument(
-        "--dynamics", choices=("v0", "v1"), default=None, help="environment dynamics (default v1: measured step times)"
+        "--dynamics",
+        choices=tuple(DYNAMICS),
+        default=FRONT_END_DYNAMICS,
+        help=f"environment dynamics (default {FRONT_END_DYNAMICS}: measured step times)",
     )
     add_backend_arguments(bench)
     bench.add_argument("--out", required=True, metavar="DIR", help="output folder (created)")
     bench.add_argument("--resume", action="store_true", help="continue the benchmark in --out, skipping finished runs")
     bench.add_argument("--quiet", action="store_true", help="print nothing but errors")
     bench.set_defaults(func=cmd_benchmark)
+
+    # listed for --help only: main() hands `deepboot train ...` to train_policy.py's own parser
+    sub.add_parser(
+        "train",
+        add_help=False,
+        help="train a PPO agent or the learned priority: the flags of train_policy.py (deepboot train --help)",
+    )
 
     gen = sub.add_parser("generate", help="generate a workload CSV (Philly-derived jobs + periodic inference)")
     build_generate_parser(gen)
@@ -531,6 +571,9 @@ USER_ERRORS = (WorkloadError, ClusterConfigError, AllocationError, ValueError, O
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``deepboot`` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["train"]:
+        return cmd_train(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -33,6 +33,7 @@ import pandas as pd
 from deepboot_env.sim.simulator import SimConfig
 from deepboot_harness.compare_grid import Comparison, run_comparison
 from deepboot_harness.compare_tables import ratio_column, results_markdown
+from deepboot_harness.dynamics import dynamics_title
 
 # ----------------------------------------------------------------------------------------------
 # writers
@@ -112,7 +113,7 @@ def _write_timelines(comparison: Comparison, out: Path) -> dict[str, Path]:
     cfg = comparison.config
     _, workload, seed = comparison.timeline_run
     train_gpus = None if cfg.cluster.shared_pool else cfg.cluster.train_nodes * cfg.cluster.gpus_per_node
-    where = f"{workload} (seed {seed}, {cfg.cluster.describe()}, restart {cfg.restart})"
+    where = f"{workload} (seed {seed}, {dynamics_title(cfg)}, {cfg.cluster.describe()}, restart {cfg.restart})"
     end = max(float(t["time"].max()) for t in comparison.timelines.values()) / 3600.0 if comparison.timelines else None
     runs = {"timeline.png": (comparison.timeline_run[0], comparison.timeline)}
     if len(comparison.timelines) > 1:
@@ -140,7 +141,8 @@ def _plot_title(comparison: Comparison) -> str:
     frame, cfg = comparison.frame, comparison.config
     n_w, n_s = frame["workload"].nunique(), frame["seed"].nunique()
     what = str(frame["workload"].iloc[0]) if n_w == 1 else f"{n_w} workloads"
-    return f"{what} × {n_s} seed{'s' if n_s > 1 else ''} ({cfg.cluster.describe()}, restart {cfg.restart})"
+    seeds = f"{n_s} seed{'s' if n_s > 1 else ''}"
+    return f"{what} × {seeds} ({dynamics_title(cfg)}, {cfg.cluster.describe()}, restart {cfg.restart})"
 
 
 def compare(

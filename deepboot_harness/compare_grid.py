@@ -22,8 +22,9 @@ from deepboot_env.sim.metrics import GPU_STATES
 from deepboot_env.sim.simulator import SimConfig
 from deepboot_env.workers import LOCAL, Backend
 from deepboot_harness.compare_workers import RunOutcome, RunTask, load_workload_once, run_tasks
+from deepboot_harness.dynamics import dynamics_name
 
-RUN_COLUMNS: tuple[str, ...] = ("policy", "workload", "seed", "cluster", "restart", "protect_scale")
+RUN_COLUMNS: tuple[str, ...] = ("policy", "workload", "seed", "dynamics", "cluster", "restart", "protect_scale")
 """Columns naming a run, first in :func:`deepboot_harness.compare.compare`'s frame; the metric columns follow."""
 
 TIMELINE_COLUMNS: tuple[str, ...] = (
@@ -108,6 +109,7 @@ def _row(task: RunTask, metrics: dict[str, object]) -> dict[str, object]:
         "policy": task.policy,
         "workload": task.workload,
         "seed": task.seed,
+        "dynamics": dynamics_name(task.config),
         "cluster": task.config.cluster.describe(),
         "restart": task.config.restart,
         "protect_scale": task.config.protect_scale,

@@ -154,7 +154,7 @@ def test_device_resolution() -> None:
 
 
 def test_conf_default_preset_matches_builtin_defaults() -> None:
-    conf = yaml.safe_load((REPO / "conf" / "deepboot.yml").read_text())
+    conf = yaml.safe_load((REPO / "agents" / "conf" / "deepboot.yml").read_text())
     run_keys = {"n_timesteps", "n_envs", "eval_freq", "eval_episodes", "save_freq", "env_kwargs"}
     for algo, defaults in DEFAULT_HYPERPARAMS.items():
         merged = {**conf["default"]["common"], **(conf["default"].get(algo) or {})}

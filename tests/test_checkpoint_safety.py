@@ -88,7 +88,7 @@ def test_cli_and_resume_run_no_payload(tmp_path: Path, marker: Path, capsys) -> 
 
     path = _crafted(tmp_path, "observation_space", marker)
     wl = write_workload_csv(generate_workload("tiny", 1, train={"num_jobs": 3}), tmp_path / "tiny.csv")
-    assert main(["simulate", "--workload", str(wl), "--policy", f"ppo:{path}"]) == 0
+    assert main(["simulate", "--workload", str(wl), "--policy", f"ppo:{path}", "--dynamics", "v0"]) == 0  # its world
     export_model(path, tmp_path / "exported.zip")
     bad = _crafted(tmp_path, "sneaky_extra", marker)
     with pytest.raises(SystemExit) as exc:

@@ -138,7 +138,7 @@ def test_zoo_spellings_of_train_policy() -> None:
 @pytest.mark.parametrize(
     ("argv", "dynamics"),
     [
-        ([], None),  # the default preset sets none: the env's default (v0)
+        ([], "v1"),  # the default preset sets none: the front ends' default (v1), written out
         (["--env", "DeepBoot-v1"], "v1"),
         (["--env", "DeepBoot-v0"], "v0"),
         (["--env", "DeepBoot-v1", "--env-kwargs", "dynamics:v1", "max_jobs:8"], "v1"),
@@ -179,7 +179,7 @@ def test_help_lists_every_preset_in_one_line(capsys: pytest.CaptureFixture[str])
     text = capsys.readouterr().out
     presets = preset_descriptions()
     assert set(presets) == {"default", "smoke", "pretrained", "residual", "generalist", "priority-es"}
-    listing = text.split("presets of conf/deepboot.yml (--preset NAME):\n", 1)[1].splitlines()
+    listing = text.split("presets of agents/conf/deepboot.yml (--preset NAME):\n", 1)[1].splitlines()
     assert len(listing) == len(presets)
     for line, (name, description) in zip(listing, presets.items(), strict=True):
         assert description and line.split(maxsplit=1) == [name, description]

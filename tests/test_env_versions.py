@@ -67,18 +67,21 @@ def test_unknown_dynamics_is_a_one_line_error(capsys) -> None:
     assert "invalid choice" in capsys.readouterr().err
 
 
-def test_cli_dynamics_v1_equals_its_explicit_options(tmp_path: Path) -> None:
+def test_cli_dynamics_v1_is_the_default_and_equals_its_explicit_options(tmp_path: Path) -> None:
     runs = {
+        "default": [],
         "preset": ["--dynamics", "v1"],
-        "explicit": ["--truth", "measured", "--cap-growth", "trained"],
-        "v0": [],
+        "explicit": ["--dynamics", "v0", "--truth", "measured", "--cap-growth", "trained"],
+        "v0": ["--dynamics", "v0"],
     }
-    out = {}
+    out, named = {}, {}
     for name, flags in runs.items():
         path = tmp_path / f"{name}.json"
         assert main(["simulate", "--policy", "ats", "--quiet", "--json", str(path), *flags]) == 0
-        out[name] = json.loads(path.read_text())["jcts"]
-    assert out["preset"] == out["explicit"] != out["v0"]
+        doc = json.loads(path.read_text())
+        out[name], named[name] = doc["jcts"], doc["dynamics"]
+    assert out["default"] == out["preset"] == out["explicit"] != out["v0"]
+    assert named == {"default": "v1", "preset": "v1", "explicit": "v1", "v0": "v0"}  # the JSON names its world
 
 
 def test_runs_are_labelled_with_the_dynamics_options_off_their_defaults() -> None:

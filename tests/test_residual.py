@@ -152,7 +152,8 @@ def test_train_policy_residual_starts_at_the_base_policy(tiny, tmp_path) -> None
     assert config["residual_neutral_prob"] == 0.8
     with open(run / "evaluations.csv", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
-    ats = run_episode(make_policy("ats"), tiny, _residual_env(tiny).sim_config, seed=0)
+    assert config["env_kwargs"]["dynamics"] == "v1"  # the front ends' default world
+    ats = run_episode(make_policy("ats"), tiny, _residual_env(tiny, dynamics="v1").sim_config, seed=0)
     assert int(rows[0]["timesteps"]) == 0
     assert float(rows[0]["train_jct_mean"]) == pytest.approx(ats.train_jct_mean)
 

@@ -311,7 +311,7 @@ def _shipped(name: str) -> Workload:
 
 
 def test_shipped_workloads_are_split_and_load():
-    names = list_shipped_workloads()
+    names = [n for n in list_shipped_workloads() if n != "smoke/tiny"]
     by_split = Counter(n.split("/")[0] for n in names)
     assert by_split == {"train": 8, "val": 3, "test": 4}
     seeds = [s for seeds in make_shipped.SPLIT_SEEDS.values() for s in seeds]
@@ -369,3 +369,11 @@ def test_shipped_inference_peaks_nearly_fill_the_inference_cluster_in_simulation
     assert 24 <= np.percentile(held, 99) <= 32
     assert held[timeline[:, 0] < 6 * 3600].min() == 0
     assert sim.metrics().infer_latency_p99 <= 8 + 60
+
+
+def test_the_tiny_smoke_workload_is_shipped_and_matches_its_generator():
+    wl = load_workload("tiny")
+    assert resolve_workload("tiny") == resolve_workload("smoke/tiny")
+    assert len(wl.jobs) == make_shipped.TINY_JOBS
+    assert max(r.arrival for r in wl.requests) < make_shipped.TINY_HORIZON_S
+    assert wl.jobs == make_shipped.build("tiny", make_shipped.TINY_SEED).jobs

@@ -13,15 +13,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # train_policy.py is a script at the repository root
 
 import train_policy  # noqa: E402
-from traces.generate import generate_workload, write_workload_csv  # noqa: E402
+from traces.loaders import resolve_workload  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")  # train_policy sets 1 (--num-threads default)
 
 
 @pytest.fixture(scope="module")
-def tiny_csv(tmp_path_factory) -> Path:
-    wl = generate_workload("tiny", 1, train={"num_jobs": 10}, inference={"horizon_s": 4 * 3600.0, "mean_gpus": 3.0})
-    return write_workload_csv(wl, tmp_path_factory.mktemp("wl") / "tiny.csv")
+def tiny_csv() -> Path:
+    return resolve_workload("tiny")  # the shipped workload of the smoke preset
 
 
 def _common(tiny_csv: Path, log_folder: Path) -> list[str]:
@@ -73,7 +72,7 @@ def test_smoke_maskable_ppo(tiny_csv, tmp_path) -> None:
 
     config = yaml.safe_load((run / "config.yml").read_text())
     assert config["algo"] == "maskable_ppo" and config["seed"] == 3 and config["n_envs"] == 2
-    assert config["env_kwargs"] == {"max_jobs": 8, "max_rounds": 1000}
+    assert config["env_kwargs"] == {"max_jobs": 8, "max_rounds": 1000, "dynamics": "v1"}  # the default world, named
     assert config["hyperparams"]["n_steps"] == 128 and config["hyperparams"]["gamma"] == 0.995
     assert config["versions"]["Stable-Baselines3"] and config["versions"]["sb3-contrib"]
     assert config["results"]["total_timesteps"] == 2048 and config["results"]["steps_per_second"] > 0
@@ -92,6 +91,7 @@ def test_smoke_maskable_ppo(tiny_csv, tmp_path) -> None:
     assert all(v > 0 for _, v in scalars["sched/train_jct_mean"])
     assert all(v <= 0 for _, v in scalars["reward/jct"])
 
+    from deepboot_env.config import sim_config
     from deepboot_env.evaluation import run_episode
     from deepboot_env.policy import make_policy
     from traces.loaders import load_workload
@@ -99,8 +99,9 @@ def test_smoke_maskable_ppo(tiny_csv, tmp_path) -> None:
     policy = make_policy(f"ppo:{run}")  # the run folder -> its best model
     assert policy.masked and policy.max_jobs == 8
     best = min(rows, key=lambda r: float(r["censored_jct_mean"]))
+    world = sim_config(dynamics="v1")  # deepboot compare's default, the run's
     if best["truncated"] == "0":  # evaluation during training == evaluation by deepboot compare
-        metrics = run_episode(policy, load_workload(tiny_csv))
+        metrics = run_episode(policy, load_workload(tiny_csv), world)
         assert metrics.train_jct_mean == pytest.approx(float(best["train_jct_mean"]), abs=1e-3)
 
     # the model is selected by its JCT ratio to ats, run once on the same episode
@@ -110,7 +111,7 @@ def test_smoke_maskable_ppo(tiny_csv, tmp_path) -> None:
         ratio = float(r["censored_jct_mean"]) / float(r["reference_censored_jct"])
         assert float(r["jct_ratio"]) == pytest.approx(ratio)
     assert config["results"]["best_val_score"] == pytest.approx(min(float(r["jct_ratio"]) for r in rows))
-    ats = run_episode(make_policy("ats"), load_workload(tiny_csv))
+    ats = run_episode(make_policy("ats"), load_workload(tiny_csv), world)
     if not ats.truncated:
         assert float(rows[0]["reference_censored_jct"]) == pytest.approx(ats.train_jct_mean, abs=1e-3)
 
@@ -161,6 +162,32 @@ def test_bad_flags_give_one_line_errors(argv, message, tmp_path, capsys) -> None
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err, err
+
+
+def _one_line_error(argv: list[str], tmp_path: Path, capsys) -> str:
+    with pytest.raises(SystemExit) as exc:
+        train_policy.main(["--log-folder", str(tmp_path), "--verbose", "0", *argv])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert not any(tmp_path.glob("ppo_*")), "no run folder for a run that did not start"
+    return err
+
+
+def test_a_preset_a_single_preset_file_lacks_is_one_line(tmp_path, capsys) -> None:
+    single = tmp_path / "one.yml"
+    single.write_text("common: {n_envs: 1}\n")
+    err = _one_line_error(["--conf-file", str(single), "--preset", "residual"], tmp_path, capsys)
+    assert "single preset; --preset 'residual'" in err
+
+
+def test_missing_shipped_presets_are_one_line_not_an_empty_preset(tmp_path, capsys, monkeypatch) -> None:
+    """A broken install must not train from built-in defaults under a preset's name."""
+    import agents.run_config
+
+    monkeypatch.setattr(agents.run_config, "DEFAULT_CONF", tmp_path / "missing.yml")
+    err = _one_line_error(["--preset", "residual"], tmp_path, capsys)
+    assert "cannot read the shipped presets file" in err and "missing.yml" in err
 
 
 def test_sigint_saves_a_resumable_model_and_exits_130(tiny_csv, tmp_path) -> None:
@@ -254,10 +281,11 @@ def test_tensorboard_shows_step_means_from_the_first_rollout_and_the_config(tiny
     acc = EventAccumulator(str(run / "tb"), size_guidance={"tensors": 0})
     acc.Reload()
     text = acc.Tensors("config/text_summary")[0].tensor_proto.string_val[0].decode()
-    assert "n_timesteps: 256" in text and "pretrain_expert: ats" in text
+    assert "n_timesteps: 256" in text and "pretrain_expert: ats" in text and "dynamics: v1" in text
     hparams = _hparams(run / "tb")
     assert hparams["n_timesteps"] == 256 and hparams["hyperparams.n_steps"] == 64 and hparams["algo"] == "ppo"
     assert hparams["env_kwargs.max_rounds"] == 1000 and hparams["pretrain_expert"] == "ats"
+    assert hparams["env_kwargs.dynamics"] == "v1"
 
     out = capsys.readouterr().out
     assert "warm start: epoch 2/2" in out

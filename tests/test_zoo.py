@@ -11,8 +11,6 @@ import pytest
 
 pytest.importorskip("rl_zoo3")
 
-REPO = Path(__file__).resolve().parents[1]
-
 
 def test_rl_zoo3_trains_deepboot_v1_a_few_hundred_steps(tmp_path: Path) -> None:
     from agents.checkpoint import load_checkpoint
@@ -20,7 +18,7 @@ def test_rl_zoo3_trains_deepboot_v1_a_few_hundred_steps(tmp_path: Path) -> None:
 
     argv = [
         sys.executable, "-m", "rl_zoo3.train", "--algo", "ppo", "--env", "DeepBoot-v1",
-        "--gym-packages", "deepboot_env", "-conf", str(REPO / "conf" / "zoo.yml"),
+        "--gym-packages", "deepboot_env", "-conf", "agents.zoo",
         "-n", "256", "--hyperparams", "n_envs:1", "n_steps:128", "batch_size:64", "n_epochs:1",
         "policy_kwargs:dict(net_arch=[16])", "--eval-freq", "-1", "--device", "cpu", "--seed", "0",
         "-f", str(tmp_path / "logs"),

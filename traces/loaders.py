@@ -52,6 +52,9 @@ WORKLOADS_DIR = Path(__file__).resolve().parent / "workloads"
 """Folder of the shipped workloads: ``<split>/<name>.csv``."""
 SPLITS: tuple[str, ...] = ("train", "val", "test")
 """Splits of the shipped workloads."""
+SHIPPED_FOLDERS: tuple[str, ...] = (*SPLITS, "smoke")
+"""Folders of the shipped workloads: the splits, and ``smoke`` (``smoke/tiny``, the tiny workload
+of the ``smoke`` training preset, shipped so that a smoke run needs no file of its own)."""
 
 NUMBER_PATTERN = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 """A number in standard notation (the whole field, once stripped of surrounding spaces): ``12``,
@@ -98,9 +101,10 @@ class TraceError(WorkloadError):
 
 
 def list_shipped_workloads() -> list[str]:
-    """Names (``<split>/<stem>``) of the workloads shipped in ``traces/workloads/``, sorted."""
+    """Names (``<folder>/<stem>``) of the workloads shipped in ``traces/workloads/``, split by split
+    (:data:`SHIPPED_FOLDERS`), sorted in each."""
     names: list[str] = []
-    for split in SPLITS:
+    for split in SHIPPED_FOLDERS:
         folder = WORKLOADS_DIR / split
         if folder.is_dir():
             names.extend(f"{split}/{p.stem}" for p in sorted(folder.glob("*.csv")))

@@ -1,4 +1,4 @@
-"""Write the workloads shipped in ``traces/workloads/{train,val,test}/`` and their README.
+"""Write the workloads shipped in ``traces/workloads/{train,val,test,smoke}/`` and their README.
 
     python -m traces.make_shipped            # (re)write all CSVs and traces/workloads/README.md
     python -m traces.make_shipped --check    # regenerate in memory and compare with the files
@@ -22,7 +22,8 @@ period, sized for the default 8 nodes x 4 GPUs = 32-GPU inference cluster:
   30 s - 8 min), giving about 4,600-4,900 requests (~270 kB) per workload.
 
 Seeds (one ``PCG64`` stream per workload; training drawn first, then inference):
-train-01..08 = 101..108, val-01..03 = 201..203, test-01..04 = 301..304.
+train-01..08 = 101..108, val-01..03 = 201..203, test-01..04 = 301..304. ``smoke/tiny`` (seed 1) is
+the tiny workload of the ``smoke`` training preset: 10 jobs, 4 h of light inference.
 
 After changing the constants below, re-run this script (it also rewrites
 ``traces/workloads/README.md``).
@@ -87,15 +88,26 @@ def inference_kwargs() -> dict[str, object]:
     }
 
 
+# ---- the tiny workload of the `smoke` training preset (smoke/tiny) ------------------------------
+TINY_SEED = 1
+TINY_JOBS = 10
+TINY_HORIZON_S = 4 * 3600.0
+TINY_INFERENCE_MEAN_GPUS = 3.0
+
+
 def shipped_specs() -> list[tuple[str, str, int]]:
-    """(split, name, seed) of every shipped workload."""
-    return [
+    """(folder, name, seed) of every shipped workload: the splits', then ``smoke/tiny``."""
+    splits = [
         (split, f"{split}-{i:02d}", seed) for split, seeds in SPLIT_SEEDS.items() for i, seed in enumerate(seeds, 1)
     ]
+    return [*splits, ("smoke", "tiny", TINY_SEED)]
 
 
 def build(name: str, seed: int) -> Workload:
     """The shipped workload ``name`` generated with ``seed``."""
+    if name == "tiny":  # a smoke training run in seconds: few jobs, a few hours of light inference
+        inference = {"horizon_s": TINY_HORIZON_S, "mean_gpus": TINY_INFERENCE_MEAN_GPUS}
+        return generate_workload(name, seed, train={"num_jobs": TINY_JOBS}, inference=inference)
     return generate_workload(name, seed, train=train_kwargs(), inference=inference_kwargs())
 
 
@@ -134,6 +146,9 @@ def _readme(rows: list[dict[str, object]]) -> str:
         "  offered load = rate x (mean service time + cold-start delay), before warm-pod PROTECT holding.",
         f"* Service times, uniform integer seconds per model: {svc}.",
         "* Seeds: " + "; ".join(f"{s} {', '.join(str(x) for x in seeds)}" for s, seeds in SPLIT_SEEDS.items()) + ".",
+        f"* `smoke/tiny` (seed {TINY_SEED}) is the exception: {TINY_JOBS} jobs and {TINY_HORIZON_S / 3600:g} h of "
+        f"inference at a mean {TINY_INFERENCE_MEAN_GPUS:g} GPUs, the",
+        "  workload of the `smoke` training preset (`--preset smoke --workload tiny --eval-workload tiny`).",
         "",
         "## Files",
         "",
@@ -174,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
                 bad.append(f"{path}: differs from what the generator gives now")
             continue
         write_workload_csv(wl, path)
-        off = hourly_offered_gpus(wl)
+        off = hourly_offered_gpus(wl, TINY_HORIZON_S if name == "tiny" else INFERENCE_HORIZON_S)
         apps = {a: sum(j.app == a for j in wl.jobs) for a in APP_NAMES}
         rows.append(
             {

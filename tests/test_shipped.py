@@ -1,0 +1,99 @@
+"""The shipped models by short name from any folder (agents.shipped), and torch's threads where the
+project loads a model (agents.threads, the Zoo's config)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+import agents
+from agents.policy_adapter import resolve_model_path
+from agents.shipped import PRETRAINED_DIR, resolve_shipped, shipped_names
+from deepboot_env.policy import make_policy
+
+SHIPPED_PPO = PRETRAINED_DIR / "deepboot-v0.zip"
+SHIPPED_PRIORITY = PRETRAINED_DIR / "deepboot-priority-v1.json"
+
+
+@pytest.fixture
+def elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A working folder outside the repository (no relative path into a clone resolves)."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_every_shipped_model_has_a_short_name() -> None:
+    assert shipped_names() == ["ppo:deepboot-v0", "priority:deepboot-priority-v1"]
+
+
+def test_short_names_reach_the_shipped_files_from_any_folder(elsewhere: Path) -> None:
+    assert resolve_model_path("deepboot-v0") == SHIPPED_PPO
+    assert resolve_shipped("deepboot-priority-v1", ".json") == SHIPPED_PRIORITY
+
+
+def test_paths_and_suffixed_names_are_not_short_names(elsewhere: Path) -> None:
+    (elsewhere / "mine").mkdir()
+    assert resolve_shipped("mine/deepboot-v0", ".zip") == Path("mine/deepboot-v0")
+    assert resolve_shipped("deepboot-v0.zip", ".zip") == Path("deepboot-v0.zip")
+    with pytest.raises(FileNotFoundError, match="no saved model at deepboot-v9"):
+        resolve_model_path("deepboot-v9")
+
+
+def test_priority_short_name_is_the_shipped_model_and_keeps_its_short_label(elsewhere: Path) -> None:
+    short = make_policy("priority:deepboot-priority-v1")
+    full = make_policy(f"priority:{SHIPPED_PRIORITY}")
+    assert short.name == "priority:deepboot-priority-v1"
+    assert list(short.theta) == list(full.theta)
+
+
+def test_ppo_short_name_loads_the_shipped_model(elsewhere: Path) -> None:
+    policy = make_policy("ppo:deepboot-v0")
+    assert policy.name == "ppo:deepboot-v0"
+    model, make_env = agents.load_agent("deepboot-v0")
+    assert make_env.keywords["action_mode"] == "residual"
+    assert model.policy.state_dict().keys() == policy.model.policy.state_dict().keys()
+
+
+def test_loading_a_model_sets_one_torch_thread_unless_the_user_chose(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+        torch.set_num_threads(2)
+        agents.load_agent("deepboot-v0")
+        assert torch.get_num_threads() == 1
+        torch.set_num_threads(2)
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the user's choice is left alone
+        agents.load_agent("deepboot-v0")
+        assert torch.get_num_threads() == 2
+        agents.load_agent("deepboot-v0", num_threads=1)  # ... unless the call says otherwise
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_zoo_config_is_the_shipped_yaml_with_the_one_thread_callback(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    import yaml
+
+    from agents import zoo
+
+    assert zoo.hyperparams == yaml.safe_load(zoo.ZOO_CONF.read_text())
+    assert {conf["callback"] for conf in zoo.hyperparams.values()} == {"agents.zoo.OneTorchThread"}
+    before = torch.get_num_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    try:
+        torch.set_num_threads(2)
+        monkeypatch.setattr(sys, "argv", ["rl_zoo3.train", "--num-threads", "2"])
+        zoo.OneTorchThread()
+        assert torch.get_num_threads() == 2  # the Zoo's --num-threads wins
+        monkeypatch.setattr(sys, "argv", ["rl_zoo3.train", "--algo", "ppo"])
+        zoo.OneTorchThread()
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

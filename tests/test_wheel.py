@@ -1,0 +1,143 @@
+"""The wheel is the project: built from this tree, installed into a fresh venv, and run from a folder
+outside the repository (no clone to fall back on, no ``../shared``), it simulates both shipped
+models by their short names, runs a tiny benchmark, trains with presets (``--preset residual``
+starting exactly at ATS), and makes the Gymnasium env.
+
+Slow (a fresh venv installs the dependencies: about 2 min with pip's cache), and run by CI: it is
+the only test that sees the package as a user of ``pip install deepboot-env`` does.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+TORCH = "torch==2.13.0"
+"""The torch build to install (a pin: an unpinned torch pulls a multi-GB CUDA build)."""
+EXTRAS = ""
+"""Extras of the wheel the user journey needs (training included)."""
+
+
+def _source_tree(dest: Path) -> Path:
+    """The repository's files as git sees them (tracked and untracked, ignored ones left out:
+    no venv, no build output), copied to ``dest`` so that building leaves the clone untouched."""
+    listing = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for name in filter(None, listing.split("\0")):
+        src = REPO / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    return dest
+
+
+def _clean_env() -> dict[str, str]:
+    """This process's environment without anything that would let the venv see the clone."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env["PYTHONNOUSERSITE"] = "1"
+    return env
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(bin folder of a fresh venv holding the wheel, a working folder outside the repository)."""
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("builds the wheel from a git checkout")
+    root = tmp_path_factory.mktemp("wheel")
+    src = _source_tree(root / "src")
+    dist = root / "dist"
+    build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(src)]
+    subprocess.run(build, check=True, capture_output=True, env=_clean_env())
+    (wheel,) = dist.glob("deepboot_env-*.whl")
+    venv.EnvBuilder(with_pip=True).create(root / "venv")
+    bin_dir = root / "venv" / "bin"
+    install = [str(bin_dir / "python"), "-m", "pip", "install", "-q", TORCH, f"{wheel}{EXTRAS}"]
+    done = subprocess.run(install, capture_output=True, text=True, env=_clean_env(), timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    work = root / "work"
+    work.mkdir()
+    return bin_dir, work
+
+
+def _run(installed: tuple[Path, Path], *argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    bin_dir, work = installed
+    command = [str(bin_dir / argv[0]), *argv[1:]]
+    done = subprocess.run(command, cwd=work, capture_output=True, text=True, env=_clean_env(), timeout=timeout)
+    assert done.returncode == 0, f"{' '.join(argv)}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+def test_the_package_comes_from_the_venv_not_the_clone(installed: tuple[Path, Path]) -> None:
+    code = "import agents, deepboot_env, traces; print(agents.__file__, deepboot_env.__file__, traces.__file__)"
+    files = _run(installed, "python", "-c", code).stdout.split()
+    assert all("site-packages" in f and not f.startswith(str(REPO)) for f in files), files
+
+
+@pytest.mark.parametrize("model", ["ppo:deepboot-v0", "priority:deepboot-priority-v1"])
+def test_simulate_both_shipped_models_by_short_name(installed: tuple[Path, Path], model: str) -> None:
+    out = installed[1] / f"{model.split(':')[0]}.json"
+    argv = ["--workload", "test/test-01", "--policy", model, "--quiet", "--json", str(out)]
+    _run(installed, "deepboot", "simulate", *argv)
+    metrics = json.loads(out.read_text())
+    assert metrics["dynamics"] == "v1" and metrics["train_jobs_done"] == metrics["train_jobs"] == 160
+
+
+def test_a_tiny_benchmark(installed: tuple[Path, Path]) -> None:
+    out = installed[1] / "bench"
+    argv = ["--families", "short-period", "--policies", "ats", "priority:deepboot-priority-v1", "--seeds", "2"]
+    _run(installed, "deepboot", "benchmark", *argv, "--quiet", "--out", str(out))
+    with open(out / "results.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert sorted((r["policy"], r["seed"]) for r in rows) == sorted(
+        (p, s) for p in ("ats", "priority:deepboot-priority-v1") for s in ("2000000", "2000001")
+    )
+    assert "DeepBoot-v1 dynamics" in (out / "leaderboard.md").read_text()
+
+
+def test_train_lists_its_presets_and_a_smoke_training_runs(installed: tuple[Path, Path]) -> None:
+    help_text = _run(installed, "deepboot", "train", "--help").stdout
+    assert all(preset in help_text for preset in ("smoke", "residual", "priority-es"))
+    runs = installed[1] / "runs"
+    argv = ["--algo", "ppo", "--preset", "smoke", "--workload", "tiny", "--eval-workload", "tiny", "-n", "512"]
+    _run(installed, "deepboot", "train", *argv, "--no-progress", "--verbose", "0", "-f", str(runs))
+    run = runs / "ppo_1"
+    assert (run / "best_model.zip").is_file() and (run / "final_model.zip").is_file()
+    config = (run / "config.yml").read_text()
+    assert "preset: smoke" in config and "dynamics: v1" in config and "n_steps: 128" in config  # the preset's
+
+
+def test_residual_preset_starts_at_ats(installed: tuple[Path, Path]) -> None:
+    """The preset's warm start runs from the wheel: its first evaluation is exactly ATS (1.00 x)."""
+    runs = installed[1] / "residual"
+    argv = ["--algo", "maskable_ppo", "--preset", "residual", "--workload", "tiny", "--eval-workload", "tiny"]
+    argv += ["-n", "512", "--n-envs", "1", "--pretrain-epochs", "1", "--eval-freq", "100000", "--eval-jobs", "1"]
+    _run(installed, "deepboot", "train", *argv, "--no-progress", "--verbose", "0", "-f", str(runs))
+    with open(runs / "maskable_ppo_1" / "evaluations.csv", newline="") as fh:
+        first = next(csv.DictReader(fh))
+    assert int(first["timesteps"]) == 0 and float(first["jct_ratio"]) == 1.0
+
+
+def test_gym_make_deepboot_v1(installed: tuple[Path, Path]) -> None:
+    code = (
+        "import gymnasium as gym, deepboot_env\n"
+        "env = gym.make('DeepBoot-v1', workload='tiny')\n"
+        "obs, info = env.reset(seed=0)\n"
+        "obs, reward, terminated, truncated, info = env.step(env.action_space.sample())\n"
+        "print(env.spec.id, sorted(obs))\n"
+    )
+    assert _run(installed, "python", "-c", code).stdout.split()[0] == "DeepBoot-v1"
