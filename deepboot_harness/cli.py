@@ -331,6 +331,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     check_output_folder(args.out, "--out")
     backend = backend_from_args(args)
     reference = resolve_reference(args.policies, args.reference)
+    labels = _policy_labels(args.label or [], args.policies)
     config = sim_config_from_args(args)
     if not args.quiet:
         warn_trained_dynamics("compare", args.policies, config)
@@ -357,13 +358,28 @@ def cmd_compare(args: argparse.Namespace) -> int:
             on_done=lambda task, outcome: append_run(out, outcome_row(task, outcome)),
             backend=backend,
         )
-        paths = write_results(comparison, args.out, reference)
+        paths = write_results(comparison, args.out, reference, labels)
     except (RunsFailed, KeyboardInterrupt) as exc:
         return grid_stopped("compare", args.out, exc)
     if not args.quiet:
         print_summary_table(comparison.frame, title=f"policy comparison ({config_title(config)})")
         print(f"wrote {', '.join(p.name for p in paths.values())} to {args.out}")
     return 0
+
+
+def _policy_labels(items: Sequence[str], policies: Sequence[str]) -> dict[str, str]:
+    """``--label POLICY=LABEL ...`` as a dict, checked before any run (known policies, labels that
+    differ: :func:`deepboot_harness.plots.display_names`)."""
+    from deepboot_harness.plots import display_names
+
+    out = {}
+    for item in items:
+        policy, sep, label = item.rpartition("=")
+        if not sep or not policy or not label.strip():
+            raise ValueError(f"--label {item!r}: expected POLICY=LABEL, e.g. ppo:runs/ppo_3/best_model.zip=mine")
+        out[policy] = label.strip()
+    display_names(list(policies), out)
+    return out
 
 
 def _policy_seeds(items: Sequence[str]) -> dict[str, int]:
@@ -493,6 +509,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeline-per-policy",
         action="store_true",
         help="also draw timeline-<policy>.png for every policy on that workload and seed",
+    )
+    cmp.add_argument(
+        "--label",
+        nargs="+",
+        metavar="P=LABEL",
+        help="a policy's name in the plots, e.g. ppo:runs/ppo_3/best_model.zip=wide (default: a model by its "
+        "run folder, ppo:ppo_3)",
     )
     cmp.add_argument(
         "--reference",

@@ -25,7 +25,7 @@ progress bar in :mod:`deepboot_harness.compare_workers`), the tables in
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -58,16 +58,24 @@ def resolve_reference(policies: Sequence[str], reference: str | None = None) -> 
     return reference
 
 
-def write_results(comparison: Comparison, out_dir: str | Path, reference: str | None = None) -> dict[str, Path]:
+def write_results(
+    comparison: Comparison,
+    out_dir: str | Path,
+    reference: str | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> dict[str, Path]:
     """Write the CSV / markdown / PNG outputs into ``out_dir`` (created); returns them by name.
 
-    ``reference`` names the policy of the paired ratios (see :func:`resolve_reference`).
+    ``reference`` names the policy of the paired ratios (see :func:`resolve_reference`);
+    ``labels`` names policies in the plots (``--label``; the others by
+    :func:`deepboot_harness.plots.display_names`: a model by its run folder, never two alike).
     """
     from deepboot_harness import plots
     from deepboot_harness.ratio_plots import plot_paired_ratios
 
     frame = comparison.frame
     reference = resolve_reference(list(frame["policy"].unique()), reference)
+    names = plots.display_names(list(frame["policy"].unique()), labels)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {
@@ -93,19 +101,19 @@ def write_results(comparison: Comparison, out_dir: str | Path, reference: str | 
         colors=colors,
         job_ratios=comparison.job_ratios(reference) if reference is not None else None,
         reference=reference,
+        labels=names,
     )
-    plots.plot_avg_jct_bars(frame, paths["avg_jct.png"], title=title, colors=colors)
+    plots.plot_avg_jct_bars(frame, paths["avg_jct.png"], title=title, colors=colors, labels=names)
     if reference is not None and frame["policy"].nunique() > 1:
         data = frame[["policy", "workload", "seed"]].assign(jct_ratio=ratio_column(frame, reference))
-        labels = {p: plots.display_name(p) for p in colors}
         paths["jct_ratio.png"] = plot_paired_ratios(
-            data, out / "jct_ratio.png", reference, "workload", False, labels, colors, subtitle=f"\n{title}"
+            data, out / "jct_ratio.png", reference, "workload", False, names, colors, subtitle=f"\n{title}"
         )
-    paths.update(_write_timelines(comparison, out))
+    paths.update(_write_timelines(comparison, out, names))
     return paths
 
 
-def _write_timelines(comparison: Comparison, out: Path) -> dict[str, Path]:
+def _write_timelines(comparison: Comparison, out: Path, names: Mapping[str, str]) -> dict[str, Path]:
     """``timeline.png`` (the chosen run) and, when several were kept, ``timeline-<policy>.png``
     per policy on one time axis."""
     from deepboot_harness import plots
@@ -117,12 +125,12 @@ def _write_timelines(comparison: Comparison, out: Path) -> dict[str, Path]:
     end = max(float(t["time"].max()) for t in comparison.timelines.values()) / 3600.0 if comparison.timelines else None
     runs = {"timeline.png": (comparison.timeline_run[0], comparison.timeline)}
     if len(comparison.timelines) > 1:
-        runs.update({f"timeline-{_file_label(p)}.png": (p, t) for p, t in comparison.timelines.items()})
+        runs.update({f"timeline-{_file_label(names[p])}.png": (p, t) for p, t in comparison.timelines.items()})
     return {
         name: plots.plot_timeline(
             timeline,
             out / name,
-            title=f"{plots.display_name(policy)} on {where}",
+            title=f"{names[policy]} on {where}",
             train_gpus=train_gpus,
             end_hours=end if len(runs) > 1 else None,
         )
@@ -130,11 +138,9 @@ def _write_timelines(comparison: Comparison, out: Path) -> dict[str, Path]:
     }
 
 
-def _file_label(policy: str) -> str:
-    """A policy's name as part of a file name (``ppo:<path>`` -> ``ppo-<stem>``)."""
-    from deepboot_harness.plots import display_name
-
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", display_name(policy))
+def _file_label(label: str) -> str:
+    """A policy's plot label as part of a file name (``ppo:foo`` -> ``ppo-foo``)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", label)
 
 
 def _plot_title(comparison: Comparison) -> str:

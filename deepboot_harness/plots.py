@@ -63,11 +63,61 @@ def policy_colors(policies: Sequence[str]) -> dict[str, str]:
     return {p: _PALETTE[i % len(_PALETTE)] for i, p in enumerate(policies)}
 
 
+MODEL_PREFIXES: tuple[str, ...] = ("ppo", "priority")
+"""Policy prefixes whose argument is a model file or run folder (labelled by :func:`display_name`)."""
+
+RUN_MODEL_STEMS: tuple[str, ...] = ("best_model", "final_model")
+"""File names every training run uses for its models: a label names their run folder instead."""
+
+
 def display_name(policy: str) -> str:
-    """A policy's label in plots: ``ppo:<path>`` shortened to ``ppo:<file stem>``."""
-    if policy.startswith("ppo:"):
-        return "ppo:" + Path(policy[4:]).stem
-    return policy
+    """A policy's label in plots. A model (``ppo:<path>``, ``priority:<path>``) is named by its run
+    folder, since every run's selected model is ``best_model.*``: ``ppo:runs/foo/best_model.zip``
+    and ``ppo:runs/foo`` -> ``ppo:foo``, ``.../foo/final_model.zip`` -> ``ppo:foo/final_model``,
+    any other file -> ``ppo:<file stem>``; a shipped short name stays as it is. Two models can
+    still meet under one label: :func:`display_names` tells them apart."""
+    prefix, sep, arg = policy.partition(":")
+    if not sep or prefix not in MODEL_PREFIXES or not arg:
+        return policy
+    path = Path(arg)
+    if path.suffix == "" and path.name == arg and not path.is_dir():
+        return policy  # a short name (a shipped model)
+    if path.is_dir() or path.stem == RUN_MODEL_STEMS[0]:
+        run = path if path.is_dir() else path.parent
+        return f"{prefix}:{run.resolve().name}"
+    if path.stem in RUN_MODEL_STEMS:
+        return f"{prefix}:{path.parent.resolve().name}/{path.stem}"
+    return f"{prefix}:{path.stem}"
+
+
+def display_names(policies: Sequence[str], labels: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Each policy's plot label, never the same for two policies: ``labels`` (``--label``) where
+    given, else :func:`display_name`; a shortened name that another policy also gets is written
+    out in full instead (``ppo:runs/a/best_model.zip`` and ``ppo:runs/b/a/best_model.zip`` both
+    shorten to ``ppo:a``).
+
+    Raises:
+        ValueError: two policies given the same label, or a label for a policy not compared.
+    """
+    given = dict(labels or {})
+    unknown = sorted(set(given) - set(policies))
+    if unknown:
+        raise ValueError(f"--label: {', '.join(unknown)} is not among the policies")
+    out = {p: given.get(p) or display_name(p) for p in policies}
+    for label in _shared(out):
+        out.update({p: p for p, v in out.items() if v == label and p not in given})
+    for label in _shared(out):
+        sharing = ", ".join(p for p, v in out.items() if v == label)
+        raise ValueError(f"--label: {sharing} would all be labelled {label!r}; labels must differ")
+    return out
+
+
+def _shared(labels: Mapping[str, str]) -> list[str]:
+    """The labels more than one policy has."""
+    seen: dict[str, int] = {}
+    for label in labels.values():
+        seen[label] = seen.get(label, 0) + 1
+    return [label for label, count in seen.items() if count > 1]
 
 
 def _new_figure(width: float = 8.0, height: float = 4.8) -> Figure:
@@ -100,6 +150,7 @@ def plot_jct_cdf(
     colors: Mapping[str, str] | None = None,
     job_ratios: Mapping[str, np.ndarray] | None = None,
     reference: str | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> Path:
     """Empirical CDF of training JCT per policy (log-scaled hours); with ``job_ratios``, a second
     panel with the CDF of each job's JCT over its JCT under ``reference`` (paired by job, so
@@ -113,8 +164,11 @@ def plot_jct_cdf(
         job_ratios: per policy, the per-job JCT ratios to ``reference`` (see
             :meth:`deepboot_harness.compare_grid.Comparison.job_ratios`).
         reference: the policy of ratio 1.
+        labels: policy labels (default :func:`display_names`).
     """
     colors = dict(colors or policy_colors(list(jcts_by_policy)))
+    shown = [*jcts_by_policy, *(job_ratios or {}), *([reference] if reference else [])]
+    names = dict(labels or display_names(list(dict.fromkeys(shown))))
     paired = bool(job_ratios) and reference is not None
     fig = _new_figure(14.0 if paired else 8.0, 5.2 if paired else 4.8)
     ax = fig.add_subplot(1, 2 if paired else 1, 1)
@@ -127,7 +181,7 @@ def plot_jct_cdf(
         # A curve identical to an earlier one would hide it: dash it and say so.
         twin = next((p for p, v in drawn.items() if len(v) == len(values) and np.array_equal(v, values)), None)
         drawn[policy] = values
-        label = f"{display_name(policy)} (mean {_hours_label(values.mean())}, n={len(values)})"
+        label = f"{names[policy]} (mean {_hours_label(values.mean())}, n={len(values)})"
         _cdf(ax, values, colors.get(policy), label if twin is None else f"{label}, same as {twin}", twin is not None)
     ax.set_xlabel("training job completion time (hours, log scale)")
     ax.set_ylabel("fraction of jobs completed")
@@ -140,11 +194,11 @@ def plot_jct_cdf(
             values = np.sort(ratios[np.isfinite(ratios) & (ratios > 0)])
             if values.size:
                 faster = float(np.mean(values < 1.0))
-                label = f"{display_name(policy)} (median {np.median(values):.2f}, {faster:.0%} of jobs faster)"
+                label = f"{names[policy]} (median {np.median(values):.2f}, {faster:.0%} of jobs faster)"
                 _cdf(right, values, colors.get(policy), label, False)
         right.axvline(1.0, color="black", linestyle="--", linewidth=1.0)
-        ref = display_name(reference or "")
-        beyond = [display_name(p) for p, r in job_ratios.items() if r.size and np.nanmedian(r) > CLIP_ABOVE]
+        ref = names.get(reference or "", reference or "")
+        beyond = [names[p] for p, r in job_ratios.items() if r.size and np.nanmedian(r) > CLIP_ABOVE]
         note = ""
         if beyond:  # their medians are in the legend; the axis stays on the policies near 1
             low = min(float(np.nanmin(r[r > 0])) for r in job_ratios.values() if np.any(r > 0))
@@ -187,6 +241,7 @@ def plot_avg_jct_bars(
     path: str | Path,
     title: str | None = None,
     colors: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> Path:
     """Mean training JCT per policy (hours) with its 95 % bootstrap interval over runs.
 
@@ -200,10 +255,12 @@ def plot_avg_jct_bars(
         path: the PNG to write.
         title: appended to the figure's title.
         colors: policy colours (default :func:`policy_colors` in row order).
+        labels: policy labels (default :func:`display_names`).
     """
     from deepboot_harness.paired_stats import bootstrap, mean
 
     policies = list(dict.fromkeys(df["policy"]))
+    names = dict(labels or display_names(policies))
     colors = dict(colors or policy_colors(policies))
     estimates = [
         bootstrap(df[df["policy"] == p]["train_jct_mean"].to_numpy(dtype=float) / 3600.0, mean) for p in policies
@@ -266,14 +323,14 @@ def plot_avg_jct_bars(
                 label=f"JCT lower bound ({_hours_label(bound)})",
             )
             ax.legend(loc="upper left", fontsize=9)
-    ax.set_xticks(x, [display_name(p) for p in policies])
+    ax.set_xticks(x, [names[p] for p in policies])
     ax.set_xlim(-0.6, len(policies) - 0.4)
     ax.set_ylim(0, top * (1.0 if clipped else 1.12) if top > 0 else 1.0)
     ax.set_ylabel("mean training JCT (hours)")
     runs = int(df.groupby("policy")["train_jct_mean"].count().max()) if len(df) else 0
     notes = [f"error bars: 95 % bootstrap CI of the mean over {runs} runs"] if runs > 1 else []
     if clipped:
-        beyond = ", ".join(display_name(policies[i]) for i in clipped)
+        beyond = ", ".join(names[policies[i]] for i in clipped)
         notes.append(f"axis clipped at {CLIP_ABOVE:g}x the lowest mean: {beyond} beyond")
     ax.set_title(
         "Average training JCT" + (f": {title}" if title else "") + "".join(f"\n({n})" for n in notes),

@@ -261,3 +261,53 @@ def test_ctrl_c_keeps_the_finished_runs(tmp_path: Path) -> None:
     assert 1 <= len(saved) < 24
     assert main([*argv[3:], "--resume"]) == 0
     assert read_runs(out / RUNS_FILE)[: len(saved)] == saved and len(read_runs(out / RUNS_FILE)) == 24
+
+
+def test_models_are_labelled_by_their_run_folder() -> None:
+    from deepboot_harness.plots import display_name
+
+    assert display_name("ppo:runs/foo/best_model.zip") == "ppo:foo"
+    assert display_name("ppo:runs/foo/final_model.zip") == "ppo:foo/final_model"
+    assert display_name("priority:runs/es_2/best_model.json") == "priority:es_2"
+    assert display_name("ppo:models/wide.zip") == "ppo:wide"
+    assert display_name("ppo:deepboot-v0") == "ppo:deepboot-v0"  # a shipped short name
+    assert display_name("ats") == "ats"
+
+
+def test_two_models_never_share_a_label_and_user_labels_must_differ() -> None:
+    from deepboot_harness.plots import display_names
+
+    same_folder = ["ppo:a/run/best_model.zip", "ppo:b/run/best_model.zip", "ats"]
+    labels = display_names(same_folder)
+    assert len(set(labels.values())) == 3 and labels["ats"] == "ats"
+    assert display_names(same_folder, {"ppo:a/run/best_model.zip": "mine"})["ppo:b/run/best_model.zip"] == "ppo:run"
+    with pytest.raises(ValueError, match="labels must differ"):
+        display_names(same_folder, {p: "x" for p in same_folder[:2]})
+    with pytest.raises(ValueError, match="labels must differ"):
+        display_names(same_folder, {"ppo:a/run/best_model.zip": "ats"})  # a label that is another policy's name
+    with pytest.raises(ValueError, match="not among the policies"):
+        display_names(same_folder, {"fifo": "x"})
+
+
+def test_compare_plots_name_each_run_by_its_folder_or_label(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two runs' best models (same file name) get their run folders' names, or a --label."""
+    import shutil
+
+    from agents.shipped import PRETRAINED_DIR
+    from deepboot_harness import plots
+
+    runs = {}
+    for name in ("es_1", "es_2"):
+        (tmp_path / name).mkdir()
+        model = shutil.copy(PRETRAINED_DIR / "deepboot-priority-v1.json", tmp_path / name / "best_model.json")
+        runs[name] = f"priority:{model}"
+    seen: list[dict[str, str]] = []
+    real = plots.plot_avg_jct_bars
+    monkeypatch.setattr(plots, "plot_avg_jct_bars", lambda *a, **k: seen.append(dict(k["labels"])) or real(*a, **k))
+    out = tmp_path / "out"
+    argv = ["compare", "--workloads", "tiny", "--policies", "ats", *runs.values(), "--quiet", "--out", str(out)]
+    assert main([*argv, "--timeline-per-policy"]) == 0
+    assert seen[-1] == {"ats": "ats", runs["es_1"]: "priority:es_1", runs["es_2"]: "priority:es_2"}
+    assert {"timeline-priority-es_1.png", "timeline-priority-es_2.png"} <= {p.name for p in out.iterdir()}
+    assert main([*argv, "--label", f"{runs['es_2']}=tuned"]) == 0
+    assert seen[-1][runs["es_2"]] == "tuned"
