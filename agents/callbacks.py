@@ -33,6 +33,7 @@ import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
 from deepboot_env.config import EnvConfig
+from deepboot_env.evaluation import run_episode
 from deepboot_env.sim.metrics import EpisodeMetrics
 from deepboot_env.sim.scenario import Scenario
 from deepboot_env.sim.simulator import SimConfig
@@ -115,6 +116,88 @@ def sched_values(metrics: dict[str, Any], repaired_gpus: float) -> dict[str, flo
     return {k: v for k, v in ((k, _finite(v)) for k, v in out.items()) if v is not None}
 
 
+def reference_jct_mean(policy: str, scenario_key: Mapping[str, Any], config: EnvConfig) -> float:
+    """``policy``'s mean JCT on the scenario an env's ``episode_scenario`` names (a family's seed,
+    or a named workload), under the simulation settings of ``config`` (the scenario's cluster and
+    restart model applied): the reference of a training episode's ratio."""
+    from deepboot_env.workloads import load_scenarios
+    from traces.families import cached_scenario
+
+    family = str(scenario_key.get("family") or "")
+    if family:
+        scenario = cached_scenario(family, int(scenario_key["seed"]))
+    else:
+        scenario = load_scenarios(str(scenario_key["workload"]))[0]
+    return run_episode(policy, scenario.workload, scenario.configure(config.sim)).train_jct_mean
+
+
+class TrainingRatios:
+    """Each finished training episode's mean JCT over a reference policy's on the same scenario,
+    the reference run in one background process and cached per scenario (off the training loop:
+    a ratio is logged when its reference is ready, a few steps later).
+
+    Args:
+        config: the training env's settings.
+        reference: the reference policy (a registry name).
+    """
+
+    def __init__(self, config: EnvConfig, reference: str = "ats") -> None:
+        self.config = config
+        self.reference = reference
+        self._known: dict[tuple[str, int, str], float] = {}
+        self._pending: list[tuple[tuple[str, int, str], float, Future[float]]] = []
+        self._waiting: list[tuple[tuple[str, int, str], float]] = []
+        self._pool: ProcessPoolExecutor | None = None
+
+    def add(self, scenario_key: Mapping[str, Any], jct_mean: float) -> None:
+        """Queue one finished episode's mean JCT on ``scenario_key``."""
+        key = (str(scenario_key.get("family") or ""), int(scenario_key.get("seed", -1)), str(scenario_key["workload"]))
+        if key in self._known or any(k == key for k, _, _ in self._pending):
+            self._waiting.append((key, jct_mean))
+            return
+        if self._pool is None:
+            import multiprocessing
+
+            self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        future = self._pool.submit(reference_jct_mean, self.reference, dict(scenario_key), self.config)
+        self._pending.append((key, jct_mean, future))
+
+    def ready(self) -> list[float]:
+        """The ratios whose reference has been computed since the last call."""
+        out = []
+        still = []
+        for key, jct, future in self._pending:
+            if future.done():
+                self._known[key] = future.result()
+                out.append(jct / self._known[key])
+            else:
+                still.append((key, jct, future))
+        self._pending = still
+        waiting = []
+        for key, jct in self._waiting:
+            if key in self._known:
+                out.append(jct / self._known[key])
+            else:
+                waiting.append((key, jct))
+        self._waiting = waiting
+        return out
+
+    def finish(self, timeout_s: float = 120.0) -> list[float]:
+        """The ratios still owed, waiting up to ``timeout_s`` for their references; then stop."""
+        from concurrent.futures import wait
+
+        wait([future for _, _, future in self._pending], timeout=timeout_s)
+        out = self.ready()
+        self.close()
+        return out
+
+    def close(self) -> None:
+        """Stop the background process (references still running are dropped)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+
 class SchedMetricsCallback(BaseCallback):
     """Log reward terms and scheduling metrics per rollout and per finished training episode.
 
@@ -126,10 +209,17 @@ class SchedMetricsCallback(BaseCallback):
     ``episode_metrics`` (terminated or truncated) records ``sched/<key>`` for :data:`SCHED_KEYS`
     and ``reward/jct``, ``reward/infer``, ``reward/total`` with ``logger.record_mean``.
     ``sched/episodes`` counts finished episodes.
+
+    The question a training run asks, "is the sampled policy better than ATS yet?", gets its own
+    curves from the first episodes on: ``sched/jct_ratio_ats``, each finished episode's mean JCT
+    over ATS's on the same scenario (:class:`TrainingRatios`, given ``config``), and with
+    ``relative_reward`` ``sched/jct_ratio_base``, over the base policy's (the env's cached
+    reference episode).
     """
 
-    def __init__(self, verbose: int = 0) -> None:
+    def __init__(self, verbose: int = 0, config: EnvConfig | None = None, reference: str = "ats") -> None:
         super().__init__(verbose)
+        self.ratios = TrainingRatios(config, reference) if config is not None else None
         self.episodes = 0
         self.rollouts = 0
         self._jct = np.zeros(0)
@@ -174,6 +264,7 @@ class SchedMetricsCallback(BaseCallback):
             metrics = info.get("episode_metrics")
             if metrics is None:
                 continue
+            self._episode_ratios(info, metrics)
             values = sched_values(metrics, self._repaired[i])
             for key, value in values.items():
                 self.logger.record_mean(f"sched/{key}", value)
@@ -184,7 +275,27 @@ class SchedMetricsCallback(BaseCallback):
             self.logger.record("sched/episodes", self.episodes)
             self.last_episode = {**values, "reward_jct": float(self._jct[i]), "reward_infer": float(self._infer[i])}
             self._jct[i] = self._infer[i] = self._repaired[i] = 0.0
+        if self.ratios is not None:
+            for ratio in self.ratios.ready():
+                self.logger.record_mean("sched/jct_ratio_ats", ratio)
         return True
+
+    def _episode_ratios(self, info: Mapping[str, Any], metrics: Mapping[str, Any]) -> None:
+        """Queue (or log) the finished episode's ratios to ATS and to the base policy; a
+        truncated episode has no comparable mean JCT and is skipped."""
+        jct = _finite(metrics.get("train_jct_mean"))
+        if jct is None or metrics.get("truncated"):
+            return
+        base = _finite(info.get("reference_jct_mean"))
+        if base:
+            self.logger.record_mean("sched/jct_ratio_base", jct / base)
+        if self.ratios is not None and "episode_scenario" in info:
+            self.ratios.add(info["episode_scenario"], jct)
+
+    def _on_training_end(self) -> None:
+        if self.ratios is not None:
+            for ratio in self.ratios.finish():
+                self.logger.record_mean("sched/jct_ratio_ats", ratio)
 
 
 @dataclass(frozen=True)
@@ -208,7 +319,6 @@ class EvalEpisode:
 def run_eval_episode(episode: EvalEpisode) -> tuple[EpisodeMetrics, int]:
     """Run one :class:`EvalEpisode` (a worker's job): its metrics without the timeline, and the
     GPUs the policy's action decoding repaired (0 for a heuristic)."""
-    from deepboot_env.evaluation import run_episode
     from deepboot_env.policy import make_policy
 
     policy = make_policy(episode.policy)

@@ -339,7 +339,7 @@ def train(args: argparse.Namespace, on_evaluation: Callable[[int, float], None] 
     if pretrained or residual_start:
         write_config(run_dir / "config.yml", config)
 
-    sched = SchedMetricsCallback()
+    sched = SchedMetricsCallback(config=cfg, reference=settings["eval_reference"] or "ats")
     callbacks: list[Any] = [sched]
     evaluator = None
     if settings["eval_freq"] > 0:

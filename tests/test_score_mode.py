@@ -3,11 +3,15 @@ its relative reward and held decisions, and the set policy that acts in it."""
 
 from __future__ import annotations
 
+import csv
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch as th
+import yaml
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from agents.checkpoint import load_checkpoint
 from agents.factory import build_model, make_vec_env_for
@@ -17,11 +21,15 @@ from deepboot_env.env.codec import ScoreCodec
 from deepboot_env.env.reference import JobSecondsCurve, simulate_reference
 from deepboot_env.evaluation import run_episode
 from deepboot_env.policy import make_policy
-from traces.generate import generate_workload
+from traces.generate import generate_workload, write_workload_csv
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import train_policy  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
-REPO = Path(__file__).resolve().parents[1]
 PRIORITY_MODEL = REPO / "agents" / "pretrained" / "deepboot-priority-v1.json"
 MAX_JOBS = 8
 SMALL_SET = {
@@ -130,7 +138,9 @@ def test_relative_reward_is_zero_for_the_prior_and_the_jct_difference_otherwise(
     n = len(tiny.jobs)
     interval = 60.0
     assert total == pytest.approx(-(metrics["train_jct_mean"] - prior.train_jct_mean) * n / interval, rel=1e-9)
-    _, with_infer, _ = _episode(_score_env(tiny, base_policy="ats-srpt", relative_reward=True), lambda e: e.neutral_action())
+    _, with_infer, _ = _episode(
+        _score_env(tiny, base_policy="ats-srpt", relative_reward=True), lambda e: e.neutral_action()
+    )
     assert with_infer == pytest.approx(0.0, abs=1e-9)
 
 
@@ -267,3 +277,51 @@ def test_score_policy_runs_on_cuda(tiny) -> None:
     obs = env.reset()
     action, _ = model.predict(obs, deterministic=False)
     assert action.shape == (2, MAX_JOBS + 1) and np.isfinite(action).all()
+
+
+def test_jitter_control_is_ats_srpt_at_zero_and_persistent_per_job(busy) -> None:
+    config = _score_env(busy, cluster="2x4+2x4").sim_config
+    srpt = run_episode(make_policy("ats-srpt"), busy, config, seed=0)
+    _same_episode(run_episode(make_policy("jitter:0"), busy, config, seed=0).to_dict(include_jcts=False), srpt)
+    assert make_policy("ats-srpt-jitter").name == "ats-srpt-jitter"
+    jitter = make_policy("jitter:0.5")
+    first = run_episode(jitter, busy, config, seed=1)
+    assert first.train_jct_mean != srpt.train_jct_mean
+    assert run_episode(jitter, busy, config, seed=1).jcts == first.jcts  # seeded
+    draws = dict(jitter._draws)
+    assert len(draws) == len(busy.jobs)  # one draw per job, kept for its life
+    with pytest.raises(ValueError, match="jitter sigma"):
+        make_policy("jitter:-1")
+    with pytest.raises(ValueError, match="needs a number"):
+        make_policy("jitter:abc")
+
+
+def test_train_policy_score_preset_starts_at_the_prior(tiny, tmp_path: Path) -> None:
+    csv_path = write_workload_csv(tiny, tmp_path / "tiny.csv")
+    argv = [
+        "--preset", "score", "--n-timesteps", "128", "--n-envs", "1", "--eval-jobs", "1",
+        "--workload", str(csv_path), "--eval-workload", str(csv_path), "--eval-freq", "64",
+        "--env-kwargs", f"max_jobs:{MAX_JOBS}",
+        "--hyperparams", "n_steps:64", "batch_size:64", "n_epochs:1",
+        "policy_kwargs:dict(embed_dim=16,attention_heads=2,attention_layers=1,log_std_init=-2.3)",
+        "--log-folder", str(tmp_path / "runs"), "--no-progress", "--verbose", "0",
+    ]  # fmt: skip
+    run = train_policy.run(argv)
+    config = yaml.safe_load((run / "config.yml").read_text())
+    assert config["env_kwargs"]["action_mode"] == "score" and config["env_kwargs"]["relative_reward"] is True
+    with open(run / "evaluations.csv", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    prior = run_episode(make_policy("ats-srpt"), tiny, _score_env(tiny, dynamics="v1").sim_config, seed=0)
+    assert int(rows[0]["timesteps"]) == 0
+    assert float(rows[0]["train_jct_mean"]) == pytest.approx(prior.train_jct_mean)
+    assert (run / "final_model.zip").is_file()
+    assert load_agent_policy(run / "final_model.zip").action_mode == "score"
+    # TensorBoard answers "better than ATS yet?" from the first training episodes on
+    events = EventAccumulator(str(run / "tb"))
+    events.Reload()
+    assert {"sched/jct_ratio_ats", "sched/jct_ratio_base"} <= set(events.Tags()["scalars"])
+    assert 0 < events.Scalars("sched/episodes")[0].value <= 10
+    ats = run_episode(make_policy("ats"), tiny, _score_env(tiny, dynamics="v1").sim_config).train_jct_mean
+    ratios = [e.value for e in events.Scalars("sched/jct_ratio_ats")]
+    # the sampled policy stays near ats-srpt: its ratio to ATS is near ats-srpt's, far from 1 if that is
+    assert ratios[0] == pytest.approx(prior.train_jct_mean / ats, rel=0.1)

@@ -107,7 +107,9 @@ class DeepBootEnv(gym.Env):
     ## Episode End
     ``terminated`` when every training job has finished (remaining inference is simulated to the
     end for the metrics); ``truncated`` after ``max_rounds`` steps. The final ``info`` holds the
-    episode metrics under ``episode_metrics``.
+    episode metrics under ``episode_metrics``, the scenario under ``episode_scenario`` (family,
+    seed, workload name) and, with ``relative_reward`` on a finished episode, the base policy's
+    mean JCT on it under ``reference_jct_mean``.
 
     ## Arguments
     ``workload``: a Workload (or a :class:`~deepboot_env.sim.scenario.Scenario`, which also sets the
@@ -305,7 +307,17 @@ class DeepBootEnv(gym.Env):
         }
         if terminated or truncated:
             info["episode_metrics"] = self.sim.metrics().to_dict(include_jcts=False)
+            info["episode_scenario"] = self._scenario_key()
+            if ref is not None and terminated:
+                info["reference_jct_mean"] = ref.jobs.total / max(len(ref.jobs.arrivals), 1)
         return obs, float(r_jct + r_infer), terminated, truncated, info
+
+    def _scenario_key(self) -> dict[str, Any]:
+        """What names the episode's scenario for a reference run elsewhere: its family and seed
+        (a family scenario), and its workload's name."""
+        assert self.scenario is not None
+        scenario = self.scenario
+        return {"family": scenario.family, "seed": scenario.seed, "workload": scenario.name}
 
     def _hold_action(self) -> None:
         """Keep the action for up to ``hold`` boundaries in all (the codec decodes the held
