@@ -45,14 +45,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agents.checkpoint import CheckpointError
-from agents.evolution import EsConfigError, train_es
 from agents.factory import ALGOS, DEVICES, POLICY_ARCHS, VEC_ENVS, ConfigError
-from agents.interrupt import TrainingInterrupted
 from agents.run_config import ENV_IDS, preset_descriptions
-from agents.sweep import sweep
-from agents.training_run import train
 from deepboot_env import FRONT_END_DYNAMICS
 from deepboot_env.argparsing import ArgumentParser
+from deepboot_env.extras import MissingExtraError, require_extra
+
+# The modules that train import torch and stable-baselines3 (the `rl` extra): imported when a run
+# starts, after the check that names the extra, so that --help and a missing extra need neither.
 
 PROG = "train_policy.py"
 """The script's name in usage lines and messages (``deepboot train`` passes its own)."""
@@ -220,6 +220,13 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     args = parser.parse_args(argv)
     args.command = None if argv is None else f"{prog} " + " ".join(argv)
     try:
+        require_extra("rl", prog)
+    except MissingExtraError as exc:
+        parser.error(str(exc))
+    from agents.evolution import EsConfigError
+    from agents.interrupt import TrainingInterrupted
+
+    try:
         dispatch(args)
     except (ConfigError, CheckpointError, EsConfigError, FileNotFoundError) as exc:
         parser.error(str(exc))
@@ -240,8 +247,16 @@ def run(argv: Sequence[str]) -> Path:
 def dispatch(args: argparse.Namespace) -> Path:
     """Run what ``args`` ask for: an ES run (``--algo es``), a sweep (``--tune``) or a PPO run."""
     if args.algo == "es":
+        from agents.evolution import train_es
+
         return train_es(args)
-    return sweep(args) if args.tune else train(args)
+    if args.tune:
+        from agents.sweep import sweep
+
+        return sweep(args)
+    from agents.training_run import train
+
+    return train(args)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ from deepboot_env.env.encoding import (
     agent_observation,
     encode_observation,
 )
+from deepboot_env.extras import require_extra
 from deepboot_env.policy import Allocation, BasePolicy, ClusterState
 
 __all__ = [
@@ -326,9 +327,11 @@ def load_model(
     (:mod:`agents.threads`).
 
     Raises:
+        deepboot_env.extras.MissingExtraError: without the ``rl`` extra (torch, SB3), one line.
         agents.checkpoint.CheckpointError: a file that is not such a model, or that cannot be
             loaded safely (the message names the field).
     """
+    require_extra("rl", "a saved PPO model (ppo:<path>, agents.load_agent)")
     from agents.checkpoint import load_checkpoint
     from agents.factory import resolve_device
     from agents.threads import use_torch_threads

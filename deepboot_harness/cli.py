@@ -20,6 +20,7 @@ from deepboot_env import FRONT_END_DYNAMICS
 from deepboot_env.argparsing import ArgumentParser
 from deepboot_env.config import DYNAMICS, sim_config
 from deepboot_env.evaluation import EpisodeProgress
+from deepboot_env.extras import MissingExtraError
 from deepboot_env.sim.aryl_mode import INFERENCE_PLACEMENTS
 from deepboot_env.sim.cluster import ClusterConfigError
 from deepboot_env.sim.interference import InterferenceError, InterferenceModel
@@ -588,8 +589,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-USER_ERRORS = (WorkloadError, ClusterConfigError, AllocationError, ValueError, OSError, KeyError)
-"""Errors a user's input causes: one line on stderr and exit status 2, never a traceback."""
+USER_ERRORS = (WorkloadError, ClusterConfigError, AllocationError, ValueError, OSError, KeyError, MissingExtraError)
+"""Errors a user's input (or a missing optional extra) causes: one line on stderr and exit status 2,
+never a traceback."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:

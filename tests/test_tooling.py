@@ -32,8 +32,8 @@ def test_mypy() -> None:
 
 def test_ci_runs_the_readme_quickstart_commands_verbatim() -> None:
     """``.ci/run`` runs the README's two Quickstart commands as written (the demo as a smoke step,
-    then the test run), and the test command installs the extras CI's tests need (ray: the Ray
-    tests run in CI, not skip)."""
+    then the test run), and the test command installs the extras CI's tests need (rl: training
+    and PPO models; ray: the Ray tests run in CI, not skip), while the demo needs none."""
     result = subprocess.run([str(ROOT / ".ci" / "run"), "--print"], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     demo, tests = result.stdout.splitlines()
@@ -41,4 +41,5 @@ def test_ci_runs_the_readme_quickstart_commands_verbatim() -> None:
     assert f"```bash\n{demo}\n```" in quickstart and f"```bash\n{tests}\n```" in quickstart
     assert "deepboot simulate" in demo and tests.endswith("python -m pytest -q")
     extras = tests.split('-e ".[', 1)[1].split("]", 1)[0].split(",")
-    assert {"dev", "ray"} <= set(extras)
+    assert {"rl", "dev", "ray"} <= set(extras)
+    assert "pip install -e . &&" in demo  # the demo episode runs without any extra

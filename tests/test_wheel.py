@@ -1,9 +1,10 @@
 """The wheel is the project: built from this tree, installed into a fresh venv, and run from a folder
-outside the repository (no clone to fall back on, no ``../shared``), it simulates both shipped
-models by their short names, runs a tiny benchmark, trains with presets (``--preset residual``
-starting exactly at ATS), and makes the Gymnasium env.
+outside the repository (no clone to fall back on, no ``../shared``). Without extras it simulates
+and makes the env with no torch installed, and ``deepboot train`` names the missing extra; with
+the ``rl`` extra it simulates both shipped models by their short names, runs a tiny benchmark,
+trains with presets (``--preset residual`` starting exactly at ATS), and makes the Gymnasium env.
 
-Slow (a fresh venv installs the dependencies: about 2 min with pip's cache), and run by CI: it is
+Slow (a fresh venv installs the dependencies: 2-3 min with pip's cache), and run by CI: it is
 the only test that sees the package as a user of ``pip install deepboot-env`` does.
 """
 
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import venv
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,7 +27,7 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 TORCH = "torch==2.13.0"
 """The torch build to install (a pin: an unpinned torch pulls a multi-GB CUDA build)."""
-EXTRAS = ""
+EXTRAS = "[rl]"
 """Extras of the wheel the user journey needs (training included)."""
 
 
@@ -53,9 +55,29 @@ def _clean_env() -> dict[str, str]:
     return env
 
 
+BARE_CHECKS: dict[str, list[str]] = {
+    "simulate": ["deepboot", "simulate", "--workload", "tiny", "--policy", "priority:deepboot-priority-v1", "--quiet"],
+    "env": ["python", "-c", "import gymnasium as gym, deepboot_env; gym.make('DeepBoot-v1', workload='tiny').reset()"],
+    "no torch": ["python", "-c", "import importlib.util as u; assert u.find_spec('torch') is None"],
+    "train": ["deepboot", "train", "--preset", "smoke", "--workload", "tiny"],
+}
+"""What runs in the venv with the wheel alone, before the rl extra is installed."""
+
+
+def _bare_checks(bin_dir: Path, work: Path) -> dict[str, subprocess.CompletedProcess[str]]:
+    """:data:`BARE_CHECKS` run from ``work`` with the wheel installed without extras."""
+    return {
+        name: subprocess.run(
+            [str(bin_dir / argv[0]), *argv[1:]], cwd=work, capture_output=True, text=True, env=_clean_env(), timeout=300
+        )
+        for name, argv in BARE_CHECKS.items()
+    }
+
+
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """(bin folder of a fresh venv holding the wheel, a working folder outside the repository)."""
+def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, Any]]:
+    """(bin folder of a fresh venv holding the wheel with the rl extra, a working folder outside the
+    repository, the results of :data:`BARE_CHECKS` run before the extra was installed)."""
     if shutil.which("git") is None or not (REPO / ".git").exists():
         pytest.skip("builds the wheel from a git checkout")
     root = tmp_path_factory.mktemp("wheel")
@@ -66,12 +88,35 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     (wheel,) = dist.glob("deepboot_env-*.whl")
     venv.EnvBuilder(with_pip=True).create(root / "venv")
     bin_dir = root / "venv" / "bin"
-    install = [str(bin_dir / "python"), "-m", "pip", "install", "-q", TORCH, f"{wheel}{EXTRAS}"]
-    done = subprocess.run(install, capture_output=True, text=True, env=_clean_env(), timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
     work = root / "work"
     work.mkdir()
-    return bin_dir, work
+    _pip_install(bin_dir, str(wheel))
+    bare = _bare_checks(bin_dir, work)  # the wheel alone
+    _pip_install(bin_dir, TORCH, f"{wheel}{EXTRAS}")
+    return bin_dir, work, bare
+
+
+def _pip_install(bin_dir: Path, *requirements: str) -> None:
+    install = [str(bin_dir / "python"), "-m", "pip", "install", "-q", *requirements]
+    done = subprocess.run(install, capture_output=True, text=True, env=_clean_env(), timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def installed(wheel_venv: tuple[Path, Path, dict[str, Any]]) -> tuple[Path, Path]:
+    """(bin folder of the venv with the wheel and its rl extra, a working folder outside the repository)."""
+    return wheel_venv[0], wheel_venv[1]
+
+
+def test_without_extras_simulate_and_the_env_run_and_train_names_the_extra(
+    wheel_venv: tuple[Path, Path, dict[str, Any]],
+) -> None:
+    bare = wheel_venv[2]
+    for name in ("simulate", "env", "no torch"):
+        assert bare[name].returncode == 0, f"{name}: {bare[name].stderr[-2000:]}"
+    train = bare["train"]
+    assert train.returncode == 2 and len(train.stderr.strip().splitlines()) == 1, train.stderr
+    assert "needs the 'rl' extra" in train.stderr
 
 
 def _run(installed: tuple[Path, Path], *argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
