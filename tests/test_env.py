@@ -43,7 +43,7 @@ def run(env: DeepBootEnv, seed: int, steps: int = 400):
     return trajectory, rewards, info
 
 
-@pytest.mark.parametrize("action_mode", ["target", "residual"])
+@pytest.mark.parametrize("action_mode", ["target", "residual", "score"])
 def test_registered_and_checkers_pass(small_workload, action_mode) -> None:
     env = gym.make("DeepBoot-v0", workload=small_workload, max_jobs=8, action_mode=action_mode)
     from gymnasium.utils.env_checker import check_env
