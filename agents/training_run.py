@@ -152,8 +152,13 @@ seeds in evaluations (``--eval-workload family:<name>``), the first 8 train seed
 
 def load_workloads(values: Sequence[str], family_split: str = "train") -> list[tuple[str, Scenario]]:
     """``(label, Scenario)`` for every workload named: splits ``train``/``val``/``test`` expanded,
-    a family ``family:<name>[:<split>]`` as its first :data:`FAMILY_SEEDS` seeds of the split
-    (``family_split`` when it names none)."""
+    a family ``family:<name>[:<split>[:<n>]]`` as its first ``n`` (default :data:`FAMILY_SEEDS`)
+    seeds of the split (``family_split`` when it names none). Validation that can see a 0.5 %
+    difference needs 32 or more (``family:mixed:val:32``).
+
+    Raises:
+        ConfigError: for a seed count that is not a whole number >= 1.
+    """
     from deepboot_env.workloads import FAMILY_PREFIX, scenario_sampler
     from traces.loaders import expand_workload_sources, load_workload
 
@@ -163,9 +168,15 @@ def load_workloads(values: Sequence[str], family_split: str = "train") -> list[t
         out.append((str(source), Scenario(load_workload(source))))
     for value in values:
         if value.startswith(FAMILY_PREFIX):
-            sampler = scenario_sampler(value if value.count(":") == 2 else f"{value}:{family_split}")
+            parts = value.split(":")
+            count = FAMILY_SEEDS
+            if len(parts) == 4:
+                if not (parts[3].isdigit() and int(parts[3]) >= 1):
+                    raise ConfigError(f"{value}: the seed count must be a whole number >= 1, got {parts[3]!r}")
+                count = int(parts.pop())
+            sampler = scenario_sampler(":".join(parts) if len(parts) == 3 else f"{value}:{family_split}")
             assert sampler is not None
-            out.extend((f"{s.family}-{s.seed}", s) for s in map(sampler.sample, sampler.seeds[:FAMILY_SEEDS]))
+            out.extend((f"{s.family}-{s.seed}", s) for s in map(sampler.sample, sampler.seeds[:count]))
     return out
 
 

@@ -352,3 +352,15 @@ def test_reference_episodes_run_beside_training(tiny_csv, tmp_path, monkeypatch)
             rows[jobs] = [r["reference_censored_jct"] for r in csv.DictReader(fh)]
         assert ("ats" in pooled) == (jobs == "1"), pooled
     assert rows["2"] == rows["1"] and all(float(v) > 0 for v in rows["1"])
+
+
+def test_eval_family_takes_a_seed_count() -> None:
+    from agents.factory import ConfigError
+    from agents.training_run import load_workloads
+
+    many = load_workloads(["family:mixed:val:32"])
+    assert len(many) == 32 and [label for label, _ in many[:2]] == ["mixed-1000000", "mixed-1000001"]
+    assert [label for label, _ in load_workloads(["family:mixed"], "val")] == [label for label, _ in many[:8]]
+    for bad in ("family:mixed:val:0", "family:mixed:val:x"):
+        with pytest.raises(ConfigError, match="seed count"):
+            load_workloads([bad])
