@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from deepboot_env.env.codec import make_codec, mode_of_nvec
+from deepboot_env.config import EnvConfig
+from deepboot_env.env.codec import SCORE_SCALE, ScoreCodec, make_codec, mode_of_nvec
 from deepboot_env.env.encoding import (
     CLUSTER_FEATURES,
     JOB_FEATURES,
@@ -86,11 +87,15 @@ def spaces_env_shape(observation_space: Any, action_space: Any) -> dict[str, Any
         ValueError: if the spaces are not those of ``DeepBoot-v0``.
     """
     nvec = np.asarray(getattr(action_space, "nvec", []), dtype=np.int64).reshape(-1)
+    box = getattr(action_space, "nvec", None) is None and len(getattr(action_space, "shape", None) or ()) == 1
     try:
-        mode = mode_of_nvec(nvec)
+        mode = ScoreCodec.mode if box else mode_of_nvec(nvec)
     except ValueError:
         raise ValueError(f"model action space {action_space} is not a DeepBoot-v0 action space") from None
-    max_jobs, lend_levels = int(nvec.size - 1), int(nvec[-1])
+    if box:  # score mode: one score per slot, then the lending share (no lending levels)
+        max_jobs, lend_levels = int(action_space.shape[0]) - 1, EnvConfig.defaults()["lend_levels"]
+    else:
+        max_jobs, lend_levels = int(nvec.size - 1), int(nvec[-1])
     spaces = getattr(observation_space, "spaces", {})
     outlook = "outlook" in spaces
     expected = {"jobs": (max_jobs * len(JOB_FEATURES),), "cluster": (len(CLUSTER_FEATURES),)}
@@ -122,7 +127,11 @@ class AgentPolicy(BasePolicy):
         model: a ``PPO`` or ``MaskablePPO`` trained on ``DeepBoot-v0``.
         deterministic: take the most likely action (evaluation) instead of sampling.
         name: the policy's name in results tables.
-        base_policy: the base policy a residual model corrects (ignored for target models).
+        base_policy: the base policy a residual model corrects, or a score model's prior
+            (ignored for target models).
+        score_scale: a score model's log-weight change per unit of score.
+        hold: boundaries a score model's action is kept for (as in training: the env's ``hold``;
+            the policy decides earlier when a job arrives or finishes).
 
     Attributes:
         max_jobs, lend_levels, action_mode: the env arguments read from the model's spaces.
@@ -134,7 +143,15 @@ class AgentPolicy(BasePolicy):
 
     adaptive_batch = True
 
-    def __init__(self, model: Any, deterministic: bool = True, name: str = "ppo", base_policy: str = "ats") -> None:
+    def __init__(
+        self,
+        model: Any,
+        deterministic: bool = True,
+        name: str = "ppo",
+        base_policy: str = "ats",
+        score_scale: float = SCORE_SCALE,
+        hold: int = 1,
+    ) -> None:
         self.model = model
         self.deterministic = bool(deterministic)
         self.name = name
@@ -142,7 +159,10 @@ class AgentPolicy(BasePolicy):
         self.max_jobs = shape["max_jobs"]
         self.lend_levels = shape["lend_levels"]
         self.action_mode = shape["action_mode"]
-        self.codec = make_codec(self.action_mode, self.max_jobs, self.lend_levels, base_policy)
+        self.codec = make_codec(self.action_mode, self.max_jobs, self.lend_levels, base_policy, score_scale)
+        self.hold = int(hold)
+        self._held: tuple[list[int], int] = ([], 0)
+        """The job ids of the latest decision and the boundaries its action was kept for."""
         self.outlook = OutlookEncoder(self.max_jobs) if shape.get("outlook") else None
         self.masked = uses_masks(model)
         self.last_action: np.ndarray | None = None
@@ -158,6 +178,7 @@ class AgentPolicy(BasePolicy):
         """Forget the episode; seed torch's sampling when the policy is stochastic."""
         self.last_action = self.last_mask = None
         self.repaired_gpus = 0
+        self._held = ([], 0)
         self.codec.reset(seed)
         if self.outlook is not None:
             self.outlook.reset()
@@ -169,14 +190,15 @@ class AgentPolicy(BasePolicy):
     def predict(self, state: ClusterState) -> tuple[np.ndarray, np.ndarray]:
         """The model's raw action for ``state`` and the mask it was given."""
         obs = agent_observation(state, self.max_jobs, self.outlook, self.codec.observe(state))
-        mask = self.codec.mask(state)
+        continuous = self.codec.continuous
+        mask = np.ones(0, dtype=bool) if continuous else self.codec.mask(state)
         if self.deterministic:
             return self.most_likely(obs, mask), mask
         if self.masked:
             action, _ = self.model.predict(obs, action_masks=mask, deterministic=self.deterministic)
         else:
             action, _ = self.model.predict(obs, deterministic=self.deterministic)
-        return np.asarray(action, dtype=np.int64).reshape(-1), mask
+        return np.asarray(action, dtype=np.float32 if continuous else np.int64).reshape(-1), mask
 
     def most_likely(self, obs: dict[str, np.ndarray], mask: np.ndarray) -> np.ndarray:
         """The model's most likely action for one observation: what ``model.predict(obs,
@@ -195,13 +217,23 @@ class AgentPolicy(BasePolicy):
             obs_t = {key: torch.as_tensor(value, device=device)[None] for key, value in obs.items()}
             features = BaseModel.extract_features(policy, obs_t, policy.pi_features_extractor)
             logits = policy.action_net(policy.mlp_extractor.forward_actor(features))
+            if self.codec.continuous:  # a Gaussian's most likely action is its mean
+                return logits.reshape(-1).cpu().numpy()
             dist = policy.action_dist.proba_distribution(logits)
             if self.masked:
                 dist.apply_masking(mask)
             return dist.mode().reshape(-1).cpu().numpy()
 
     def decide(self, state: ClusterState) -> Allocation:
-        """Encode, predict (with masks for MaskablePPO), decode with the env's repair."""
+        """Encode, predict (with masks for MaskablePPO), decode with the env's repair; with
+        ``hold`` > 1, the held action decoded again while the jobs stay the same (as the env does)."""
+        if self.hold > 1:
+            jobs, kept = self._held
+            ids = [job.id for job in state.jobs]
+            if 0 < kept < self.hold and ids == jobs:
+                self._held = (jobs, kept + 1)
+                return self.codec.decode_allocation_held(state)
+            self._held = (ids, 1)
         action, mask = self.predict(state)
         self.last_action, self.last_mask = action, mask
         alloc, repaired = self.codec.decode_allocation(action, state)
@@ -365,8 +397,15 @@ def load_agent_policy(
         trust: unpickle the checkpoint's pickled fields (runs any code in the file; warns).
     """
     model = load_model(path, device=device, algo=algo, trust=trust, num_threads=num_threads)
-    base = str(agent_env_kwargs(model, resolve_model_path(path)).get("base_policy", "ats"))
-    return AgentPolicy(model, deterministic=deterministic, name=name or f"ppo:{path}", base_policy=base)
+    kwargs = agent_env_kwargs(model, resolve_model_path(path))
+    return AgentPolicy(
+        model,
+        deterministic=deterministic,
+        name=name or f"ppo:{path}",
+        base_policy=str(kwargs.get("base_policy", "ats")),
+        score_scale=float(kwargs.get("score_scale", SCORE_SCALE)),
+        hold=int(kwargs.get("hold", 1)),
+    )
 
 
 def load_agent(
