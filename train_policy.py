@@ -93,6 +93,13 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of torch, numpy and env i (seed + i); default 0")
     p.add_argument("--n-envs", type=int, default=None, help="parallel envs (preset: 4)")
     p.add_argument(
+        "--group-size",
+        type=int,
+        default=None,
+        help="envs per same-scenario group: with a workload family, the envs of a group play the same scenarios "
+        "in the same order (common random numbers); must divide --n-envs (preset: 1)",
+    )
+    p.add_argument(
         "--vec-env",
         choices=VEC_ENVS,
         default="dummy",

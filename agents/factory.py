@@ -19,6 +19,8 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 if TYPE_CHECKING:  # imported where used: SB3 and torch are slow to import
     from sb3_contrib import MaskablePPO
     from stable_baselines3 import PPO
@@ -405,6 +407,7 @@ def make_vec_env_for(
     monitor_dir: str | None = None,
     vec_env: str = "dummy",
     address: str | None = None,
+    group_size: int = 1,
 ) -> Any:
     """``n_envs`` copies of the env (``DeepBoot-v0``, or ``DeepBoot-v1`` with ``dynamics="v1"`` in
     ``env_kwargs``) in a ``DummyVecEnv`` (or :data:`VEC_ENVS`' other kinds), each wrapped in ``Monitor``.
@@ -421,6 +424,10 @@ def make_vec_env_for(
             actor per env, :class:`agents.ray_vec_env.RayVecEnv`).
         address: ``ray`` only: the Ray cluster to join when no Ray session is open (None: a
             private local instance on 127.0.0.1).
+        group_size: envs per same-scenario group: with a scenario sampler (a workload family),
+            envs ``i`` and ``j`` with ``i // group_size == j // group_size`` play the same
+            scenarios in the same order (common random numbers; their noise differs), and share
+            one base-policy reference per scenario under ``relative_reward``.
 
     Raises:
         ConfigError: for a bad ``n_envs`` or ``vec_env``, or a Ray that is missing or unreachable.
@@ -435,6 +442,8 @@ def make_vec_env_for(
         raise ConfigError(f"n_envs must be >= 1, got {n_envs}")
     if vec_env not in VEC_ENVS:
         raise ConfigError(f"unknown vec_env {vec_env!r}; choose from {', '.join(VEC_ENVS)}")
+    if group_size < 1 or int(n_envs) % group_size:
+        raise ConfigError(f"group_size must be >= 1 and divide n_envs {n_envs}, got {group_size}")
     kwargs = dict(env_kwargs or {})
     kwargs["workload"] = workload
     vec_env_cls: Any = {"dummy": DummyVecEnv, "subproc": SubprocVecEnv}.get(vec_env)
@@ -444,6 +453,11 @@ def make_vec_env_for(
 
         vec_env_cls, vec_env_kwargs = RayVecEnv, {"address": address}
     try:
+        if group_size > 1:
+            fns = _grouped_env_fns(kwargs, int(n_envs), int(seed or 0), group_size, monitor_dir)
+            vec = (vec_env_cls or DummyVecEnv)(fns, **vec_env_kwargs)
+            vec.seed(seed)
+            return vec
         return make_vec_env(
             DeepBootEnv,  # the class itself: the same env as gym.make of either id, without its version notice
             n_envs=int(n_envs),
@@ -455,6 +469,31 @@ def make_vec_env_for(
         )
     except RayBackendError as exc:  # ray: missing or unreachable
         raise ConfigError(str(exc)) from None
+
+
+def _grouped_env_fns(
+    env_kwargs: Mapping[str, Any], n_envs: int, seed: int, group_size: int, monitor_dir: str | None
+) -> list[Any]:
+    """What ``make_vec_env`` builds (env ``i``'s action space seeded ``seed + i``, a ``Monitor``),
+    with env ``i`` given the scenario stream of group ``i // group_size`` of ``seed``."""
+    import os
+
+    from stable_baselines3.common.monitor import Monitor
+
+    from deepboot_env.env import DeepBootEnv
+
+    def make(rank: int) -> Any:
+        def init() -> Any:
+            stream = int(np.random.SeedSequence([seed, rank // group_size]).generate_state(1)[0])
+            env = DeepBootEnv(scenario_stream=stream, **env_kwargs)
+            env.action_space.seed(seed + rank)
+            if monitor_dir is not None:
+                os.makedirs(monitor_dir, exist_ok=True)
+            return Monitor(env, filename=None if monitor_dir is None else os.path.join(monitor_dir, str(rank)))
+
+        return init
+
+    return [make(rank) for rank in range(n_envs)]
 
 
 def build_model(

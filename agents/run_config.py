@@ -39,6 +39,7 @@ the same presets as a clone."""
 RUN_KEYS: dict[str, Any] = {
     "n_timesteps": 200_000,
     "n_envs": 4,
+    "group_size": 1,
     "eval_freq": 20_000,
     "eval_episodes": 0,
     "eval_jobs": 0,
@@ -186,6 +187,10 @@ def resolve_settings(args: argparse.Namespace, algo: str) -> dict[str, Any]:
         raise ConfigError(f"--n-timesteps must be >= 1, got {settings['n_timesteps']}")
     if settings["n_envs"] < 1:
         raise ConfigError(f"--n-envs must be >= 1, got {settings['n_envs']}")
+    if settings["group_size"] < 1 or settings["n_envs"] % settings["group_size"]:
+        raise ConfigError(
+            f"--group-size must be >= 1 and divide --n-envs {settings['n_envs']}, got {settings['group_size']}"
+        )
     for key in ("eval_episodes", "eval_jobs"):
         if settings[key] < 0:
             raise ConfigError(f"--{key.replace('_', '-')} must be >= 0, got {settings[key]}")

@@ -278,7 +278,13 @@ def train(args: argparse.Namespace, on_evaluation: Callable[[int, float], None] 
         if address is not None and args.vec_env != "ray":
             raise ConfigError("--address is for --vec-env ray and --tune")
         vec_env = make_vec_env_for(
-            train_source, settings["n_envs"], args.seed, env_kwargs, vec_env=args.vec_env, address=address
+            train_source,
+            settings["n_envs"],
+            args.seed,
+            env_kwargs,
+            vec_env=args.vec_env,
+            address=address,
+            group_size=settings["group_size"],
         )
     except (ValueError, TypeError) as exc:  # bad workload files or env argument values
         raise ConfigError(str(exc).splitlines()[0]) from None

@@ -299,7 +299,7 @@ def test_jitter_control_is_ats_srpt_at_zero_and_persistent_per_job(busy) -> None
 def test_train_policy_score_preset_starts_at_the_prior(tiny, tmp_path: Path) -> None:
     csv_path = write_workload_csv(tiny, tmp_path / "tiny.csv")
     argv = [
-        "--preset", "score", "--n-timesteps", "128", "--n-envs", "1", "--eval-jobs", "1",
+        "--preset", "score", "--n-timesteps", "128", "--n-envs", "1", "--group-size", "1", "--eval-jobs", "1",
         "--workload", str(csv_path), "--eval-workload", str(csv_path), "--eval-freq", "64",
         "--env-kwargs", f"max_jobs:{MAX_JOBS}",
         "--hyperparams", "n_steps:64", "batch_size:64", "n_epochs:1",
@@ -325,3 +325,19 @@ def test_train_policy_score_preset_starts_at_the_prior(tiny, tmp_path: Path) -> 
     ratios = [e.value for e in events.Scalars("sched/jct_ratio_ats")]
     # the sampled policy stays near ats-srpt: its ratio to ATS is near ats-srpt's, far from 1 if that is
     assert ratios[0] == pytest.approx(prior.train_jct_mean / ats, rel=0.1)
+
+
+def test_env_groups_play_the_same_scenarios_with_their_own_noise() -> None:
+    kwargs = {"action_mode": "score", "base_policy": "ats-srpt"}
+    vec = make_vec_env_for("family:mixed", n_envs=4, seed=3, env_kwargs=kwargs, group_size=2)
+    vec.reset()
+    first = [vec.envs[i].unwrapped.scenario.seed for i in range(4)]
+    assert first[0] == first[1] and first[2] == first[3] and first[0] != first[2]
+    noise = [vec.envs[i].unwrapped.codec.observe(vec.envs[i].unwrapped.state)["noise"] for i in range(2)]
+    assert not np.array_equal(noise[0], noise[1])
+    for i in (0, 1, 2, 3):  # the next scenario of each env, whenever it resets
+        vec.envs[i].reset()
+    second = [vec.envs[i].unwrapped.scenario.seed for i in range(4)]
+    assert second[0] == second[1] and second[2] == second[3] and second != first
+    with pytest.raises(ValueError, match="group_size"):
+        make_vec_env_for("family:mixed", n_envs=4, seed=3, env_kwargs=kwargs, group_size=3)

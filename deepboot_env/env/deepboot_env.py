@@ -125,6 +125,9 @@ class DeepBootEnv(gym.Env):
     other setting stays). The scenario is checked against the observation's limits
     (:func:`~deepboot_env.env.encoding.observation_limits`): the features it would saturate are
     listed in the reset info under ``saturates`` (absent when it fits).
+    ``scenario_stream``: with a sampler, the seed of a generator of its own that draws the
+    scenarios instead of the env's RNG, so that envs sharing a stream play the same scenarios in
+    the same order while their reset seeds (and the score mode's noise) differ.
     ``config``: an :class:`~deepboot_env.config.EnvConfig`, or instead its flat options as keyword
     arguments (``cluster``, ``shared_pool``, ``restart``, ``protect_scale``, ``interval``,
     ``interference``, ``max_time``, ``max_jobs``, ``lend_levels``, ``jct_scale``, ``infer_weight``,
@@ -151,6 +154,7 @@ class DeepBootEnv(gym.Env):
         config: EnvConfig | None = None,
         render_mode: str | None = None,
         workload_loader: WorkloadLoader | None = None,
+        scenario_stream: int | None = None,
         **options: Any,
     ) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
@@ -161,6 +165,9 @@ class DeepBootEnv(gym.Env):
         self.sim_config = self.config.sim
         self.cluster = self.sim_config.cluster
         self._loader = workload_loader
+        self._scenario_rng = None if scenario_stream is None else np.random.default_rng(scenario_stream)
+        """Draws the scenarios (None: the env's RNG): envs given the same stream play the same
+        sequence of scenarios whatever their reset seeds (common random numbers across a group)."""
         self.sampler: ScenarioSampler | None = scenario_sampler(workload)
         """The scenario distribution each reset draws from, or None for a fixed list of workloads."""
         self.scenarios: list[Scenario] = [] if self.sampler is not None else load_scenarios(workload, workload_loader)
@@ -255,7 +262,9 @@ class DeepBootEnv(gym.Env):
             sampler = self.sampler
         if sampler is not None:
             seed = options.get("scenario_seed")
-            return sampler.sample(sampler.draw_seed(self.np_random) if seed is None else int(seed))
+            if seed is None:
+                seed = sampler.draw_seed(self._scenario_rng if self._scenario_rng is not None else self.np_random)
+            return sampler.sample(int(seed))
         if "scenario_seed" in options:
             raise ValueError("reset option scenario_seed needs a scenario sampler (workload='family:<name>')")
         return self.scenarios[int(self.np_random.integers(len(self.scenarios)))]
