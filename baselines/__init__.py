@@ -37,5 +37,7 @@ register_policy("interference-aware", "baselines.interference_aware:Interference
 register_prefix("ia", "baselines.interference_aware:wrap", arg="name")
 # a clairvoyant upper reference (it simulates the true future), not a deployable policy
 register_policy("oracle-lookahead", "baselines.oracle_lookahead:OracleLookaheadPolicy")
+# ATS's knapsack weighted by the true remaining time: clairvoyant too (docs/policies.md §17)
+register_policy("hesrpt-oracle", "baselines.hesrpt_oracle:HesrptOraclePolicy")
 # its deployable counterpart: the same lookahead on a forecast of the future (docs/policies.md §16)
 register_policy("mpc", "baselines.mpc:MpcPolicy")

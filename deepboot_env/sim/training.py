@@ -39,7 +39,25 @@ from deepboot_env.sim.restart import PARKED, plan_change
 from deepboot_env.sim.state import AllocationError, GpuRef
 from deepboot_env.sim.workload import TrainingJobSpec
 
-__all__ = ["TrainingJobs"]
+__all__ = ["TrainingJobs", "job_rate_table", "progress_truth"]
+
+
+def job_rate_table(app: AppProfile, fixed_batch: int | None, usable_gpus: int, batch_stats: str) -> RateTable:
+    """The shared rate table a job of ``app`` gets on a cluster of ``usable_gpus`` GPUs: choosing
+    its batch size (``fixed_batch`` None) up to its most useful GPU count, or at ``fixed_batch``
+    up to ``fixed_batch // min_local_bsz`` GPUs. Its ``max_replicas`` is the most GPUs the
+    simulator lets the job hold (the JCT bounds of :mod:`deepboot_env.sim.bounds` rely on it)."""
+    if fixed_batch is None:
+        cap = app.max_useful_replicas()
+    else:
+        cap = max(1, fixed_batch // app.min_local_bsz)
+    return shared_rate_table(app, min(cap, usable_gpus), fixed_batch, batch_stats)
+
+
+def progress_truth(table: RateTable, trace_set: str | None) -> ProgressRates:
+    """What a job with rate table ``table`` progresses at: the table itself (the fitted truth,
+    ``trace_set`` None) or its measured rates in ``trace_set``."""
+    return table if trace_set is None else shared_measured_rates(table, trace_set)
 
 
 class TrainingJobs:
@@ -148,12 +166,7 @@ class TrainingJobs:
         key = (app.name, fixed_batch)
         table = self._tables.get(key)
         if table is None:
-            if fixed_batch is None:
-                cap = app.max_useful_replicas()
-            else:
-                cap = max(1, fixed_batch // app.min_local_bsz)
-            table = shared_rate_table(app, min(cap, self._usable), fixed_batch, self._batch_stats)
-            self._tables[key] = table
+            table = self._tables[key] = job_rate_table(app, fixed_batch, self._usable, self._batch_stats)
         return table
 
     def truth_of(self, app: AppProfile) -> tuple[ProgressRates, int]:
@@ -165,7 +178,7 @@ class TrainingJobs:
     def _truth(self, table: RateTable) -> ProgressRates:
         """What a job with rate table ``table`` progresses at: the table itself (the fitted
         truth) or its measured rates."""
-        return table if self._trace_set is None else shared_measured_rates(table, self._trace_set)
+        return progress_truth(table, self._trace_set)
 
     # ------------------------------------------------------------ arrivals
     def admit(self, now: float) -> None:
