@@ -8,13 +8,16 @@ its own cluster with its restart model, under the benchmark's dynamics (DeepBoot
 Each finished run is appended at once to ``runs.jsonl`` in the output folder, so an interrupted
 benchmark continues with ``--resume`` where it stopped (runs go to worker processes or, with
 ``--backend ray``, to Ray tasks: :func:`deepboot_env.workers.run_pool`); ``benchmark.json``
-records the settings a resume must match. At the end the folder holds ``results.csv`` (one tidy row per run),
+records the settings a resume must match. Every run carries its scenario's JCT lower bounds
+(docs/bounds.md) and is checked against them: a mean JCT below the bound stops the benchmark
+(:class:`BoundViolation`). At the end the folder holds ``results.csv`` (one tidy row per run),
 ``jobs.csv`` (one row per training job), ``leaderboard.md`` and the plots
 (:mod:`deepboot_harness.leaderboard`).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -23,6 +26,7 @@ from typing import Any
 
 from deepboot_env import FRONT_END_DYNAMICS
 from deepboot_env.config import sim_config
+from deepboot_env.sim.bounds import jct_bounds
 from deepboot_env.workers import LOCAL, Backend, run_pool
 from deepboot_harness.run_log import RUNS_FILE, RunLogError, append_run, open_run_log, read_runs
 
@@ -133,7 +137,12 @@ class BenchmarkSpec:
 
 def run_one(policy: str, family: str, seed: int, options: dict[str, Any]) -> dict[str, Any]:
     """Run ``policy`` on scenario ``seed`` of ``family``; the result row with per-job JCTs
-    (``jcts``) and the run's CPU seconds (``cpu_s``)."""
+    (``jcts``), the run's CPU seconds (``cpu_s``) and the scenario's JCT lower bounds
+    (:func:`scenario_bounds`).
+
+    Raises:
+        BoundViolation: if the run's mean JCT is below the scenario's lower bound.
+    """
     from deepboot_env.evaluation import run_episode
     from traces.families import cached_scenario
 
@@ -145,7 +154,7 @@ def run_one(policy: str, family: str, seed: int, options: dict[str, Any]) -> dic
     row.pop("timeline", None)
     row.pop("gpu_seconds_by_state", None)
     row.pop("wall_seconds", None)
-    return {
+    out = {
         "policy": policy,
         "family": family,
         "seed": seed,
@@ -153,7 +162,46 @@ def run_one(policy: str, family: str, seed: int, options: dict[str, Any]) -> dic
         "restart": config.restart,
         "cpu_s": round(time.process_time() - start, 3),
         **row,
+        **scenario_bounds(family, seed, tuple(sorted(options.items()))),
     }
+    check_bound(out)
+    return out
+
+
+class BoundViolation(RuntimeError):
+    """A run's mean JCT is below its scenario's lower bound: the bound or the simulator is wrong."""
+
+
+@functools.lru_cache(maxsize=16)
+def scenario_bounds(family: str, seed: int, options: tuple[tuple[str, Any], ...]) -> dict[str, float]:
+    """The JCT lower bounds of scenario ``seed`` of ``family`` under the simulation ``options``
+    (docs/bounds.md; cached per process: every policy of a scenario shares them): ``jct_bound``
+    (the tightest), ``jct_bound_<name>`` for each bound and their CPU seconds ``bound_cpu_s``."""
+    from traces.families import cached_scenario
+
+    scenario = cached_scenario(family, seed)
+    bounds = jct_bounds(scenario.workload, scenario.configure(sim_config(**dict(options))))
+    named = {
+        f"jct_bound_{name}": value for name, value in bounds.as_dict().items() if name != "best" and value is not None
+    }
+    return {"jct_bound": bounds.best, **named, "bound_cpu_s": round(bounds.cpu_seconds, 3)}
+
+
+def check_bound(row: dict[str, Any]) -> None:
+    """Refuse a finished run whose mean JCT is below its scenario's lower bound (``jct_bound``;
+    rows without one, and runs cut at the time limit, pass).
+
+    Raises:
+        BoundViolation: naming the run, its mean JCT and the bound.
+    """
+    bound = row.get("jct_bound")
+    if bound is None or row.get("truncated"):
+        return
+    if row["train_jct_mean"] < bound * (1.0 - 1e-9):
+        raise BoundViolation(
+            f"{row['policy']} on {row['family']} seed {row['seed']}: mean JCT {row['train_jct_mean']:.3f} s is below "
+            f"the scenario's lower bound {bound:.3f} s (docs/bounds.md): a bound or the simulator is wrong"
+        )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -243,4 +291,7 @@ def run_benchmark(
 
     execute(todo, spec.options, jobs, save, backend)
     rows = {(r["policy"], r["family"], r["seed"]): r for r in read_runs(out / RUNS_FILE)}
-    return [rows[run] for run in runs if run in rows]
+    done_rows = [rows[run] for run in runs if run in rows]
+    for row in done_rows:  # resumed runs too
+        check_bound(row)
+    return done_rows

@@ -77,10 +77,14 @@ def _pm(mean: float, std: float, scale: float = 1.0) -> str:
     return f"{_fmt(mean, scale)} ± {_fmt(std, scale)}"
 
 
-def summary_rows(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """Heading and formatted cells of the per-policy table (shared by markdown and rich)."""
+def summary_rows(frame: pd.DataFrame, reference: str | None = None) -> tuple[list[str], list[list[str]]]:
+    """Heading and formatted cells of the per-policy table (shared by markdown and rich); with the
+    runs' tightest bounds (``jct_bound``), the mean JCT over them and, with ``reference``, the
+    share of the gap from ``reference`` to them each policy closes (:func:`bound_columns`)."""
     summary = policy_summary(frame)
     heading = ["policy", "runs", *(h for _, h, _ in SUMMARY_METRICS), "JCT ÷ best", "JCT ÷ lower bound"]
+    extra = bound_columns(frame, reference)
+    heading += list(extra)
     rows = []
     for _, s in summary.iterrows():
         name = str(s["policy"])
@@ -89,8 +93,31 @@ def summary_rows(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         cells = [name, str(int(s["runs"]))]
         cells += [_pm(s[f"{col}_mean"], s[f"{col}_std"], scale) for col, _, scale in SUMMARY_METRICS]
         cells += [f"{s['jct_vs_best']:.2f}", f"{s['jct_vs_bound']:.2f}"]
+        cells += [column[str(s["policy"])] for column in extra.values()]
         rows.append(cells)
     return heading, rows
+
+
+def bound_columns(frame: pd.DataFrame, reference: str | None) -> dict[str, dict[str, str]]:
+    """Per policy, formatted: its mean JCT over the mean of its runs' tightest lower bounds
+    (docs/bounds.md), and with ``reference`` the share of the gap from ``reference``'s mean JCT to
+    that bound it closes, ``(ref - JCT) / (ref - bound)`` over the same runs; empty when the
+    runs carry no bound (older results)."""
+    if "jct_bound" not in frame or not frame["jct_bound"].notna().any():
+        return {}
+    over: dict[str, str] = {}
+    gap: dict[str, str] = {}
+    ref = frame[frame["policy"] == reference].set_index(["workload", "seed"])["train_jct_mean"] if reference else None
+    for policy, group in frame.groupby("policy", sort=False):
+        jct, bound = float(group["train_jct_mean"].mean()), float(group["jct_bound"].mean())
+        over[str(policy)] = f"{jct / bound:.2f}"
+        if ref is not None:
+            base = float(ref.reindex(pd.MultiIndex.from_frame(group[["workload", "seed"]])).mean())
+            gap[str(policy)] = f"{(base - jct) / (base - bound):.0%}" if base > bound else "-"
+    out = {"JCT ÷ tightest bound": over}
+    if ref is not None:
+        out[f"gap {reference} → bound closed"] = gap
+    return out
 
 
 def per_workload_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
@@ -173,9 +200,16 @@ def results_markdown(comparison: Comparison, reference: str | None = None) -> st
         f"Mean ± standard deviation over the {len(workloads) * len(seeds)} runs of each policy "
         "(workloads × seeds). *JCT ÷ best*: the policy's mean training JCT over the lowest mean "
         "of any policy; *JCT ÷ lower bound*: over the mean JCT lower bound (each job alone with "
-        "its best allocation, no restarts). Latency: queueing plus cold start of inference requests.",
+        "its best allocation, no restarts); *JCT ÷ tightest bound*: over the mean of the tightest lower "
+        "bounds of docs/bounds.md, valid for every policy"
+        + (
+            f"; *gap {reference} → bound closed*: (JCT of {reference} − JCT) / (JCT of {reference} − bound)"
+            if reference
+            else ""
+        )
+        + ". Latency: queueing plus cold start of inference requests.",
         "",
-        _markdown_table(*summary_rows(frame)),
+        _markdown_table(*summary_rows(frame, reference)),
         "",
         *(_paired_section(frame, reference) if reference is not None and frame["policy"].nunique() > 1 else []),
         "## Training JCT mean per workload (s)",

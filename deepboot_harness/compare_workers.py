@@ -55,16 +55,32 @@ def load_workload_once(source: str) -> Workload:
     return _WORKLOAD_CACHE[source]
 
 
+_BOUND_CACHE: dict[tuple[str, str], float] = {}
+
+
+def workload_bound(source: str, workload: Workload, config: SimConfig) -> float:
+    """The tightest lower bound on the mean training JCT of ``workload`` under ``config`` (once
+    per process and pair; docs/bounds.md), NaN for a workload without training jobs."""
+    from deepboot_env.sim.bounds import jct_bounds
+
+    key = (source, repr(config))
+    if key not in _BOUND_CACHE:
+        _BOUND_CACHE[key] = jct_bounds(workload, config).best if workload.jobs else float("nan")
+    return _BOUND_CACHE[key]
+
+
 def run_task(task: RunTask, workload: Workload | None = None) -> RunOutcome:
     """One run (worker side): only the chosen run sends its timeline back."""
     from deepboot_env.evaluation import run_episode
 
-    metrics: EpisodeMetrics = run_episode(
-        task.policy, workload or load_workload_once(task.source), task.config, seed=task.seed
-    )
+    workload = workload or load_workload_once(task.source)
+    metrics: EpisodeMetrics = run_episode(task.policy, workload, task.config, seed=task.seed)
     return RunOutcome(
         index=task.index,
-        metrics=metrics.to_dict(include_jcts=False),
+        metrics={
+            **metrics.to_dict(include_jcts=False),
+            "jct_bound": workload_bound(task.source, workload, task.config),
+        },
         jcts=dict(metrics.jcts),
         timeline=list(metrics.timeline) if task.want_timeline else None,
     )

@@ -34,8 +34,12 @@ REFERENCE = "ats"
 ALL = "all families"
 """The column of the leaderboard that pools every family."""
 
-CLAIRVOYANT = ("oracle-lookahead",)
+CLAIRVOYANT = ("oracle-lookahead", "hesrpt-oracle")
 """Policies that read the future: labelled as upper references, never as deployable."""
+
+BOUND = "jct_bound"
+"""A run's column of the tightest lower bound on its scenario's mean JCT (docs/bounds.md), when
+the benchmark computed it; older runs have only the per-job ``jct_lower_bound_mean``."""
 
 
 def results_frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
@@ -70,7 +74,12 @@ def with_ratios(frame: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame
     seed; NaN where the reference did not run) and ``jct_vs_bound`` (mean JCT over its lower bound)."""
     out = frame.copy()
     out["jct_ratio"] = paired_ratios(frame, reference, ["family", "seed"])
-    out["jct_vs_bound"] = frame["train_jct_mean"] / frame["jct_lower_bound_mean"]
+    bound = frame[BOUND] if BOUND in frame else frame["jct_lower_bound_mean"]
+    out["jct_vs_bound"] = frame["train_jct_mean"] / bound
+    if BOUND in frame:  # the bound over the reference's JCT on the same scenario
+        ref = frame[frame["policy"] == reference].set_index(["family", "seed"])["train_jct_mean"]
+        keys = pd.MultiIndex.from_frame(frame[["family", "seed"]])
+        out["bound_ratio"] = frame[BOUND].to_numpy() / ref.reindex(keys).to_numpy()
     return out
 
 
@@ -101,11 +110,14 @@ def leaderboard(frame: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame
                 jct = (float(per_family["train_jct_mean"].mean().mean()), math.nan)
                 ratio = (float(per_family["jct_ratio"].mean().mean()), math.nan)
                 p99 = (float(per_family["infer_latency_p99"].mean().mean()), math.nan)
+                over_bound = float(per_family["jct_vs_bound"].mean().mean())
             else:
                 jct = mean_ci(group["train_jct_mean"])
                 ratio = mean_ci(group["jct_ratio"])
                 p99 = mean_ci(group["infer_latency_p99"])
+                over_bound = float(group["jct_vs_bound"].mean())
             paired = summarize(group["jct_ratio"], group["family"])
+            to_bound = _bound_columns(group, family == ALL, ratio[0])
             rows.append(
                 {
                     "policy": policy,
@@ -117,7 +129,7 @@ def leaderboard(frame: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame
                     "ratio_ci": ratio[1],
                     "p99": p99[0],
                     "p99_ci": p99[1],
-                    "bound": float(group["jct_vs_bound"].mean()),
+                    "bound": over_bound,
                     "cpu_s": float(group["cpu_s"].mean()),
                     "ratio_lo": paired.mean.lo,
                     "ratio_hi": paired.mean.hi,
@@ -129,9 +141,24 @@ def leaderboard(frame: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame
                     "p_improve_hi": paired.improvement.hi,
                     "wins": paired.wins,
                     "scenarios": paired.n,
+                    **to_bound,
                 }
             )
     return pd.DataFrame(rows)
+
+
+def _bound_columns(group: pd.DataFrame, pooled: bool, ratio: float) -> dict[str, float]:
+    """``bound_ratio`` (the lower bound over the reference's JCT, mean over seeds; over families
+    for :data:`ALL`) and ``gap_to_bound`` (the share of the gap from the reference to the bound
+    the policy closes, ``(1 - ratio) / (1 - bound_ratio)``), when the runs have the bound."""
+    if "bound_ratio" not in group:
+        return {}
+    if pooled:
+        bound_ratio = float(group.groupby("family", sort=False)["bound_ratio"].mean().mean())
+    else:
+        bound_ratio = float(group["bound_ratio"].mean())
+    gap = (1.0 - ratio) / (1.0 - bound_ratio) if bound_ratio < 1.0 else math.nan
+    return {"bound_ratio": bound_ratio, "gap_to_bound": gap}
 
 
 def _pm(value: float, half: float, fmt: str) -> str:
@@ -182,6 +209,24 @@ def leaderboard_markdown(board: pd.DataFrame, title: str, notes: Sequence[str] =
         ),
         ("CPU seconds per episode (mean)", lambda r: f"{r['cpu_s']:.1f}", families),
     ]
+    gap_heading = (
+        f"Share of the gap from `{reference}` to the lower bound closed: (1 - ratio) / (1 - the bound's ratio "
+        f"to `{reference}`), from the mean ratios (the last table gives that ratio)"
+    )
+    if "gap_to_bound" in board:
+        sections[3:4] = [
+            (
+                "Mean training JCT over the tightest lower bound of its scenario (docs/bounds.md; mean of per-seed "
+                f"ratios; '{ALL}' as above)",
+                lambda r: f"{r['bound']:.2f}",
+                cols,
+            ),
+            (
+                gap_heading,
+                lambda r: f"{r['gap_to_bound']:.0%}" if math.isfinite(r["gap_to_bound"]) else "-",
+                cols,
+            ),
+        ]
     oracle = board[board["policy"].isin(CLAIRVOYANT)].groupby("family")["ratio"].min()
     if not oracle.empty:
         sections.insert(
@@ -195,6 +240,8 @@ def leaderboard_markdown(board: pd.DataFrame, title: str, notes: Sequence[str] =
         )
     for heading, cell, columns in sections:
         parts += [f"### {heading}", "", _table(board, cell, columns), ""]
+        if heading == gap_heading:
+            parts += [_bound_row(board, reference, cols), ""]
     parts += [
         f"### Against `{reference}` over every family and seed",
         "",
@@ -206,6 +253,14 @@ def leaderboard_markdown(board: pd.DataFrame, title: str, notes: Sequence[str] =
         "",
     ]
     return "\n".join(parts)
+
+
+def _bound_row(board: pd.DataFrame, reference: str, columns: list[str]) -> str:
+    """One-row table: the lower bound's mean ratio to ``reference`` per family (0 % of the gap
+    closed is ``reference``, 100 % this ratio)."""
+    ref = board[board["policy"] == reference].set_index("family")
+    cells = [f"{ref.loc[f, 'bound_ratio']:.3f}" if f in ref.index else "-" for f in columns]
+    return markdown_table(pd.DataFrame([["lower bound: its ratio to " + reference, *cells]], columns=["", *columns]))
 
 
 def aggregate_table(board: pd.DataFrame, reference: str = REFERENCE) -> str:
