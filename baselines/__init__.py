@@ -25,6 +25,9 @@ register_policy(
     label="ats-deepboot",
 )
 register_policy("ats-srpt", "baselines.ats:AtsPolicy", lend=True, srpt_power=0.25, label="ats-srpt")
+register_policy(
+    "ats-srpt-fcfs", "baselines.ats:AtsPolicy", lend=True, srpt_power=0.25, arrival_tilt=0.15, label="ats-srpt-fcfs"
+)
 # the control a learned priority must beat: ats-srpt with persistent random per-job jitter
 register_policy("ats-srpt-jitter", "baselines.jitter:JitteredAtsPolicy", label="ats-srpt-jitter")
 register_prefix("jitter", "baselines.jitter:jittered", arg="sigma")

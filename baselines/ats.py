@@ -403,6 +403,10 @@ class AtsPolicy(BasePolicy):
         srpt_power: p >= 0; with p > 0 every option value of a job is weighted by ``T ** -p``,
             T its remaining time at its fair share (:meth:`job_weights`; ``ats-srpt``,
             docs/policies.md §8.6); 0 is ATS.
+        arrival_tilt: s >= 0; with s > 0 every job's weight is also multiplied by
+            ``exp(s * u_j)``, ``u_j`` from +1 for the earliest-arrived active job to -1 for the
+            latest, evenly by arrival rank (first come, first served among comparable jobs:
+            ``ats-srpt-fcfs``, docs/policies.md §8.7); 0: no tilt.
         label: the policy's name in results (default ``ats`` or ``ats-nolend``).
     """
 
@@ -416,13 +420,16 @@ class AtsPolicy(BasePolicy):
         relist_restarts: bool = False,
         srpt_power: float = 0.0,
         label: str | None = None,
+        arrival_tilt: float = 0.0,
     ) -> None:
-        if isinstance(srpt_power, bool) or not (isinstance(srpt_power, int | float) and 0.0 <= srpt_power < math.inf):
-            raise ValueError(f"srpt_power must be a finite number >= 0, got {srpt_power!r}")
+        for name, value in (("srpt_power", srpt_power), ("arrival_tilt", arrival_tilt)):
+            if isinstance(value, bool) or not (isinstance(value, int | float) and 0.0 <= value < math.inf):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
         self.lend = lend
         self.linear_untrained = linear_untrained
         self.relist_restarts = relist_restarts
         self.srpt_power = float(srpt_power)
+        self.arrival_tilt = float(arrival_tilt)
         self.name = label or ("ats" if lend else "ats-nolend")
 
     def decide(self, state: ClusterState) -> Allocation:
@@ -528,18 +535,26 @@ class AtsPolicy(BasePolicy):
 
     def job_weights(self, jobs: Sequence[JobView], fair: int, capacity: int) -> np.ndarray | None:
         """Each job's weight in the knapsack: ``max(T, 1) ** -srpt_power``, T its remaining time
-        at its fair share in seconds, or None (all 1) for ATS (``capacity``, the GPUs training
-        may hold, is for variants whose weights depend on it).
+        at its fair share in seconds, times the arrival tilt ``exp(arrival_tilt * u_j)`` (``u_j``
+        from +1 for the earliest arrival among ``jobs`` to -1 for the latest), or None (all 1) for
+        ATS (``capacity``, the GPUs training may hold, is for variants whose weights depend on it).
 
         T is the work of the epochs the job has not completed (its application's profile and its
         epoch, as the RL observation shows them; no ``remaining_work`` oracle) over its rate at
         ``fair`` GPUs on one node (:func:`~deepboot_env.sim.reclaim.fair_share_base`).
         """
-        power = self.srpt_power
-        if power == 0.0:
-            return None
-        remaining = np.array([epochs_left_work(job) / fair_share_base(job, fair) for job in jobs])
-        return np.maximum(remaining, 1.0) ** -power
+        power, tilt = self.srpt_power, self.arrival_tilt
+        weights = None
+        if power != 0.0:
+            remaining = np.array([epochs_left_work(job) / fair_share_base(job, fair) for job in jobs])
+            weights = np.maximum(remaining, 1.0) ** -power
+        if tilt != 0.0 and len(jobs) > 1:
+            order = sorted(range(len(jobs)), key=lambda i: (jobs[i].arrival, jobs[i].id))
+            ranks = np.empty(len(jobs))
+            ranks[order] = np.arange(len(jobs))
+            factors = np.exp(tilt * (1.0 - 2.0 * ranks / (len(jobs) - 1)))
+            weights = factors if weights is None else weights * factors
+        return weights
 
     def job_caps(self, jobs: Sequence[JobView], capacity: int, fair: int) -> list[int]:
         """The most GPUs the knapsack may give each job: its cap, at most the whole ``capacity``

@@ -85,3 +85,28 @@ def test_the_weighted_knapsack_attains_the_best_weighted_sum(seed: int) -> None:
 def test_the_power_is_checked(bad) -> None:
     with pytest.raises(ValueError, match="srpt_power must be a finite number >= 0"):
         AtsPolicy(srpt_power=bad)
+
+
+def test_arrival_tilt_favours_the_earliest_of_equal_jobs() -> None:
+    """``ats-srpt-fcfs``: weights times exp(0.15 u), u from +1 (earliest arrival) to -1 (latest)."""
+    jobs = [dataclasses.replace(_job(i, 10), arrival=float(a)) for i, a in enumerate([300.0, 100.0, 200.0])]
+    srpt = AtsPolicy(srpt_power=0.25).job_weights(jobs, 2, 8)
+    tilted = make_policy("ats-srpt-fcfs").job_weights(jobs, 2, 8)
+    assert srpt is not None and tilted is not None
+    np.testing.assert_allclose(tilted / srpt, np.exp(0.15 * np.array([-1.0, 1.0, 0.0])))
+    only = AtsPolicy(arrival_tilt=0.3).job_weights(jobs, 2, 8)  # a tilt alone, on ATS
+    assert only is not None and only[1] > only[2] > only[0]
+    assert AtsPolicy(srpt_power=0.25, arrival_tilt=0.3).job_weights(jobs[:1], 2, 8) == pytest.approx(srpt[:1])
+    with pytest.raises(ValueError, match="arrival_tilt"):
+        AtsPolicy(arrival_tilt=-0.1)
+
+
+def test_two_equal_jobs_on_scarce_gpus_are_served_first_come_first_served() -> None:
+    """Two identical cifar10 jobs contend for 4 GPUs: ats-srpt splits them evenly, the arrival
+    tilt gives the earlier job more."""
+    early = dataclasses.replace(_job(0, 10, (0,)), arrival=0.0)
+    late = dataclasses.replace(_job(1, 10, (0,)), arrival=500.0)
+    state = cluster_state("1x4", [early, late])
+    even = make_policy("ats-srpt").propose_counts(state)
+    fcfs = make_policy("ats-srpt-fcfs").propose_counts(state)
+    assert even[0] == even[1] and fcfs[0] > fcfs[1] and sum(fcfs.values()) == 4
