@@ -18,7 +18,7 @@ from typing import Any
 
 from deepboot_env import FRONT_END_DYNAMICS
 from deepboot_env.argparsing import ArgumentParser
-from deepboot_env.config import DYNAMICS, sim_config
+from deepboot_env.config import DYNAMICS, dynamics_notes, sim_config
 from deepboot_env.evaluation import EpisodeProgress
 from deepboot_env.extras import MissingExtraError
 from deepboot_env.sim.aryl_mode import INFERENCE_PLACEMENTS
@@ -112,14 +112,16 @@ def grid_stopped(command: str, out: str, exc: BaseException) -> int:
 
 
 def config_title(config: SimConfig) -> str:
-    """``DeepBoot-v1 dynamics, cluster, restart=...[, interference=...]`` for report titles (the
-    dynamics first: :func:`deepboot_harness.dynamics.dynamics_title`)."""
+    """``DeepBoot-v1 dynamics, cluster, restart=...[, interference=...][, truth=measured (...), ...]``
+    for report titles: the dynamics' name first (:func:`deepboot_harness.dynamics.dynamics_title`),
+    the dynamics options that differ from the library's defaults last
+    (:func:`deepboot_env.config.dynamics_notes`)."""
     text = f"{dynamics_title(config)}, {config.cluster.describe()}, restart={config.restart}"
     interference = config.interference
     if interference is not None:
         assert isinstance(interference, InterferenceModel)  # SimConfig stores it normalised
         text += f", interference={interference.describe()}"
-    return text
+    return text + "".join(f", {name}={value}" for name, value in dynamics_notes(config).items())
 
 
 def add_sim_arguments(parser: argparse.ArgumentParser) -> None:

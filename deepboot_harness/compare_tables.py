@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from deepboot_env.config import dynamics_notes
 from deepboot_env.sim.interference import InterferenceModel
 from deepboot_harness.compare_grid import Comparison
 from deepboot_harness.dynamics import dynamics_title
@@ -191,7 +192,8 @@ def results_markdown(comparison: Comparison, reference: str | None = None) -> st
         "",
         f"- cluster: {cfg.cluster.describe()}; restart model: {cfg.restart}; protect scale P = "
         f"{cfg.protect_scale:g}; scheduling interval {cfg.interval:g} s"
-        + (f"; interference: {cfg.interference.describe()}" if isinstance(cfg.interference, InterferenceModel) else ""),
+        + (f"; interference: {cfg.interference.describe()}" if isinstance(cfg.interference, InterferenceModel) else "")
+        + "".join(f"; {name.replace('_', ' ')}: {value}" for name, value in dynamics_notes(cfg).items()),
         f"- workloads ({len(workloads)}): {', '.join(map(str, workloads))}",
         f"- seeds: {' '.join(map(str, seeds))}; runs: {len(frame)}",
         "",

@@ -29,19 +29,11 @@ def dynamics_name(config: SimConfig) -> str:
 
 
 def dynamics_title(config: SimConfig) -> str:
-    """``DeepBoot-v1 dynamics`` (or ``custom dynamics (truth=..., ...)``), with the trace set of
-    measured step times and the inference placement where they are not the defaults."""
+    """``DeepBoot-v1 dynamics``, ``DeepBoot-v0 dynamics`` or ``custom dynamics``: the name that
+    heads titles; the options themselves are listed beside it where a report has room
+    (:func:`deepboot_env.config.dynamics_notes`)."""
     name = dynamics_name(config)
-    if name == CUSTOM:
-        options = ", ".join(f"{option}={getattr(config, option)}" for option in DYNAMICS["v0"])
-        text = f"custom dynamics ({options})"
-    else:
-        text = f"DeepBoot-{name} dynamics"
-    if config.truth == "measured" and config.trace_set != "pollux":
-        text += f", {config.trace_set} traces"
-    if config.inference_placement != "deepboot":
-        text += f", inference placement {config.inference_placement}"
-    return text
+    return "custom dynamics" if name == CUSTOM else f"DeepBoot-{name} dynamics"
 
 
 def trained_dynamics_warnings(policies: Iterable[str], config: SimConfig) -> list[str]:
