@@ -30,6 +30,9 @@ register_policy(
 )
 # the control a learned priority must beat: ats-srpt with persistent random per-job jitter
 register_policy("ats-srpt-jitter", "baselines.jitter:JitteredAtsPolicy", label="ats-srpt-jitter")
+register_policy(
+    "ats-srpt-fcfs-jitter", "baselines.jitter:JitteredAtsPolicy", arrival_tilt=0.15, label="ats-srpt-fcfs-jitter"
+)
 register_prefix("jitter", "baselines.jitter:jittered", arg="sigma")
 register_policy("pollux", "baselines.pollux:PolluxPolicy", lend=False)
 register_policy("pollux-lend", "baselines.pollux:PolluxPolicy", lend=True)

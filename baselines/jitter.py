@@ -1,10 +1,12 @@
-"""The jitter control: ``ats-srpt`` with a random per-job factor on its knapsack weights.
+"""The jitter control: ``ats-srpt`` (or ``ats-srpt-fcfs``) with a random per-job factor on its
+knapsack weights.
 
 Each job's weight is multiplied by ``exp(sigma * z_j)``, ``z_j`` one standard normal drawn when
 the job is first seen and kept for its life (from a generator seeded by :meth:`reset`). It learns
 nothing: a learned priority or score policy whose gain over its prior is no larger than this
 control's has not shown that it learned anything (docs/results.md: persistent random jitter of
-sigma 0.05 alone scores below ``ats-srpt`` on the families). ``jitter:<sigma>`` builds one.
+sigma 0.05 alone scores below ``ats-srpt`` on the families). ``jitter:<sigma>`` builds one over
+``ats-srpt``; ``ats-srpt-fcfs-jitter`` is the control of the ``ats-srpt-fcfs`` prior.
 """
 
 from __future__ import annotations
@@ -28,15 +30,24 @@ class JitteredAtsPolicy(AtsPolicy):
         sigma: the log-weight standard deviation (>= 0; 0 is ``ats-srpt``).
         srpt_power: the prior's SRPT power (``ats-srpt``: 0.25).
         label: the policy's name in results.
+        arrival_tilt: the prior's arrival tilt (``ats-srpt-fcfs``: 0.15).
 
     Raises:
         ValueError: for a sigma that is not a finite number >= 0.
     """
 
-    def __init__(self, sigma: float = DEFAULT_SIGMA, srpt_power: float = 0.25, label: str | None = None) -> None:
+    def __init__(
+        self,
+        sigma: float = DEFAULT_SIGMA,
+        srpt_power: float = 0.25,
+        label: str | None = None,
+        arrival_tilt: float = 0.0,
+    ) -> None:
         if isinstance(sigma, bool) or not (isinstance(sigma, int | float) and 0.0 <= sigma < math.inf):
             raise ValueError(f"jitter sigma must be a finite number >= 0, got {sigma!r}")
-        super().__init__(lend=True, srpt_power=srpt_power, label=label or f"jitter:{sigma:g}")
+        super().__init__(
+            lend=True, srpt_power=srpt_power, label=label or f"jitter:{sigma:g}", arrival_tilt=arrival_tilt
+        )
         self.sigma = float(sigma)
         self._draws: dict[int, float] = {}
         self._rng = np.random.default_rng(0)

@@ -76,7 +76,7 @@ def _same_episode(metrics: dict, reference) -> None:
         assert metrics[key] == expected[key], key
 
 
-@pytest.mark.parametrize("prior", ["ats", "ats-srpt", f"priority:{PRIORITY_MODEL}"])
+@pytest.mark.parametrize("prior", ["ats", "ats-srpt", "ats-srpt-fcfs", f"priority:{PRIORITY_MODEL}"])
 def test_zero_action_is_the_prior_bit_for_bit(tiny, prior: str) -> None:
     env = _score_env(tiny, base_policy=prior)
     assert env.action_space.shape == (MAX_JOBS + 1,) and env.action_space.dtype == np.float32
@@ -284,6 +284,9 @@ def test_jitter_control_is_ats_srpt_at_zero_and_persistent_per_job(busy) -> None
     srpt = run_episode(make_policy("ats-srpt"), busy, config, seed=0)
     _same_episode(run_episode(make_policy("jitter:0"), busy, config, seed=0).to_dict(include_jcts=False), srpt)
     assert make_policy("ats-srpt-jitter").name == "ats-srpt-jitter"
+    fcfs_control = make_policy("ats-srpt-fcfs-jitter", sigma=0.0)
+    fcfs = run_episode(make_policy("ats-srpt-fcfs"), busy, config, seed=0)
+    _same_episode(run_episode(fcfs_control, busy, config, seed=0).to_dict(include_jcts=False), fcfs)
     jitter = make_policy("jitter:0.5")
     first = run_episode(jitter, busy, config, seed=1)
     assert first.train_jct_mean != srpt.train_jct_mean
@@ -311,7 +314,7 @@ def test_train_policy_score_preset_starts_at_the_prior(tiny, tmp_path: Path) -> 
     assert config["env_kwargs"]["action_mode"] == "score" and config["env_kwargs"]["relative_reward"] is True
     with open(run / "evaluations.csv", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
-    prior = run_episode(make_policy("ats-srpt"), tiny, _score_env(tiny, dynamics="v1").sim_config, seed=0)
+    prior = run_episode(make_policy("ats-srpt-fcfs"), tiny, _score_env(tiny, dynamics="v1").sim_config, seed=0)
     assert int(rows[0]["timesteps"]) == 0
     assert float(rows[0]["train_jct_mean"]) == pytest.approx(prior.train_jct_mean)
     assert (run / "final_model.zip").is_file()
