@@ -267,6 +267,20 @@ def test_score_checkpoint_loads_safely_and_runs_as_a_policy(tiny, tmp_path: Path
     assert policy.last_action is not None and not policy.last_action.any()
 
 
+def test_score_checkpoint_runs_through_deepboot_simulate(tiny, tmp_path: Path) -> None:
+    from deepboot_harness.cli import main
+
+    model, _ = _score_model(tiny, dynamics="v1")
+    model.save(tmp_path / "score.zip")
+    csv_path = write_workload_csv(tiny, tmp_path / "tiny.csv")
+    out = tmp_path / "metrics.json"
+    argv = ["simulate", "--workload", str(csv_path), "--policy", f"ppo:{tmp_path / 'score.zip'}", "--quiet"]
+    assert main([*argv, "--json", str(out)]) == 0
+    assert main(["simulate", "--workload", str(csv_path), "--policy", "ats-srpt", "--json", str(tmp_path / "p.json")]) == 0
+    ran, prior = (yaml.safe_load(f.read_text()) for f in (out, tmp_path / "p.json"))
+    assert ran["train_jct_mean"] == prior["train_jct_mean"]  # an untrained score model is its prior
+
+
 @pytest.mark.skipif(not th.cuda.is_available(), reason="no CUDA device")
 def test_score_policy_runs_on_cuda(tiny) -> None:
     kwargs = {"max_jobs": MAX_JOBS, "action_mode": "score", "base_policy": "ats-srpt"}
