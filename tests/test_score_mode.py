@@ -276,7 +276,8 @@ def test_score_checkpoint_runs_through_deepboot_simulate(tiny, tmp_path: Path) -
     out = tmp_path / "metrics.json"
     argv = ["simulate", "--workload", str(csv_path), "--policy", f"ppo:{tmp_path / 'score.zip'}", "--quiet"]
     assert main([*argv, "--json", str(out)]) == 0
-    assert main(["simulate", "--workload", str(csv_path), "--policy", "ats-srpt", "--json", str(tmp_path / "p.json")]) == 0
+    prior_argv = ["simulate", "--workload", str(csv_path), "--policy", "ats-srpt", "--quiet"]
+    assert main([*prior_argv, "--json", str(tmp_path / "p.json")]) == 0
     ran, prior = (yaml.safe_load(f.read_text()) for f in (out, tmp_path / "p.json"))
     assert ran["train_jct_mean"] == prior["train_jct_mean"]  # an untrained score model is its prior
 
