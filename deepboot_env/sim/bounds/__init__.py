@@ -142,7 +142,7 @@ def _combinatorial(jobs: list[JobCeiling], capacity: StepCurve) -> list[float]:
 
 
 def _cutoffs(jobs: list[JobCeiling], capacity: StepCurve) -> list[float]:
-    """Per job, where the program's slots end (docs/bounds.md §5.3): twice as long after its
+    """Per job, where the program's slots end (docs/bounds.md §5): twice as long after its
     start as SRPT on the pooled capacity takes to complete it, plus twice its alone time and an
     hour. Any cutoff keeps the bound valid; a late one only costs program size."""
     start = np.array([j.start for j in jobs])
