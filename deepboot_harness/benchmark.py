@@ -176,7 +176,8 @@ class BoundViolation(RuntimeError):
 def scenario_bounds(family: str, seed: int, options: tuple[tuple[str, Any], ...]) -> dict[str, float]:
     """The JCT lower bounds of scenario ``seed`` of ``family`` under the simulation ``options``
     (docs/bounds.md; cached per process: every policy of a scenario shares them): ``jct_bound``
-    (the tightest), ``jct_bound_<name>`` for each bound and their CPU seconds ``bound_cpu_s``."""
+    (the tightest) and ``jct_bound_<name>`` for each bound (no timing: a row is deterministic but
+    for ``cpu_s``; ``benchmarks/bench_bounds.py`` measures their cost)."""
     from traces.families import cached_scenario
 
     scenario = cached_scenario(family, seed)
@@ -184,7 +185,7 @@ def scenario_bounds(family: str, seed: int, options: tuple[tuple[str, Any], ...]
     named = {
         f"jct_bound_{name}": value for name, value in bounds.as_dict().items() if name != "best" and value is not None
     }
-    return {"jct_bound": bounds.best, **named, "bound_cpu_s": round(bounds.cpu_seconds, 3)}
+    return {"jct_bound": bounds.best, **named}
 
 
 def check_bound(row: dict[str, Any]) -> None:
