@@ -11,13 +11,15 @@ slot's length after its earliest start, the GPU-seconds of all jobs to at most t
 capacity's integral over the slot, and each phase's progress to its work. Adaptive jobs also
 respect the exploration cap: at most 2^j GPUs in the j-th interval after their admission.
 
-The objective is a lower bound on each job's completion time. Measure its progress in
+The objective is the sum of lower bounds on the jobs' completion times. Measure progress in
 *alone-seconds* (progress over the phase's peak rate): a job earns at most one per second and L_i
-in all, so its completion is at least the mean time of that measure plus L_i / 2; within a slot
-the measure's mean time is at least the slot's start plus half its mass (an epigraph variable
-bounded by tangents of m^2 / 2). After a per-job cutoff the job's slots are merged into one tail
-that ignores the capacity: dropping constraints keeps the program a relaxation, so the cutoff
-changes only the tightness (docs/bounds.md §5).
+in all. Its completion is at least its earliest start plus its fastest time (the exploration cap
+included), at least each slot's start plus the alone-seconds still to earn then (the convex hull
+of that where the job may have finished), and at least the mean time of its alone-seconds plus
+L_i / 2 (within a slot that mean is at least the slot's start plus half its mass: an epigraph
+variable bounded by tangents of m^2 / 2). After a per-job cutoff the job's slots are merged into
+one tail that ignores the capacity: dropping constraints keeps the program a relaxation, so the
+cutoff changes only the tightness (docs/bounds.md §5).
 """
 
 from __future__ import annotations
@@ -160,6 +162,11 @@ def lp_bound(
         cutoff: per job, the time after which its slots merge into the tail (None: 4 times its
             alone time plus a day after its earliest start; any value keeps the bound valid).
         ramp: whether the exploration cap applies (adaptive policies only).
+        method: scipy's ``linprog`` method (a HiGHS one).
+        lines: the most lines of each run's concave ceiling (a subset keeps a majorant).
+
+    Raises:
+        RuntimeError: if HiGHS does not solve the program (it is always feasible and bounded).
     """
     t0 = wallclock.process_time()
     b = _Builder()
