@@ -201,7 +201,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         default=None,
         metavar="P",
         help="residual env: after the warm start, each slot keeps the base policy's count with "
-        "probability P (preset: 0.9)",
+        "probability P (default 0.9; the residual and generalist presets set 0.95)",
     )
     p.add_argument(
         "--tune",

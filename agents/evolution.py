@@ -68,7 +68,7 @@ class EsConfigError(ValueError):
 
 @dataclass(frozen=True)
 class EsSettings:
-    """Hyperparameters of an ES run (``conf/deepboot.yml`` preset ``es`` sections, ``-params``).
+    """Hyperparameters of an ES run (``agents/conf/deepboot.yml`` preset ``es`` sections, ``-params``).
 
     Attributes:
         generations: generations to run (``-n`` with ``--algo es``).

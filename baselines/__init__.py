@@ -1,6 +1,6 @@
 """Hand-made schedulers behind the one policy contract (:class:`deepboot_env.policy.Policy`).
 
-Importing this package registers their names (the ``deepboot_env.policies`` entry point in
+Importing this package registers their names (the ``deepboot_env.plugins`` entry point in
 ``pyproject.toml`` makes :func:`deepboot_env.policy.make_policy` import it on first use); each
 policy's module is imported only when that policy is built.
 """

@@ -13,7 +13,7 @@ as it is; otherwise ``address=None`` starts a private local instance of ``jobs``
 Token authentication stays on: nothing here sets ``RAY_AUTH_MODE``. Ray 2.60 turns it on for a
 local instance (with the token of ``RAY_AUTH_TOKEN``, or of ``~/.ray/auth_token``, generated if
 missing) and, for ``auto``, when a token exists; an explicit ``HOST:PORT`` needs
-``RAY_AUTH_MODE=token`` in the environment, as the cluster's nodes have (README, "Scaling out").
+``RAY_AUTH_MODE=token`` in the environment, as the cluster's nodes have (docs/usage.md §4).
 """
 
 from __future__ import annotations

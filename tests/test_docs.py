@@ -1,11 +1,18 @@
 """The repository explains its own model: every document it cites is in the repo, and every
-cited section of ``docs/`` exists."""
+cited section of ``docs/`` exists. The README is a short user's page (issue 30): at most 250
+lines, no machine notes, its links and anchors resolve, its commands parse with the real parsers,
+and its Python snippets run."""
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import re
+import shlex
 import subprocess
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,3 +54,187 @@ def test_every_cited_docs_section_exists() -> None:
                 if section not in headings.get(doc, set()):
                     bad.append(f"{path.relative_to(ROOT)}:{lineno}: {doc} §{section}")
     assert not bad, "\n".join(bad)
+
+
+# --- the README: short, its links resolve, its commands parse, its snippets run -------------------
+
+README = ROOT / "README.md"
+README_MAX_LINES = 250
+"""Issue 30: a README in the style of the field's model projects, at most about 250 lines."""
+
+MACHINE_NOTES = ("../shared", "2-core", "development machine", "CI machines", "added afterwards", "on this machine")
+"""Words of run histories, machine notes and contributors' data that belong in ``docs/``, not in
+the README (timings with their machine: docs/results.md §8; contributors' commands: docs/usage.md §2)."""
+
+_LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+_FENCE = re.compile(r"^```(\w*)\n(.*?)^```", flags=re.S | re.M)
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(path: Path) -> set[str]:
+    """The anchors a Markdown file defines: ``<a id="...">`` and its headings' slugs."""
+    text = path.read_text(encoding="utf-8")
+    ids = set(re.findall(r"<a id=\"([^\"]+)\"", text))
+    return ids | {_slug(h) for h in re.findall(r"^#+ (.+)$", _without_fences(text), flags=re.M)}
+
+
+def _without_fences(text: str) -> str:
+    return _FENCE.sub("", text)
+
+
+def broken_links(path: Path, root: Path = ROOT) -> list[str]:
+    """Relative links of a Markdown file whose file or ``#anchor`` does not exist (named relative
+    to ``root``)."""
+    bad = []
+    for lineno, line in enumerate(_without_fences(path.read_text(encoding="utf-8")).splitlines(), 1):
+        for target in _LINK.findall(line):
+            if re.match(r"[a-z][a-z0-9+.-]*:", target):  # https:, mailto:, ...
+                continue
+            file, _, anchor = target.partition("#")
+            dest = (path.parent / file).resolve() if file else path
+            if not dest.exists():
+                bad.append(f"{path.relative_to(root)}:{lineno}: {target} (no such file)")
+            elif anchor and (dest.suffix != ".md" or anchor not in _anchors(dest)):
+                bad.append(f"{path.relative_to(root)}:{lineno}: {target} (no such anchor)")
+    return bad
+
+
+def test_the_readme_is_short_and_holds_no_machine_notes() -> None:
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= README_MAX_LINES, f"README.md has {len(text.splitlines())} lines"
+    found = [word for word in MACHINE_NOTES if word in text]
+    assert not found, f"README.md mentions {found}: move it to docs/results.md or docs/usage.md"
+
+
+def test_readme_and_docs_links_resolve() -> None:
+    """Every relative link of the README and of ``docs/`` names a file that exists, and its
+    ``#anchor`` (a ``<a id>`` or a heading) exists in that file."""
+    bad = broken_links(README)
+    for doc in sorted((ROOT / "docs").glob("*.md")):
+        bad += broken_links(doc)
+    assert not bad, "\n".join(bad)
+
+
+def test_broken_links_are_found(tmp_path: Path) -> None:
+    md = ".md"  # spelled apart: the file names below are not documents this repository cites
+    (tmp_path / f"b{md}").write_text('<a id="s1"></a>\n## §1 Title\n\n## Another heading, here\n', encoding="utf-8")
+    page = tmp_path / f"a{md}"
+    page.write_text(
+        f"[ok](b{md}#s1) [ok](b{md}#another-heading-here) [ok](#top) [ok](https://x.org/#y)\n"
+        f"[bad](b{md}#s2) [bad](c{md}) ![bad](b{md}#nope)\n\n# Top\n",
+        encoding="utf-8",
+    )
+    assert [b.split(": ", 1)[1] for b in broken_links(page, root=tmp_path)] == [
+        f"b{md}#s2 (no such anchor)",
+        f"c{md} (no such file)",
+        f"b{md}#nope (no such anchor)",
+    ]
+
+
+def shell_commands(markdown: str) -> list[list[str]]:
+    """The commands of a Markdown text's fenced ``bash`` blocks, each as its argv: continuation
+    lines joined, comments dropped, ``&&`` / ``;`` / ``|`` chains split."""
+    commands = []
+    for language, body in _FENCE.findall(markdown):
+        if language not in ("bash", "sh", "shell"):
+            continue
+        for line in body.replace("\\\n", " ").splitlines():
+            lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|")
+            lexer.whitespace_split = True
+            lexer.commenters = "#"
+            argv: list[str] = []
+            for token in lexer:
+                if token in ("&&", ";", "|", "||", "&"):
+                    commands.append(argv)
+                    argv = []
+                else:
+                    argv.append(token)
+            commands.append(argv)
+    return [argv for argv in commands if argv]
+
+
+def inline_commands(markdown: str) -> list[list[str]]:
+    """The commands in a Markdown text's inline code spans (outside fenced blocks, a span may wrap
+    a line) that start with ``deepboot`` or ``python train_policy.py`` and give flags."""
+    prose = _without_fences(markdown).replace("\n", " ")
+    spans = re.findall(r"`([^`]+)`", prose)
+    return [
+        shlex.split(span)
+        for span in spans
+        if re.match(r"(deepboot|python train_policy\.py) ", span) and re.search(r" --?\w", span)
+    ]
+
+
+def project_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, list[str]] | None:
+    """The project's real parser of a command line and the arguments it parses, or None when the
+    command is not the project's (pip, tensorboard, the Zoo)."""
+    from deepboot_harness.cli import build_parser as deepboot_parser
+    from train_policy import build_parser as train_parser
+
+    program, args = Path(argv[0]).name, argv[1:]
+    if program.startswith("python") and args[:1] == ["train_policy.py"]:
+        return train_parser(), args[1:]
+    if program.startswith("python") and args[:2] == ["-m", "train_policy"]:
+        return train_parser(), args[2:]
+    if program == "deepboot" and args[:1] == ["train"]:
+        return train_parser("deepboot train"), args[1:]
+    if program == "deepboot":
+        return deepboot_parser(), args
+    return None
+
+
+def test_readme_commands_use_only_flags_the_parsers_accept(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every ``deepboot ...`` and ``train_policy.py ...`` command of the README (its fenced bash
+    blocks and the commands quoted in its text) parses with the real parsers (nothing runs), and
+    every ``--preset`` it names exists."""
+    from agents.run_config import preset_descriptions
+
+    presets = set(preset_descriptions())
+    checked, bad = 0, []
+    text = README.read_text(encoding="utf-8")
+    for argv in shell_commands(text) + inline_commands(text):
+        found = project_parser(argv)
+        if found is None:
+            continue
+        parser, args = found
+        checked += 1
+        try:
+            parsed = parser.parse_args(args)
+        except SystemExit:
+            bad.append(f"{shlex.join(argv)}\n    {capsys.readouterr().err.strip()}")
+            continue
+        if getattr(parsed, "preset", None) not in (None, *presets):
+            bad.append(f"{shlex.join(argv)}\n    unknown preset {parsed.preset!r}")
+    assert not bad, "README commands the parsers refuse:\n" + "\n".join(bad)
+    assert checked >= 6, f"only {checked} project commands found in README.md's bash blocks"
+
+
+def test_the_command_check_refuses_unknown_flags() -> None:
+    argv = shell_commands("```bash\nx && deepboot compare --workloads test --polices ats --out r  # typo\n```\n")
+    assert argv == [["x"], ["deepboot", "compare", "--workloads", "test", "--polices", "ats", "--out", "r"]]
+    found = project_parser(argv[1])
+    assert found is not None
+    with pytest.raises(SystemExit):
+        found[0].parse_args(found[1])
+    assert project_parser(["tensorboard", "--logdir", "runs"]) is None
+    prose = "Run `deepboot simulate --workload W\n--policy P`, or `deepboot compare` alone.\n"
+    assert inline_commands(prose) == [["deepboot", "simulate", "--workload", "W", "--policy", "P"]]
+
+
+def test_readme_python_snippets_run(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's Python runs as written (the SB3 snippet where the rl extra is installed), and a
+    number the environment snippet prints is the one its comment states."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    blocks = [body for language, body in _FENCE.findall(README.read_text(encoding="utf-8")) if language == "python"]
+    assert blocks, "README.md has no python block"
+    for code in blocks:
+        if "sb3_contrib" in code and importlib.util.find_spec("sb3_contrib") is None:
+            continue
+        exec(compile(code, str(README), "exec"), {"__name__": "__readme__"})  # noqa: S102 - the README's own code
+        printed = capsys.readouterr().out.split()
+        for value in printed:
+            assert value in code, f"the README's snippet prints {value}, which its text does not state"
