@@ -144,49 +144,42 @@ class TrainingRatios:
     def __init__(self, config: EnvConfig, reference: str = "ats") -> None:
         self.config = config
         self.reference = reference
-        self._known: dict[tuple[str, int, str], float] = {}
-        self._pending: list[tuple[tuple[str, int, str], float, Future[float]]] = []
-        self._waiting: list[tuple[tuple[str, int, str], float]] = []
+        self._references: dict[tuple[str, int, str], Future[float]] = {}
+        """The reference's mean JCT per scenario, computed or on its way (one run per scenario)."""
+        self._queued: list[tuple[tuple[str, int, str], float]] = []
+        """Finished episodes whose ratio is not logged yet: (scenario, their mean JCT)."""
         self._pool: ProcessPoolExecutor | None = None
 
     def add(self, scenario_key: Mapping[str, Any], jct_mean: float) -> None:
         """Queue one finished episode's mean JCT on ``scenario_key``."""
         key = (str(scenario_key.get("family") or ""), int(scenario_key.get("seed", -1)), str(scenario_key["workload"]))
-        if key in self._known or any(k == key for k, _, _ in self._pending):
-            self._waiting.append((key, jct_mean))
-            return
-        if self._pool is None:
-            import multiprocessing
+        if key not in self._references:
+            if self._pool is None:
+                import multiprocessing
 
-            self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
-        future = self._pool.submit(reference_jct_mean, self.reference, dict(scenario_key), self.config)
-        self._pending.append((key, jct_mean, future))
+                self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+            self._references[key] = self._pool.submit(
+                reference_jct_mean, self.reference, dict(scenario_key), self.config
+            )
+        self._queued.append((key, jct_mean))
 
     def ready(self) -> list[float]:
         """The ratios whose reference has been computed since the last call."""
-        out = []
-        still = []
-        for key, jct, future in self._pending:
-            if future.done():
-                self._known[key] = future.result()
-                out.append(jct / self._known[key])
+        out, still = [], []
+        for key, jct in self._queued:
+            reference = self._references[key]
+            if reference.done():
+                out.append(jct / reference.result())
             else:
-                still.append((key, jct, future))
-        self._pending = still
-        waiting = []
-        for key, jct in self._waiting:
-            if key in self._known:
-                out.append(jct / self._known[key])
-            else:
-                waiting.append((key, jct))
-        self._waiting = waiting
+                still.append((key, jct))
+        self._queued = still
         return out
 
     def finish(self, timeout_s: float = 120.0) -> list[float]:
         """The ratios still owed, waiting up to ``timeout_s`` for their references; then stop."""
         from concurrent.futures import wait
 
-        wait([future for _, _, future in self._pending], timeout=timeout_s)
+        wait([self._references[key] for key, _ in self._queued], timeout=timeout_s)
         out = self.ready()
         self.close()
         return out

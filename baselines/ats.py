@@ -452,8 +452,7 @@ class AtsPolicy(BasePolicy):
         jobs = sorted(state.jobs, key=job_priority_key)
         if not jobs:
             return {}
-        capacity = int(state.training_capacity(lend=self.lend if lend is None else lend).sum())
-        fair = math.ceil(capacity / len(jobs)) if capacity > 0 else 1
+        capacity, fair = self._capacity_and_fair(state, self.lend if lend is None else lend)
         caps = self.job_caps(jobs, capacity, fair)
         total = sum(caps)
         if total > capacity and (total + len(caps)) * (capacity + 1) > MAX_KNAPSACK_CELLS:  # may bind
@@ -508,6 +507,13 @@ class AtsPolicy(BasePolicy):
         relist = frozenset(i for i, nodes in (order or {}).items() if nodes != sorted(nodes))
         return Allocation(placed, relist=relist)
 
+    @staticmethod
+    def _capacity_and_fair(state: ClusterState, lend: bool | float) -> tuple[int, int]:
+        """The GPUs training may hold at lending share ``lend`` and the fair share of the active
+        jobs, ``ceil(capacity / jobs)`` (1 without capacity); ``state`` has active jobs."""
+        capacity = int(state.training_capacity(lend=lend).sum())
+        return capacity, math.ceil(capacity / len(state.jobs)) if capacity > 0 else 1
+
     def log_weights(self, state: ClusterState) -> dict[int, float]:
         """Each active job's knapsack log-weight relative to the heaviest job's (0 for all under
         ATS), at the fair share and capacity :meth:`propose_counts` uses (what the ``score``
@@ -515,8 +521,7 @@ class AtsPolicy(BasePolicy):
         jobs = state.jobs
         if not jobs:
             return {}
-        capacity = int(state.training_capacity(lend=self.lend).sum())
-        fair = math.ceil(capacity / len(jobs)) if capacity > 0 else 1
+        capacity, fair = self._capacity_and_fair(state, self.lend)
         weights = self.job_weights(jobs, fair, capacity)
         if weights is None:
             return dict.fromkeys((job.id for job in jobs), 0.0)

@@ -56,6 +56,11 @@ Counts = dict[int, list[int]]
 _BUCKETS = np.asarray(GPU_BUCKETS)
 
 
+def counts_allocation(counts: Counts) -> Allocation:
+    """``counts`` (lists of GPUs per node by job id) as the :class:`Allocation` a policy returns."""
+    return Allocation({job_id: np.array(row, dtype=np.int64) for job_id, row in counts.items()})
+
+
 def split_action(action: np.ndarray, max_jobs: int, slot_choices: int, lend_levels: int) -> tuple[list[int], int]:
     """The per-slot choices (a list of ints) and the lending level of a MultiDiscrete action with
     ``max_jobs`` slots of ``slot_choices`` choices and ``lend_levels`` levels.
@@ -171,12 +176,11 @@ class ActionCodec(ABC):
     def decode_allocation(self, action: np.ndarray, state: ClusterState) -> tuple[Allocation, int]:
         """:meth:`decode` as an :class:`~deepboot_env.sim.state.Allocation` (what a policy returns)."""
         counts, repaired = self.decode(action, state)
-        return Allocation({job_id: np.array(row, dtype=np.int64) for job_id, row in counts.items()}), repaired
+        return counts_allocation(counts), repaired
 
     def decode_allocation_held(self, state: ClusterState) -> Allocation:
         """:meth:`redecode` as an :class:`~deepboot_env.sim.state.Allocation`."""
-        counts, _ = self.redecode(state)
-        return Allocation({job_id: np.array(row, dtype=np.int64) for job_id, row in counts.items()})
+        return counts_allocation(self.redecode(state)[0])
 
     def neutral_action(self) -> np.ndarray | None:
         """The action that leaves a base policy's allocation as it is, or None without a base."""
@@ -480,11 +484,6 @@ class ScoreCodec(ActionCodec):
             ValueError: always (the action is a ``Box`` of :attr:`action_size`).
         """
         raise ValueError("action_mode 'score' has a continuous Box action, not MultiDiscrete sizes")
-
-    @property
-    def action_size(self) -> int:
-        """Length of the ``Box`` action: one score per slot, then the lending share."""
-        return self.max_jobs + 1
 
     def extra_observation(self) -> dict[str, int]:
         """``prior`` (per slot) and ``noise`` (per slot, then the lending code)."""

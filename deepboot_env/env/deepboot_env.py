@@ -318,7 +318,7 @@ class DeepBootEnv(gym.Env):
             info["episode_metrics"] = self.sim.metrics().to_dict(include_jcts=False)
             info["episode_scenario"] = self._scenario_key()
             if ref is not None and terminated:
-                info["reference_jct_mean"] = ref.jobs.total / max(len(ref.jobs.arrivals), 1)
+                info["reference_jct_mean"] = ref.jobs.mean_jct
         return obs, float(r_jct + r_infer), terminated, truncated, info
 
     def _scenario_key(self) -> dict[str, Any]:

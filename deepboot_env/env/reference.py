@@ -76,6 +76,11 @@ class JobSecondsCurve:
         """The episode's sum of JCTs (every job-second)."""
         return self.completion_sums[-1] - self.arrival_sums[-1]
 
+    @property
+    def mean_jct(self) -> float:
+        """The episode's mean JCT (0 without jobs)."""
+        return self.total / len(self.arrivals) if self.arrivals else 0.0
+
     def after(self, t: float) -> float:
         """Job-seconds in the system after ``t``."""
         return self.total - self.integral(t)
