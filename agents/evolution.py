@@ -33,10 +33,11 @@ worker processes or on Ray (:func:`deepboot_env.workers.run_pool`).
 
 from __future__ import annotations
 
+import csv
 import functools
 import json
 import math
-import sys
+import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -47,6 +48,8 @@ import numpy as np
 
 from agents.callbacks import append_csv, available_cpus
 from agents.priority import FEATURES, PriorityModel, PriorityPolicy, srpt_theta
+from deepboot_env.atomic import lock_folder, write_text
+from deepboot_env.stops import Stopped, StopSignals
 from deepboot_env.workers import LOCAL, Backend, run_pool
 
 DYNAMICS = "v1"
@@ -176,8 +179,8 @@ class EsState:
         return state
 
     def save(self, path: Path) -> None:
-        """Write ``state.json``."""
-        path.write_text(json.dumps(asdict(self)) + "\n")
+        """Write ``state.json`` (atomically: a stop or a full disk leaves the previous state)."""
+        write_text(path, json.dumps(asdict(self)) + "\n")
 
 
 def adam_step(state: EsState, grad: np.ndarray, lr: float, beta1: float = 0.9, beta2: float = 0.999) -> None:
@@ -348,18 +351,46 @@ class EsRun:
 
     def train(self, stop: Callable[[], bool] = lambda: False) -> Path:
         """Run to ``settings.generations`` (or until ``stop()`` is true after a generation);
-        validates at the start, every ``eval_freq`` generations and at the end."""
+        validates at the start, every ``eval_freq`` generations and at the end. A SIGINT or
+        SIGTERM during the episodes (:class:`~deepboot_env.stops.Stopped`, their pool stopped)
+        ends the run at the last finished generation: its state is saved, and the generation in
+        progress runs again on resume (the same draws), as does a validation it cut short."""
         cfg = self.settings
-        if self.state.generation == 0 and not (self.run_dir / "evaluations.csv").exists():
-            self.validate()
-        while self.state.generation < cfg.generations and not stop():
-            self.generation()
-            if self.state.generation % cfg.eval_freq == 0 or self.state.generation == cfg.generations:
+        try:
+            if self._validation_due():
                 self.validate()
-            self.save()
+            while self.state.generation < cfg.generations and not stop():
+                self.generation()
+                if self._validation_due():
+                    self.validate()
+                self.save()
+        except Stopped:
+            pass
         final = self.save()
         self.writer.close()
         return final
+
+    def _validation_due(self) -> bool:
+        """Whether the current generation is one to validate (0, every ``eval_freq``-th, the
+        last) and ``evaluations.csv`` has no row of it yet."""
+        g, cfg = self.state.generation, self.settings
+        if g % cfg.eval_freq != 0 and g != cfg.generations:
+            return False
+        return last_generation(self.run_dir / "evaluations.csv") != g
+
+
+def last_generation(path: Path) -> int | None:
+    """The ``generation`` of the last row of an ``evaluations.csv`` (None: no file or no row)."""
+    if not path.is_file():
+        return None
+    with open(path, newline="", encoding="utf-8") as fh:
+        last = None
+        for row in csv.DictReader(fh):
+            last = row
+    try:
+        return int(last["generation"]) if last else None
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def machine() -> str:
@@ -404,7 +435,7 @@ def train_es(args: Any) -> Path:
         EsConfigError: bad flags or settings; TrainingInterrupted: stopped by SIGINT/SIGTERM (saved).
     """
     from agents.factory import parse_kv
-    from agents.interrupt import StopOnSignal, TrainingInterrupted
+    from agents.interrupt import TrainingInterrupted, command_words, resume_command
     from agents.run_config import load_conf
     from agents.training_run import FAMILY_SEEDS, next_run_dir, write_config
     from traces.families import FAMILIES, split_seeds
@@ -422,39 +453,38 @@ def train_es(args: Any) -> Path:
     if args.resume:
         run_dir = Path(args.resume)
         run_dir = run_dir if run_dir.is_dir() else run_dir.parent
-        state = EsState.load(run_dir / "state.json")
-        if args.n_timesteps is not None:
-            values["generations"] = state.generation + args.n_timesteps
+        if not run_dir.is_dir():
+            raise EsConfigError(f"--resume {args.resume}: no such run folder")
     else:
-        if args.n_timesteps is not None:
-            values["generations"] = args.n_timesteps
-        state = None
-    settings = EsSettings.of(values)
-    if state is None:
         run_dir = next_run_dir(args.log_folder, "es")
-        state = EsState.start(settings, args.seed)
-    jobs = args.eval_jobs or available_cpus()
-    backend = Backend("ray", args.address) if args.vec_env == "ray" else LOCAL
-    backend.check()
-    command = args.command or "python train_policy.py " + " ".join(sys.argv[1:])
-    config = {
-        "algo": "es",
-        "command": command,
-        "workload": families,
-        "eval_workload": evals,
-        "seed": args.seed,
-        "settings": asdict(settings),
-        "jobs": jobs,
-        "backend": backend.kind,
-        "machine": machine(),
-    }
-    write_config(run_dir / "config.yml", config)
-    log = functools.partial(print, flush=True) if args.verbose else None
-    run = EsRun(run_dir, families, val, settings, state, jobs, backend, command, log)
-    with StopOnSignal() as stopper:
-        final = run.train(stop=lambda: stopper.signum is not None)
-    if stopper.signum is not None:
-        raise TrainingInterrupted(stopper.signum, run_dir, final)
+    with lock_folder(run_dir, "--resume" if args.resume else "--log-folder"), StopSignals(interruptible=False) as stops:
+        state = EsState.load(run_dir / "state.json") if args.resume else None
+        if args.n_timesteps is not None:
+            values["generations"] = (state.generation if state is not None else 0) + args.n_timesteps
+        settings = EsSettings.of(values)
+        state = state or EsState.start(settings, args.seed)
+        jobs = args.eval_jobs or available_cpus()
+        backend = Backend("ray", args.address) if args.vec_env == "ray" else LOCAL
+        backend.check()
+        command = args.command or shlex.join(command_words(None))
+        config = {
+            "algo": "es",
+            "command": command,
+            "workload": families,
+            "eval_workload": evals,
+            "seed": args.seed,
+            "settings": asdict(settings),
+            "jobs": jobs,
+            "backend": backend.kind,
+            "machine": machine(),
+        }
+        write_config(run_dir / "config.yml", config)
+        log = functools.partial(print, flush=True) if args.verbose else None
+        run = EsRun(run_dir, families, val, settings, state, jobs, backend, command, log)
+        final = run.train(stop=lambda: stops.signum is not None)
+    if stops.signum is not None:
+        resume = resume_command(command_words(command), run_dir, settings.generations - state.generation)
+        raise TrainingInterrupted(stops.signum, run_dir, final, resume)
     if log:
         done = f"{state.generation} generations, {state.episodes} episodes, {state.wall_seconds:.0f} s"
         log(f"run folder: {run_dir}  ({done})")

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from baselines.ats import AtsPolicy, epochs_left_work
+from deepboot_env.atomic import write_text
 from deepboot_env.policy import JobView
 from deepboot_env.sim.reclaim import fair_share_base
 
@@ -151,10 +152,11 @@ class PriorityModel:
         return PriorityPolicy(self.theta, label=label)
 
     def save(self, path: Path) -> None:
-        """Write the model as JSON to ``path`` (its folder is created)."""
+        """Write the model as JSON to ``path`` (its folder is created; atomically:
+        :func:`deepboot_env.atomic.write_text`)."""
         path.parent.mkdir(parents=True, exist_ok=True)
         doc = {"format": FORMAT, "features": list(self.features), "theta": list(self.theta), "info": dict(self.info)}
-        path.write_text(json.dumps(doc, indent=2) + "\n")
+        write_text(path, json.dumps(doc, indent=2) + "\n")
 
     @classmethod
     def load(cls, path: Path) -> PriorityModel:

@@ -42,6 +42,7 @@ from typing import Any
 import yaml
 
 from agents.factory import HYPERPARAM_TYPES, ConfigError, check_hyperparams, resolve_device
+from deepboot_env.atomic import atomic_write
 
 METRIC = "val_score"
 """What each trial reports after a validation: the selection score (lower is better)."""
@@ -253,7 +254,7 @@ def sweep(args: argparse.Namespace) -> Path:
                 "run_dir": str(folder / f"{algo}_1"),
             }
         )
-    with open(sweep_dir / "trials.csv", "w", newline="", encoding="utf-8") as fh:
+    with atomic_write(sweep_dir / "trials.csv") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["trial"])
         writer.writeheader()
         writer.writerows(rows)

@@ -17,6 +17,7 @@ records the settings a resume must match. Every run carries its scenario's JCT l
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from collections.abc import Callable, Sequence
@@ -25,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from deepboot_env import FRONT_END_DYNAMICS
+from deepboot_env.atomic import lock_folder
 from deepboot_env.config import sim_config
 from deepboot_env.sim.bounds import jct_bounds
 from deepboot_env.workers import LOCAL, Backend, run_pool
-from deepboot_harness.run_log import RUNS_FILE, RunLogError, append_run, open_run_log, read_runs
+from deepboot_harness.run_log import RUNS_FILE, RunLogError, append_run, check_run_folder, open_run_log, read_runs
 
 DEFAULT_POLICIES: tuple[str, ...] = (
     "fifo",
@@ -266,12 +268,16 @@ def run_benchmark(
     resume: bool = False,
     progress: Callable[[int, int, dict[str, Any]], None] | None = None,
     backend: Backend = LOCAL,
+    hold: contextlib.ExitStack | None = None,
 ) -> list[dict[str, Any]]:
     """Run what ``spec`` asks for that ``out`` does not hold yet (in ``jobs`` processes, or on
-    Ray with ``backend``); every run's row, in spec order.
+    Ray with ``backend``); every run's row, in spec order. Once the input is checked, the folder
+    is locked (:func:`deepboot_env.atomic.lock_folder`: a second benchmark on it is refused)
+    until the call returns, or until ``hold`` closes (to keep it while the caller writes more).
 
     Raises:
         BenchmarkError: for bad input (see :meth:`BenchmarkSpec.check`, :func:`prepare_folder`).
+        deepboot_env.atomic.FolderInUse: another process writes ``out``.
         deepboot_env.ray_pool.RunsFailed: on Ray, once the other runs are saved, if some failed.
     """
     spec.check()
@@ -279,6 +285,34 @@ def run_benchmark(
         raise BenchmarkError(f"--jobs must be >= 1, got {jobs}")
     backend.check()
     out = Path(out)
+    with contextlib.ExitStack() as own:
+        check_folder(out)
+        (hold or own).enter_context(lock_folder(out))
+        return _run_missing(spec, out, jobs, resume, progress, backend)
+
+
+def check_folder(out: Path) -> None:
+    """Refuse an output folder that is a file or cannot be created or written (:func:`prepare_folder`'s
+    checks, before the folder is locked).
+
+    Raises:
+        BenchmarkError: naming the folder.
+    """
+    try:
+        check_run_folder(out)
+    except RunLogError as exc:
+        raise BenchmarkError(str(exc)) from None
+
+
+def _run_missing(
+    spec: BenchmarkSpec,
+    out: Path,
+    jobs: int,
+    resume: bool,
+    progress: Callable[[int, int, dict[str, Any]], None] | None,
+    backend: Backend,
+) -> list[dict[str, Any]]:
+    """:func:`run_benchmark` in a checked, locked folder."""
     done = prepare_folder(out, spec, resume)
     runs = spec.runs()
     todo = [run for run in runs if run not in done]

@@ -53,6 +53,7 @@ from typing import Any
 
 import numpy as np
 
+from deepboot_env.atomic import atomic_write
 from deepboot_env.sim.apps import APP_NAMES, COLD_START_DELAY_S
 from deepboot_env.sim.workload import InferenceRequestSpec, TrainingJobSpec, Workload
 from traces.loaders import DEEPBOOT_OUTPUT_COLUMNS
@@ -400,7 +401,7 @@ def write_workload_csv(workload: Workload, path: str | Path) -> Path:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="", encoding="utf-8") as fh:
+    with atomic_write(path) as fh:  # a stop or a full disk leaves the previous file
         w = csv.writer(fh, lineterminator="\n")
         w.writerow(DEEPBOOT_OUTPUT_COLUMNS)
         w.writerows(workload_csv_rows(workload))

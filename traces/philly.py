@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from deepboot_env.argparsing import ArgumentParser
+from deepboot_env.atomic import write_text
 from traces.loaders import PhillyTrace, TraceError, load_philly
 
 MINUTES_PER_DAY = 1440
@@ -200,7 +201,7 @@ def save_philly_stats(stats: PhillyStats, path: str | Path) -> None:
     head = json.dumps(obj, indent=2)[:-2]  # drop the closing "\n}"
     rows = ",\n".join("    " + json.dumps(r) for r in counts)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(f'{head},\n  "counts": [\n{rows}\n  ]\n}}\n')
+    write_text(path, f'{head},\n  "counts": [\n{rows}\n  ]\n}}\n')
 
 
 def default_stats_file() -> Path:
