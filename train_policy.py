@@ -25,8 +25,9 @@ and ``sched/step_*`` from the first rollout, ``sched/*``, ``reward/*``, ``rollou
 episode, ``eval/*``, ``train/*``, the settings as hparams and text, and ``pretrain/*`` in the run
 ``tb/pretrain``; ``checkpoints/`` every
 ``--save-freq`` steps (25,000 by default). SIGINT (Ctrl-C) or SIGTERM stops the run at the next
-step: the model, its config and the evaluations so far are saved as at a normal end, one line
-says how to resume, and the exit status is 130 or 143. ``--algo es`` trains the learned priority
+step (an evaluation or the warm start in progress sooner): the model, its config and the
+evaluations so far are saved as at a normal end, one line gives the command that resumes it, and
+the exit status is 130 or 143 (``docs/usage.md`` §2, stops and locks). ``--algo es`` trains the learned priority
 of :mod:`agents.priority` by evolution strategies instead (:func:`agents.evolution.train_es`:
 ``es_<n>/`` with ``best_model.json``, loaded as ``priority:<path>``). Evaluate the result like
 any baseline::

@@ -27,7 +27,8 @@ training episodes simulated so far, with ``generation``, ``train_jct_mean``, ``j
 ``generations.csv`` (one row per generation), ``state.json`` (theta, Adam's moments, the random
 generator, the cached ATS JCTs: what ``--resume`` continues from) and TensorBoard events in
 ``tb/``: ``sched/val_jct_ratio``, ``sched/train_jct_ratio``, ``es/*`` and ``theta/*``. SIGINT or
-SIGTERM stops the run after the generation in progress, saved as at a normal end. Episodes run in
+SIGTERM stops the generation in progress at once (its worker processes stopped) and saves the run
+at the last finished one, as at a normal end; the run folder is locked while it runs. Episodes run in
 worker processes or on Ray (:func:`deepboot_env.workers.run_pool`).
 """
 

@@ -117,8 +117,11 @@ class StopSignals:
 
 
 def active() -> StopSignals | None:
-    """The innermost entered :class:`StopSignals`, or None."""
-    return _ACTIVE[-1] if _ACTIVE else None
+    """The innermost entered :class:`StopSignals`, or None (always off the main thread, which
+    alone receives signals: a worker thread neither polls nor switches the main thread's sections)."""
+    if not _ACTIVE or threading.current_thread() is not threading.main_thread():
+        return None
+    return _ACTIVE[-1]
 
 
 def stop_requested() -> bool:
