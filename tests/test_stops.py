@@ -180,8 +180,13 @@ def test_generate_sigterm_while_writing_leaves_the_previous_file(tmp_path) -> No
     _assert_whole_files(tmp_path)
 
 
-def test_training_stopped_during_the_warm_start_saves_a_model_that_resumes_as_printed(tmp_path) -> None:
-    """SIGTERM while the expert's demonstrations run in worker processes, or while cloning: the
+@pytest.mark.parametrize(
+    ("signum", "point"),
+    [(signal.SIGTERM, "warm start: "), (signal.SIGINT, "warm start: epoch 1/")],
+    ids=["sigterm-in-the-demonstrations", "ctrl-c-in-the-cloning"],
+)
+def test_training_stopped_during_the_warm_start_saves_a_model_that_resumes_as_printed(tmp_path, signum, point) -> None:
+    """A signal while the expert's demonstrations run in worker processes, or while cloning: the
     model is saved, the workers are gone, and the printed command continues the run."""
     argv = [*TRAIN, "--algo", "ppo", "--preset", "smoke", "--workload", "tiny", "--eval-workload", "tiny"]
     argv += ["-n", "64", "--pretrain-expert", "ats", "--pretrain-epochs", "500", "--pretrain-noise", "0", "0.05"]
@@ -189,23 +194,29 @@ def test_training_stopped_during_the_warm_start_saves_a_model_that_resumes_as_pr
     argv += ["--hyperparams", "n_steps:32", "batch_size:32"]
     stdout = tmp_path / "stdout.txt"
 
-    def warm_start() -> bool:
-        return stdout.is_file() and "warm start:" in stdout.read_text()
+    def at_point() -> bool:
+        return stdout.is_file() and point in stdout.read_text()
 
-    code, _, err = _stop_when(argv, tmp_path, warm_start, signal.SIGTERM)
-    assert code == 143
+    code, _, err = _stop_when(argv, tmp_path, at_point, signum)
+    name = signal.Signals(signum).name
+    assert code == 128 + signum
     line = _one_line(err)
-    assert line.startswith("train_policy.py: SIGTERM: stopped (during the warm start: stopped ")
+    assert line.startswith(f"train_policy.py: {name}: stopped (during the warm start: stopped ")
     run = tmp_path / "runs" / "ppo_1"
     config = yaml.safe_load((run / "config.yml").read_text())
-    assert config["results"]["interrupted"] == "SIGTERM" and config["pretrain"]["interrupted"]
-    assert (run / "final_model.zip").is_file() and not list(run.glob(".*.tmp"))
+    assert config["results"]["interrupted"] == name and config["pretrain"]["interrupted"]
+    if signum == signal.SIGINT:
+        assert config["pretrain"]["epochs_done"] >= 1 and "cloning epochs" in line
+    else:
+        assert config["pretrain"]["epochs_done"] == 0 and "nothing cloned" in line
+    assert (run / "final_model.zip").is_file()
     _assert_whole_files(run)
     resume = line.split("resume with: ", 1)[1]
     assert "--resume runs/ppo_1/final_model.zip -n 64" in resume
-    _run_printed(resume, tmp_path)
-    again = yaml.safe_load((tmp_path / "runs" / "ppo_2" / "config.yml").read_text())
-    assert again["results"]["interrupted"] is None and again["results"]["total_timesteps"] >= 64
+    if signum == signal.SIGTERM:  # one resume is enough: the command is the same
+        _run_printed(resume, tmp_path)
+        again = yaml.safe_load((tmp_path / "runs" / "ppo_2" / "config.yml").read_text())
+        assert again["results"]["interrupted"] is None and again["results"]["total_timesteps"] >= 64
 
 
 def test_es_ctrl_c_during_a_generation_resumes_as_printed_without_duplicates(tmp_path) -> None:
