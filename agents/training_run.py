@@ -411,7 +411,8 @@ def train(args: argparse.Namespace, on_evaluation: Callable[[int, float], None] 
         t0 = time.perf_counter()
         try:
             if stops.signum is None:  # not stopped before learning (during the warm start)
-                _learn(model, settings["n_timesteps"], CallbackList(callbacks), resume is None, not args.no_progress)
+                steps, progress = settings["n_timesteps"], not args.no_progress
+                _learn(model, steps, CallbackList(callbacks), resume is None, progress, skip_final_evaluation)
             final = _finish_run(model, vec_env, run_dir, config, sched, evaluator, start_steps, t0, stops.signum)
         finally:
             Distribution.set_default_validate_args(validate_before)
@@ -422,13 +423,14 @@ def train(args: argparse.Namespace, on_evaluation: Callable[[int, float], None] 
         return run_dir
 
 
-def _learn(model: Any, steps: int, callback: Any, reset: bool, progress: bool) -> None:
+def _learn(model: Any, steps: int, callback: Any, reset: bool, progress: bool, on_stop: Callable[[], None]) -> None:
     """``model.learn``; a signal during an evaluation (its pool stops at once:
-    :class:`~deepboot_env.stops.Stopped`) ends it too, with the callbacks' training end (their
-    background workers stopped)."""
+    :class:`~deepboot_env.stops.Stopped`) ends it too: ``on_stop()`` (no final evaluation), then
+    the callbacks' training end (their background workers stopped)."""
     try:
         model.learn(total_timesteps=steps, callback=callback, reset_num_timesteps=reset, progress_bar=progress)
     except Stopped:
+        on_stop()
         callback.on_training_end()
 
 

@@ -219,6 +219,32 @@ def test_training_stopped_during_the_warm_start_saves_a_model_that_resumes_as_pr
         assert again["results"]["interrupted"] is None and again["results"]["total_timesteps"] >= 64
 
 
+def test_training_sigterm_during_an_evaluation_stops_its_workers_and_keeps_whole_rows(tmp_path) -> None:
+    """An evaluation after every step, in 2 worker processes: half a second after the first one
+    is written, the second is under way; a SIGTERM stops its pool at once, and the model and whole
+    evaluation rows are kept."""
+    argv = [*TRAIN, "--algo", "ppo", "--preset", "smoke", "--workload", "tiny", "--eval-workload", "tiny"]
+    argv += ["-n", "100000", "--eval-freq", "1", "--eval-episodes", "2", "--eval-jobs", "2", "--n-envs", "1"]
+    argv += ["--eval-reference", "none"]
+    argv += ["--no-progress", "--verbose", "0", "-f", "runs", "--hyperparams", "n_steps:32", "batch_size:32"]
+    evaluations = tmp_path / "runs" / "ppo_1" / "evaluations.csv"
+    seen: list[float] = []
+
+    def in_the_second_evaluation() -> bool:
+        if not seen and evaluations.is_file():
+            seen.append(time.monotonic())
+        return bool(seen) and time.monotonic() > seen[0] + 0.5
+
+    code, _, err = _stop_when(argv, tmp_path, in_the_second_evaluation, signal.SIGTERM)
+    assert code == 143 and "resume with: " in _one_line(err)
+    run = tmp_path / "runs" / "ppo_1"
+    assert yaml.safe_load((run / "config.yml").read_text())["results"]["interrupted"] == "SIGTERM"
+    assert (run / "final_model.zip").is_file() and (run / "best_model.zip").is_file()
+    _assert_whole_files(run)
+    with open(evaluations, newline="") as fh:
+        assert {r["timesteps"] for r in csv.DictReader(fh)} == {"1"}  # the second evaluation was cut short
+
+
 def test_es_ctrl_c_during_a_generation_resumes_as_printed_without_duplicates(tmp_path) -> None:
     argv = [*TRAIN, "--algo", "es", "--preset", "priority-es", "--workload", "family:short-period"]
     argv += ["--eval-workload", "family:short-period", "--eval-episodes", "1", "--eval-jobs", "2", "-n", "2"]
