@@ -457,11 +457,14 @@ def train_es(args: Any) -> Path:
         if not run_dir.is_dir():
             raise EsConfigError(f"--resume {args.resume}: no such run folder")
     else:
+        if args.n_timesteps is not None:
+            values["generations"] = args.n_timesteps
+        EsSettings.of(values)  # checked before a run folder is made
         run_dir = next_run_dir(args.log_folder, "es")
     with lock_folder(run_dir, "--resume" if args.resume else "--log-folder"), StopSignals(interruptible=False) as stops:
         state = EsState.load(run_dir / "state.json") if args.resume else None
-        if args.n_timesteps is not None:
-            values["generations"] = (state.generation if state is not None else 0) + args.n_timesteps
+        if state is not None and args.n_timesteps is not None:
+            values["generations"] = state.generation + args.n_timesteps
         settings = EsSettings.of(values)
         state = state or EsState.start(settings, args.seed)
         jobs = args.eval_jobs or available_cpus()
