@@ -127,7 +127,7 @@ def _run_printed(command: str, cwd: Path) -> None:
 def test_benchmark_sigterm_stops_its_workers_and_resume_completes(tmp_path) -> None:
     """``kill`` reaches the parent alone: it stops its worker processes, keeps the finished runs."""
     out = tmp_path / "bench"
-    grid = ["--families", "short-period", "--policies", "ats", "fifo", "--seeds", "3", "--jobs", "2"]
+    grid = ["--families", "short-period", "--policies", "ats", "fifo", "--seeds", "2", "--jobs", "2"]
     code, _, err = _stop_when(
         [*CLI, "benchmark", *grid, "--out", str(out), "--quiet"],
         tmp_path,
@@ -140,10 +140,10 @@ def test_benchmark_sigterm_stops_its_workers_and_resume_completes(tmp_path) -> N
     )
     _assert_whole_files(out)
     saved = read_runs(out / RUNS_FILE)
-    assert 1 <= len(saved) <= 6  # all 6 when the signal came while the leaderboard was written
+    assert 1 <= len(saved) <= 4  # all 4 when the signal came while the leaderboard was written
     assert main(["benchmark", *grid, "--out", str(out), "--resume", "--quiet"]) == 0
     runs = read_runs(out / RUNS_FILE)
-    assert runs[: len(saved)] == saved and len(runs) == len({(r["policy"], r["seed"]) for r in runs}) == 6
+    assert runs[: len(saved)] == saved and len(runs) == len({(r["policy"], r["seed"]) for r in runs}) == 4
     _assert_whole_files(out)
 
 
