@@ -34,6 +34,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from deepboot_env.config import EnvConfig
 from deepboot_env.evaluation import run_episode
+from deepboot_env.limits import safe_cell
 from deepboot_env.sim.metrics import EpisodeMetrics
 from deepboot_env.sim.scenario import Scenario
 from deepboot_env.sim.simulator import SimConfig
@@ -335,13 +336,14 @@ def censored_jct_mean(workload: Workload, metrics: Any) -> float:
 
 def append_csv(path: Path, columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> None:
     """Append ``rows`` (dicts over ``columns``) to the CSV file at ``path``, with the header
-    first if the file is new (``evaluations.csv`` and the like, written as a run goes)."""
+    first if the file is new (``evaluations.csv`` and the like, written as a run goes); text
+    cells that a spreadsheet would read as a formula are neutralised (:func:`~deepboot_env.limits.safe_cell`)."""
     new = not path.exists()
     with open(path, "a", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(columns))
         if new:
             writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({key: safe_cell(value) for key, value in row.items()} for row in rows)
 
 
 def available_cpus() -> int:

@@ -42,6 +42,7 @@ from typing import Any
 import yaml
 
 from agents.factory import HYPERPARAM_TYPES, ConfigError, check_hyperparams, resolve_device
+from deepboot_env.limits import safe_cell
 
 METRIC = "val_score"
 """What each trial reports after a validation: the selection score (lower is better)."""
@@ -256,7 +257,7 @@ def sweep(args: argparse.Namespace) -> Path:
     with open(sweep_dir / "trials.csv", "w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["trial"])
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({key: safe_cell(value) for key, value in row.items()} for row in rows)
     scored = [r for r in rows if math.isfinite(r["best_score"])]
     if not scored:
         errors = [r["error"] for r in rows if r["error"]]

@@ -36,14 +36,17 @@ __all__ = [
     "MAX_INT_DIGITS",
     "MAX_JOB_SLOTS",
     "MAX_JSON_BYTES",
+    "MAX_LINE_CHARS",
     "MAX_NAME_CHARS",
     "MAX_NESTING",
     "MAX_ROLLOUT",
     "MAX_SHOWN_CHARS",
+    "MAX_TIME_S",
     "MAX_VALUES",
     "MAX_WORKLOAD_ROWS",
     "MAX_ZIP_DATA_BYTES",
     "MAX_ZIP_ENTRY_BYTES",
+    "MIN_DURATION_S",
     "MIN_INTERVAL_S",
     "BYTES_PER_WORKLOAD_ROW",
     "parse_json",
@@ -74,6 +77,13 @@ MAX_INT_DIGITS = 40
 """Most digits of an integer in a JSON document (a 128-bit random generator state has 39)."""
 MAX_CSV_COLUMNS = 64
 """Most columns of a workload CSV (header or row)."""
+MAX_LINE_CHARS = 65_536
+"""Longest line of a workload CSV (read no further)."""
+MAX_TIME_S = 1e12
+"""Latest arrival time and longest inference duration in a workload CSV (s): beyond, sums of
+times lose whole seconds."""
+MIN_DURATION_S = 1e-3
+"""Shortest inference duration in a workload CSV (s): a denormal one never advances the clock."""
 MAX_NAME_CHARS = 256
 """Longest job or request name in a workload CSV."""
 MAX_WORKLOAD_ROWS = 200_000
@@ -234,6 +244,6 @@ def safe_frame(frame: Any) -> Any:
     """A copy of the pandas DataFrame ``frame`` with :func:`safe_cell` applied to its text columns."""
     out = frame.copy()
     for column in out.columns:
-        if out[column].dtype == object:
+        if getattr(out[column].dtype, "kind", "O") not in "biufcmM":  # text: object or string dtypes
             out[column] = out[column].map(safe_cell)
     return out

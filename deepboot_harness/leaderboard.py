@@ -23,6 +23,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from scipy import stats
 
+from deepboot_env.limits import safe_frame
 from deepboot_harness.compare_tables import markdown_table
 from deepboot_harness.paired_stats import Estimate, paired_ratios, summarize
 from deepboot_harness.plots import display_name, policy_colors, save_png
@@ -355,9 +356,9 @@ def write_outputs(
         "leaderboard_csv": out / "leaderboard.csv",
         "leaderboard": out / "leaderboard.md",
     }
-    frame.to_csv(paths["results"], index=False)
-    jobs.to_csv(paths["jobs"], index=False)
-    board.to_csv(paths["leaderboard_csv"], index=False)
+    safe_frame(frame).to_csv(paths["results"], index=False)
+    safe_frame(jobs).to_csv(paths["jobs"], index=False)
+    safe_frame(board).to_csv(paths["leaderboard_csv"], index=False)
     paths["leaderboard"].write_text(leaderboard_markdown(board, title, notes) + "\n", encoding="utf-8")
     if REFERENCE in set(frame["policy"]):
         paths.update(plot_ratio_figures(frame, out))
