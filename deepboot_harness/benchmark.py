@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -79,12 +80,17 @@ class BenchmarkSpec:
                 seed count < 1 or beyond the split, or bad simulation options.
         """
         from deepboot_env.policy import make_policy
+        from deepboot_harness.leaderboard import REFERENCE
         from traces.families import FamilyError, get_family, split_seeds
 
         if not self.families:
             raise BenchmarkError("no families given (--families)")
         if not self.policies:
             raise BenchmarkError("no policies given (--policies)")
+        for flag, names in (("--families", self.families), ("--policies", self.policies)):
+            twice = sorted(name for name, count in Counter(names).items() if count > 1)
+            if twice:
+                raise BenchmarkError(f"{flag} names {', '.join(twice)} more than once; give each name once")
         try:
             for family in self.families:
                 get_family(family)
@@ -103,6 +109,10 @@ class BenchmarkSpec:
                 make_policy(policy)
             except (ValueError, OSError, TypeError) as exc:
                 raise BenchmarkError(f"--policies {policy}: {exc}") from None
+        if REFERENCE not in self.policies:
+            raise BenchmarkError(
+                f"--policies must include the reference policy {REFERENCE!r}: the leaderboard's JCT ratios are to it"
+            )
         try:
             sim_config(**self.options)
         except (ValueError, TypeError) as exc:
@@ -209,6 +219,30 @@ def check_bound(row: dict[str, Any]) -> None:
 # the output folder
 
 
+OUTPUT_FILES: tuple[str, ...] = (
+    "results.csv",
+    "jobs.csv",
+    "leaderboard.csv",
+    "leaderboard.md",
+    "jct_ratio.png",
+    "jct_aggregate.png",
+    "jct_cdf.png",
+)
+"""The files the end of a benchmark writes in its folder (:func:`deepboot_harness.leaderboard.write_outputs`)."""
+
+
+def check_outputs(out: Path) -> None:
+    """Refuse, before the first run, a folder where an output file's name is taken by a folder
+    (the benchmark would run every cell, then fail to write its results).
+
+    Raises:
+        BenchmarkError: naming the path.
+    """
+    for name in OUTPUT_FILES:
+        if (out / name).is_dir():
+            raise BenchmarkError(f"--out {out}: {name} is a folder, so the results cannot be written there")
+
+
 def prepare_folder(out: Path, spec: BenchmarkSpec, resume: bool) -> set[tuple[str, str, int]]:
     """Check and set up ``out`` (:func:`deepboot_harness.run_log.open_run_log`); the (policy,
     family, seed) already done when resuming.
@@ -279,6 +313,7 @@ def run_benchmark(
         raise BenchmarkError(f"--jobs must be >= 1, got {jobs}")
     backend.check()
     out = Path(out)
+    check_outputs(out)
     done = prepare_folder(out, spec, resume)
     runs = spec.runs()
     todo = [run for run in runs if run not in done]
