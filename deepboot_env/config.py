@@ -34,7 +34,7 @@ from typing import Any
 
 from deepboot_env import MAX_EPISODE_STEPS
 from deepboot_env.env.codec import CODECS, SCORE_SCALE, ActionCodec, make_codec
-from deepboot_env.limits import JCT_SCALE_RANGE, MAX_JOB_SLOTS, shown
+from deepboot_env.limits import JCT_SCALE_RANGE, MAX_JOB_SLOTS, names, shown
 from deepboot_env.sim.choices import validate_choice
 from deepboot_env.sim.cluster import ClusterConfig, ClusterConfigError
 from deepboot_env.sim.interference import InterferenceModel
@@ -248,9 +248,7 @@ class EnvConfig:
         """
         unknown = sorted(set(options) - set(cls.option_names()))
         if unknown:
-            raise EnvConfigError(
-                f"unknown env option(s) {shown(', '.join(unknown[:20]))}; known: {', '.join(cls.option_names())}"
-            )
+            raise EnvConfigError(f"unknown env option(s) {names(unknown)}; known: {', '.join(cls.option_names())}")
         sim_options = {k: options.pop(k) for k in SIM_OPTIONS if k in options}
         try:
             sim = sim_config(**sim_options)

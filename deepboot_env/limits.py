@@ -1,7 +1,7 @@
 """Bounds on what a file or value a user names may hold, and the readers that keep to them.
 
 Every loader of a user's file reads it through these helpers, so that a small crafted file can
-neither exhaust memory nor escape as a traceback (docs/usage.md §7, "Limits on input"):
+neither exhaust memory nor escape as a traceback (docs/usage.md §7.1):
 
 * :func:`read_bounded`: at most ``limit`` bytes of a file (``/dev/zero`` included);
 * :func:`parse_json` / :func:`parse_yaml`: the document with its nesting, integer size and (for
@@ -49,6 +49,7 @@ __all__ = [
     "MIN_DURATION_S",
     "MIN_INTERVAL_S",
     "BYTES_PER_WORKLOAD_ROW",
+    "names",
     "parse_json",
     "parse_yaml",
     "read_bounded",
@@ -126,6 +127,14 @@ def shown(value: Any, limit: int = MAX_SHOWN_CHARS) -> str:
     return text
 
 
+def names(items: list[str], most: int = 10) -> str:
+    """``items`` joined by commas for an error message: each cut as :func:`shown` cuts a text,
+    at most ``most`` of them, then how many more there are."""
+    shown_items = [item if len(item) <= MAX_SHOWN_CHARS else shown(item) for item in map(str, items[:most])]
+    more = f" and {len(items) - most:,} more" if len(items) > most else ""
+    return ", ".join(shown_items) + more
+
+
 # ---------------------------------------------------------------------------------------------
 # reading files
 
@@ -143,7 +152,7 @@ def read_bounded(path: str | Path, limit: int, what: str, error: ErrorFactory = 
     with open(path, "rb") as fh:
         data = fh.read(limit + 1)
     if len(data) > limit:
-        raise error(f"{path}: {what} is larger than the limit of {limit:,} bytes (docs/usage.md §7)")
+        raise error(f"{path}: {what} is larger than the limit of {limit:,} bytes (docs/usage.md §7.1)")
     return data
 
 

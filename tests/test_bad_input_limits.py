@@ -418,3 +418,45 @@ def test_metadata_naming_a_file_is_refused(base: str, tmp_path: Path) -> None:
     one_line(err.value)
     with pytest.raises(CheckpointError, match="names a file"):
         make_policy(f"ppo:{path}")
+
+
+# ---------------------------------------------------------------------------------------------
+# train_policy.py: one line and exit status 2 before any work
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        (["--hyperparams", "n_steps:0"], "hyperparameter n_steps: must be from 1"),
+        (["--hyperparams", "learning_rate:nan"], "hyperparameter learning_rate: must be a finite number > 0"),
+        (["--hyperparams", "gamma:1e999"], "hyperparameter gamma"),
+        (["--env-kwargs", "jct_scale:1e-320"], "jct_scale must be a number from"),
+        (["--env-kwargs", "max_jobs:10000000"], "max_jobs must be <= 4096"),
+        (["--env-kwargs", "interval:1e-9"], "interval must be >= 1 s"),
+        (["--algo", "es", "--workload", "family:bursty", "-params", "generations:1e400"], "ES setting generations"),
+        (["--algo", "es", "--workload", "family:bursty", "-params", "sigma:nan"], "ES setting sigma"),
+    ],
+)
+def test_train_policy_refuses_bad_values_in_one_line(extra: list[str], fragment: str, tmp_path: Path, capsys) -> None:
+    import train_policy
+
+    with pytest.raises(SystemExit) as exc:
+        train_policy.main(["--log-folder", str(tmp_path / "runs"), "--no-progress", *extra])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert fragment in err[-1] and "Traceback" not in "\n".join(err)
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+@pytest.mark.parametrize("algo", ["ppo", "es"])
+def test_train_policy_log_folder_onto_a_file_is_one_line(algo: str, tmp_path: Path, capsys) -> None:
+    import train_policy
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    for folder in (blocker, blocker / "below"):
+        with pytest.raises(SystemExit) as exc:
+            train_policy.main(["--algo", algo, "-f", str(folder), "--no-progress", "--workload", "family:bursty"])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert "Traceback" not in "\n".join(err) and str(blocker) in err[-1], err

@@ -462,7 +462,7 @@ def _too_many_rows(limit: int) -> str:
     gigabytes = limit * BYTES_PER_WORKLOAD_ROW / 1e9
     return (
         f"more than the limit of {limit:,} rows: a workload this large needs over {gigabytes:.0f} GB and hours "
-        "to simulate (about 5 GB per million rows); split it (docs/usage.md §7)"
+        "to simulate (about 5 GB per million rows); split it (docs/usage.md §7.1)"
     )
 
 

@@ -15,7 +15,7 @@ from deepboot_env.sim.restart import validate_model
 
 MIN_INTERVAL_S = 1.0
 """The shortest ``interval`` between scheduling boundaries: a shorter one makes an episode's
-per-boundary records (30 days / interval rows) exhaust memory (docs/usage.md §7)."""
+per-boundary records (30 days / interval rows) exhaust memory (docs/usage.md §7.1)."""
 
 
 @dataclass(frozen=True)
