@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from deepboot_env.limits import MAX_ZIP_DATA_BYTES, MAX_ZIP_ENTRY_BYTES, parse_json, shown
+from deepboot_env.limits import MAX_ZIP_DATA_BYTES, MAX_ZIP_ENTRY_BYTES, parse_json, read_stream, shown
 
 SERIALIZED = ":serialized:"
 """The marker SB3 puts on a field it stored as a cloudpickle."""
@@ -93,12 +93,12 @@ def read_entry(path: Path, name: str, limit: int) -> bytes:
             if info.file_size > limit:
                 raise CheckpointError(f"{path}: entry {name!r} unpacks to {info.file_size:,} bytes (limit {limit:,})")
             with zf.open(info) as fh:
-                data = fh.read(limit + 1)
+                data = read_stream(fh, limit)
     except _ZIP_ERRORS as exc:
         if isinstance(exc, CheckpointError):
             raise
         raise CheckpointError(f"{path}: not a stable-baselines3 model zip ({shown(str(exc))})") from None
-    if len(data) > limit:
+    if data is None:
         raise CheckpointError(f"{path}: entry {name!r} unpacks to more than {limit:,} bytes")
     return data
 
@@ -330,6 +330,17 @@ _DROPPED = ("_last_obs", "_last_episode_starts", "_last_original_obs")
 _EMPTY_DEQUES = ("ep_info_buffer", "ep_success_buffer")
 
 
+def _window(path: Path, value: Any) -> int:
+    """The checkpoint's ``_stats_window_size``: a whole number from 1 to 1,000,000.
+
+    Raises:
+        CheckpointError: for anything else.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1_000_000:
+        raise CheckpointError(f"{path}: field '_stats_window_size' must be a whole number >= 1, got {shown(value)}")
+    return value
+
+
 def safe_custom_objects(path: Path, data: dict[str, Any], algo: str) -> dict[str, Any]:
     """A replacement for every pickled field of ``data`` (see the module docstring).
 
@@ -357,7 +368,7 @@ def safe_custom_objects(path: Path, data: dict[str, Any], algo: str) -> dict[str
         elif key in _DROPPED:
             out[key] = None
         elif key in _EMPTY_DEQUES:
-            out[key] = deque(maxlen=int(data.get("_stats_window_size", 100)))
+            out[key] = deque(maxlen=_window(path, data.get("_stats_window_size", 100)))
         else:
             raise CheckpointError(
                 f"{path}: field {shown(key)} is pickled and cannot be checked; load it only if you trust "

@@ -248,11 +248,12 @@ def check_state(path: Path, doc: Any) -> dict[str, Any]:
     cache = doc.get("ats_jct", {})
     if not isinstance(cache, dict):
         raise bad("ats_jct", "an object of ATS JCTs by family/seed")
-    seeds = set(split_seeds("train")) | set(split_seeds("val"))
+    splits = (split_seeds("train"), split_seeds("val"))  # ranges: membership without a set of millions
     low, high = ATS_JCT_RANGE
     for key, value in cache.items():
         family, _, seed = str(key).partition("/")
-        if family not in FAMILIES or not seed.isdigit() or int(seed) not in seeds:
+        whole = seed.isascii() and seed.isdigit() and len(seed) <= 20
+        if family not in FAMILIES or not whole or not any(int(seed) in split for split in splits):
             raise EsConfigError(f"{path}: field 'ats_jct': {shown(key)} is not a family/seed of the train or val split")
         if not (_is_number(value) and low <= value <= high):
             raise EsConfigError(

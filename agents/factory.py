@@ -360,8 +360,10 @@ def check_hyperparam_range(key: str, value: Any) -> None:
     if key in ("learning_rate", "clip_range", "clip_range_vf") and isinstance(value, str):
         schedule = _schedule(key, value)
         value = schedule if isinstance(schedule, float) else schedule(1.0)
-    if key not in HYPERPARAM_RANGES or value is None or isinstance(value, bool | str | dict):
+    if key not in HYPERPARAM_RANGES or value is None:
         return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"hyperparameter {key}: must be a number, got {shown(value)}")
     low, high = HYPERPARAM_RANGES[key]
     try:
         number = float(value)

@@ -51,8 +51,10 @@ __all__ = [
     "BYTES_PER_WORKLOAD_ROW",
     "names",
     "parse_json",
+    "plain",
     "parse_yaml",
     "read_bounded",
+    "read_stream",
     "safe_cell",
     "safe_frame",
     "shown",
@@ -127,10 +129,16 @@ def shown(value: Any, limit: int = MAX_SHOWN_CHARS) -> str:
     return text
 
 
+def plain(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
+    """``text`` as it is for an error message when short and printable, else :func:`shown` (quoted,
+    escaped, cut)."""
+    return text if len(text) <= limit and text.isprintable() else shown(text, limit)
+
+
 def names(items: list[str], most: int = 10) -> str:
     """``items`` joined by commas for an error message: each cut as :func:`shown` cuts a text,
     at most ``most`` of them, then how many more there are."""
-    shown_items = [item if len(item) <= MAX_SHOWN_CHARS else shown(item) for item in map(str, items[:most])]
+    shown_items = [plain(item) for item in map(str, items[:most])]
     more = f" and {len(items) - most:,} more" if len(items) > most else ""
     return ", ".join(shown_items) + more
 
@@ -150,10 +158,24 @@ def read_bounded(path: str | Path, limit: int, what: str, error: ErrorFactory = 
         OSError: the file cannot be opened or read (callers name it in their own words).
     """
     with open(path, "rb") as fh:
-        data = fh.read(limit + 1)
-    if len(data) > limit:
+        data = read_stream(fh, limit)
+    if data is None:
         raise error(f"{path}: {what} is larger than the limit of {limit:,} bytes (docs/usage.md §7.1)")
     return data
+
+
+def read_stream(fh: Any, limit: int, chunk: int = 1 << 20) -> bytes | None:
+    """The bytes of the binary stream ``fh`` if there are at most ``limit`` of them, else None;
+    read in chunks, so that neither a long stream nor a large ``limit`` costs more memory than
+    the bytes there are (plus one chunk)."""
+    parts: list[bytes] = []
+    total = 0
+    while part := fh.read(min(chunk, limit + 1 - total)):
+        parts.append(part)
+        total += len(part)
+        if total > limit:
+            return None
+    return b"".join(parts)
 
 
 class _TooBig(Exception):

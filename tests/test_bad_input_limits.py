@@ -460,3 +460,21 @@ def test_train_policy_log_folder_onto_a_file_is_one_line(algo: str, tmp_path: Pa
         assert exc.value.code == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert "Traceback" not in "\n".join(err) and str(blocker) in err[-1], err
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "fragment"),
+    [
+        ("deep.json", "[" * 100_000 + "]" * 100_000, "invalid JSON"),
+        ("huge.json", "[" + " " * (2 << 20) + "]", "larger than the limit"),
+    ],
+)
+def test_interference_matrix_files_are_bounded(name: str, content: str, fragment: str, tmp_path: Path, capsys) -> None:
+    from deepboot_harness.cli import main
+
+    path = tmp_path / name
+    path.write_text(content)
+    argv = ["simulate", "--workload", "smoke/tiny", "--policy", "fifo", "--interference-matrix", str(path), "--quiet"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and fragment in err

@@ -45,6 +45,7 @@ from deepboot_env.limits import (
     MAX_TIME_S,
     MAX_WORKLOAD_ROWS,
     MIN_DURATION_S,
+    plain,
     shown,
 )
 from deepboot_env.sim.apps import APP_NAMES, UnknownApplicationError, get_app, inference_model_of
@@ -445,7 +446,10 @@ def _rows(reader, header: list[str], path: Path, max_rows: int | None = None):
                 continue
             if len(row) != len(header):
                 raise TraceError(
-                    f"expected {len(header)} fields ({','.join(header)}), got {len(row):,}", path, line, "row"
+                    f"expected {len(header)} fields ({plain(','.join(header), 400)}), got {len(row):,}",
+                    path,
+                    line,
+                    "row",
                 )
             n += 1
             if max_rows is not None and n > max_rows:
@@ -500,7 +504,7 @@ def _unsupported_header(header: list[str]) -> str:
     missing = {fmt: [c for c in required if c not in header] for fmt, required in _FORMATS.items()}
     best = min(missing, key=lambda fmt: len(missing[fmt]))  # ties: first in _FORMATS (Pollux)
     return (
-        f"unsupported column set ({','.join(header)}); closest format is {best} "
+        f"unsupported column set ({plain(','.join(header), 400)}); closest format is {best} "
         f"({','.join(_FORMATS[best])}), missing column(s) {', '.join(repr(c) for c in missing[best])}"
     )
 
