@@ -34,7 +34,7 @@ from typing import Any
 
 from deepboot_env import MAX_EPISODE_STEPS
 from deepboot_env.env.codec import CODECS, SCORE_SCALE, ActionCodec, make_codec
-from deepboot_env.limits import JCT_SCALE_RANGE, MAX_JOB_SLOTS, names, shown
+from deepboot_env.limits import JCT_SCALE_RANGE, MAX_JOB_SLOTS, MAX_LEND_LEVELS, names, shown
 from deepboot_env.sim.choices import validate_choice
 from deepboot_env.sim.cluster import ClusterConfig, ClusterConfigError
 from deepboot_env.sim.interference import InterferenceModel
@@ -212,8 +212,9 @@ class EnvConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise EnvConfigError(f"{name} must be an integer >= 1, got {shown(value)}")
-        if self.max_jobs > MAX_JOB_SLOTS:
-            raise EnvConfigError(f"max_jobs must be <= {MAX_JOB_SLOTS} (the limit), got {shown(self.max_jobs)}")
+        for name, most in (("max_jobs", MAX_JOB_SLOTS), ("lend_levels", MAX_LEND_LEVELS)):
+            if getattr(self, name) > most:
+                raise EnvConfigError(f"{name} must be <= {most} (the limit), got {shown(getattr(self, name))}")
         low, high = JCT_SCALE_RANGE
         if isinstance(self.jct_scale, bool) or not (
             isinstance(self.jct_scale, int | float) and low <= self.jct_scale <= high

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from deepboot_env.sim.cluster import MAX_NODES
 from deepboot_env.sim.config import MIN_INTERVAL_S
 
 __all__ = [
@@ -38,7 +39,9 @@ __all__ = [
     "MAX_JSON_BYTES",
     "MAX_LINE_CHARS",
     "MAX_NAME_CHARS",
+    "MAX_LEND_LEVELS",
     "MAX_NESTING",
+    "MAX_NODES",
     "MAX_ROLLOUT",
     "MAX_SHOWN_CHARS",
     "MAX_TIME_S",
@@ -98,6 +101,8 @@ MAX_ROLLOUT = 1 << 20
 """Largest ``n_steps`` (per env) and ``batch_size`` of PPO: a larger rollout exhausts memory."""
 MAX_JOB_SLOTS = 4096
 """Most job slots (``max_jobs``) of the env's observation and action."""
+MAX_LEND_LEVELS = 64
+"""Most lending levels (``lend_levels``): the action mask holds one entry per level."""
 JCT_SCALE_RANGE = (1e-6, 1e12)
 """The range of ``jct_scale`` (its reward divides by it: a denormal one gives rewards of -inf)."""
 

@@ -228,6 +228,9 @@ def test_good_hyperparameters_pass() -> None:
         ({"jct_scale": 1e300}, "jct_scale"),
         ({"jct_scale": True}, "jct_scale"),
         ({"max_jobs": 10**7}, f"max_jobs must be <= {MAX_JOB_SLOTS} (the limit)"),
+        ({"lend_levels": 10**9}, "lend_levels must be <= 64 (the limit)"),
+        ({"cluster": "10000000x4+8x4"}, "10,000,008 nodes, more than the limit of 100,000"),
+        ({"shared_pool": "10000000x4"}, "more than the limit of 100,000"),
         ({"max_time": int("9" * 400)}, "max_time must be a finite number"),
         ({"interval": "60"}, "interval must be a number"),
     ],
@@ -478,3 +481,23 @@ def test_interference_matrix_files_are_bounded(name: str, content: str, fragment
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and fragment in err
+
+
+def test_a_poisoned_but_plausible_ats_cache_is_caught_on_resume(tmp_path: Path, capsys) -> None:
+    """The range check cannot see a plausible wrong value: resuming recomputes a cached entry."""
+    import train_policy
+    from agents.evolution import episode_jct, verify_cache
+
+    seed = _train_seed()
+    true = episode_jct((None, "bursty", seed))
+    run = tmp_path / "es_1"
+    run.mkdir()
+    path = _state(run, ats_jct={f"bursty/{seed}": true})
+    verify_cache(path, EsState.load(path))  # the true value passes
+    path = _state(run, ats_jct={f"bursty/{seed}": true * 0.5})
+    with pytest.raises(EsConfigError, match=f"bursty/{seed} holds .* but ATS takes") as err:
+        verify_cache(path, EsState.load(path))
+    one_line(err.value)
+    with pytest.raises(SystemExit) as exc:
+        train_policy.main(["--algo", "es", "--workload", "family:bursty", "--resume", str(run), "--no-progress"])
+    assert exc.value.code == 2 and "does not match the scenarios" in capsys.readouterr().err
