@@ -501,3 +501,19 @@ def test_a_poisoned_but_plausible_ats_cache_is_caught_on_resume(tmp_path: Path, 
     with pytest.raises(SystemExit) as exc:
         train_policy.main(["--algo", "es", "--workload", "family:bursty", "--resume", str(run), "--no-progress"])
     assert exc.value.code == 2 and "does not match the scenarios" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flags", "fragment"),
+    [
+        (["--num-jobs", "100000000"], "100,000,000 training jobs, more than the limit of 200,000 rows"),
+        (["--load", "1e300"], "an integer of about 302 digits training jobs"),
+        (["--horizon-hours", "1e9"], "inference requests, more than the limit of 200,000 rows"),
+    ],
+)
+def test_generate_refuses_workloads_beyond_the_row_limit(flags: list[str], fragment: str, capsys) -> None:
+    from deepboot_harness.cli import main
+
+    assert main(["generate", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("deepboot generate: error: ") and fragment in err
