@@ -29,7 +29,7 @@ from agents.factory import (
 )
 from deepboot_env import FRONT_END_DYNAMICS
 from deepboot_env.config import DYNAMICS, EnvConfig
-from deepboot_env.limits import MAX_CONFIG_BYTES, parse_yaml, read_bounded, shown
+from deepboot_env.limits import MAX_CONFIG_BYTES, names, parse_yaml, read_bounded, shown
 
 DEFAULT_CONF = Path(__file__).resolve().parent / "conf" / "deepboot.yml"
 """Configuration read when ``--conf-file`` is not given: package data, so that a wheel trains with
@@ -106,7 +106,7 @@ def load_conf(path: str | Path | None, preset: str, algo: str, common: bool = Tr
     elif preset in data:
         section = data[preset]
     else:
-        raise ConfigError(f"--conf-file {p}: no preset {shown(preset)}; presets: {', '.join(map(str, data))}")
+        raise ConfigError(f"--conf-file {p}: no preset {shown(preset)}; presets: {names(list(data))}")
     if not isinstance(section, dict):
         raise ConfigError(f"--conf-file {p}: preset {shown(preset)} is not a mapping")
     out: dict[str, Any] = {}

@@ -140,10 +140,10 @@ def plain(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
     return text if len(text) <= limit and text.isprintable() else shown(text, limit)
 
 
-def names(items: list[str], most: int = 10) -> str:
+def names(items: list[Any], most: int = 10) -> str:
     """``items`` joined by commas for an error message: each cut as :func:`shown` cuts a text,
     at most ``most`` of them, then how many more there are."""
-    shown_items = [plain(item) for item in map(str, items[:most])]
+    shown_items = [plain(str(item)) for item in list(items)[:most]]
     more = f" and {len(items) - most:,} more" if len(items) > most else ""
     return ", ".join(shown_items) + more
 

@@ -517,3 +517,11 @@ def test_generate_refuses_workloads_beyond_the_row_limit(flags: list[str], fragm
     assert main(["generate", *flags]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("deepboot generate: error: ") and fragment in err
+
+
+def test_a_missing_preset_lists_the_file_s_presets_in_one_short_line(tmp_path: Path) -> None:
+    conf = tmp_path / "many.yml"
+    conf.write_text('"a\\nb": {}\n' + "".join(f"preset{k}: {{}}\n" for k in range(1000)))
+    with pytest.raises(ConfigError, match="no preset 'nope'; presets: 'a\\\\nb', preset0, ") as err:
+        load_conf(conf, "nope", "ppo")
+    assert "and 991 more" in one_line(err.value)

@@ -151,6 +151,8 @@ YAML_PIECES = st.sampled_from(
         "default:\n  ppo: !!binary aGVsbG8=\n",
         "? [a, b]\n: c\n",
         "default:\n  common: {<<: {n_steps: 1}}\n",
+        '"a\\nb": 1\n"c\\nd": 2\n',
+        "".join(f"k{k}: {k}\n" for k in range(300)),
     ]
 )
 
