@@ -47,7 +47,7 @@ import numpy as np
 
 from agents.callbacks import append_csv, available_cpus
 from agents.priority import FEATURES, PriorityModel, PriorityPolicy, srpt_theta
-from deepboot_env.limits import MAX_ES_STATE_BYTES, parse_json, read_bounded, shown
+from deepboot_env.limits import MAX_ES_STATE_BYTES, names, parse_json, read_bounded, shown
 from deepboot_env.workers import LOCAL, Backend, run_pool
 
 DYNAMICS = "v1"
@@ -99,7 +99,7 @@ class EsSettings:
         known = {f.name: f.type for f in fields(cls)}
         unknown = sorted(set(values) - set(known))
         if unknown:
-            raise EsConfigError(f"unknown ES settings {unknown}; known: {', '.join(known)}")
+            raise EsConfigError(f"unknown ES settings {names(unknown)}; known: {', '.join(known)}")
         out: dict[str, Any] = {
             name: _setting(name, value, int if known[name] == "int" else float) for name, value in values.items()
         }

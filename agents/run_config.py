@@ -152,7 +152,7 @@ def resolve_env_id(env_id: str | None, env_kwargs: dict[str, Any], flag_kwargs: 
         raise ConfigError(f"--env: unknown env id {shown(env_id)}; choose from {', '.join(ENV_IDS)}")
     dynamics = ENV_IDS[env_id]
     if flag_kwargs.get("dynamics", dynamics) != dynamics:
-        raise ConfigError(f"--env {env_id} contradicts --env-kwargs dynamics:{flag_kwargs['dynamics']}")
+        raise ConfigError(f"--env {env_id} contradicts --env-kwargs dynamics:{shown(flag_kwargs['dynamics'])}")
     env_kwargs["dynamics"] = dynamics
 
 
@@ -200,16 +200,16 @@ def resolve_settings(args: argparse.Namespace, algo: str) -> dict[str, Any]:
             raise ConfigError(f"{key} must be an integer, got {shown(value)}")
         settings[key] = value
     if settings["n_timesteps"] < 1:
-        raise ConfigError(f"--n-timesteps must be >= 1, got {settings['n_timesteps']}")
+        raise ConfigError(f"--n-timesteps must be >= 1, got {shown(settings['n_timesteps'])}")
     if settings["n_envs"] < 1:
-        raise ConfigError(f"--n-envs must be >= 1, got {settings['n_envs']}")
+        raise ConfigError(f"--n-envs must be >= 1, got {shown(settings['n_envs'])}")
     if settings["group_size"] < 1 or settings["n_envs"] % settings["group_size"]:
         raise ConfigError(
             f"--group-size must be >= 1 and divide --n-envs {settings['n_envs']}, got {settings['group_size']}"
         )
     for key in ("eval_episodes", "eval_jobs"):
         if settings[key] < 0:
-            raise ConfigError(f"--{key.replace('_', '-')} must be >= 0, got {settings[key]}")
+            raise ConfigError(f"--{key.replace('_', '-')} must be >= 0, got {shown(settings[key])}")
     settings["eval_reference"] = resolve_eval_reference(args, conf)
     settings.update(resolve_pretrain(args, conf))
     env_kwargs = dict(conf.pop("env_kwargs", {}) or {})

@@ -39,8 +39,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from agents.factory import HYPERPARAM_TYPES, ConfigError, check_hyperparams, resolve_device
 from deepboot_env.limits import safe_cell
 
@@ -140,11 +138,9 @@ def load_spec(path: str | Path) -> tuple[dict[str, Any], int, dict[str, float]]:
     Raises:
         ConfigError: for a missing or unreadable file, or a bad spec.
     """
-    try:
-        spec = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"--tune: cannot read {path}: {str(exc).splitlines()[0]}") from None
-    return parse_space(spec)
+    from agents.run_config import read_yaml
+
+    return parse_space(read_yaml(Path(path), "--tune"))
 
 
 def tune_space(space: Mapping[str, Any]) -> dict[str, Any]:

@@ -228,7 +228,7 @@ def parse_yaml(text: str, source: str, error: ErrorFactory = ValueError, max_val
         value = yaml.safe_load(text)
     except RecursionError:
         raise error(f"{source}: nested deeper than the limit of {MAX_NESTING} levels") from None
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, ValueError, OverflowError) as exc:  # ValueError: an integer of over 4,300 digits
         raise error(f"{source}: not YAML ({str(exc).splitlines()[0][:MAX_SHOWN_CHARS]})") from None
     _check_size(value, source, error, max_values)
     return value

@@ -525,3 +525,25 @@ def test_a_missing_preset_lists_the_file_s_presets_in_one_short_line(tmp_path: P
     with pytest.raises(ConfigError, match="no preset 'nope'; presets: 'a\\\\nb', preset0, ") as err:
         load_conf(conf, "nope", "ppo")
     assert "and 991 more" in one_line(err.value)
+
+
+@pytest.mark.parametrize(
+    ("common", "fragment"),
+    [
+        ("n_timesteps: -" + "9" * 4000, "--n-timesteps must be >= 1, got an integer of about 4,000 digits"),
+        ("n_steps: " + "9" * 4000, "hyperparameter n_steps: must be from 1"),
+        ("n_steps: " + "9" * 5000, "not YAML (Exceeds the limit (4300 digits)"),
+        ("learning_rate: .nan", "hyperparameter learning_rate"),
+        ("env_kwargs: {jct_scale: 1.0e-320}", "jct_scale must be a number from"),
+    ],
+)
+def test_huge_and_non_finite_values_in_a_conf_file(common: str, fragment: str, tmp_path: Path, capsys) -> None:
+    import train_policy
+
+    conf = tmp_path / "conf.yml"
+    conf.write_text(f"default:\n  common:\n    {common}\n")
+    with pytest.raises(SystemExit) as exc:
+        train_policy.main(["--conf-file", str(conf), "--log-folder", str(tmp_path / "runs"), "--no-progress"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err[-1]) < 500 and fragment in err[-1] and "Traceback" not in "\n".join(err)
