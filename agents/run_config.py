@@ -29,7 +29,7 @@ from agents.factory import (
 )
 from deepboot_env import FRONT_END_DYNAMICS
 from deepboot_env.config import DYNAMICS, EnvConfig
-from deepboot_env.limits import MAX_CONFIG_BYTES, names, parse_yaml, read_bounded, shown
+from deepboot_env.limits import MAX_CONFIG_BYTES, names, parse_yaml, plain, read_bounded, shown
 
 DEFAULT_CONF = Path(__file__).resolve().parent / "conf" / "deepboot.yml"
 """Configuration read when ``--conf-file`` is not given: package data, so that a wheel trains with
@@ -152,7 +152,7 @@ def resolve_env_id(env_id: str | None, env_kwargs: dict[str, Any], flag_kwargs: 
         raise ConfigError(f"--env: unknown env id {shown(env_id)}; choose from {', '.join(ENV_IDS)}")
     dynamics = ENV_IDS[env_id]
     if flag_kwargs.get("dynamics", dynamics) != dynamics:
-        raise ConfigError(f"--env {env_id} contradicts --env-kwargs dynamics:{shown(flag_kwargs['dynamics'])}")
+        raise ConfigError(f"--env {env_id} contradicts --env-kwargs dynamics:{plain(str(flag_kwargs['dynamics']))}")
     env_kwargs["dynamics"] = dynamics
 
 

@@ -3,11 +3,13 @@
 Every loader of a user's file reads it through these helpers, so that a small crafted file can
 neither exhaust memory nor escape as a traceback (docs/usage.md §7.1):
 
-* :func:`read_bounded`: at most ``limit`` bytes of a file (``/dev/zero`` included);
+* :func:`read_bounded` / :func:`read_stream`: at most ``limit`` bytes of a file or stream
+  (``/dev/zero`` and zip entries included), read in chunks;
 * :func:`parse_json` / :func:`parse_yaml`: the document with its nesting, integer size and (for
   YAML, whose aliases share one value between many places) number of values once aliases are
   expanded checked;
-* :func:`shown`: a value for an error message, cut to :data:`MAX_SHOWN_CHARS` with its length;
+* :func:`shown`, :func:`plain`, :func:`names`: a value, a text or a list of names for an error
+  message, cut to :data:`MAX_SHOWN_CHARS` with its length, control characters escaped;
 * :func:`safe_cell` / :func:`safe_frame`: CSV output cells that a spreadsheet would read as a
   formula (``=``, ``+``, ``-``, ``@``, tab, carriage return first) prefixed with ``'``, as OWASP
   advises for CSV injection.
@@ -30,6 +32,7 @@ from deepboot_env.sim.cluster import MAX_NODES
 from deepboot_env.sim.config import MIN_INTERVAL_S
 
 __all__ = [
+    "BYTES_PER_WORKLOAD_ROW",
     "JCT_SCALE_RANGE",
     "MAX_CONFIG_BYTES",
     "MAX_CSV_COLUMNS",
@@ -37,9 +40,9 @@ __all__ = [
     "MAX_INT_DIGITS",
     "MAX_JOB_SLOTS",
     "MAX_JSON_BYTES",
+    "MAX_LEND_LEVELS",
     "MAX_LINE_CHARS",
     "MAX_NAME_CHARS",
-    "MAX_LEND_LEVELS",
     "MAX_NESTING",
     "MAX_NODES",
     "MAX_ROLLOUT",
@@ -51,11 +54,10 @@ __all__ = [
     "MAX_ZIP_ENTRY_BYTES",
     "MIN_DURATION_S",
     "MIN_INTERVAL_S",
-    "BYTES_PER_WORKLOAD_ROW",
     "names",
     "parse_json",
-    "plain",
     "parse_yaml",
+    "plain",
     "read_bounded",
     "read_stream",
     "safe_cell",
@@ -86,8 +88,9 @@ MAX_CSV_COLUMNS = 64
 MAX_LINE_CHARS = 65_536
 """Longest line of a workload CSV (read no further)."""
 MAX_TIME_S = 1e12
-"""Latest arrival time and longest inference duration in a workload CSV (s): beyond, sums of
-times lose whole seconds."""
+"""Latest arrival time and longest inference duration in a workload CSV (s, about 31,700 years):
+far beyond any simulation's ``max_time``, and small enough that times keep sub-millisecond
+precision as floats."""
 MIN_DURATION_S = 1e-3
 """Shortest inference duration in a workload CSV (s): a denormal one never advances the clock."""
 MAX_NAME_CHARS = 256
