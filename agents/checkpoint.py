@@ -88,10 +88,10 @@ def read_entry(path: Path, name: str, limit: int) -> bytes:
     """
     try:
         with zipfile.ZipFile(path) as zf:
-            check_entry_sizes(path, zf)
             info = zf.getinfo(name)
             if info.file_size > limit:
                 raise CheckpointError(f"{path}: entry {name!r} unpacks to {info.file_size:,} bytes (limit {limit:,})")
+            check_entry_sizes(path, zf)
             with zf.open(info) as fh:
                 data = read_stream(fh, limit)
     except _ZIP_ERRORS as exc:

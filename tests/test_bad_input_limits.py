@@ -547,3 +547,48 @@ def test_huge_and_non_finite_values_in_a_conf_file(common: str, fragment: str, t
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err[-1]) < 500 and fragment in err[-1] and "Traceback" not in "\n".join(err)
+
+
+def test_crafted_files_stay_under_500_mb_through_the_commands(tmp_path: Path) -> None:
+    """Issue 33's acceptance: each crafted file is refused in one line with exit status 2 by the
+    command that reads it, and the whole process (imports included) peaks under 500 MB (VmHWM:
+    ru_maxrss would count the pytest process a forked child starts as)."""
+    import subprocess
+    import sys
+
+    bomb = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as zf, zf.open("data", "w", force_zip64=True) as fh:
+        for _ in range(512):  # 512 MB of spaces, about 0.5 MB packed
+            fh.write(b" " * (1 << 20))
+    laughs = tmp_path / "laughs.yml"
+    laughs.write_text(BILLION_LAUGHS + "default:\n  common:\n    n_steps: *j\n")
+    wide = tmp_path / "wide.csv"
+    wide.write_text("a," * 100_000 + "a\n")
+    rows = tmp_path / "rows.csv"
+    rows.write_text(
+        "name,time,application,num_replicas,batch_size\n" + "".join(f"j{k},{k},ncf,1,32768\n" for k in range(250_000))
+    )
+    script = (
+        "import sys\n"
+        "from deepboot_harness.cli import main\n"
+        "try:\n"
+        "    code = main(sys.argv[1:])\n"
+        "except SystemExit as stop:  # train_policy.py's parser.error\n"
+        "    code = stop.code\n"
+        "status = open('/proc/self/status').read().split('VmHWM:')[1].split()[0]  # this program's peak, kB\n"
+        "print(code, int(status) // 1024)\n"
+    )
+    simulate = ["simulate", "--workload", "smoke/tiny", "--quiet", "--policy"]
+    cases = {
+        "zip bomb": [*simulate, f"ppo:{bomb}"],
+        "/dev/zero model": [*simulate, "priority:/dev/zero"],
+        "billion laughs": ["train", "--conf-file", str(laughs), "-f", str(tmp_path / "runs")],
+        "100,000 columns": ["simulate", "--workload", str(wide), "--policy", "fifo", "--quiet"],
+        "250,000 rows": ["simulate", "--workload", str(rows), "--policy", "fifo", "--quiet"],
+    }
+    for name, argv in cases.items():
+        out = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, timeout=300)
+        code, peak_mb = map(int, out.stdout.split()[-2:])
+        error_lines = [line for line in out.stderr.splitlines() if "error:" in line]
+        assert code == 2 and len(error_lines) == 1 and "Traceback" not in out.stderr, (name, out.stderr[-2000:])
+        assert peak_mb < 500, (name, peak_mb)
