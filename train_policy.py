@@ -272,7 +272,14 @@ def run(argv: Sequence[str]) -> Path:
 
 
 def dispatch(args: argparse.Namespace) -> Path:
-    """Run what ``args`` ask for: an ES run (``--algo es``), a sweep (``--tune``) or a PPO run."""
+    """Run what ``args`` ask for: an ES run (``--algo es``), a sweep (``--tune``) or a PPO run.
+
+    Raises:
+        ConfigError: a ``--log-folder`` that is a file (checked before any work).
+    """
+    folder = Path(args.log_folder)
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"-f/--log-folder {folder}: is a file, not a folder")
     if args.algo == "es":
         from agents.evolution import train_es
 

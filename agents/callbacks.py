@@ -36,6 +36,7 @@ from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
 from deepboot_env.atomic import append_text, atomic_write
 from deepboot_env.config import EnvConfig
 from deepboot_env.evaluation import run_episode
+from deepboot_env.limits import safe_cell
 from deepboot_env.sim.metrics import EpisodeMetrics
 from deepboot_env.sim.scenario import Scenario
 from deepboot_env.sim.simulator import SimConfig
@@ -343,12 +344,13 @@ def censored_jct_mean(workload: Workload, metrics: Any) -> float:
 def append_csv(path: Path, columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> None:
     """Append ``rows`` (dicts over ``columns``) to the CSV file at ``path``, with the header
     first if the file is new (``evaluations.csv`` and the like, written as a run goes): whole rows
-    or nothing (:func:`deepboot_env.atomic.append_text`)."""
+    or nothing (:func:`deepboot_env.atomic.append_text`), text cells that a spreadsheet would read
+    as a formula neutralised (:func:`~deepboot_env.limits.safe_cell`)."""
     text = io.StringIO()
     writer = csv.DictWriter(text, fieldnames=list(columns), lineterminator="\r\n")
     if not path.exists() or path.stat().st_size == 0:
         writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows({key: safe_cell(value) for key, value in row.items()} for row in rows)
     append_text(path, text.getvalue())
 
 

@@ -25,6 +25,8 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, Any
 
+from deepboot_env.limits import safe_frame
+
 LOCK_FILE = ".lock"
 """The lock file of a run folder (kept after the run; it holds the last holder's process id)."""
 
@@ -100,9 +102,11 @@ def write_bytes(path: str | Path, data: bytes) -> Path:
 
 
 def write_csv(frame: Any, path: str | Path) -> Path:
-    """A pandas ``frame`` as CSV (no index column) at ``path``, atomically; returns the path."""
+    """A pandas ``frame`` as CSV (no index column) at ``path``, atomically, with text cells that
+    a spreadsheet would read as a formula neutralised (:func:`deepboot_env.limits.safe_frame`);
+    returns the path."""
     with atomic_write(path) as fh:
-        frame.to_csv(fh, index=False)
+        safe_frame(frame).to_csv(fh, index=False)
     return Path(path)
 
 

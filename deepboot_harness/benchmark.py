@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -81,12 +82,17 @@ class BenchmarkSpec:
                 seed count < 1 or beyond the split, or bad simulation options.
         """
         from deepboot_env.policy import make_policy
+        from deepboot_harness.leaderboard import REFERENCE
         from traces.families import FamilyError, get_family, split_seeds
 
         if not self.families:
             raise BenchmarkError("no families given (--families)")
         if not self.policies:
             raise BenchmarkError("no policies given (--policies)")
+        for flag, names in (("--families", self.families), ("--policies", self.policies)):
+            twice = sorted(name for name, count in Counter(names).items() if count > 1)
+            if twice:
+                raise BenchmarkError(f"{flag} names {', '.join(twice)} more than once; give each name once")
         try:
             for family in self.families:
                 get_family(family)
@@ -105,6 +111,10 @@ class BenchmarkSpec:
                 make_policy(policy)
             except (ValueError, OSError, TypeError) as exc:
                 raise BenchmarkError(f"--policies {policy}: {exc}") from None
+        if REFERENCE not in self.policies:
+            raise BenchmarkError(
+                f"--policies must include the reference policy {REFERENCE!r}: the leaderboard's JCT ratios are to it"
+            )
         try:
             sim_config(**self.options)
         except (ValueError, TypeError) as exc:
@@ -211,6 +221,30 @@ def check_bound(row: dict[str, Any]) -> None:
 # the output folder
 
 
+OUTPUT_FILES: tuple[str, ...] = (
+    "results.csv",
+    "jobs.csv",
+    "leaderboard.csv",
+    "leaderboard.md",
+    "jct_ratio.png",
+    "jct_aggregate.png",
+    "jct_cdf.png",
+)
+"""The files the end of a benchmark writes in its folder (:func:`deepboot_harness.leaderboard.write_outputs`)."""
+
+
+def check_outputs(out: Path) -> None:
+    """Refuse, before the first run, a folder where an output file's name is taken by a folder
+    (the benchmark would run every cell, then fail to write its results).
+
+    Raises:
+        BenchmarkError: naming the path.
+    """
+    for name in OUTPUT_FILES:
+        if (out / name).is_dir():
+            raise BenchmarkError(f"--out {out}: {name} is a folder, so the results cannot be written there")
+
+
 def prepare_folder(out: Path, spec: BenchmarkSpec, resume: bool) -> set[tuple[str, str, int]]:
     """Check and set up ``out`` (:func:`deepboot_harness.run_log.open_run_log`); the (policy,
     family, seed) already done when resuming.
@@ -293,7 +327,7 @@ def run_benchmark(
 
 def check_folder(out: Path) -> None:
     """Refuse an output folder that is a file or cannot be created or written (:func:`prepare_folder`'s
-    checks, before the folder is locked).
+    checks, before the folder is locked), or where an output's name is taken (:func:`check_outputs`).
 
     Raises:
         BenchmarkError: naming the folder.
@@ -302,6 +336,7 @@ def check_folder(out: Path) -> None:
         check_run_folder(out)
     except RunLogError as exc:
         raise BenchmarkError(str(exc)) from None
+    check_outputs(out)
 
 
 def _run_missing(

@@ -24,6 +24,7 @@ from deepboot_env.atomic import lock_folder
 from deepboot_env.config import DYNAMICS, dynamics_notes, sim_config
 from deepboot_env.evaluation import EpisodeProgress
 from deepboot_env.extras import MissingExtraError
+from deepboot_env.limits import MAX_JSON_BYTES, read_bounded
 from deepboot_env.sim.aryl_mode import INFERENCE_PLACEMENTS
 from deepboot_env.sim.cluster import ClusterConfigError
 from deepboot_env.sim.interference import InterferenceError, InterferenceModel
@@ -53,6 +54,8 @@ def interference_from_args(args: argparse.Namespace) -> InterferenceModel | None
     if flat is not None and matrix is not None:
         raise InterferenceError("give either --interference or --interference-matrix, not both")
     if matrix is not None:
+        if matrix != "default" and Path(matrix).is_file():  # the size bound first: the model reads it whole
+            read_bounded(matrix, MAX_JSON_BYTES, "an interference matrix", InterferenceError)
         return InterferenceModel.from_file(matrix)
     if flat is None:
         return None

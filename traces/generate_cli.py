@@ -250,9 +250,9 @@ def run_generate(args: argparse.Namespace) -> int:
                     "(and take every lent GPU back)",
                     file=sys.stderr,
                 )
-    except (ValueError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    except (ValueError, OSError) as exc:  # bad input: one line and exit status 2, as every deepboot command
+        print(f"deepboot generate: error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -33,6 +33,7 @@ import numpy as np
 
 from deepboot_env.argparsing import ArgumentParser
 from deepboot_env.atomic import write_text
+from deepboot_env.limits import MAX_JSON_BYTES, parse_json, read_bounded
 from traces.loaders import PhillyTrace, TraceError, load_philly
 
 MINUTES_PER_DAY = 1440
@@ -177,8 +178,10 @@ def load_philly_stats(path: str | Path | None = None) -> PhillyStats:
         text = resources.files("traces").joinpath(DEFAULT_STATS_PATH).read_text()
         origin = "traces/" + DEFAULT_STATS_PATH
     else:
-        text = Path(path).read_text()
         origin = str(path)
+        return PhillyStats.from_json(
+            parse_json(read_bounded(path, MAX_JSON_BYTES, "Philly statistics"), origin), origin
+        )
     return PhillyStats.from_json(json.loads(text), origin)
 
 

@@ -274,8 +274,8 @@ class InterferenceModel:
         if p.suffix.lower() == ".json":
             try:
                 data = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise InterferenceError(f"{where}: invalid JSON: {exc}") from None
+            except (json.JSONDecodeError, RecursionError) as exc:
+                raise InterferenceError(f"{where}: invalid JSON: {str(exc)[:80] or 'nested too deeply'}") from None
             if isinstance(data, dict):
                 if "pairs" not in data:
                     raise InterferenceError(f"{where}: expected a list of rows or an object with a 'pairs' list")
