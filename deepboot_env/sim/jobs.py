@@ -71,6 +71,11 @@ class TrainingJob:
         version: bumped at every placement change (invalidates scheduled completions).
         speed: co-location interference factor multiplying the progress rate (1 = undisturbed;
             set by the simulator from every job's placement, :mod:`deepboot_env.sim.interference`).
+        epoch_rates: progress rate of each epoch at the current placement, at speed 1 (the
+            ``rate_column`` of ``rate_class`` in ``truth``; a shared list, replaced at each change,
+            never changed in place).
+        epoch_ends: progress at the end of each epoch (``app.epoch_progress``; the last is
+            ``target_progress``; shared between the jobs of an application: read only).
     """
 
     def __init__(
@@ -112,10 +117,9 @@ class TrainingJob:
         self._t = spec.arrival
         self._settled = -1
         """Version at which the job was last advanced to ``_t`` (advancing again is then a no-op)."""
-        self._rate_now = self.truth.rate_column(False, 0)
-        """Progress rate per epoch at the current placement (at speed 1)."""
-        self._thresholds = app.epoch_progress.tolist()
-        self.target_progress = self._thresholds[-1]
+        self.epoch_rates: list[float] = self.truth.rate_column(False, 0)
+        self.epoch_ends: list[float] = app.epoch_progress.tolist()
+        self.target_progress = self.epoch_ends[-1]
         """Progress at which the job completes (``app.target_progress``)."""
 
     _FORK_FIELDS = frozenset(
@@ -145,13 +149,13 @@ class TrainingJob:
             "_anchor",
             "_t",
             "_settled",
-            "_rate_now",
-            "_thresholds",
+            "epoch_rates",
+            "epoch_ends",
             "target_progress",
         }
     )
     """Every attribute of a job. None is changed in place: each is a number, a tuple, a shared
-    table or a list that a change replaces (``counts``, ``_phases``, ``_rate_now``), so a shallow
+    table or a list that a change replaces (``counts``, ``_phases``, ``epoch_rates``), so a shallow
     copy is an independent one (:meth:`clone`)."""
 
     def clone(self) -> TrainingJob:
@@ -175,18 +179,6 @@ class TrainingJob:
         if not phases:
             return 0
         return sum(p.seconds for p in phases if p.replicas == 0)
-
-    @property
-    def epoch_ends(self) -> list[float]:
-        """Progress at the end of each epoch (``app.epoch_progress``; the last is
-        :attr:`target_progress`). Shared between jobs: read only."""
-        return self._thresholds
-
-    @property
-    def epoch_rates(self) -> list[float]:
-        """Progress rate of each epoch at the current placement at speed 1 (the ``rate_column``
-        of :attr:`rate_class` in :attr:`truth`). Shared between jobs: read only."""
-        return self._rate_now
 
     def progress_fraction(self) -> float:
         """Fraction of the target progress reached."""
@@ -212,7 +204,8 @@ class TrainingJob:
             self._settled = self.version
             return
         self.attained_service += self.replicas * (t - t_last)
-        self.epoch, self.progress, self._phases, self._anchor, completion = _run(self, t, self.projection_state())
+        start = (t_last, self.epoch, self.progress, self._phases, self._anchor)  # projection_state(): the hottest call
+        self.epoch, self.progress, self._phases, self._anchor, completion = _run(self, t, start)
         if completion is not None:
             self.completion = completion
         self._t = t
@@ -227,8 +220,9 @@ class TrainingJob:
         return _run(self, math.inf, self.projection_state())[4]
 
     def projection_state(self) -> ProjectionState:
-        """What :meth:`time_of_completion` reads that advancing the job changes; with
-        :meth:`completion_from`, the projection can be computed later, exactly as it is now
+        """What advancing the job changes and its progress starts from (:func:`_run`: the time
+        it was last advanced to, its epoch, progress, remaining phases and anchor); with
+        :meth:`completion_from`, its projection can be computed later, exactly as it is now
         (while :attr:`version` is unchanged)."""
         return (self._t, self.epoch, self.progress, self._phases, self._anchor)
 
@@ -296,7 +290,7 @@ class TrainingJob:
         self.multi_node = multi_node = len(counts) - counts.count(0) > 1
         truth = self.truth
         self.rate_class = cls = truth.placement_class(counts, multi_node)
-        self._rate_now = truth.rate_column(cls, replicas)
+        self.epoch_rates = truth.rate_column(cls, replicas)
         self._phases = plan.phases  # an immutable tuple: _run copies what it changes
         self._anchor = None
         if plan.counts_as_restart:
@@ -417,21 +411,13 @@ def _advance_after_stall(job: TrainingJob, t1: float, start: ProjectionState) ->
     epoch end by ``t1`` (else None).
 
     The reference loop's second segment starts a stretch at the stall's end (the anchor) and
-    cuts it at ``t1`` before the epoch ends."""
+    cuts it at ``t1`` before the epoch ends: :func:`_advance_within_epoch` from the stall's end,
+    with that stretch running."""
     t0, epoch, progress, phases, _ = start
     if not (t1 < math.inf and len(phases) == 1 and phases[0].replicas == 0 and t0 + phases[0].seconds <= t1):
         return None
     t_anchor = t0 + phases[0].seconds
-    rate = job.epoch_rates[epoch] * job.speed
-    if rate <= 0:
-        return None
-    target = job.epoch_ends[epoch]
-    if t_anchor + round((target - progress) / rate) <= t1:
-        return None  # an epoch ends by t1
-    p_anchor = progress
-    if t1 > t_anchor:
-        progress = min(p_anchor + rate * (t1 - t_anchor), float(target))
-    return epoch, progress, [], (t_anchor, p_anchor), None
+    return _advance_within_epoch(job, t1, (t_anchor, epoch, progress, (), (t_anchor, progress)))
 
 
 def _advance_within_epoch(job: TrainingJob, t1: float, start: ProjectionState) -> RunResult | None:
