@@ -356,11 +356,11 @@ def _run(job: TrainingJob, t1: float, start: ProjectionState) -> RunResult:
     ``job`` holds GPUs: a job without any does not progress, and every caller
     (:meth:`TrainingJob.advance`, the completion projections) handles it before calling.
     """
-    if start[3]:
+    if start[3]:  # the preconditions exclude each other: the commonest is tried first
         fast = (
-            _within_stall(job, t1, start)
+            _advance_after_stall(job, t1, start)
+            or _within_stall(job, t1, start)
             or _project_after_stall(job, t1, start)
-            or _advance_after_stall(job, t1, start)
         )
     else:
         fast = _advance_within_epoch(job, t1, start)
@@ -462,7 +462,7 @@ def _reference_run(job: TrainingJob, t1: float, start: ProjectionState, jump: bo
         if k > 0:
             projecting = final and t1 == math.inf
             epoch, progress, anchor, completion = _run_segment(
-                job, k, cls, seg_end, (t, epoch, progress, anchor), projecting and jump, jump
+                job, k, cls, seg_end, t, epoch, progress, anchor, projecting and jump, jump
             )
             if epoch >= last_epoch:
                 return epoch, progress, [], None, completion
@@ -493,19 +493,21 @@ def _run_segment(
     k: int,
     cls: Hashable,
     seg_end: float,
-    at: tuple[float, int, float, tuple[float, float] | None],
+    t: float,
+    epoch: int,
+    progress: float,
+    anchor: tuple[float, float] | None,
     finish: bool,
     jump: bool,
 ) -> tuple[int, float, tuple[float, float] | None, float | None]:
-    """Progress on ``k`` GPUs of placement class ``cls`` from ``at`` = (time, epoch, progress,
-    anchor) to ``seg_end``, one epoch end at a time: (epoch, progress, anchor, completion time or
-    None); the job is complete when the epoch is past the last.
+    """Progress on ``k`` GPUs of placement class ``cls`` from ``t`` (at ``epoch``, ``progress``
+    and ``anchor``) to ``seg_end``, one epoch end at a time: (epoch, progress, anchor, completion
+    time or None); the job is complete when the epoch is past the last.
 
     With ``jump`` at speed 1, after an epoch end the epochs completed by ``seg_end`` are skipped at
     once (:func:`_whole_epochs`), and with ``finish`` (the last segment of a projection) the
     completion time is read from the cached durations (:meth:`ProgressRates.finish_time`): the
     epoch and progress are then the last ones even where a zero rate means no completion."""
-    t, epoch, progress, anchor = at
     thresholds, truth, speed = job.epoch_ends, job.truth, job.speed
     last_epoch = len(thresholds)
     column = job.epoch_rates if k == job.replicas and cls == job.rate_class else truth.rate_column(cls, k)
