@@ -326,7 +326,7 @@ def run_eval_episode(episode: EvalEpisode) -> tuple[EpisodeMetrics, int]:
     metrics = run_episode(
         policy, episode.workload, episode.config, seed=episode.seed, max_decisions=episode.max_decisions
     )
-    return replace(metrics, timeline=[]), int(getattr(policy, "repaired_gpus", 0))
+    return replace(metrics, timeline=[]), int(policy.repaired_gpus)
 
 
 def censored_jct_mean(workload: Workload, metrics: Any) -> float:

@@ -75,6 +75,7 @@ HYPERPARAM_TYPES: dict[str, type | tuple[type, ...]] = {
     "clip_range": (float, str),
     "clip_range_vf": (float, str, type(None)),
     "policy_kwargs": (dict, str),
+    "group_advantage": bool,
 }
 """Hyperparameters accepted (and their raw types: schedules are ``lin_<x>`` strings)."""
 
@@ -458,6 +459,7 @@ def make_vec_env_for(
     vec_env: str = "dummy",
     address: str | None = None,
     group_size: int = 1,
+    antithetic: bool = False,
 ) -> Any:
     """``n_envs`` copies of the env (``DeepBoot-v0``, or ``DeepBoot-v1`` with ``dynamics="v1"`` in
     ``env_kwargs``) in a ``DummyVecEnv`` (or :data:`VEC_ENVS`' other kinds), each wrapped in ``Monitor``.
@@ -478,6 +480,9 @@ def make_vec_env_for(
             envs ``i`` and ``j`` with ``i // group_size == j // group_size`` play the same
             scenarios in the same order (common random numbers; their noise differs), and share
             one base-policy reference per scenario under ``relative_reward``.
+        antithetic: with ``group_size`` > 1 (score mode): consecutive envs of a group also share
+            their noise codes, the second of each pair mirrored (``DeepBootEnv``'s
+            ``noise_stream`` and ``antithetic``: antithetic pairs for :class:`agents.group_ppo.GroupPPO`).
 
     Raises:
         ConfigError: for a bad ``n_envs`` or ``vec_env``, or a Ray that is missing or unreachable.
@@ -504,7 +509,7 @@ def make_vec_env_for(
         vec_env_cls, vec_env_kwargs = RayVecEnv, {"address": address}
     try:
         if group_size > 1:
-            fns = _grouped_env_fns(kwargs, int(n_envs), int(seed or 0), group_size, monitor_dir)
+            fns = _grouped_env_fns(kwargs, int(n_envs), int(seed or 0), group_size, monitor_dir, antithetic)
             vec = (vec_env_cls or DummyVecEnv)(fns, **vec_env_kwargs)
             vec.seed(seed)
             return vec
@@ -522,10 +527,16 @@ def make_vec_env_for(
 
 
 def _grouped_env_fns(
-    env_kwargs: Mapping[str, Any], n_envs: int, seed: int, group_size: int, monitor_dir: str | None
+    env_kwargs: Mapping[str, Any],
+    n_envs: int,
+    seed: int,
+    group_size: int,
+    monitor_dir: str | None,
+    antithetic: bool = False,
 ) -> list[Any]:
     """What ``make_vec_env`` builds (env ``i``'s action space seeded ``seed + i``, a ``Monitor``),
-    with env ``i`` given the scenario stream of group ``i // group_size`` of ``seed``."""
+    with env ``i`` given the scenario stream of group ``i // group_size`` of ``seed`` (and, if
+    ``antithetic``, the noise stream of its pair in the group, mirrored for the pair's second)."""
     import os
 
     from stable_baselines3.common.monitor import Monitor
@@ -535,7 +546,12 @@ def _grouped_env_fns(
     def make(rank: int) -> Any:
         def init() -> Any:
             stream = int(np.random.SeedSequence([seed, rank // group_size]).generate_state(1)[0])
-            env = DeepBootEnv(scenario_stream=stream, **env_kwargs)
+            group, member = divmod(rank, group_size)
+            pairing: dict[str, Any] = {}
+            if antithetic:
+                noise = np.random.SeedSequence([seed, group, 1 + member // 2]).generate_state(1)[0]
+                pairing = {"noise_stream": int(noise), "antithetic": member % 2 == 1}
+            env = DeepBootEnv(scenario_stream=stream, **pairing, **env_kwargs)
             env.action_space.seed(seed + rank)
             if monitor_dir is not None:
                 os.makedirs(monitor_dir, exist_ok=True)
@@ -555,6 +571,7 @@ def build_model(
     hyperparams: Mapping[str, Any] | None = None,
     verbose: int = 0,
     env_kwargs: Mapping[str, Any] | None = None,
+    group_size: int = 1,
 ) -> Any:
     """A new ``PPO`` / ``MaskablePPO`` on ``env``, with a self-describing policy
     (:mod:`agents.described_policy`: the saved model names the env it needs) and the one-tensor
@@ -570,15 +587,25 @@ def build_model(
             ``policy_kwargs`` dict or ``dict(...)`` string).
         verbose: SB3 verbosity.
         env_kwargs: the env arguments of ``env``, kept by the policy.
+        group_size: envs per same-scenario group of ``env``; with the hyperparameter
+            ``group_advantage: true`` (``ppo`` only), the model is a
+            :class:`agents.group_ppo.GroupPPO` over groups of this size.
 
     Raises:
-        ConfigError: unknown algo, device or hyperparameter.
+        ConfigError: unknown algo, device or hyperparameter, or ``group_advantage`` without
+            ``ppo`` and groups of at least two envs.
     """
     from agents.described_policy import ENV_ARGUMENTS_KEY, described_policy_class
 
     cls = algo_class(algo)
     raw = resolve_hyperparams(algo, hyperparams)
     kwargs = model_kwargs(raw)
+    if kwargs.pop("group_advantage", False):
+        if algo != "ppo" or group_size < 2:
+            raise ConfigError(f"group_advantage needs --algo ppo and --group-size >= 2, got {algo} and {group_size}")
+        from agents.group_ppo import GroupPPO
+
+        cls, kwargs["group_size"] = GroupPPO, group_size
     arch = policy_arch(kwargs.pop("policy"))
     check_policy_kwargs_arch(arch, kwargs.get("policy_kwargs") or {})
     if arch == "set":

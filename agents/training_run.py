@@ -295,6 +295,7 @@ def train(args: argparse.Namespace, on_evaluation: Callable[[int, float], None] 
             vec_env=args.vec_env,
             address=address,
             group_size=settings["group_size"],
+            antithetic=bool(settings["hyperparams"].get("group_advantage")),
         )
     except (ValueError, TypeError) as exc:  # bad workload files or env argument values
         raise ConfigError(str(exc).splitlines()[0]) from None
@@ -326,7 +327,13 @@ def train(args: argparse.Namespace, on_evaluation: Callable[[int, float], None] 
 
         if resume is None:
             model = build_model(
-                algo, vec_env, device=device, seed=args.seed, hyperparams=settings["hyperparams"], env_kwargs=env_kwargs
+                algo,
+                vec_env,
+                device=device,
+                seed=args.seed,
+                hyperparams=settings["hyperparams"],
+                env_kwargs=env_kwargs,
+                group_size=settings["group_size"],
             )
         else:
             overrides = model_kwargs(settings["cli_hyperparams"])

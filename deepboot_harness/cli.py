@@ -1,10 +1,14 @@
-"""Command line: deepboot simulate | compare | benchmark | train | generate | calibrate.
+"""The ``deepboot`` command line: simulate | compare | benchmark | train | generate | calibrate.
 
-Every sub-command is a function of parsed arguments, so tests call :func:`main` with an argv list.
-``deepboot train`` is ``train_policy.py`` with the same flags (its parser parses them), so that a
-wheel, which has no clone to run the script from, trains too.
-Errors in user input (bad file, unknown policy, impossible cluster) are printed as one line and
-exit with status 2, never as a traceback.
+:func:`main` is the console script, and tests call it with an argv list. ``deepboot train ARGS`` is
+handed whole to ``train_policy.py``'s own parser (its flags, messages and exit statuses), so that a
+wheel, which has no clone to run the script from, trains too; every other sub-command is a
+``cmd_<name>(args)`` of the arguments :func:`build_parser` parsed. Errors in user input (bad file,
+unknown policy, impossible cluster, a missing optional extra: :data:`USER_ERRORS`) are printed as
+one line and exit with status 2, never as a traceback; a grid of runs (``compare``, ``benchmark``)
+stopped before its end keeps its finished runs for ``--resume`` and exits with 130 on Ctrl-C, 1
+when runs failed on Ray (:func:`grid_stopped`). The simulation flags and their reading
+(:func:`add_sim_arguments`, :func:`sim_config_from_args`) are shared with the speed benchmarks.
 """
 
 from __future__ import annotations

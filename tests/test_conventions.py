@@ -178,7 +178,16 @@ def test_help_lists_every_preset_in_one_line(capsys: pytest.CaptureFixture[str])
     assert exc.value.code == 0
     text = capsys.readouterr().out
     presets = preset_descriptions()
-    assert set(presets) == {"default", "smoke", "pretrained", "residual", "generalist", "priority-es", "score"}
+    assert set(presets) == {
+        "default",
+        "smoke",
+        "pretrained",
+        "residual",
+        "generalist",
+        "priority-es",
+        "score",
+        "score-group",
+    }
     listing = text.split("presets of agents/conf/deepboot.yml (--preset NAME):\n", 1)[1].splitlines()
     assert len(listing) == len(presets)
     for line, (name, description) in zip(listing, presets.items(), strict=True):

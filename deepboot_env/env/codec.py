@@ -475,6 +475,11 @@ class ScoreCodec(ActionCodec):
         """The lending share of the latest decision."""
         self._codes: dict[int, float] = {}
         self._rng = np.random.default_rng()
+        self._noise_key: int | None = None
+        """With :meth:`pair_noise`: the key from which each job's code is derived (else None: the
+        codes come from :attr:`_rng`)."""
+        self._mirrored = False
+        self._decisions = 0
 
     @property
     def nvec(self) -> list[int]:
@@ -496,6 +501,21 @@ class ScoreCodec(ActionCodec):
         if seed is not None:
             self._rng = np.random.default_rng(seed)
         self.held, self.held_lend, self._codes = {}, 1.0, {}
+        self._noise_key, self._mirrored, self._decisions = None, False, 0
+
+    def pair_noise(self, key: int, mirrored: bool) -> None:
+        """For this episode, derive each job's code from ``(key, job id)`` and the lending code
+        from ``(key, decision)``, mirrored (``1 - u``) if ``mirrored``: two envs that play the same
+        scenario with the same key and opposite ``mirrored`` explore with opposite noise on every
+        job (antithetic pairs, as evolution strategies pair ``theta +- sigma e``), so that the
+        difference of their returns is the effect of the noise's direction alone."""
+        self._noise_key, self._mirrored = int(key), bool(mirrored)
+
+    def _paired_code(self, *ids: int) -> float:
+        """The code of ``ids`` under the episode's noise key (see :meth:`pair_noise`)."""
+        assert self._noise_key is not None
+        u = float(np.random.default_rng([self._noise_key, *ids]).random())
+        return 1.0 - u if self._mirrored else u
 
     def observe(self, state: ClusterState) -> dict[str, np.ndarray]:
         """The prior's log-weights and the exploration codes of the slot jobs."""
@@ -504,11 +524,19 @@ class ScoreCodec(ActionCodec):
         prior = np.zeros(self.max_jobs, dtype=np.float32)
         noise = np.full(self.max_jobs + 1, 0.5, dtype=np.float32)
         old, codes = self._codes, {}
-        fresh = self._rng.random(len(jobs) + 1)
-        for i, job in enumerate(jobs):
-            prior[i] = max(0.0, 1.0 + logs[job.id] / _LOG_WEIGHT_RANGE)
-            codes[job.id] = noise[i] = old.get(job.id, fresh[i])
-        noise[-1] = fresh[-1]
+        if self._noise_key is None:
+            fresh = self._rng.random(len(jobs) + 1)
+            for i, job in enumerate(jobs):
+                prior[i] = max(0.0, 1.0 + logs[job.id] / _LOG_WEIGHT_RANGE)
+                codes[job.id] = noise[i] = old.get(job.id, fresh[i])
+            noise[-1] = fresh[-1]
+        else:
+            for i, job in enumerate(jobs):
+                prior[i] = max(0.0, 1.0 + logs[job.id] / _LOG_WEIGHT_RANGE)
+                code = old.get(job.id)
+                codes[job.id] = noise[i] = self._paired_code(0, job.id) if code is None else code
+            self._decisions += 1
+            noise[-1] = self._paired_code(1, self._decisions)
         self._codes = codes
         return {"prior": prior, "noise": noise}
 

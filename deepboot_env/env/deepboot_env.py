@@ -10,7 +10,7 @@ import numpy as np
 from gymnasium import spaces
 
 from deepboot_env.config import EnvConfig
-from deepboot_env.env.codec import ActionCodec
+from deepboot_env.env.codec import ActionCodec, ScoreCodec
 from deepboot_env.env.encoding import (
     CLUSTER_FEATURES,
     JOB_FEATURES,
@@ -129,6 +129,10 @@ class DeepBootEnv(gym.Env):
     ``scenario_stream``: with a sampler, the seed of a generator of its own that draws the
     scenarios instead of the env's RNG, so that envs sharing a stream play the same scenarios in
     the same order while their reset seeds (and the score mode's noise) differ.
+    ``noise_stream`` (score mode): the seed of a generator of each episode's noise key, so that
+    envs sharing it explore with the same per-job noise codes; ``antithetic`` mirrors them
+    (``1 - u``: opposite noise on every job). Two envs sharing both streams, one of them
+    antithetic, are an antithetic pair on common scenarios (:mod:`agents.group_ppo`).
     ``config``: an :class:`~deepboot_env.config.EnvConfig`, or instead its flat options as keyword
     arguments (``cluster``, ``shared_pool``, ``restart``, ``protect_scale``, ``interval``,
     ``interference``, ``max_time``, ``max_jobs``, ``lend_levels``, ``jct_scale``, ``infer_weight``,
@@ -156,6 +160,8 @@ class DeepBootEnv(gym.Env):
         render_mode: str | None = None,
         workload_loader: WorkloadLoader | None = None,
         scenario_stream: int | None = None,
+        noise_stream: int | None = None,
+        antithetic: bool = False,
         **options: Any,
     ) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
@@ -178,6 +184,12 @@ class DeepBootEnv(gym.Env):
         """The scenario of the current episode (a sampler's draw, or the workload on the config's cluster)."""
         self.render_mode = render_mode
         self.codec: ActionCodec = self.config.make_codec()
+        if noise_stream is not None and not isinstance(self.codec, ScoreCodec):
+            raise ValueError(f"noise_stream needs action_mode 'score', got {self.codec.mode!r}")
+        self._noise_rng = None if noise_stream is None else np.random.default_rng(noise_stream)
+        """Draws each episode's noise key (None: the score mode's codes are independent per env):
+        envs given the same stream explore with the same per-job codes, mirrored where ``antithetic``."""
+        self._antithetic = bool(antithetic)
         self.observation_space, self.action_space = spaces_for(self.codec, self.config.outlook)
         self._outlook = OutlookEncoder(self.config.max_jobs) if self.config.outlook else None
         self.sim: Simulator | None = None
@@ -237,6 +249,9 @@ class DeepBootEnv(gym.Env):
             reference_curve(self.config.base_policy, scenario, self.sim_config) if self.config.relative_reward else None
         )
         self.codec.reset(seed)
+        if self._noise_rng is not None:
+            assert isinstance(self.codec, ScoreCodec)
+            self.codec.pair_noise(int(self._noise_rng.integers(2**63)), self._antithetic)
         if self._outlook is not None:
             self._outlook.reset()
         self.rounds = 0

@@ -1,0 +1,188 @@
+"""PPO whose advantage is a group baseline over whole episodes on common scenarios (Decima's).
+
+Decima (Mao et al., SIGCOMM 2019) trains its scheduler on groups of workers that play the same
+job-arrival sequence, and takes as the baseline of a decision at wall time ``t`` the mean, over
+the group, of the returns from ``t`` on: the arrivals, the main source of variance in a
+scheduling return, cancel out, and what is left is the effect of the decisions. :class:`GroupPPO`
+does this with SB3's PPO update:
+
+* each iteration plays exactly one whole episode on every env (the envs of a group, ``group_size``
+  consecutive envs, play the same scenario: :func:`agents.factory.make_vec_env_for`);
+* the advantage of a decision taken at simulated time ``t`` in env ``i`` is its return-to-go
+  minus the mean over the group of each member's return-to-go from its first decision at or
+  after ``t`` (0 past the member's end) (:func:`group_advantages`);
+* the value head still learns the returns (for its diagnostics), but no advantage uses it.
+
+With the score action's noise held per job and the envs of a group paired antithetically
+(``noise_stream``/``antithetic`` of :class:`~deepboot_env.env.DeepBootEnv`: opposite noise on
+every job), the advantage of a pair is half the difference of two episodes that differ only in
+the sign of the exploration: the central difference evolution strategies estimate, with PPO's
+per-decision update and clipping on top.
+
+Only a ``DummyVecEnv`` is supported (episodes are stepped one env at a time, so that an env that
+has finished waits for the others); the rollout size is what the episodes take, not ``n_steps``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from stable_baselines3 import PPO
+from stable_baselines3.common.buffers import DictRolloutBuffer
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.utils import obs_as_tensor
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
+
+
+@dataclass
+class Episode:
+    """One env's episode as played: per decision its observation, action, value, log-probability,
+    reward and simulated time."""
+
+    obs: list[dict[str, np.ndarray]] = field(default_factory=list)
+    actions: list[np.ndarray] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
+    log_probs: list[float] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+
+    def returns(self, gamma: float) -> np.ndarray:
+        """The (discounted) return-to-go of every decision."""
+        out = np.zeros(len(self.rewards))
+        acc = 0.0
+        for t in range(len(self.rewards) - 1, -1, -1):
+            acc = self.rewards[t] + gamma * acc
+            out[t] = acc
+        return out
+
+
+def group_advantages(returns: Sequence[np.ndarray], times: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Per member of a group, each decision's return-to-go minus the group's mean return-to-go
+    from the same simulated time.
+
+    Args:
+        returns: per member, the return-to-go of its decisions.
+        times: per member, the simulated time of its decisions (non-decreasing).
+
+    Returns:
+        per member, the advantages (for a group of one: zeros).
+    """
+    out = []
+    for own_times, own_returns in zip(times, returns, strict=True):
+        baseline = np.zeros(len(own_returns))
+        for other_times, other_returns in zip(times, returns, strict=True):
+            # the member's return from its first decision at or after t (0 once it has ended)
+            at = np.searchsorted(other_times, own_times, side="left")
+            padded = np.append(other_returns, 0.0)
+            baseline += padded[at]
+        out.append(own_returns - baseline / len(returns))
+    return out
+
+
+class GroupPPO(PPO):
+    """:class:`stable_baselines3.PPO` with whole-episode rollouts and the group baseline of the
+    module docstring. ``group_size``: envs per group (>= 2, dividing the env count)."""
+
+    def __init__(self, *args: Any, group_size: int = 2, **kwargs: Any) -> None:
+        if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 2:
+            raise ValueError(f"group_size must be an integer >= 2, got {group_size!r}")
+        self.group_size = group_size
+        super().__init__(*args, **kwargs)
+        if self.env is not None:
+            self._check_env(self.env)
+
+    def _excluded_save_params(self) -> list[str]:
+        """``group_size`` stays out of the saved model (a loaded model is a plain PPO policy)."""
+        return [*super()._excluded_save_params(), "group_size"]
+
+    def _check_env(self, env: VecEnv) -> None:
+        if not isinstance(env, DummyVecEnv):
+            raise ValueError(f"GroupPPO steps a DummyVecEnv's envs one by one, got {type(env).__name__}")
+        if env.num_envs % self.group_size:
+            raise ValueError(f"group_size {self.group_size} must divide the {env.num_envs} envs")
+
+    def collect_rollouts(self, env: VecEnv, callback: BaseCallback, rollout_buffer: Any, n_rollout_steps: int) -> bool:
+        """Play one whole episode on every env; fill :attr:`rollout_buffer` (a new one, sized to
+        the episodes) with the group advantages. Returns False if a callback stopped training."""
+        self._check_env(env)
+        assert isinstance(env, DummyVecEnv)
+        self.policy.set_training_mode(False)
+        callback.on_rollout_start()
+        episodes = self._play(env, callback)
+        if episodes is None:
+            return False
+        self.rollout_buffer = self._buffer_of(episodes)
+        callback.update_locals(locals())
+        callback.on_rollout_end()
+        return True
+
+    def _play(self, env: DummyVecEnv, callback: BaseCallback) -> list[Episode] | None:
+        """One episode per env, the envs still running stepped together (one forward pass)."""
+        n = env.num_envs
+        episodes = [Episode() for _ in range(n)]
+        obs: list[Any] = [None] * n
+        times = [0.0] * n
+        for i, member in enumerate(env.envs):
+            obs[i], info = member.reset()
+            times[i] = float(info.get("time", 0.0))
+        running = list(range(n))
+        while running:
+            batch = {key: np.stack([obs[i][key] for i in running]) for key in obs[running[0]]}
+            with th.no_grad():
+                actions, values, log_probs = self.policy(obs_as_tensor(batch, self.device))
+            actions_np = actions.cpu().numpy()
+            clipped = actions_np
+            if isinstance(self.action_space, spaces.Box):  # an unbounded Gaussian's sample, clipped
+                clipped = np.clip(actions_np, self.action_space.low, self.action_space.high)
+            infos: list[dict[str, Any]] = [{} for _ in range(n)]
+            dones = np.zeros(n, dtype=bool)
+            for row, i in enumerate(running):
+                episode = episodes[i]
+                episode.obs.append(obs[i])
+                episode.actions.append(actions_np[row])
+                episode.values.append(float(values[row]))
+                episode.log_probs.append(float(log_probs[row]))
+                episode.times.append(times[i])
+                obs[i], reward, terminated, truncated, infos[i] = env.envs[i].step(clipped[row])
+                episode.rewards.append(float(reward))
+                times[i] = float(infos[i].get("time", times[i]))
+                dones[i] = terminated or truncated
+            self.num_timesteps += len(running)
+            callback.update_locals({"infos": infos, "dones": dones, "rewards": None, "new_obs": None})
+            if not callback.on_step():
+                return None
+            self._update_info_buffer(infos, dones)
+            running = [i for i in running if not dones[i]]
+        return episodes
+
+    def _buffer_of(self, episodes: list[Episode]) -> DictRolloutBuffer:
+        """A full rollout buffer of every decision, advantages from the group baseline."""
+        returns = [episode.returns(self.gamma) for episode in episodes]
+        advantages: list[np.ndarray] = []
+        for start in range(0, len(episodes), self.group_size):
+            group = range(start, start + self.group_size)
+            advantages += group_advantages([returns[i] for i in group], [np.asarray(episodes[i].times) for i in group])
+        size = sum(len(episode.rewards) for episode in episodes)
+        assert isinstance(self.observation_space, spaces.Dict)
+        buffer = DictRolloutBuffer(
+            size, self.observation_space, self.action_space, device=self.device, gamma=self.gamma, n_envs=1
+        )
+        steps = [step for episode in episodes for step in episode.obs]
+        for key in buffer.observations:
+            buffer.observations[key][:, 0] = np.stack([step[key] for step in steps]).reshape(
+                buffer.observations[key][:, 0].shape
+            )
+        buffer.actions[:, 0] = np.concatenate([np.stack(episode.actions) for episode in episodes])
+        buffer.rewards[:, 0] = np.concatenate([episode.rewards for episode in episodes])
+        buffer.values[:, 0] = np.concatenate([episode.values for episode in episodes])
+        buffer.log_probs[:, 0] = np.concatenate([episode.log_probs for episode in episodes])
+        buffer.returns[:, 0] = np.concatenate(returns)
+        buffer.advantages[:, 0] = np.concatenate(advantages)
+        buffer.episode_starts[:, 0] = np.concatenate([np.arange(len(episode.rewards)) == 0 for episode in episodes])
+        buffer.pos, buffer.full = size, True
+        return buffer

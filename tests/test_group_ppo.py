@@ -1,0 +1,99 @@
+"""Group advantages over antithetic pairs (agents.group_ppo) and the env's paired noise codes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agents.factory import ConfigError, build_model, make_vec_env_for
+from agents.group_ppo import Episode, GroupPPO, group_advantages
+from agents.policy_adapter import load_agent_policy
+from deepboot_env.env import DeepBootEnv
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+MAX_JOBS = 8
+SCORE_ENV = {"max_jobs": MAX_JOBS, "action_mode": "score", "base_policy": "ats-srpt", "relative_reward": True}
+SMALL_SET = {
+    "policy": "SetPolicy",
+    "batch_size": 64,
+    "n_epochs": 1,
+    "gamma": 1.0,
+    "group_advantage": True,
+    "policy_kwargs": {"embed_dim": 16, "attention_heads": 2, "attention_layers": 1, "log_std_init": -2.0},
+}
+
+
+def test_episode_returns_to_go() -> None:
+    episode = Episode(rewards=[1.0, -2.0, 4.0])
+    assert episode.returns(1.0).tolist() == [3.0, 2.0, 4.0]
+    assert episode.returns(0.5).tolist() == pytest.approx([1.0 - 1.0 + 1.0, -2.0 + 2.0, 4.0])
+
+
+def test_group_advantages_are_time_aligned_differences() -> None:
+    # member a decides at t = 0, 60, 120; member b at 0, 120 (it held its first action)
+    returns = [np.array([-6.0, -4.0, -1.0]), np.array([-2.0, -1.0])]
+    times = [np.array([0.0, 60.0, 120.0]), np.array([0.0, 120.0])]
+    a, b = group_advantages(returns, times)
+    # at t=0 both start: +-half the difference of the episodes' returns
+    assert a[0] == pytest.approx((-6.0 - -2.0) / 2) and b[0] == pytest.approx(-a[0])
+    # a's decision at t=60 against b's return from its next decision (t=120)
+    assert a[1] == pytest.approx((-4.0 - -1.0) / 2)
+    assert a[2] == pytest.approx(0.0) and b[1] == pytest.approx(0.0)
+    # a member that has ended contributes 0 from then on
+    ((late,),) = [group_advantages([np.array([-3.0]), np.array([-5.0])], [np.array([500.0]), np.array([0.0])])[0]]
+    assert late == pytest.approx((-3.0 - 0.0) / 2)
+    # a group of one has no baseline but itself
+    assert group_advantages([returns[0]], [times[0]])[0].tolist() == [0.0, 0.0, 0.0]
+
+
+def test_antithetic_envs_share_scenarios_and_mirror_noise() -> None:
+    kwargs = {"workload": "family:mixed", **SCORE_ENV, "relative_reward": False}
+    first = DeepBootEnv(scenario_stream=5, noise_stream=7, **kwargs)
+    second = DeepBootEnv(scenario_stream=5, noise_stream=7, antithetic=True, **kwargs)
+    for _ in range(2):  # the pairing holds episode after episode
+        obs_a, info_a = first.reset()
+        obs_b, info_b = second.reset(seed=123)  # reset seeds do not matter
+        assert info_a["scenario_seed"] == info_b["scenario_seed"]
+        jobs = obs_a["noise"][:-1] != 0.5
+        assert jobs.any()
+        np.testing.assert_allclose(obs_a["noise"][:-1][jobs] + obs_b["noise"][:-1][jobs], 1.0, atol=1e-6)
+        np.testing.assert_allclose(obs_a["noise"][-1] + obs_b["noise"][-1], 1.0, atol=1e-6)
+    # a code is the job's for life: stepping keeps it
+    zero = np.zeros(first.action_space.shape, dtype=np.float32)
+    before = obs_a["noise"][0]
+    after, *_ = first.step(zero)
+    assert after["noise"][0] == before
+    with pytest.raises(ValueError, match="noise_stream needs action_mode 'score'"):
+        DeepBootEnv(workload="family:mixed", noise_stream=1)
+
+
+def test_group_ppo_plays_whole_episodes_and_centres_each_pair(tmp_path: Path) -> None:
+    env_kwargs = {**SCORE_ENV, "max_rounds": 12}
+    vec = make_vec_env_for("family:mixed", 4, 0, env_kwargs, group_size=2, antithetic=True)
+    model = build_model("ppo", vec, hyperparams=SMALL_SET, env_kwargs=env_kwargs, group_size=2)
+    assert isinstance(model, GroupPPO)
+    model.learn(1)  # one iteration: one whole (cut) episode per env
+    buffer = model.rollout_buffer
+    starts = np.flatnonzero(buffer.episode_starts[:, 0])
+    assert len(starts) == 4 and buffer.buffer_size == model.num_timesteps
+    advantages = buffer.advantages[:, 0]
+    # the pair's first decisions are taken at the same time: opposite advantages
+    assert advantages[starts[0]] == pytest.approx(-advantages[starts[1]], abs=1e-5)
+    assert advantages[starts[2]] == pytest.approx(-advantages[starts[3]], abs=1e-5)
+    # returns-to-go are what the value head learns
+    first_episode = buffer.rewards[starts[0] : starts[1], 0]
+    assert buffer.returns[starts[0], 0] == pytest.approx(first_episode.sum(), rel=1e-5)
+    path = tmp_path / "group.zip"
+    model.save(path)
+    assert load_agent_policy(path).action_mode == "score"  # a plain PPO policy to load
+
+
+def test_group_advantage_needs_ppo_and_pairs() -> None:
+    vec = make_vec_env_for("family:mixed", 2, 0, SCORE_ENV, group_size=1)
+    with pytest.raises(ConfigError, match="group_advantage needs --algo ppo and --group-size >= 2"):
+        build_model("ppo", vec, hyperparams=SMALL_SET, env_kwargs=SCORE_ENV, group_size=1)
+    with pytest.raises(ValueError, match="group_size must be an integer >= 2"):
+        GroupPPO("MultiInputPolicy", vec, group_size=1)
