@@ -25,8 +25,9 @@ and ``sched/step_*`` from the first rollout, ``sched/*``, ``reward/*``, ``rollou
 episode, ``eval/*``, ``train/*``, the settings as hparams and text, and ``pretrain/*`` in the run
 ``tb/pretrain``; ``checkpoints/`` every
 ``--save-freq`` steps (25,000 by default). SIGINT (Ctrl-C) or SIGTERM stops the run at the next
-step: the model, its config and the evaluations so far are saved as at a normal end, one line
-says how to resume, and the exit status is 130 or 143. ``--algo es`` trains the learned priority
+step (an evaluation or the warm start in progress sooner): the model, its config and the
+evaluations so far are saved as at a normal end, one line gives the command that resumes it, and
+the exit status is 130 or 143 (``docs/usage.md`` §2, stops and locks). ``--algo es`` trains the learned priority
 of :mod:`agents.priority` by evolution strategies instead (:func:`agents.evolution.train_es`:
 ``es_<n>/`` with ``best_model.json``, loaded as ``priority:<path>``). Evaluate the result like
 any baseline::
@@ -40,6 +41,7 @@ run itself is :func:`agents.training_run.train`.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -221,38 +223,63 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
-    """Command-line entry point; returns the exit status (2 for bad flags or files). ``prog``
+    """Command-line entry point; returns the exit status (2 for bad flags or files, and for a
+    file that cannot be written; 130 / 143 for a run stopped by SIGINT / SIGTERM). ``prog``
     names the command in messages and in the run's recorded command (``deepboot train``)."""
-    parser = build_parser(prog)
-    args = parser.parse_args(argv)
-    args.command = None if argv is None else f"{prog} " + " ".join(argv)
-    try:
-        require_extra("rl", prog)
-    except MissingExtraError as exc:
-        parser.error(str(exc))
-    from agents.evolution import EsConfigError
-    from agents.interrupt import TrainingInterrupted
+    from deepboot_env.stops import Stopped, StopSignals
 
-    try:
-        dispatch(args)
-    except (ConfigError, CheckpointError, EsConfigError, FileNotFoundError) as exc:
-        parser.error(str(exc))
-    except TrainingInterrupted as stop:
-        print(f"{prog}: {stop}", file=sys.stderr)
-        return stop.exit_status
+    with StopSignals():  # a signal before the run folder exists stops at once
+        parser = build_parser(prog)
+        args = parser.parse_args(argv)
+        args.command = recorded_command(argv, prog)
+        try:
+            require_extra("rl", prog)
+        except MissingExtraError as exc:
+            parser.error(str(exc))
+        from agents.evolution import EsConfigError
+        from agents.interrupt import TrainingInterrupted
+
+        try:
+            dispatch(args)
+        except (ConfigError, CheckpointError, EsConfigError, FileNotFoundError) as exc:
+            parser.error(str(exc))
+        except TrainingInterrupted as stop:
+            print(f"{prog}: {stop}", file=sys.stderr)
+            return stop.exit_status
+        except Stopped as stop:
+            print(f"{prog}: {stop}: stopped before a run folder held a model; nothing to resume", file=sys.stderr)
+            return stop.exit_status
+        except OSError as exc:  # a run folder in use, a full disk: the previous files are intact
+            print(f"{prog}: error: {exc}", file=sys.stderr)
+            return 2
     return 0
+
+
+def recorded_command(argv: Sequence[str] | None, prog: str = PROG) -> str:
+    """The command line a run records and its resume command repeats (shell syntax): ``prog``
+    and ``argv``, or this process's interpreter, script and arguments."""
+    if argv is None:
+        return shlex.join([sys.executable, *sys.argv])
+    return shlex.join([*(["python", prog] if prog == PROG else prog.split()), *argv])
 
 
 def run(argv: Sequence[str]) -> Path:
     """Parse ``argv`` and train (or sweep, with ``--tune``); returns the run (or sweep) folder
     (for scripts and tests)."""
     args = build_parser().parse_args(list(argv))
-    args.command = "train_policy.py " + " ".join(argv)
+    args.command = recorded_command(list(argv))
     return dispatch(args)
 
 
 def dispatch(args: argparse.Namespace) -> Path:
-    """Run what ``args`` ask for: an ES run (``--algo es``), a sweep (``--tune``) or a PPO run."""
+    """Run what ``args`` ask for: an ES run (``--algo es``), a sweep (``--tune``) or a PPO run.
+
+    Raises:
+        ConfigError: a ``--log-folder`` that is a file (checked before any work).
+    """
+    folder = Path(args.log_folder)
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"-f/--log-folder {folder}: is a file, not a folder")
     if args.algo == "es":
         from agents.evolution import train_es
 

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import os
@@ -30,14 +31,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
 
+from deepboot_env.atomic import append_text, atomic_write
 from deepboot_env.config import EnvConfig
 from deepboot_env.evaluation import run_episode
+from deepboot_env.limits import safe_cell
 from deepboot_env.sim.metrics import EpisodeMetrics
 from deepboot_env.sim.scenario import Scenario
 from deepboot_env.sim.simulator import SimConfig
 from deepboot_env.sim.workload import Workload
+from deepboot_env.workers import process_pool, stop_pool
 
 SCHED_KEYS: tuple[str, ...] = (
     "train_jct_mean",
@@ -157,7 +161,7 @@ class TrainingRatios:
             if self._pool is None:
                 import multiprocessing
 
-                self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+                self._pool = process_pool(1, multiprocessing.get_context("spawn"))
             self._references[key] = self._pool.submit(
                 reference_jct_mean, self.reference, dict(scenario_key), self.config
             )
@@ -176,10 +180,14 @@ class TrainingRatios:
         return out
 
     def finish(self, timeout_s: float = 120.0) -> list[float]:
-        """The ratios still owed, waiting up to ``timeout_s`` for their references; then stop."""
+        """The ratios still owed, waiting up to ``timeout_s`` for their references (not after a
+        SIGINT or SIGTERM: :func:`deepboot_env.stops.stop_requested`); then stop."""
         from concurrent.futures import wait
 
-        wait([self._references[key] for key, _ in self._queued], timeout=timeout_s)
+        from deepboot_env.stops import stop_requested
+
+        if not stop_requested():
+            wait([self._references[key] for key, _ in self._queued], timeout=timeout_s)
         out = self.ready()
         self.close()
         return out
@@ -187,7 +195,7 @@ class TrainingRatios:
     def close(self) -> None:
         """Stop the background process (references still running are dropped)."""
         if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            stop_pool(self._pool)
             self._pool = None
 
 
@@ -318,7 +326,7 @@ def run_eval_episode(episode: EvalEpisode) -> tuple[EpisodeMetrics, int]:
     metrics = run_episode(
         policy, episode.workload, episode.config, seed=episode.seed, max_decisions=episode.max_decisions
     )
-    return replace(metrics, timeline=[]), int(getattr(policy, "repaired_gpus", 0))
+    return replace(metrics, timeline=[]), int(policy.repaired_gpus)
 
 
 def censored_jct_mean(workload: Workload, metrics: Any) -> float:
@@ -335,13 +343,34 @@ def censored_jct_mean(workload: Workload, metrics: Any) -> float:
 
 def append_csv(path: Path, columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> None:
     """Append ``rows`` (dicts over ``columns``) to the CSV file at ``path``, with the header
-    first if the file is new (``evaluations.csv`` and the like, written as a run goes)."""
-    new = not path.exists()
-    with open(path, "a", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(columns))
-        if new:
-            writer.writeheader()
-        writer.writerows(rows)
+    first if the file is new (``evaluations.csv`` and the like, written as a run goes): whole rows
+    or nothing (:func:`deepboot_env.atomic.append_text`), text cells that a spreadsheet would read
+    as a formula neutralised (:func:`~deepboot_env.limits.safe_cell`)."""
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=list(columns), lineterminator="\r\n")
+    if not path.exists() or path.stat().st_size == 0:
+        writer.writeheader()
+    writer.writerows({key: safe_cell(value) for key, value in row.items()} for row in rows)
+    append_text(path, text.getvalue())
+
+
+def save_model(model: Any, path: str | Path) -> Path:
+    """``model.save`` (stable-baselines3) to ``path`` atomically: a kill or a full disk leaves
+    the previous file (:func:`deepboot_env.atomic.atomic_write`); returns the path."""
+    with atomic_write(path, binary=True) as fh:
+        model.save(fh)
+    return Path(path)
+
+
+class AtomicCheckpointCallback(CheckpointCallback):
+    """SB3's :class:`CheckpointCallback` (``<save_path>/<prefix>_<steps>_steps.zip`` every
+    ``save_freq`` calls) whose models are written with :func:`save_model` (no replay buffer or
+    VecNormalize statistics: PPO here has neither)."""
+
+    def _on_step(self) -> bool:
+        if self.n_calls % self.save_freq == 0:
+            save_model(self.model, self._checkpoint_path(extension="zip"))
+        return True
 
 
 def available_cpus() -> int:
@@ -466,7 +495,7 @@ class WorkloadEvalCallback(BaseCallback):
         from agents.policy_adapter import METADATA_FILE
 
         path = folder / "model.zip"
-        self.model.save(path)
+        save_model(self.model, path)
         with zipfile.ZipFile(path, "a") as zf:
             zf.writestr(METADATA_FILE, json.dumps({"env_kwargs": {"base_policy": self.env_config.base_policy}}))
         return f"ppo:{path}"
@@ -580,7 +609,7 @@ class WorkloadEvalCallback(BaseCallback):
         if self.csv_path is not None:
             append_csv(self.csv_path, EVAL_COLUMNS, rows)
         if improved and self.best_model_path is not None:
-            self.model.save(self.best_model_path)
+            save_model(self.model, self.best_model_path)
         if self.verbose >= 1:
             print(self.summary(len(rows), truncated, seconds, jct, score, improved))
         self.logger.record("time/total_timesteps", self.num_timesteps, exclude="tensorboard")
@@ -611,7 +640,7 @@ class WorkloadEvalCallback(BaseCallback):
             return
         episodes = [e for e in self._episodes() if e not in self._reference_jct]
         if episodes:
-            self._prefetcher = ProcessPoolExecutor(max_workers=1)
+            self._prefetcher = process_pool(1)
             for episode in episodes:
                 self._prefetched[episode] = self._prefetcher.submit(
                     run_eval_episode, self._task(str(self.reference), episode)
@@ -634,7 +663,11 @@ class WorkloadEvalCallback(BaseCallback):
             if self.eval_at_end and self.eval_freq > 0 and self._last_eval != self.num_timesteps:
                 self.evaluate()
         finally:
-            if self._prefetcher is not None:
-                self._prefetcher.shutdown(wait=False, cancel_futures=True)
-                self._prefetcher = None
-                self._prefetched.clear()
+            self.close()
+
+    def close(self) -> None:
+        """Stop the reference's background worker (episodes still running are dropped)."""
+        if self._prefetcher is not None:
+            stop_pool(self._prefetcher)
+            self._prefetcher = None
+            self._prefetched.clear()

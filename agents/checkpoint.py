@@ -32,14 +32,18 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import re
 import warnings
 import zipfile
+import zlib
 from collections import deque
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from deepboot_env.limits import MAX_ZIP_DATA_BYTES, MAX_ZIP_ENTRY_BYTES, parse_json, read_stream, shown
 
 SERIALIZED = ":serialized:"
 """The marker SB3 puts on a field it stored as a cloudpickle."""
@@ -55,14 +59,67 @@ def read_data(path: Path) -> dict[str, Any]:
     Raises:
         CheckpointError: if the file is not such a zip.
     """
-    try:
-        with zipfile.ZipFile(path) as zf:
-            data = json.loads(zf.read("data"))
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
-        raise CheckpointError(f"{path}: not a stable-baselines3 model zip ({exc})") from None
+    data = parse_json(read_entry(path, "data", MAX_ZIP_DATA_BYTES), f"{path}: entry 'data'", CheckpointError)
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: its 'data' entry is not a JSON object")
     return data
+
+
+_ZIP_ERRORS = (
+    OSError,
+    KeyError,
+    ValueError,
+    EOFError,
+    RuntimeError,
+    NotImplementedError,
+    zipfile.BadZipFile,
+    zlib.error,
+)
+"""What reading a malformed zip raises (bad headers, CRCs, compression methods, encryption)."""
+
+
+def read_entry(path: Path, name: str, limit: int) -> bytes:
+    """Entry ``name`` of the zip at ``path``, refused when its declared size, its actual unpacked
+    size or any entry's declared size (:data:`~deepboot_env.limits.MAX_ZIP_ENTRY_BYTES`) is too
+    large: a zip bomb is refused after reading at most ``limit`` bytes of it.
+
+    Raises:
+        CheckpointError: not a zip, no such entry, an entry too large, a corrupt entry.
+    """
+    try:
+        with zipfile.ZipFile(path) as zf:
+            info = zf.getinfo(name)
+            if info.file_size > limit:
+                raise CheckpointError(f"{path}: entry {name!r} unpacks to {info.file_size:,} bytes (limit {limit:,})")
+            check_entry_sizes(path, zf)
+            with zf.open(info) as fh:
+                data = read_stream(fh, limit)
+    except _ZIP_ERRORS as exc:
+        if isinstance(exc, CheckpointError):
+            raise
+        raise CheckpointError(f"{path}: not a stable-baselines3 model zip ({shown(str(exc))})") from None
+    if data is None:
+        raise CheckpointError(f"{path}: entry {name!r} unpacks to more than {limit:,} bytes")
+    return data
+
+
+def check_entry_sizes(path: Path, zf: zipfile.ZipFile) -> None:
+    """Refuse a zip with an entry whose declared size is beyond
+    :data:`~deepboot_env.limits.MAX_ZIP_ENTRY_BYTES` or with a name that leaves the archive
+    (absolute, ``..``): SB3's loader unpacks every entry it knows.
+
+    Raises:
+        CheckpointError: naming the entry.
+    """
+    for info in zf.infolist():
+        if info.file_size > MAX_ZIP_ENTRY_BYTES:
+            raise CheckpointError(
+                f"{path}: entry {shown(info.filename)} unpacks to {info.file_size:,} bytes "
+                f"(limit {MAX_ZIP_ENTRY_BYTES:,})"
+            )
+        parts = info.filename.replace("\\", "/").split("/")
+        if info.filename.startswith(("/", "\\")) or ".." in parts:
+            raise CheckpointError(f"{path}: entry {shown(info.filename)} names a path outside the archive")
 
 
 def _algo_classes(algo: str, arch: str = "mlp", described: bool = False) -> tuple[type, type]:
@@ -161,7 +218,7 @@ def _schedule(path: Path, key: str, field: dict[str, Any]) -> Any:
     except (KeyError, TypeError, ValueError):
         pass
     text = text or str(kind)
-    raise CheckpointError(f"{path}: field {key!r} is a schedule this loader cannot rebuild ({text[:80]!r})")
+    raise CheckpointError(f"{path}: field {shown(key)} is a schedule this loader cannot rebuild ({shown(text)})")
 
 
 def _spaces(path: Path, data: dict[str, Any]) -> tuple[Any, Any]:
@@ -185,7 +242,7 @@ def _spaces(path: Path, data: dict[str, Any]) -> tuple[Any, Any]:
             mode = mode_of_nvec(nvec)
             codec = make_codec(mode, int(nvec.size - 1), int(nvec[-1]))
     except ValueError:
-        raise CheckpointError(f"{path}: action_space is not a DeepBoot-v0 action space ({str(text)[:80]!r})") from None
+        raise CheckpointError(f"{path}: action_space is not a DeepBoot-v0 action space ({shown(text)})") from None
     described = data.get("observation_space", {})
     keys = re.findall(r"'(\w+)': Box", str(described.get("spaces", ""))) if isinstance(described, dict) else []
     observation, action = spaces_for(codec, outlook="outlook" in keys)
@@ -224,12 +281,18 @@ def _check_env_kwargs(path: Path, policy_kwargs: dict[str, Any], described: bool
         return None
     if not described:
         raise CheckpointError(f"{path}: policy_kwargs has {ENV_ARGUMENTS_KEY} but the policy class takes none")
-    return _env_kwargs(path, policy_kwargs[ENV_ARGUMENTS_KEY])
+    return saved_env_kwargs(path, policy_kwargs[ENV_ARGUMENTS_KEY])
 
 
-def _env_kwargs(path: Path, field: Any) -> dict[str, Any]:
-    """The env arguments a policy keeps: a dict of env options, or its text (parsed as a literal,
-    not evaluated), checked by :meth:`~deepboot_env.config.EnvConfig.from_options`."""
+def saved_env_kwargs(path: Path, field: Any) -> dict[str, Any]:
+    """The env arguments saved in a model file: a dict of env options, or its text (parsed as a
+    literal, not evaluated), checked by :meth:`~deepboot_env.config.EnvConfig.from_options`. A
+    ``base_policy`` must be a built-in policy's name: one with a prefix names a file
+    (``ppo:<path>``, ``priority:<path>``), and a model file never makes the loader open another.
+
+    Raises:
+        CheckpointError: not a dict of env options, bad options, or a base policy naming a file.
+    """
     from deepboot_env.config import EnvConfig
 
     value = field
@@ -239,7 +302,8 @@ def _env_kwargs(path: Path, field: Any) -> dict[str, Any]:
         except (ValueError, SyntaxError, MemoryError, RecursionError):
             value = None
     if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-        raise CheckpointError(f"{path}: policy_kwargs env_kwargs is not a dict of env options ({str(field)[:80]!r})")
+        raise CheckpointError(f"{path}: policy_kwargs env_kwargs is not a dict of env options ({shown(field)})")
+    refuse_named_files(path, value)
     try:
         EnvConfig.from_options(**value)
     except (ValueError, TypeError) as exc:
@@ -247,8 +311,34 @@ def _env_kwargs(path: Path, field: Any) -> dict[str, Any]:
     return value
 
 
+def refuse_named_files(path: Path, env_kwargs: dict[str, Any]) -> None:
+    """Refuse saved env arguments whose ``base_policy`` names a file (a prefix such as
+    ``ppo:<path>`` or ``priority:<path>``): a model file never makes the loader open another.
+
+    Raises:
+        CheckpointError: naming the file and the value (cut).
+    """
+    base = env_kwargs.get("base_policy")
+    if isinstance(base, str) and ":" in base:
+        raise CheckpointError(
+            f"{path}: env_kwargs base_policy {shown(base)} names a file; a saved model may name only a "
+            "built-in base policy (the loader opens no file a model names)"
+        )
+
+
 _DROPPED = ("_last_obs", "_last_episode_starts", "_last_original_obs")
 _EMPTY_DEQUES = ("ep_info_buffer", "ep_success_buffer")
+
+
+def _window(path: Path, value: Any) -> int:
+    """The checkpoint's ``_stats_window_size``: a whole number from 1 to 1,000,000.
+
+    Raises:
+        CheckpointError: for anything else.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1_000_000:
+        raise CheckpointError(f"{path}: field '_stats_window_size' must be a whole number >= 1, got {shown(value)}")
+    return value
 
 
 def safe_custom_objects(path: Path, data: dict[str, Any], algo: str) -> dict[str, Any]:
@@ -278,13 +368,38 @@ def safe_custom_objects(path: Path, data: dict[str, Any], algo: str) -> dict[str
         elif key in _DROPPED:
             out[key] = None
         elif key in _EMPTY_DEQUES:
-            out[key] = deque(maxlen=int(data.get("_stats_window_size", 100)))
+            out[key] = deque(maxlen=_window(path, data.get("_stats_window_size", 100)))
         else:
             raise CheckpointError(
-                f"{path}: field {key!r} is pickled and cannot be checked; load it only if you trust "
+                f"{path}: field {shown(key)} is pickled and cannot be checked; load it only if you trust "
                 "the file (--trust-checkpoint)"
             )
     return out
+
+
+def check_saved_hyperparams(path: Path, data: dict[str, Any], custom: dict[str, Any]) -> None:
+    """Refuse a checkpoint whose hyperparameters are out of range, NaN or infinite (``gamma``,
+    ``learning_rate``, the rebuilt schedules at the start and the end of training, ...): the
+    ranges of :data:`agents.factory.HYPERPARAM_RANGES`.
+
+    Raises:
+        CheckpointError: naming the file and the hyperparameter.
+    """
+    from agents.factory import HYPERPARAM_RANGES, ConfigError, check_hyperparam_range
+
+    for key in (*HYPERPARAM_RANGES, "lr_schedule"):
+        value = custom.get(key, data.get(key))
+        if value is None or isinstance(value, dict):
+            continue
+        start, end = (value(1.0), value(0.0)) if callable(value) else (value, None)
+        try:
+            if key != "lr_schedule":
+                check_hyperparam_range(key, start)
+            for item in (start, end) if key == "lr_schedule" else (end,):
+                if item is not None and not (isinstance(item, int | float) and math.isfinite(item) and item >= 0):
+                    raise ConfigError(f"hyperparameter {key}: must be a finite number >= 0, got {shown(item)}")
+        except ConfigError as exc:
+            raise CheckpointError(f"{path}: {exc}") from None
 
 
 def load_checkpoint(
@@ -324,9 +439,10 @@ def load_checkpoint(
         custom: dict[str, Any] = {}
     else:
         custom = safe_custom_objects(path, data, found)
+        check_saved_hyperparams(path, data, custom)
     try:
         model = algo_class(found).load(path, env=env, device=device, custom_objects=custom, **overrides)
-    except (KeyError, RuntimeError, zipfile.BadZipFile, EOFError) as exc:
-        raise CheckpointError(f"{path}: cannot load the model ({type(exc).__name__}: {exc})") from None
+    except Exception as exc:  # noqa: BLE001 - a malformed file fails in SB3 or torch in many ways: one line
+        raise CheckpointError(f"{path}: cannot load the model ({type(exc).__name__}: {shown(str(exc))})") from None
     use_padded_distribution(model.policy)
     return model

@@ -27,16 +27,18 @@ training episodes simulated so far, with ``generation``, ``train_jct_mean``, ``j
 ``generations.csv`` (one row per generation), ``state.json`` (theta, Adam's moments, the random
 generator, the cached ATS JCTs: what ``--resume`` continues from) and TensorBoard events in
 ``tb/``: ``sched/val_jct_ratio``, ``sched/train_jct_ratio``, ``es/*`` and ``theta/*``. SIGINT or
-SIGTERM stops the run after the generation in progress, saved as at a normal end. Episodes run in
+SIGTERM stops the generation in progress at once (its worker processes stopped) and saves the run
+at the last finished one, as at a normal end; the run folder is locked while it runs. Episodes run in
 worker processes or on Ray (:func:`deepboot_env.workers.run_pool`).
 """
 
 from __future__ import annotations
 
+import csv
 import functools
 import json
 import math
-import sys
+import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -47,6 +49,9 @@ import numpy as np
 
 from agents.callbacks import append_csv, available_cpus
 from agents.priority import FEATURES, PriorityModel, PriorityPolicy, srpt_theta
+from deepboot_env.atomic import lock_folder, write_text
+from deepboot_env.limits import MAX_ES_STATE_BYTES, names, parse_json, read_bounded, shown
+from deepboot_env.stops import Stopped, StopSignals
 from deepboot_env.workers import LOCAL, Backend, run_pool
 
 DYNAMICS = "v1"
@@ -98,14 +103,10 @@ class EsSettings:
         known = {f.name: f.type for f in fields(cls)}
         unknown = sorted(set(values) - set(known))
         if unknown:
-            raise EsConfigError(f"unknown ES settings {unknown}; known: {', '.join(known)}")
-        out: dict[str, Any] = {}
-        for name, value in values.items():
-            kind = int if known[name] == "int" else float
-            if isinstance(value, bool) or not isinstance(value, int | float) or (kind is int and value != int(value)):
-                whole = " (whole)" if kind is int else ""
-                raise EsConfigError(f"ES setting {name} must be a number{whole}, got {value!r}")
-            out[name] = kind(value)
+            raise EsConfigError(f"unknown ES settings {names(unknown)}; known: {', '.join(known)}")
+        out: dict[str, Any] = {
+            name: _setting(name, value, int if known[name] == "int" else float) for name, value in values.items()
+        }
         settings = cls(**out)
         for name in ("generations", "pairs", "seeds_per_family", "eval_freq"):
             if getattr(settings, name) < 1:
@@ -116,6 +117,28 @@ class EsSettings:
         if not (0 <= settings.srpt_power < math.inf):
             raise EsConfigError(f"ES setting srpt_power must be >= 0 and finite, got {settings.srpt_power}")
         return settings
+
+
+MAX_SETTING = 1_000_000
+"""The largest count an ES setting may hold (generations, pairs, ...): more would run for years."""
+
+
+def _setting(name: str, value: Any, kind: type) -> int | float:
+    """``value`` of ES setting ``name`` as ``kind`` (int: a whole number up to :data:`MAX_SETTING`).
+
+    Raises:
+        EsConfigError: a value that is not a (whole, finite) number, named and cut.
+    """
+    whole = " (whole)" if kind is int else ""
+    ok = not isinstance(value, bool) and isinstance(value, int | float)
+    try:
+        number = float(value) if ok else math.nan
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number) or (kind is int and not (number.is_integer() and abs(number) <= MAX_SETTING)):
+        limit = f" up to {MAX_SETTING:,}" if kind is int else ""
+        raise EsConfigError(f"ES setting {name} must be a number{whole} (finite{limit}), got {shown(value)}")
+    return int(number) if kind is int else number
 
 
 def episode_jct(item: Item) -> float:
@@ -167,17 +190,102 @@ class EsState:
             EsConfigError: a missing or malformed file, named.
         """
         try:
-            doc = json.loads(path.read_text())
-            state = cls(**doc)
-        except (OSError, json.JSONDecodeError, TypeError) as exc:
-            raise EsConfigError(f"{path}: cannot resume from it ({exc})") from None
-        if len(state.theta) != len(FEATURES) or not all(math.isfinite(x) for x in state.theta):
-            raise EsConfigError(f"{path}: field 'theta' must be {len(FEATURES)} finite numbers")
-        return state
+            data = read_bounded(path, MAX_ES_STATE_BYTES, "an ES state", EsConfigError)
+        except OSError as exc:
+            raise EsConfigError(f"{path}: cannot resume from it ({exc.strerror or exc})") from None
+        doc = parse_json(data, str(path), EsConfigError, max_values=MAX_ES_STATE_BYTES // 8)
+        return cls(**check_state(path, doc))
 
     def save(self, path: Path) -> None:
-        """Write ``state.json``."""
-        path.write_text(json.dumps(asdict(self)) + "\n")
+        """Write ``state.json`` (atomically: a stop or a full disk leaves the previous state)."""
+        write_text(path, json.dumps(asdict(self)) + "\n")
+
+
+STATE_FIELDS = ("theta", "m", "v", "generation", "episodes", "best_val", "rng", "ats_jct", "wall_seconds")
+"""The fields of ``state.json``."""
+
+ATS_JCT_RANGE = (1.0, 1e9)
+"""The range of a cached ATS mean JCT (s): a value outside was not simulated (a tampered cache
+would make every ratio to it garbage)."""
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_state(path: Path, doc: Any) -> dict[str, Any]:
+    """The fields of a ``state.json`` document, checked: types, shapes (one entry per feature),
+    finiteness, counts, the random generator's state and the ATS cache (keys ``family/seed`` of a
+    known family and a train or val seed, values in :data:`ATS_JCT_RANGE`).
+
+    Raises:
+        EsConfigError: one line naming the file and the field.
+    """
+    from traces.families import FAMILIES, split_seeds
+
+    def bad(name: str, want: str) -> EsConfigError:
+        return EsConfigError(f"{path}: field {name!r} must be {want}, got {shown(doc.get(name))}")
+
+    if not isinstance(doc, dict):
+        raise EsConfigError(f"{path}: expected a JSON object, got {type(doc).__name__}")
+    odd = sorted(set(doc) - set(STATE_FIELDS), key=str)
+    if odd or not {"theta", "m", "v"} <= set(doc):
+        raise EsConfigError(f"{path}: expected the fields {', '.join(STATE_FIELDS)}; unknown or missing: {shown(odd)}")
+    for name in ("theta", "m", "v"):
+        value = doc[name]
+        if not (isinstance(value, list) and len(value) == len(FEATURES) and all(map(_is_number, value))):
+            raise bad(name, f"{len(FEATURES)} finite numbers")
+    if any(x < 0 for x in doc["v"]):
+        raise bad("v", "non-negative (Adam's second moments)")
+    for name in ("generation", "episodes"):
+        value = doc.get(name, 0)
+        if not (isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 10**12):
+            raise bad(name, "a whole number >= 0")
+    for name, low in (("best_val", 0.0), ("wall_seconds", 0.0)):
+        value = doc.get(name)
+        if value is not None and not (_is_number(value) and value >= low):
+            raise bad(name, "a finite number >= 0")
+    try:
+        np.random.default_rng().bit_generator.state = doc.get("rng") or np.random.default_rng().bit_generator.state
+    except (TypeError, ValueError, KeyError, OverflowError):
+        raise bad("rng", "a PCG64 random generator state") from None
+    cache = doc.get("ats_jct", {})
+    if not isinstance(cache, dict):
+        raise bad("ats_jct", "an object of ATS JCTs by family/seed")
+    splits = (split_seeds("train"), split_seeds("val"))  # ranges: membership without a set of millions
+    low, high = ATS_JCT_RANGE
+    for key, value in cache.items():
+        family, _, seed = str(key).partition("/")
+        whole = seed.isascii() and seed.isdigit() and len(seed) <= 20
+        if family not in FAMILIES or not whole or not any(int(seed) in split for split in splits):
+            raise EsConfigError(f"{path}: field 'ats_jct': {shown(key)} is not a family/seed of the train or val split")
+        if not (_is_number(value) and low <= value <= high):
+            raise EsConfigError(
+                f"{path}: field 'ats_jct': {key} holds {shown(value)}, not an ATS mean JCT ({low:g} to {high:g} s)"
+            )
+    return doc
+
+
+def verify_cache(path: Path, state: EsState, checks: int = 2) -> None:
+    """Recompute the ATS JCT of up to ``checks`` cached scenarios (the first and the last key)
+    and refuse the state where one differs: a cache edited by hand, or made by another version
+    of the simulator, would skew every ratio to ATS (a poisoned entry once gave a ratio of 1e303).
+    A spot check: about a second of simulation per scenario.
+
+    Raises:
+        EsConfigError: naming the file, the scenario and both values.
+    """
+    keys = sorted(state.ats_jct)
+    picks = [keys[0], keys[-1]][:checks] if keys else []
+    for key in dict.fromkeys(picks):
+        family, _, seed = key.partition("/")
+        jct = episode_jct((None, family, int(seed)))
+        saved = state.ats_jct[key]
+        if not math.isclose(jct, saved, rel_tol=1e-9):
+            raise EsConfigError(
+                f"{path}: field 'ats_jct': {key} holds {saved:g} s but ATS takes {jct:g} s on that scenario: "
+                "the cache does not match the scenarios (edited, or from another version)"
+            )
 
 
 def adam_step(state: EsState, grad: np.ndarray, lr: float, beta1: float = 0.9, beta2: float = 0.999) -> None:
@@ -348,18 +456,46 @@ class EsRun:
 
     def train(self, stop: Callable[[], bool] = lambda: False) -> Path:
         """Run to ``settings.generations`` (or until ``stop()`` is true after a generation);
-        validates at the start, every ``eval_freq`` generations and at the end."""
+        validates at the start, every ``eval_freq`` generations and at the end. A SIGINT or
+        SIGTERM during the episodes (:class:`~deepboot_env.stops.Stopped`, their pool stopped)
+        ends the run at the last finished generation: its state is saved, and the generation in
+        progress runs again on resume (the same draws), as does a validation it cut short."""
         cfg = self.settings
-        if self.state.generation == 0 and not (self.run_dir / "evaluations.csv").exists():
-            self.validate()
-        while self.state.generation < cfg.generations and not stop():
-            self.generation()
-            if self.state.generation % cfg.eval_freq == 0 or self.state.generation == cfg.generations:
+        try:
+            if self._validation_due():
                 self.validate()
-            self.save()
+            while self.state.generation < cfg.generations and not stop():
+                self.generation()
+                if self._validation_due():
+                    self.validate()
+                self.save()
+        except Stopped:
+            pass
         final = self.save()
         self.writer.close()
         return final
+
+    def _validation_due(self) -> bool:
+        """Whether the current generation is one to validate (0, every ``eval_freq``-th, the
+        last) and ``evaluations.csv`` has no row of it yet."""
+        g, cfg = self.state.generation, self.settings
+        if g % cfg.eval_freq != 0 and g != cfg.generations:
+            return False
+        return last_generation(self.run_dir / "evaluations.csv") != g
+
+
+def last_generation(path: Path) -> int | None:
+    """The ``generation`` of the last row of an ``evaluations.csv`` (None: no file or no row)."""
+    if not path.is_file():
+        return None
+    with open(path, newline="", encoding="utf-8") as fh:
+        last = None
+        for row in csv.DictReader(fh):
+            last = row
+    try:
+        return int(last["generation"]) if last else None
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def machine() -> str:
@@ -384,7 +520,7 @@ def family_names(values: Sequence[str], flag: str) -> list[str]:
         except FamilyError:
             known = ", ".join(FAMILIES)
             raise EsConfigError(
-                f"{flag} {value!r}: --algo es takes workload families family:<name> ({known})"
+                f"{flag} {shown(value)}: --algo es takes workload families family:<name> ({known})"
             ) from None
     return names
 
@@ -404,7 +540,7 @@ def train_es(args: Any) -> Path:
         EsConfigError: bad flags or settings; TrainingInterrupted: stopped by SIGINT/SIGTERM (saved).
     """
     from agents.factory import parse_kv
-    from agents.interrupt import StopOnSignal, TrainingInterrupted
+    from agents.interrupt import TrainingInterrupted, command_words, resume_command
     from agents.run_config import load_conf
     from agents.training_run import FAMILY_SEEDS, next_run_dir, write_config
     from traces.families import FAMILIES, split_seeds
@@ -414,7 +550,7 @@ def train_es(args: Any) -> Path:
     evals = list(FAMILIES) if default_val else family_names(args.eval_workload, "--eval-workload")
     per_family = args.eval_episodes or FAMILY_SEEDS
     val = [(f, s) for f in evals for s in split_seeds("val")[:per_family]]
-    preset = load_conf(args.conf_file, args.preset, "es")
+    preset = load_conf(args.conf_file, args.preset, "es", common=False)
     values = {k: v for k, v in preset.items() if k in EsSettings.__dataclass_fields__}
     values.update(parse_kv(args.hyperparams, "-params"))
     if args.eval_freq is not None:
@@ -422,39 +558,43 @@ def train_es(args: Any) -> Path:
     if args.resume:
         run_dir = Path(args.resume)
         run_dir = run_dir if run_dir.is_dir() else run_dir.parent
-        state = EsState.load(run_dir / "state.json")
-        if args.n_timesteps is not None:
-            values["generations"] = state.generation + args.n_timesteps
+        if not run_dir.is_dir():
+            raise EsConfigError(f"--resume {args.resume}: no such run folder")
     else:
         if args.n_timesteps is not None:
             values["generations"] = args.n_timesteps
-        state = None
-    settings = EsSettings.of(values)
-    if state is None:
+        EsSettings.of(values)  # checked before a run folder is made
         run_dir = next_run_dir(args.log_folder, "es")
-        state = EsState.start(settings, args.seed)
-    jobs = args.eval_jobs or available_cpus()
-    backend = Backend("ray", args.address) if args.vec_env == "ray" else LOCAL
-    backend.check()
-    command = args.command or "python train_policy.py " + " ".join(sys.argv[1:])
-    config = {
-        "algo": "es",
-        "command": command,
-        "workload": families,
-        "eval_workload": evals,
-        "seed": args.seed,
-        "settings": asdict(settings),
-        "jobs": jobs,
-        "backend": backend.kind,
-        "machine": machine(),
-    }
-    write_config(run_dir / "config.yml", config)
-    log = functools.partial(print, flush=True) if args.verbose else None
-    run = EsRun(run_dir, families, val, settings, state, jobs, backend, command, log)
-    with StopOnSignal() as stopper:
-        final = run.train(stop=lambda: stopper.signum is not None)
-    if stopper.signum is not None:
-        raise TrainingInterrupted(stopper.signum, run_dir, final)
+    with lock_folder(run_dir, "--resume" if args.resume else "--log-folder"), StopSignals(interruptible=False) as stops:
+        state = EsState.load(run_dir / "state.json") if args.resume else None
+        if state is not None:
+            verify_cache(run_dir / "state.json", state)
+        if state is not None and args.n_timesteps is not None:
+            values["generations"] = state.generation + args.n_timesteps
+        settings = EsSettings.of(values)
+        state = state or EsState.start(settings, args.seed)
+        jobs = args.eval_jobs or available_cpus()
+        backend = Backend("ray", args.address) if args.vec_env == "ray" else LOCAL
+        backend.check()
+        command = args.command or shlex.join(command_words(None))
+        config = {
+            "algo": "es",
+            "command": command,
+            "workload": families,
+            "eval_workload": evals,
+            "seed": args.seed,
+            "settings": asdict(settings),
+            "jobs": jobs,
+            "backend": backend.kind,
+            "machine": machine(),
+        }
+        write_config(run_dir / "config.yml", config)
+        log = functools.partial(print, flush=True) if args.verbose else None
+        run = EsRun(run_dir, families, val, settings, state, jobs, backend, command, log)
+        final = run.train(stop=lambda: stops.signum is not None)
+    if stops.signum is not None:
+        resume = resume_command(command_words(command), run_dir, settings.generations - state.generation)
+        raise TrainingInterrupted(stops.signum, run_dir, final, resume)
     if log:
         done = f"{state.generation} generations, {state.episodes} episodes, {state.wall_seconds:.0f} s"
         log(f"run folder: {run_dir}  ({done})")

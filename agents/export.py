@@ -44,6 +44,7 @@ def described(model: Any, env_kwargs: dict[str, Any]) -> Any:
 def export_model(src: str | Path, dst: str | Path) -> Path:
     """Write ``src`` to ``dst`` as a self-describing model with an empty optimizer state; returns
     ``dst``."""
+    from agents.callbacks import save_model
     from agents.policy_adapter import agent_env_kwargs, load_model, resolve_model_path
 
     src = resolve_model_path(src)
@@ -51,8 +52,7 @@ def export_model(src: str | Path, dst: str | Path) -> Path:
     model = described(model, agent_env_kwargs(model, src))
     dst = Path(dst)
     dst.parent.mkdir(parents=True, exist_ok=True)
-    model.save(dst)
-    return dst
+    return save_model(model, dst)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

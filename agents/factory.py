@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import ast
 import copy
+import math
 import re
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from deepboot_env.limits import MAX_ROLLOUT, shown
 
 if TYPE_CHECKING:  # imported where used: SB3 and torch are slow to import
     from sb3_contrib import MaskablePPO
@@ -110,7 +113,7 @@ def parse_kv(items: Sequence[str] | None, what: str = "--hyperparams") -> dict[s
         key, sep, value = str(item).partition(":")
         key = key.strip()
         if not sep or not key:
-            raise ConfigError(f"{what}: expected key:value, got {item!r}")
+            raise ConfigError(f"{what}: expected key:value, got {shown(item)}")
         out[key] = parse_value(value.strip())
     return out
 
@@ -132,8 +135,8 @@ def _schedule(key: str, value: Any) -> Any:
             try:
                 return linear_schedule(float(value[4:]))
             except ValueError:
-                raise ConfigError(f"{key}: bad linear schedule {value!r} (expected lin_<number>)") from None
-        raise ConfigError(f"{key}: expected a number or lin_<number>, got {value!r}")
+                raise ConfigError(f"{key}: bad linear schedule {shown(value)} (expected lin_<number>)") from None
+        raise ConfigError(f"{key}: expected a number or lin_<number>, got {shown(value)}")
     return value
 
 
@@ -178,7 +181,7 @@ def _layer_sizes(value: Any) -> bool:
 def _check_policy_kwarg(key: str, value: Any) -> Any:
     """``value`` for ``key``, checked (activation names become ``torch.nn`` classes)."""
     if key not in POLICY_KWARGS_KEYS:
-        raise ConfigError(f"policy_kwargs: unknown key {key!r}; allowed: {', '.join(POLICY_KWARGS_KEYS)}")
+        raise ConfigError(f"policy_kwargs: unknown key {shown(key)}; allowed: {', '.join(POLICY_KWARGS_KEYS)}")
     if key == "net_arch":
         ok = _layer_sizes(value) or (
             isinstance(value, dict) and set(value) <= {"pi", "vf"} and all(_layer_sizes(v) for v in value.values())
@@ -187,7 +190,7 @@ def _check_policy_kwarg(key: str, value: Any) -> Any:
         m = _ACTIVATION_REPR.match(str(getattr(value, "__name__", value)))
         name = m.group(1) if m else ""
         if name not in ACTIVATIONS:
-            raise ConfigError(f"policy_kwargs: activation_fn {value!r} is not {POLICY_KWARGS_KEYS[key]}")
+            raise ConfigError(f"policy_kwargs: activation_fn {shown(value)} is not {POLICY_KWARGS_KEYS[key]}")
         import torch as th
 
         return getattr(th.nn, name)
@@ -198,7 +201,7 @@ def _check_policy_kwarg(key: str, value: Any) -> Any:
     else:
         ok = isinstance(value, bool)
     if not ok:
-        raise ConfigError(f"policy_kwargs: {key} must be {POLICY_KWARGS_KEYS[key]}, got {value!r}")
+        raise ConfigError(f"policy_kwargs: {key} must be {POLICY_KWARGS_KEYS[key]}, got {shown(value)}")
     return value
 
 
@@ -223,7 +226,7 @@ def _parse_policy_kwargs_text(text: str) -> dict[str, Any]:
             }
         raise ValueError("expected {...} or dict(...)")
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as exc:
-        raise ConfigError(f"policy_kwargs: cannot read {text!r} as data ({exc})") from None
+        raise ConfigError(f"policy_kwargs: cannot read {shown(text)} as data ({exc})") from None
 
 
 def policy_kwargs_from_mapping(value: Any, from_repr: bool = False) -> dict[str, Any]:
@@ -239,14 +242,14 @@ def policy_kwargs_from_mapping(value: Any, from_repr: bool = False) -> dict[str,
     if isinstance(value, str):
         value = _parse_policy_kwargs_text(value)
     if not isinstance(value, Mapping):
-        raise ConfigError(f"policy_kwargs: expected a mapping, got {value!r}")
+        raise ConfigError(f"policy_kwargs: expected a mapping, got {shown(value)}")
     out = {}
     for key, item in value.items():
         if from_repr and key != "activation_fn" and isinstance(item, str):
             try:
                 item = ast.literal_eval(item)
             except (ValueError, SyntaxError):
-                raise ConfigError(f"policy_kwargs: {key} is not a literal ({item!r})") from None
+                raise ConfigError(f"policy_kwargs: {key} is not a literal ({shown(item)})") from None
         out[str(key)] = _check_policy_kwarg(str(key), item)
     return out
 
@@ -260,7 +263,7 @@ def policy_arch(policy: str) -> str:
     for arch, name in POLICY_ARCHS.items():
         if policy == name:
             return arch
-    raise ConfigError(f"policy: unknown policy {policy!r}; choose from {', '.join(POLICY_ARCHS.values())}")
+    raise ConfigError(f"policy: unknown policy {shown(policy)}; choose from {', '.join(POLICY_ARCHS.values())}")
 
 
 def check_policy_kwargs_arch(arch: str, policy_kwargs: Mapping[str, Any]) -> None:
@@ -293,7 +296,7 @@ def switch_arch(hyperparams: dict[str, Any], arch: str, keep_policy_kwargs: bool
         ConfigError: for an unknown architecture.
     """
     if arch not in POLICY_ARCHS:
-        raise ConfigError(f"unknown --policy-arch {arch!r}; choose from {', '.join(POLICY_ARCHS)}")
+        raise ConfigError(f"unknown --policy-arch {shown(arch)}; choose from {', '.join(POLICY_ARCHS)}")
     hyperparams["policy"] = POLICY_ARCHS[arch]
     kwargs = hyperparams.get("policy_kwargs")
     if keep_policy_kwargs or kwargs is None:
@@ -314,7 +317,7 @@ def check_hyperparams(hyperparams: Mapping[str, Any]) -> None:
         policy_arch(hyperparams["policy"])
     for key, value in hyperparams.items():
         if key not in HYPERPARAM_TYPES:
-            raise ConfigError(f"unknown hyperparameter {key!r}; known: {', '.join(sorted(HYPERPARAM_TYPES))}")
+            raise ConfigError(f"unknown hyperparameter {shown(key)}; known: {', '.join(sorted(HYPERPARAM_TYPES))}")
         want = HYPERPARAM_TYPES[key]
         ok = isinstance(value, want)
         if want is float or (isinstance(want, tuple) and float in want):
@@ -322,9 +325,56 @@ def check_hyperparams(hyperparams: Mapping[str, Any]) -> None:
         if want is int and isinstance(value, bool):
             ok = False
         if not ok:
-            raise ConfigError(f"hyperparameter {key}: bad value {value!r}")
-        if key in ("learning_rate", "clip_range", "clip_range_vf") and isinstance(value, str):
-            _schedule(key, value)
+            raise ConfigError(f"hyperparameter {key}: bad value {shown(value)}")
+        check_hyperparam_range(key, value)
+
+
+HYPERPARAM_RANGES: dict[str, tuple[float, float]] = {
+    "n_steps": (1, MAX_ROLLOUT),
+    "batch_size": (1, MAX_ROLLOUT),
+    "n_epochs": (1, 10_000),
+    "stats_window_size": (1, 1_000_000),
+    "gamma": (0.0, 1.0),
+    "gae_lambda": (0.0, 1.0),
+    "ent_coef": (0.0, math.inf),
+    "vf_coef": (0.0, math.inf),
+    "max_grad_norm": (0.0, math.inf),
+    "target_kl": (0.0, math.inf),
+    "learning_rate": (0.0, math.inf),
+    "clip_range": (0.0, math.inf),
+    "clip_range_vf": (0.0, math.inf),
+}
+"""The closed range of each numeric hyperparameter (a schedule's start value for schedules);
+an infinite end means any finite number. Zero is refused where it stops learning (learning_rate,
+clip ranges, target_kl, max_grad_norm)."""
+
+_POSITIVE = ("learning_rate", "clip_range", "clip_range_vf", "target_kl", "max_grad_norm")
+
+
+def check_hyperparam_range(key: str, value: Any) -> None:
+    """Refuse a number (or a schedule's start) of ``key`` outside :data:`HYPERPARAM_RANGES`,
+    NaN and infinities included.
+
+    Raises:
+        ConfigError: naming the key, the range and the value (cut).
+    """
+    if key in ("learning_rate", "clip_range", "clip_range_vf") and isinstance(value, str):
+        schedule = _schedule(key, value)
+        value = schedule if isinstance(schedule, float) else schedule(1.0)
+    if key not in HYPERPARAM_RANGES or value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"hyperparameter {key}: must be a number, got {shown(value)}")
+    low, high = HYPERPARAM_RANGES[key]
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    finite = math.isfinite(number)
+    if not (finite and low <= number <= high) or (key in _POSITIVE and number <= 0):
+        bound = f"> {low:g}" if key in _POSITIVE else f">= {low:g}"
+        what = f"a finite number {bound}" if high == math.inf else f"from {low:g} to {high:g}"
+        raise ConfigError(f"hyperparameter {key}: must be {what}, got {shown(value)}")
 
 
 def resolve_hyperparams(algo: str, *overrides: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -363,7 +413,7 @@ def check_algo(algo: str) -> str:
         ConfigError: for an unknown algorithm, listing the known ones.
     """
     if algo not in ALGOS:
-        raise ConfigError(f"unknown algo {algo!r}; choose from {', '.join(ALGOS)}")
+        raise ConfigError(f"unknown algo {shown(algo)}; choose from {', '.join(ALGOS)}")
     return algo
 
 
@@ -393,7 +443,7 @@ def resolve_device(device: str) -> str:
     try:
         resolved = str(get_device(device))
     except RuntimeError:
-        raise ConfigError(f"unknown device {device!r}; choose from {', '.join(DEVICES)} (or cuda:<n>)") from None
+        raise ConfigError(f"unknown device {shown(device)}; choose from {', '.join(DEVICES)} (or cuda:<n>)") from None
     if device != "auto" and resolved == "cpu" and device != "cpu":
         warnings.warn(f"--device {device} asked for but CUDA is not available; using cpu", RuntimeWarning, stacklevel=2)
     return resolved
@@ -446,7 +496,7 @@ def make_vec_env_for(
     if int(n_envs) < 1:
         raise ConfigError(f"n_envs must be >= 1, got {n_envs}")
     if vec_env not in VEC_ENVS:
-        raise ConfigError(f"unknown vec_env {vec_env!r}; choose from {', '.join(VEC_ENVS)}")
+        raise ConfigError(f"unknown vec_env {shown(vec_env)}; choose from {', '.join(VEC_ENVS)}")
     if group_size < 1 or int(n_envs) % group_size:
         raise ConfigError(f"group_size must be >= 1 and divide n_envs {n_envs}, got {group_size}")
     kwargs = dict(env_kwargs or {})

@@ -172,9 +172,12 @@ def pretrain(
     vf_coef: float = 0.5,
     seed: int = 0,
     on_epoch: Callable[[int, dict[str, float]], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> list[dict[str, float]]:
     """Behaviour cloning of ``demos`` into ``model.policy`` (PPO or MaskablePPO); per-epoch losses
-    (also passed, with the epoch from 1, to ``on_epoch`` as each epoch ends).
+    (also passed, with the epoch from 1, to ``on_epoch`` as each epoch ends). ``should_stop`` is
+    asked before every batch: once true, cloning ends there (the epoch in progress is not
+    reported) and the value head is rescaled as after a full run.
 
     The value head regresses the (scaled) returns; the scale is the returns' RMS so both losses
     have comparable magnitudes, and it is undone exactly (the head's last layer is rescaled
@@ -200,13 +203,15 @@ def pretrain(
         value_layer.bias.div_(scale)
     optimizer = torch.optim.Adam(policy.parameters(), lr=learning_rate)
     gen = torch.Generator().manual_seed(seed)
-    history = []
+    history: list[dict[str, float]] = []
     policy.set_training_mode(True)
     try:
         for _ in range(epochs):
             order = torch.randperm(len(demos), generator=gen).to(device)
             sums = {"bc_loss": 0.0, "value_loss": 0.0, "mean_prob": 0.0}
             for start in range(0, len(demos), batch_size):
+                if should_stop is not None and should_stop():
+                    return history
                 idx = order[start : start + batch_size]
                 batch_obs = {k: v[idx] for k, v in obs_t.items()}
                 if masked:

@@ -1,39 +1,41 @@
-"""Training that survives SIGINT and SIGTERM: stop at the next step, keep the model, say how to resume.
+"""Training that survives SIGINT and SIGTERM: stop at the next safe point, keep the model, say how to resume.
 
-While a run trains, :class:`StopOnSignal` replaces the SIGINT and SIGTERM handlers with one that
-only records the signal; its callback then ends ``model.learn`` at the next environment step (SB3
-stops when a callback returns False). The caller saves the model and its config as after a normal
-end and raises :class:`TrainingInterrupted`, which the command line turns into one line naming
-the resume command and the exit status 128 + signal (130 for SIGINT, 143 for SIGTERM). A second
-signal while stopping is handled the same way: the model being saved is not cut short.
+Training uses the project's one stop mechanism, :class:`deepboot_env.stops.StopSignals`: while a
+run trains, the first SIGINT or SIGTERM is recorded and :class:`StopOnSignal`, an SB3 callback,
+ends ``model.learn`` at the next environment step (SB3 stops when a callback returns False); a
+pool of worker processes in progress (the warm start's demonstrations, an evaluation, an ES
+generation) is stopped at once (:func:`deepboot_env.stops.interruptible`). The caller saves the
+model and its config as after a normal end and raises :class:`TrainingInterrupted`, which the
+command line turns into one line naming the resume command (:func:`resume_command`, the run's
+own command with ``--resume`` and the steps left) and the exit status 128 + signal (130 for
+SIGINT, 143 for SIGTERM). A second signal while stopping is ignored: the model being saved is not
+cut short.
 """
 
 from __future__ import annotations
 
-import signal
-import threading
-from collections.abc import Callable
+import shlex
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import FrameType, TracebackType
-from typing import Any
 
 from stable_baselines3.common.callbacks import BaseCallback
 
-SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)
-"""The signals that stop a run cleanly."""
+from deepboot_env.stops import StopSignals, signal_name
 
 
 class TrainingInterrupted(Exception):
-    """A run stopped on a signal after saving its model (``model``) in ``run_dir``."""
+    """A run stopped on a signal after saving its model (``model``) in ``run_dir``; ``resume`` is
+    the command that continues it, ``note`` what was cut short (or empty)."""
 
-    def __init__(self, signum: int, run_dir: Path, model: Path) -> None:
+    def __init__(self, signum: int, run_dir: Path, model: Path, resume: str, note: str = "") -> None:
         self.signum = signum
         self.run_dir = run_dir
         self.model = model
-        name = signal.Signals(signum).name
+        self.resume = resume
+        cut = f" ({note})" if note else ""
         super().__init__(
-            f"{name}: stopped; model and config saved in {run_dir}; resume with "
-            f"deepboot train --resume {model} -n <more steps> (plus the same --workload/--preset)"
+            f"{signal_name(signum)}: stopped{cut}; model and config saved in {run_dir}; resume with: {resume}"
         )
 
     @property
@@ -42,40 +44,65 @@ class TrainingInterrupted(Exception):
         return 128 + self.signum
 
 
+RESUME_FLAGS = ("--resume", "-i", "--trained-agent")
+"""The flags that name the model or run folder to continue."""
+STEP_FLAGS = ("-n", "--n-timesteps")
+"""The flags of the training budget (timesteps; generations with ``--algo es``)."""
+FIXED_ON_RESUME = ("policy", "policy_kwargs")
+"""``-params`` keys a resumed model keeps from its checkpoint (naming them again is refused)."""
+
+
+def command_words(command: str | None) -> list[str]:
+    """The words of a run's command line: ``command`` (shell syntax, as ``train_policy.main``
+    records it), else this process's interpreter and arguments."""
+    return shlex.split(command) if command else [sys.executable, *sys.argv]
+
+
+def resume_command(command: Sequence[str], resume: str | Path, more: int) -> str:
+    """The shell command that continues a stopped run: ``command`` (the run's program and
+    arguments) without its ``--resume`` / ``-n`` flags and the ``-params`` a resume may not
+    change, then ``--resume resume -n more``."""
+    words = list(command)
+    out: list[str] = []
+    skip = 0
+    params = False
+    for word in words:
+        if skip:
+            skip -= 1
+            continue
+        name = word.split("=", 1)[0]
+        if name in RESUME_FLAGS + STEP_FLAGS:
+            skip = 0 if "=" in word else 1
+            params = False
+            continue
+        if word.startswith("-"):
+            params = name in ("-params", "--hyperparams")
+        elif params and word.split(":", 1)[0] in FIXED_ON_RESUME:
+            continue
+        out.append(word)
+    return shlex.join([*out, "--resume", str(resume), "-n", str(max(int(more), 1))])
+
+
 class StopOnSignal(BaseCallback):
-    """Records SIGINT/SIGTERM while entered (a context manager) and stops training at the next step.
+    """Ends ``model.learn`` at the next step once ``stops`` has recorded a signal.
 
     Args:
+        stops: the run's :class:`~deepboot_env.stops.StopSignals` (entered by the caller).
         on_stop: called once when training stops on a signal (e.g. to skip a final evaluation).
-
-    Attributes:
-        signum: the first signal received, or None.
     """
 
-    def __init__(self, on_stop: Callable[[], None] | None = None) -> None:
+    def __init__(self, stops: StopSignals, on_stop: Callable[[], None] | None = None) -> None:
         super().__init__(verbose=0)
-        self.signum: int | None = None
+        self.stops = stops
         self._on_stop = on_stop
-        self._previous: dict[int, Any] = {}
 
-    def _record(self, signum: int, frame: FrameType | None) -> None:
-        if self.signum is None:
-            self.signum = signum
-
-    def __enter__(self) -> StopOnSignal:
-        if threading.current_thread() is not threading.main_thread():
-            return self  # only the main thread handles signals (a Ray Tune trial runs in another)
-        for sig in SIGNALS:
-            self._previous[sig] = signal.signal(sig, self._record)
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        self._previous.clear()
+    @property
+    def signum(self) -> int | None:
+        """The first signal received, or None."""
+        return self.stops.signum
 
     def _on_step(self) -> bool:
-        if self.signum is None:
+        if self.stops.signum is None:
             return True
         if self._on_stop is not None:
             self._on_stop()

@@ -24,7 +24,6 @@ the zip (older exports), else ``config.yml``'s ``env_kwargs``, else it is ``ats`
 
 from __future__ import annotations
 
-import json
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,7 @@ from deepboot_env.env.encoding import (
     encode_observation,
 )
 from deepboot_env.extras import require_extra
+from deepboot_env.limits import MAX_CONFIG_BYTES, MAX_JSON_BYTES, parse_json, parse_yaml, read_bounded
 from deepboot_env.policy import Allocation, BasePolicy, ClusterState
 
 __all__ = [
@@ -271,10 +271,8 @@ def run_config(path: str | Path) -> dict[str, Any]:
     if not conf.is_file():
         return {}
     try:
-        import yaml
-
-        data = yaml.safe_load(conf.read_text(encoding="utf-8"))
-    except Exception:  # noqa: BLE001 - callers fall back to the zip
+        data = parse_yaml(read_bounded(conf, MAX_CONFIG_BYTES, "config.yml").decode("utf-8"), str(conf))
+    except (OSError, ValueError):  # unreadable, too large, not YAML: callers fall back to the zip
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -282,15 +280,23 @@ def run_config(path: str | Path) -> dict[str, Any]:
 def model_env_kwargs(path: str | Path) -> dict[str, Any]:
     """The env arguments a saved model was trained with: the zip's :data:`METADATA_FILE`, else
     ``config.yml``'s ``env_kwargs`` ({} if neither)."""
+    from agents.checkpoint import CheckpointError, read_entry, refuse_named_files, saved_env_kwargs
+
     try:
         with zipfile.ZipFile(path) as zf:
-            if METADATA_FILE in zf.namelist():
-                data = json.loads(zf.read(METADATA_FILE))
-                return dict(data.get("env_kwargs", {}))
+            has_metadata = METADATA_FILE in zf.namelist()
     except (OSError, ValueError, zipfile.BadZipFile):
-        pass
+        has_metadata = False
+    if has_metadata:
+        source = f"{path}: entry {METADATA_FILE!r}"
+        data = parse_json(read_entry(Path(path), METADATA_FILE, MAX_JSON_BYTES), source, CheckpointError)
+        field = data.get("env_kwargs", {}) if isinstance(data, dict) else None
+        return saved_env_kwargs(Path(path), field)
     kwargs = run_config(path).get("env_kwargs")
-    return dict(kwargs) if isinstance(kwargs, dict) else {}
+    if not isinstance(kwargs, dict):
+        return {}
+    refuse_named_files(Path(path).parent / "config.yml", kwargs)
+    return dict(kwargs)
 
 
 def agent_env_kwargs(model: Any, path: str | Path | None = None) -> dict[str, Any]:

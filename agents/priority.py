@@ -32,6 +32,8 @@ from typing import Any
 import numpy as np
 
 from baselines.ats import AtsPolicy, epochs_left_work
+from deepboot_env.atomic import write_text
+from deepboot_env.limits import MAX_JSON_BYTES, parse_json, read_bounded, shown
 from deepboot_env.policy import JobView
 from deepboot_env.sim.reclaim import fair_share_base
 
@@ -122,7 +124,9 @@ class PriorityPolicy(AtsPolicy):
     def __init__(self, theta: Sequence[float] | np.ndarray, label: str = "priority") -> None:
         values = np.asarray(theta, dtype=float)
         if values.shape != (len(FEATURES),) or not np.isfinite(values).all():
-            raise ValueError(f"theta must be {len(FEATURES)} finite numbers ({', '.join(FEATURES)}), got {theta!r}")
+            raise ValueError(
+                f"theta must be {len(FEATURES)} finite numbers ({', '.join(FEATURES)}), got {shown(theta)}"
+            )
         super().__init__(lend=True, label=label)
         self.theta = values
 
@@ -151,10 +155,11 @@ class PriorityModel:
         return PriorityPolicy(self.theta, label=label)
 
     def save(self, path: Path) -> None:
-        """Write the model as JSON to ``path`` (its folder is created)."""
+        """Write the model as JSON to ``path`` (its folder is created; atomically:
+        :func:`deepboot_env.atomic.write_text`)."""
         path.parent.mkdir(parents=True, exist_ok=True)
         doc = {"format": FORMAT, "features": list(self.features), "theta": list(self.theta), "info": dict(self.info)}
-        path.write_text(json.dumps(doc, indent=2) + "\n")
+        write_text(path, json.dumps(doc, indent=2) + "\n")
 
     @classmethod
     def load(cls, path: Path) -> PriorityModel:
@@ -164,25 +169,28 @@ class PriorityModel:
             PriorityModelError: one line naming the file and what is wrong with it.
         """
         try:
-            doc = json.loads(Path(path).read_text())
+            data = read_bounded(path, MAX_JSON_BYTES, "a priority model", PriorityModelError)
         except FileNotFoundError:
             raise PriorityModelError(f"{path}: no such priority model file") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise PriorityModelError(f"{path}: not a JSON priority model ({exc})") from None
+        except OSError as exc:
+            raise PriorityModelError(f"{path}: cannot read the priority model ({exc.strerror or exc})") from None
+        doc = parse_json(data, str(path), PriorityModelError, what="a JSON priority model")
         if not isinstance(doc, dict):
             raise PriorityModelError(f"{path}: expected a JSON object, got {type(doc).__name__}")
         if doc.get("format") != FORMAT:
-            raise PriorityModelError(f"{path}: field 'format' must be {FORMAT!r}, got {doc.get('format')!r}")
+            raise PriorityModelError(f"{path}: field 'format' must be {FORMAT!r}, got {shown(doc.get('format'))}")
         features = doc.get("features")
         if features != list(FEATURES):
-            raise PriorityModelError(f"{path}: field 'features' must be {list(FEATURES)}, got {features!r}")
+            raise PriorityModelError(f"{path}: field 'features' must be {list(FEATURES)}, got {shown(features)}")
         theta = doc.get("theta")
         if not (
             isinstance(theta, list)
             and len(theta) == len(FEATURES)
             and all(isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in theta)
         ):
-            raise PriorityModelError(f"{path}: field 'theta' must be {len(FEATURES)} finite numbers, got {theta!r}")
+            raise PriorityModelError(
+                f"{path}: field 'theta' must be {len(FEATURES)} finite numbers, got {shown(theta)}"
+            )
         info = doc.get("info", {})
         if not isinstance(info, dict):
             raise PriorityModelError(f"{path}: field 'info' must be an object, got {type(info).__name__}")

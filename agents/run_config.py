@@ -16,8 +16,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from agents.factory import (
     ALGOS,
     ConfigError,
@@ -31,6 +29,7 @@ from agents.factory import (
 )
 from deepboot_env import FRONT_END_DYNAMICS
 from deepboot_env.config import DYNAMICS, EnvConfig
+from deepboot_env.limits import MAX_CONFIG_BYTES, names, parse_yaml, plain, read_bounded, shown
 
 DEFAULT_CONF = Path(__file__).resolve().parent / "conf" / "deepboot.yml"
 """Configuration read when ``--conf-file`` is not given: package data, so that a wheel trains with
@@ -65,8 +64,28 @@ FIXED_ENV_KWARGS = ("workload", "render_mode")
 """Env arguments that ``--env-kwargs`` may not set (``workload`` comes from ``--workload``)."""
 
 
-def load_conf(path: str | Path | None, preset: str, algo: str) -> dict[str, Any]:
-    """The flat defaults for ``algo`` from ``preset`` of a configuration file (``common`` first).
+def read_yaml(path: Path, flag: str) -> Any:
+    """The YAML document of a configuration file, within :data:`~deepboot_env.limits.MAX_CONFIG_BYTES`
+    and the nesting and alias limits of :func:`~deepboot_env.limits.parse_yaml`.
+
+    Raises:
+        ConfigError: one line naming ``flag`` and the file.
+    """
+    try:
+        data = read_bounded(path, MAX_CONFIG_BYTES, "the configuration", ConfigError)
+        text = data.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"cannot read {flag} {path}: {shown(why)}") from None
+    except ConfigError as exc:
+        raise ConfigError(f"{flag} {exc}") from None
+    return parse_yaml(text, f"{flag} {path}", ConfigError)
+
+
+def load_conf(path: str | Path | None, preset: str, algo: str, common: bool = True) -> dict[str, Any]:
+    """The flat defaults for ``algo`` from ``preset`` of a configuration file (``common`` first,
+    unless ``common`` is off: ``--algo es`` reads its own section only, as ``common`` holds PPO's
+    settings, whose ``learning_rate`` and ``eval_freq`` mean other things to ES).
 
     A file whose top level has ``common``/algorithm keys is a single preset (``--preset`` must
     then be left at ``default``). The shipped presets missing (a broken install) is an error, not
@@ -76,25 +95,22 @@ def load_conf(path: str | Path | None, preset: str, algo: str) -> dict[str, Any]
         ConfigError: unreadable or missing file, unknown preset, or entries that are not mappings.
     """
     p = Path(path) if path is not None else DEFAULT_CONF
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        flag = "--conf-file" if path is not None else "the shipped presets file"
-        raise ConfigError(f"cannot read {flag} {p}: {str(exc).splitlines()[0]}") from None
+    flag = "--conf-file" if path is not None else "the shipped presets file"
+    data = read_yaml(p, flag) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"--conf-file {p}: expected a mapping of presets")
     if set(data) & {"common", *ALGOS}:
         if preset != "default":
-            raise ConfigError(f"--conf-file {p} is a single preset; --preset {preset!r} names none")
+            raise ConfigError(f"--conf-file {p} is a single preset; --preset {shown(preset)} names none")
         section = data
     elif preset in data:
         section = data[preset]
     else:
-        raise ConfigError(f"--conf-file {p}: no preset {preset!r}; presets: {', '.join(map(str, data))}")
+        raise ConfigError(f"--conf-file {p}: no preset {shown(preset)}; presets: {names(list(data))}")
     if not isinstance(section, dict):
-        raise ConfigError(f"--conf-file {p}: preset {preset!r} is not a mapping")
+        raise ConfigError(f"--conf-file {p}: preset {shown(preset)} is not a mapping")
     out: dict[str, Any] = {}
-    for key in ("common", algo):
+    for key in ("common", algo) if common else (algo,):
         part = section.get(key) or {}
         if not isinstance(part, dict):
             raise ConfigError(f"--conf-file {p}: {preset}.{key} is not a mapping")
@@ -113,8 +129,8 @@ def preset_descriptions(path: str | Path | None = None) -> dict[str, str]:
     entry ("" where it has none); {} for a missing or unreadable file (``--help`` lists them)."""
     p = Path(path) if path is not None else DEFAULT_CONF
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError):
+        data = read_yaml(p, "--conf-file") or {}
+    except ConfigError:
         return {}
     if not isinstance(data, dict) or set(data) & {"common", *ALGOS}:
         return {}
@@ -133,10 +149,10 @@ def resolve_env_id(env_id: str | None, env_kwargs: dict[str, Any], flag_kwargs: 
     if env_id is None:
         return
     if env_id not in ENV_IDS:
-        raise ConfigError(f"--env: unknown env id {env_id!r}; choose from {', '.join(ENV_IDS)}")
+        raise ConfigError(f"--env: unknown env id {shown(env_id)}; choose from {', '.join(ENV_IDS)}")
     dynamics = ENV_IDS[env_id]
     if flag_kwargs.get("dynamics", dynamics) != dynamics:
-        raise ConfigError(f"--env {env_id} contradicts --env-kwargs dynamics:{flag_kwargs['dynamics']}")
+        raise ConfigError(f"--env {env_id} contradicts --env-kwargs dynamics:{plain(str(flag_kwargs['dynamics']))}")
     env_kwargs["dynamics"] = dynamics
 
 
@@ -165,7 +181,7 @@ def env_config(env_kwargs: Mapping[str, Any]) -> EnvConfig:
     """
     for key in env_kwargs:
         if key in FIXED_ENV_KWARGS:
-            raise ConfigError(f"--env-kwargs: {key!r} cannot be set here (use --workload)")
+            raise ConfigError(f"--env-kwargs: {shown(key)} cannot be set here (use --workload)")
     try:
         return EnvConfig.from_options(**env_kwargs)
     except ValueError as exc:
@@ -181,19 +197,19 @@ def resolve_settings(args: argparse.Namespace, algo: str) -> dict[str, Any]:
         if getattr(args, key) is not None:
             value = getattr(args, key)
         if not isinstance(value, int) or isinstance(value, bool):
-            raise ConfigError(f"{key} must be an integer, got {value!r}")
+            raise ConfigError(f"{key} must be an integer, got {shown(value)}")
         settings[key] = value
     if settings["n_timesteps"] < 1:
-        raise ConfigError(f"--n-timesteps must be >= 1, got {settings['n_timesteps']}")
+        raise ConfigError(f"--n-timesteps must be >= 1, got {shown(settings['n_timesteps'])}")
     if settings["n_envs"] < 1:
-        raise ConfigError(f"--n-envs must be >= 1, got {settings['n_envs']}")
+        raise ConfigError(f"--n-envs must be >= 1, got {shown(settings['n_envs'])}")
     if settings["group_size"] < 1 or settings["n_envs"] % settings["group_size"]:
         raise ConfigError(
             f"--group-size must be >= 1 and divide --n-envs {settings['n_envs']}, got {settings['group_size']}"
         )
     for key in ("eval_episodes", "eval_jobs"):
         if settings[key] < 0:
-            raise ConfigError(f"--{key.replace('_', '-')} must be >= 0, got {settings[key]}")
+            raise ConfigError(f"--{key.replace('_', '-')} must be >= 0, got {shown(settings[key])}")
     settings["eval_reference"] = resolve_eval_reference(args, conf)
     settings.update(resolve_pretrain(args, conf))
     env_kwargs = dict(conf.pop("env_kwargs", {}) or {})
@@ -233,7 +249,7 @@ def resolve_eval_reference(args: argparse.Namespace, conf: dict[str, Any]) -> st
         return None
     if value not in available_policies():
         known = ", ".join(available_policies())
-        raise ConfigError(f"--eval-reference: unknown policy {value!r}; available: none, {known}")
+        raise ConfigError(f"--eval-reference: unknown policy {shown(value)}; available: none, {known}")
     return str(value)
 
 
@@ -255,16 +271,18 @@ def resolve_pretrain(args: argparse.Namespace, conf: dict[str, Any]) -> dict[str
     if expert in ("", "none", None):
         out["pretrain_expert"] = None
     elif expert not in available_policies():
-        raise ConfigError(f"--pretrain-expert: unknown policy {expert!r}; available: {', '.join(available_policies())}")
+        raise ConfigError(
+            f"--pretrain-expert: unknown policy {shown(expert)}; available: {', '.join(available_policies())}"
+        )
     epochs = out["pretrain_epochs"]
     if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 0:
-        raise ConfigError(f"--pretrain-epochs must be an integer >= 0, got {epochs!r}")
+        raise ConfigError(f"--pretrain-epochs must be an integer >= 0, got {shown(epochs)}")
     noise = out["pretrain_noise"]
     noise = [noise] if isinstance(noise, int | float) else list(noise or [])
     if not noise or any(not isinstance(p, int | float) or not 0.0 <= p < 1.0 for p in noise):
-        raise ConfigError(f"--pretrain-noise needs levels in [0, 1), got {out['pretrain_noise']!r}")
+        raise ConfigError(f"--pretrain-noise needs levels in [0, 1), got {shown(out['pretrain_noise'])}")
     out["pretrain_noise"] = [float(p) for p in noise]
     prob = out["residual_neutral_prob"]
     if not isinstance(prob, int | float) or not 0.0 < prob < 1.0:
-        raise ConfigError(f"--residual-neutral-prob must lie in (0, 1), got {prob!r}")
+        raise ConfigError(f"--residual-neutral-prob must lie in (0, 1), got {shown(prob)}")
     return out

@@ -39,9 +39,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from agents.factory import HYPERPARAM_TYPES, ConfigError, check_hyperparams, resolve_device
+from deepboot_env.atomic import atomic_write
+from deepboot_env.limits import safe_cell
 
 METRIC = "val_score"
 """What each trial reports after a validation: the selection score (lower is better)."""
@@ -139,11 +139,9 @@ def load_spec(path: str | Path) -> tuple[dict[str, Any], int, dict[str, float]]:
     Raises:
         ConfigError: for a missing or unreadable file, or a bad spec.
     """
-    try:
-        spec = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"--tune: cannot read {path}: {str(exc).splitlines()[0]}") from None
-    return parse_space(spec)
+    from agents.run_config import read_yaml
+
+    return parse_space(read_yaml(Path(path), "--tune"))
 
 
 def tune_space(space: Mapping[str, Any]) -> dict[str, Any]:
@@ -253,10 +251,10 @@ def sweep(args: argparse.Namespace) -> Path:
                 "run_dir": str(folder / f"{algo}_1"),
             }
         )
-    with open(sweep_dir / "trials.csv", "w", newline="", encoding="utf-8") as fh:
+    with atomic_write(sweep_dir / "trials.csv") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["trial"])
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({key: safe_cell(value) for key, value in row.items()} for row in rows)
     scored = [r for r in rows if math.isfinite(r["best_score"])]
     if not scored:
         errors = [r["error"] for r in rows if r["error"]]

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 import signal
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -29,9 +29,11 @@ from agents.factory import (
     model_kwargs,
     resolve_device,
 )
-from agents.interrupt import StopOnSignal, TrainingInterrupted
+from agents.interrupt import StopOnSignal, TrainingInterrupted, command_words, resume_command
 from agents.run_config import DEFAULT_CONF, PRETRAIN_KEYS, RUN_KEYS, env_config, resolve_settings
+from deepboot_env.atomic import lock_folder, write_text
 from deepboot_env.sim.scenario import Scenario
+from deepboot_env.stops import Stopped, StopSignals, stop_requested
 
 
 def warm_start(
@@ -48,7 +50,9 @@ def warm_start(
     demonstrations run in ``jobs`` worker processes with a progress bar (``progress``), each
     epoch prints a line (``verbose`` >= 1) and writes ``pretrain/*`` scalars to the TensorBoard
     run ``<tb_dir>/pretrain`` with the epoch (from 1) as step, apart from the training's
-    timestep axis. Returns what to record in ``config.yml``."""
+    timestep axis. A SIGINT or SIGTERM stops the demonstrations at once (nothing is cloned) or the
+    cloning after the batch in progress (:func:`deepboot_env.stops.stop_requested`); the record
+    then says so (``interrupted``). Returns what to record in ``config.yml``."""
     from agents.imitation import collect_demonstrations, pretrain
 
     t0 = time.perf_counter()
@@ -56,16 +60,21 @@ def warm_start(
     if verbose >= 1:
         levels = len(settings["pretrain_noise"])
         print(f"warm start: {expert} demonstrations on {len(workloads)} workloads x {levels} noise levels")
-    demos = collect_demonstrations(
-        expert,
-        workloads,
-        env_kwargs=settings["env_kwargs"],
-        gamma=float(model.gamma),
-        noise=settings["pretrain_noise"],
-        seed=seed,
-        jobs=jobs,
-        progress=progress,
-    )
+    info: dict[str, Any] = {"expert": expert, "epochs": epochs, "noise": settings["pretrain_noise"]}
+    try:
+        demos = collect_demonstrations(
+            expert,
+            workloads,
+            env_kwargs=settings["env_kwargs"],
+            gamma=float(model.gamma),
+            noise=settings["pretrain_noise"],
+            seed=seed,
+            jobs=jobs,
+            progress=progress,
+        )
+    except Stopped:  # the pool is stopped; nothing is cloned
+        info.update(interrupted="stopped before the demonstrations were done, nothing cloned")
+        return {**info, "epochs_done": 0, "seconds": round(time.perf_counter() - t0, 1)}
     writer = None
     if tb_dir is not None:
         from torch.utils.tensorboard import SummaryWriter
@@ -81,16 +90,17 @@ def warm_start(
             print(f"warm start: epoch {epoch}/{epochs}: {values} ({time.perf_counter() - t0:.0f} s)")
 
     try:
-        history = pretrain(model, demos, epochs=epochs, seed=seed, on_epoch=on_epoch)
+        history = pretrain(model, demos, epochs=epochs, seed=seed, on_epoch=on_epoch, should_stop=stop_requested)
     finally:
         if writer is not None:
             writer.close()
+    if len(history) < epochs and stop_requested():
+        info["interrupted"] = f"stopped after {len(history)} of {epochs} cloning epochs"
     return {
-        "expert": expert,
+        **info,
         "transitions": len(demos),
         "expert_jct_mean": round(float(sum(demos.episode_jct) / len(demos.episode_jct)), 1),
-        "epochs": epochs,
-        "noise": settings["pretrain_noise"],
+        "epochs_done": len(history),
         "final_losses": {k: round(v, 5) for k, v in history[-1].items()} if history else {},
         "seconds": round(time.perf_counter() - t0, 1),
     }
@@ -210,8 +220,8 @@ def _plain(value: Any) -> Any:
 
 
 def write_config(path: Path, config: Mapping[str, Any]) -> None:
-    """Write ``config.yml``."""
-    path.write_text(yaml.safe_dump(_plain(dict(config)), sort_keys=False), encoding="utf-8")
+    """Write ``config.yml`` (atomically: :func:`deepboot_env.atomic.write_text`)."""
+    write_text(path, yaml.safe_dump(_plain(dict(config)), sort_keys=False))
 
 
 def _versions() -> dict[str, Any]:
@@ -239,11 +249,11 @@ def train(args: argparse.Namespace, on_evaluation: Callable[[int, float], None] 
         ConfigError, FileNotFoundError, ValueError: bad flags, files or env arguments.
     """
     import torch
-    from stable_baselines3.common.callbacks import CallbackList, CheckpointCallback
+    from stable_baselines3.common.callbacks import CallbackList
     from stable_baselines3.common.logger import Logger, make_output_format
     from torch.distributions import Distribution
 
-    from agents.callbacks import SchedMetricsCallback, WorkloadEvalCallback, available_cpus
+    from agents.callbacks import AtomicCheckpointCallback, SchedMetricsCallback, WorkloadEvalCallback, available_cpus
     from agents.checkpoint import load_checkpoint, read_data, saved_arch
     from agents.policy_adapter import detect_algo, env_shape_of, resolve_model_path
 
@@ -290,132 +300,152 @@ def train(args: argparse.Namespace, on_evaluation: Callable[[int, float], None] 
     except (ValueError, TypeError) as exc:  # bad workload files or env argument values
         raise ConfigError(str(exc).splitlines()[0]) from None
     run_dir = next_run_dir(args.log_folder, algo)
-    tb_dir = Path(args.tensorboard_log) / run_dir.name if args.tensorboard_log else run_dir / "tb"
-    config: dict[str, Any] = {
-        "algo": algo,
-        "run_dir": str(run_dir),
-        "tensorboard_dir": str(tb_dir),
-        "device": device,
-        "seed": args.seed,
-        "workload": list(args.workload),
-        "eval_workload": list(args.eval_workload),
-        **{k: settings[k] for k in RUN_KEYS},
-        "eval_reference": settings["eval_reference"],
-        "env_kwargs": env_kwargs,
-        "hyperparams": settings["cli_hyperparams"] if resume else settings["hyperparams"],
-        "resumed_from": str(resume) if resume else None,
-        **{k: settings[k] for k in PRETRAIN_KEYS},
-        "conf_file": str(args.conf_file or (DEFAULT_CONF if DEFAULT_CONF.is_file() else "")),
-        "preset": args.preset,
-        "args": vars(args),
-        "command": " ".join(sys.argv) if args.command is None else args.command,
-        "versions": _versions(),
-    }
-    write_config(run_dir / "config.yml", config)
-
-    if resume is None:
-        model = build_model(
-            algo,
-            vec_env,
-            device=device,
-            seed=args.seed,
-            hyperparams=settings["hyperparams"],
-            env_kwargs=env_kwargs,
-            group_size=settings["group_size"],
-        )
-    else:
-        overrides = model_kwargs(settings["cli_hyperparams"])
-        model = load_checkpoint(resume, algo, device=device, env=vec_env, trust=args.trust_checkpoint, **overrides)
-        model.set_random_seed(args.seed)
-    formats = [make_output_format("csv", str(run_dir)), make_output_format("tensorboard", str(tb_dir))]
-    if args.verbose >= 1:
-        formats.append(make_output_format("stdout", str(run_dir)))
-    model.set_logger(Logger(str(run_dir), formats))
-    log_run_config(model.logger, config)
-    pretrained = resume is None and settings["pretrain_expert"] is not None
-    if pretrained and env_config(env_kwargs).make_codec().continuous:
-        raise ConfigError("--pretrain-expert clones discrete actions; action_mode 'score' starts at its prior already")
-    if pretrained:
-        demo_scenarios = (
-            train_source if isinstance(train_source, list) else [s for _, s in load_workloads(args.workload)]
-        )
-        config["pretrain"] = warm_start(
-            model,
-            settings,
-            demo_scenarios,
-            args.seed,
-            tb_dir=tb_dir,
-            jobs=settings["eval_jobs"] or available_cpus(),
-            progress=not args.no_progress,
-            verbose=args.verbose,
-        )
-    cfg = env_config(env_kwargs)
-    codec = cfg.make_codec()
-    neutral = codec.neutral_action()
-    residual_start = resume is None and neutral is not None
-    # start at the base policy (after cloning, whose critic it keeps); a score policy starts at
-    # its prior by construction (zero means: agents.set_policy)
-    if residual_start and neutral is not None and not codec.continuous:
-        from agents.imitation import init_residual_policy
-
-        init_residual_policy(model, neutral, float(settings["residual_neutral_prob"]))
-        config["residual_neutral_prob"] = settings["residual_neutral_prob"]
-    if pretrained or residual_start:
+    # one writer per run folder; from here on a signal stops the run with its model saved
+    with lock_folder(run_dir, "--log-folder"), StopSignals(interruptible=False) as stops:
+        tb_dir = Path(args.tensorboard_log) / run_dir.name if args.tensorboard_log else run_dir / "tb"
+        config: dict[str, Any] = {
+            "algo": algo,
+            "run_dir": str(run_dir),
+            "tensorboard_dir": str(tb_dir),
+            "device": device,
+            "seed": args.seed,
+            "workload": list(args.workload),
+            "eval_workload": list(args.eval_workload),
+            **{k: settings[k] for k in RUN_KEYS},
+            "eval_reference": settings["eval_reference"],
+            "env_kwargs": env_kwargs,
+            "hyperparams": settings["cli_hyperparams"] if resume else settings["hyperparams"],
+            "resumed_from": str(resume) if resume else None,
+            **{k: settings[k] for k in PRETRAIN_KEYS},
+            "conf_file": str(args.conf_file or (DEFAULT_CONF if DEFAULT_CONF.is_file() else "")),
+            "preset": args.preset,
+            "args": vars(args),
+            "command": shlex.join(command_words(args.command)),
+            "versions": _versions(),
+        }
         write_config(run_dir / "config.yml", config)
 
-    sched = SchedMetricsCallback(config=cfg, reference=settings["eval_reference"] or "ats")
-    callbacks: list[Any] = [sched]
-    evaluator = None
-    if settings["eval_freq"] > 0:
-        evaluator = WorkloadEvalCallback(
-            eval_workloads,
-            cfg,
-            eval_freq=settings["eval_freq"],
-            n_episodes=settings["eval_episodes"],
-            log_dir=run_dir,
-            eval_at_start=pretrained or residual_start,
-            reference=settings["eval_reference"],
-            jobs=settings["eval_jobs"],
-            progress=not args.no_progress,
-            verbose=args.verbose,
-            on_evaluation=on_evaluation,
-        )
-        callbacks.append(evaluator)
-    if settings["save_freq"] > 0:
-        callbacks.append(
-            CheckpointCallback(
-                save_freq=max(settings["save_freq"] // settings["n_envs"], 1),
-                save_path=str(run_dir / "checkpoints"),
-                name_prefix=algo,
+        if resume is None:
+            model = build_model(
+                algo,
+                vec_env,
+                device=device,
+                seed=args.seed,
+                hyperparams=settings["hyperparams"],
+                env_kwargs=env_kwargs,
+                group_size=settings["group_size"],
             )
-        )
+        else:
+            overrides = model_kwargs(settings["cli_hyperparams"])
+            model = load_checkpoint(resume, algo, device=device, env=vec_env, trust=args.trust_checkpoint, **overrides)
+            model.set_random_seed(args.seed)
+        formats = [make_output_format("csv", str(run_dir)), make_output_format("tensorboard", str(tb_dir))]
+        if args.verbose >= 1:
+            formats.append(make_output_format("stdout", str(run_dir)))
+        model.set_logger(Logger(str(run_dir), formats))
+        log_run_config(model.logger, config)
+        pretrained = resume is None and settings["pretrain_expert"] is not None
+        if pretrained and env_config(env_kwargs).make_codec().continuous:
+            raise ConfigError(
+                "--pretrain-expert clones discrete actions; action_mode 'score' starts at its prior already"
+            )
+        if pretrained:
+            demo_scenarios = (
+                train_source if isinstance(train_source, list) else [s for _, s in load_workloads(args.workload)]
+            )
+            config["pretrain"] = warm_start(
+                model,
+                settings,
+                demo_scenarios,
+                args.seed,
+                tb_dir=tb_dir,
+                jobs=settings["eval_jobs"] or available_cpus(),
+                progress=not args.no_progress,
+                verbose=args.verbose,
+            )
+        cfg = env_config(env_kwargs)
+        codec = cfg.make_codec()
+        neutral = codec.neutral_action()
+        residual_start = resume is None and neutral is not None
+        # start at the base policy (after cloning, whose critic it keeps); a score policy starts at
+        # its prior by construction (zero means: agents.set_policy)
+        if residual_start and neutral is not None and not codec.continuous:
+            from agents.imitation import init_residual_policy
 
-    def skip_final_evaluation() -> None:
-        if evaluator is not None:
-            evaluator.eval_at_end = False
+            init_residual_policy(model, neutral, float(settings["residual_neutral_prob"]))
+            config["residual_neutral_prob"] = settings["residual_neutral_prob"]
+        if pretrained or residual_start:
+            write_config(run_dir / "config.yml", config)
 
-    stopper = StopOnSignal(on_stop=skip_final_evaluation)
-    callbacks.insert(0, stopper)
-    start_steps = model.num_timesteps
-    # MaskablePPO builds one Categorical per action dimension (33 by default) at every step;
-    # validating their arguments costs ~30% of the training time and checks nothing we need.
-    validate_before = Distribution._validate_args
-    Distribution.set_default_validate_args(bool(args.distribution_checks))
-    t0 = time.perf_counter()
+        sched = SchedMetricsCallback(config=cfg, reference=settings["eval_reference"] or "ats")
+        callbacks: list[Any] = [sched]
+        evaluator = None
+        if settings["eval_freq"] > 0:
+            evaluator = WorkloadEvalCallback(
+                eval_workloads,
+                cfg,
+                eval_freq=settings["eval_freq"],
+                n_episodes=settings["eval_episodes"],
+                log_dir=run_dir,
+                eval_at_start=pretrained or residual_start,
+                reference=settings["eval_reference"],
+                jobs=settings["eval_jobs"],
+                progress=not args.no_progress,
+                verbose=args.verbose,
+                on_evaluation=on_evaluation,
+            )
+            callbacks.append(evaluator)
+        if settings["save_freq"] > 0:
+            callbacks.append(
+                AtomicCheckpointCallback(
+                    save_freq=max(settings["save_freq"] // settings["n_envs"], 1),
+                    save_path=str(run_dir / "checkpoints"),
+                    name_prefix=algo,
+                )
+            )
+
+        def skip_final_evaluation() -> None:
+            if evaluator is not None:
+                evaluator.eval_at_end = False
+
+        stopper = StopOnSignal(stops, on_stop=skip_final_evaluation)
+        callbacks.insert(0, stopper)
+        start_steps = model.num_timesteps
+        # MaskablePPO builds one Categorical per action dimension (33 by default) at every step;
+        # validating their arguments costs ~30% of the training time and checks nothing we need.
+        validate_before = Distribution._validate_args
+        Distribution.set_default_validate_args(bool(args.distribution_checks))
+        t0 = time.perf_counter()
+        try:
+            if stops.signum is None:  # not stopped before learning (during the warm start)
+                steps, progress = settings["n_timesteps"], not args.no_progress
+                _learn(model, steps, CallbackList(callbacks), resume is None, progress, skip_final_evaluation)
+            final = _finish_run(model, vec_env, run_dir, config, sched, evaluator, start_steps, t0, stops.signum)
+        finally:
+            Distribution.set_default_validate_args(validate_before)
+        if stops.signum is not None:
+            left = settings["n_timesteps"] - (model.num_timesteps - start_steps)
+            command = resume_command(command_words(args.command), final, left)
+            raise TrainingInterrupted(stops.signum, run_dir, final, command, _warm_start_note(config.get("pretrain")))
+        return run_dir
+
+
+def _learn(model: Any, steps: int, callback: Any, reset: bool, progress: bool, on_stop: Callable[[], None]) -> None:
+    """``model.learn``; a signal during an evaluation (its pool stops at once:
+    :class:`~deepboot_env.stops.Stopped`) ends it too: ``on_stop()`` (no final evaluation), then
+    the callbacks' training end (their background workers stopped)."""
     try:
-        with stopper:  # SIGINT/SIGTERM end learn() at the next step; the model is saved below
-            model.learn(
-                total_timesteps=settings["n_timesteps"],
-                callback=CallbackList(callbacks),
-                reset_num_timesteps=resume is None,
-                progress_bar=not args.no_progress,
-            )
-            final = _finish_run(model, vec_env, run_dir, config, sched, evaluator, start_steps, t0, stopper.signum)
-    finally:
-        Distribution.set_default_validate_args(validate_before)
-    if stopper.signum is not None:
-        raise TrainingInterrupted(stopper.signum, run_dir, final)
-    return run_dir
+        model.learn(total_timesteps=steps, callback=callback, reset_num_timesteps=reset, progress_bar=progress)
+    except Stopped:
+        on_stop()
+        callback.on_training_end()
+
+
+def _warm_start_note(pretrain: Mapping[str, Any] | None) -> str:
+    """What a stop during the warm start left out, in words ("" if it finished or did not run)."""
+    if not pretrain or not pretrain.get("interrupted"):
+        return ""
+    return f"during the warm start: {pretrain['interrupted']}; PPO starts from the model as saved"
 
 
 def _finish_run(
@@ -434,8 +464,9 @@ def _finish_run(
     wall = time.perf_counter() - t0
     if model.logger.name_to_value:  # flush the last update's train/* values (nothing to flush: no warning)
         model.logger.dump(model.num_timesteps)
-    final = run_dir / "final_model.zip"
-    model.save(final)
+    from agents.callbacks import save_model
+
+    final = save_model(model, run_dir / "final_model.zip")
     vec_env.close()
 
     steps = model.num_timesteps - start_steps

@@ -1,8 +1,12 @@
-"""Hand-made schedulers behind the one policy contract (:class:`deepboot_env.policy.Policy`).
+"""The shipped schedulers, each a :class:`deepboot_env.policy.BasePolicy` (the whole policy
+contract, with its defaults; docs/policies.md §1).
 
-Importing this package registers their names (the ``deepboot_env.plugins`` entry point in
-``pyproject.toml`` makes :func:`deepboot_env.policy.make_policy` import it on first use); each
-policy's module is imported only when that policy is built.
+Importing this package registers their names and the prefixes ``jitter:<sigma>`` and
+``ia:<name>``; :func:`deepboot_env.policy.make_policy` imports it on its first call, through the
+``deepboot_env.plugins`` entry point in ``pyproject.toml``, and each policy's module is imported
+only when that policy is built. Most are heuristics; three are references rather than deployable
+schedulers: the clairvoyant ``oracle-lookahead`` and ``hesrpt-oracle`` read the true future, and
+``mpc`` forks the simulator (its ``bind_simulator`` hook) to play a forecast of it.
 """
 
 from deepboot_env.policy import register_policy, register_prefix

@@ -306,9 +306,9 @@ class InterferenceAwarePolicy(BasePolicy):
         **base_kwargs: object,
     ) -> None:
         self.base = make_policy(base, **base_kwargs) if isinstance(base, str) else base
-        base_name = base if isinstance(base, str) else getattr(base, "name", "policy")
+        base_name = base if isinstance(base, str) else base.name
         self.name = name or ("interference-aware" if base_name == "ats" else f"ia:{base_name}")
-        self.adaptive_batch = bool(getattr(self.base, "adaptive_batch", True))
+        self.adaptive_batch = bool(self.base.adaptive_batch)
         self.lend = bool(getattr(self.base, "lend", True))
         self.learn = learn
         self.persistent = persistent

@@ -154,8 +154,7 @@ class MpcPolicy(LookaheadSwitcher):
         self.forecast = ArrivalForecast(bin_s)
         super().__init__(candidates, every, horizon_s, infer_weight)
         for cand, live in zip(self.candidates, self._live, strict=True):
-            bind = getattr(type(live), "bind_simulator", None)
-            if bind is not None and bind is not BasePolicy.bind_simulator:
+            if type(live).bind_simulator is not BasePolicy.bind_simulator:
                 raise ValueError(
                     f"mpc candidate {cand.label!r} looks into the simulator (bind_simulator); candidates must decide "
                     "from the state alone"

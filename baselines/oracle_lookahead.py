@@ -191,9 +191,7 @@ class OracleLookaheadPolicy(LookaheadSwitcher):
             recording = _Recording(player)
             self._playing = recording
             try:
-                bind = getattr(player, "bind_simulator", None)
-                if bind is not None:
-                    bind(twin)
+                player.bind_simulator(twin)
                 while not twin.done:
                     state = twin.observe()
                     twin.apply(recording.decide(state), state)

@@ -19,6 +19,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from deepboot_env.argparsing import ArgumentParser
+from deepboot_env.atomic import write_text
 from deepboot_env.evaluation import run_episode
 from deepboot_env.sim.cluster import ClusterConfig
 from deepboot_env.sim.interference import InterferenceModel
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{p:<22} {s:<16} {cells} {mean:>9,.1f} {cpu:>7.1f}")
             lines += [f"{p},{s},{n},{r[0]:.4f},{r[1]},{r[2]:.2f}" for n, r in zip(names, row, strict=True)]
     if args.csv:
-        Path(args.csv).write_text("\n".join(lines) + "\n")
+        write_text(args.csv, "\n".join(lines) + "\n")
     return 0
 
 

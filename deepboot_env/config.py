@@ -34,6 +34,7 @@ from typing import Any
 
 from deepboot_env import MAX_EPISODE_STEPS
 from deepboot_env.env.codec import CODECS, SCORE_SCALE, ActionCodec, make_codec
+from deepboot_env.limits import JCT_SCALE_RANGE, MAX_JOB_SLOTS, MAX_LEND_LEVELS, names, shown
 from deepboot_env.sim.choices import validate_choice
 from deepboot_env.sim.cluster import ClusterConfig, ClusterConfigError
 from deepboot_env.sim.interference import InterferenceModel
@@ -102,6 +103,20 @@ def cluster_config(cluster: str | None = None, shared_pool: str | None = None) -
     return ClusterConfig.parse(cluster or DEFAULT_CLUSTER)
 
 
+def _real(name: str, value: Any) -> float:
+    """``value`` of option ``name`` as a float (SimConfig checks its range).
+
+    Raises:
+        ValueError: for a value that is not a number (a bool, a text) or too large for a float.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} must be a number, got {shown(value)}")
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(f"{name} must be a finite number, got {shown(value)}") from None
+
+
 def sim_config(
     cluster: str | None = None,
     shared_pool: str | None = None,
@@ -124,12 +139,12 @@ def sim_config(
         ValueError: for an unknown ``dynamics`` (naming the known ones) or a bad option.
     """
     preset = DYNAMICS[validate_choice("dynamics", "v0" if dynamics is None else dynamics, tuple(DYNAMICS))]
-    extra = {} if max_time is None else {"max_time": float(max_time)}
+    extra = {} if max_time is None else {"max_time": _real("max_time", max_time)}
     return SimConfig(
         cluster=cluster_config(cluster, shared_pool),
         restart=restart,
-        protect_scale=float(protect_scale),
-        interval=float(interval),
+        protect_scale=_real("protect_scale", protect_scale),
+        interval=_real("interval", interval),
         interference=interference,
         truth=preset["truth"] if truth is None else truth,
         trace_set=trace_set,
@@ -182,29 +197,37 @@ class EnvConfig:
     def __post_init__(self) -> None:
         for flag in ("outlook", "relative_reward"):
             if not isinstance(getattr(self, flag), bool):
-                raise EnvConfigError(f"{flag} must be true or false, got {getattr(self, flag)!r}")
+                raise EnvConfigError(f"{flag} must be true or false, got {shown(getattr(self, flag))}")
         if isinstance(self.score_scale, bool) or not (
             isinstance(self.score_scale, int | float) and 0 < self.score_scale < math.inf
         ):
-            raise EnvConfigError(f"score_scale must be a finite number > 0, got {self.score_scale!r}")
+            raise EnvConfigError(f"score_scale must be a finite number > 0, got {shown(self.score_scale)}")
         if self.hold != 1 and self.action_mode != "score":
-            raise EnvConfigError(f"hold > 1 needs action_mode 'score' (held per-job scores), got {self.action_mode!r}")
+            raise EnvConfigError(
+                f"hold > 1 needs action_mode 'score' (held per-job scores), got {shown(self.action_mode)}"
+            )
         if self.relative_reward and self.action_mode == "target":
             raise EnvConfigError("relative_reward needs a base policy: action_mode residual or score")
         for name in ("max_jobs", "lend_levels", "max_rounds", "hold"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise EnvConfigError(f"{name} must be an integer >= 1, got {value!r}")
-        if not (isinstance(self.jct_scale, int | float) and math.isfinite(self.jct_scale) and self.jct_scale > 0):
-            raise EnvConfigError(f"jct_scale must be a finite number > 0, got {self.jct_scale!r}")
+                raise EnvConfigError(f"{name} must be an integer >= 1, got {shown(value)}")
+        for name, most in (("max_jobs", MAX_JOB_SLOTS), ("lend_levels", MAX_LEND_LEVELS)):
+            if getattr(self, name) > most:
+                raise EnvConfigError(f"{name} must be <= {most} (the limit), got {shown(getattr(self, name))}")
+        low, high = JCT_SCALE_RANGE
+        if isinstance(self.jct_scale, bool) or not (
+            isinstance(self.jct_scale, int | float) and low <= self.jct_scale <= high
+        ):
+            raise EnvConfigError(f"jct_scale must be a number from {low:g} to {high:g}, got {shown(self.jct_scale)}")
         if not (
             isinstance(self.infer_weight, int | float) and math.isfinite(self.infer_weight) and self.infer_weight >= 0
         ):
-            raise EnvConfigError(f"infer_weight must be a finite number >= 0, got {self.infer_weight!r}")
-        if self.action_mode not in CODECS:
-            raise EnvConfigError(f"action_mode must be one of {tuple(CODECS)}, got {self.action_mode!r}")
+            raise EnvConfigError(f"infer_weight must be a finite number >= 0, got {shown(self.infer_weight)}")
+        if not isinstance(self.action_mode, str) or self.action_mode not in CODECS:
+            raise EnvConfigError(f"action_mode must be one of {tuple(CODECS)}, got {shown(self.action_mode)}")
         if not isinstance(self.base_policy, str) or not self.base_policy:
-            raise EnvConfigError(f"base_policy must be a policy name, got {self.base_policy!r}")
+            raise EnvConfigError(f"base_policy must be a policy name, got {shown(self.base_policy)}")
 
     @classmethod
     def option_names(cls) -> tuple[str, ...]:
@@ -226,7 +249,7 @@ class EnvConfig:
         """
         unknown = sorted(set(options) - set(cls.option_names()))
         if unknown:
-            raise EnvConfigError(f"unknown env option(s) {', '.join(unknown)}; known: {', '.join(cls.option_names())}")
+            raise EnvConfigError(f"unknown env option(s) {names(unknown)}; known: {', '.join(cls.option_names())}")
         sim_options = {k: options.pop(k) for k in SIM_OPTIONS if k in options}
         try:
             sim = sim_config(**sim_options)

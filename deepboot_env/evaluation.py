@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from deepboot_env.policy import ClusterState, Policy, make_policy
+from deepboot_env.policy import ClusterState, Policy, checked_policy, make_policy
 from deepboot_env.sim.metrics import EpisodeMetrics
 from deepboot_env.sim.simulator import SimConfig, Simulator
 from deepboot_env.sim.workload import Workload
@@ -83,7 +83,9 @@ def run_episode(
     """Simulate ``workload`` from start to end under ``policy`` and return its metrics.
 
     Args:
-        policy: a :class:`~deepboot_env.policy.Policy` or a registry name.
+        policy: a :class:`~deepboot_env.policy.Policy` (every member of the contract, checked)
+            or a registry name. The loop calls ``reset(seed)`` once, then ``decide(state)`` at
+            every boundary; the simulator calls the hooks (:mod:`deepboot_env.sim.hooks`).
         workload: what arrives.
         config: cluster, restart model, protect scale, interval.
         seed: reseeds the policy (the simulator itself is deterministic).
@@ -101,6 +103,7 @@ def run_episode(
             None: run to the end (``config.max_time``).
 
     Raises:
+        TypeError: if ``policy`` lacks a member of the policy contract.
         StalledEpisodeError: when the watchdog fires; the message names the policy, how long
             nothing progressed and the jobs waiting.
         WorkloadError: if the workload does not fit the simulation (see
@@ -113,8 +116,7 @@ def run_episode(
     if max_decisions is not None and max_decisions < 1:
         raise ValueError(f"max_decisions must be >= 1 or None, got {max_decisions}")
     start = time.perf_counter()
-    if isinstance(policy, str):
-        policy = make_policy(policy)
+    policy = make_policy(policy) if isinstance(policy, str) else checked_policy(policy)
     policy.reset(seed)
     config = config or SimConfig()
     sim = Simulator(workload, config, policy)
@@ -179,7 +181,7 @@ def _stalled(policy: Policy, state: ClusterState, now: float, since: float) -> S
         else (f"all {len(state.jobs)} active jobs hold GPUs but none progresses")
     )
     return StalledEpisodeError(
-        f"policy {getattr(policy, 'name', type(policy).__name__)!r} made no training progress for "
+        f"policy {policy.name!r} made no training progress for "
         f"{(now - since) / 86400:.1f} simulated days (t = {since:g} s to {now:g} s) while training jobs were "
         f"active: {held}; stopped by the watchdog (stall_limit_s)"
     )

@@ -1,23 +1,35 @@
 """The one policy contract every scheduler implements, heuristic or learned, and its registry.
 
-A policy answers two questions:
+The contract (:class:`Policy`) is every member the evaluation loop, the simulator and the harness
+use; :class:`BasePolicy` has a default for each but ``decide``, so a policy subclasses it and
+overrides what it changes (docs/policies.md §1):
 
+* ``name``: how results and messages name it;
+* ``reset(seed)``: forget episode state and reseed any randomness (default: nothing), called by
+  :func:`~deepboot_env.evaluation.run_episode` before every episode;
 * ``decide(state) -> Allocation`` at every scheduling boundary: GPUs per node for each active
-  training job;
-* ``choose_reclaim(state, request) -> GpuRef | None`` when a cold inference request finds no free
-  inference GPU and no SLEEP pod: which lent training GPU it takes (default: ATS-I).
+  training job (no default);
+* the simulator's hooks (:mod:`deepboot_env.sim.hooks`, declared by
+  :class:`~deepboot_env.sim.hooks.SimulatorHooks` with their defaults in
+  :class:`~deepboot_env.sim.hooks.DefaultHooks`):
 
-It also declares ``adaptive_batch``: whether its jobs re-choose their batch size by goodput
-(Pollux, DeepBoot) or keep the submitted batch size (FIFO, Tiresias, Optimus). The simulator
-never branches on a policy's name.
+  - ``adaptive_batch``: whether its jobs re-choose their batch size by goodput (Pollux,
+    DeepBoot) or keep the submitted batch size (FIFO, Tiresias, Optimus); default True;
+  - ``choose_reclaim(state, request) -> GpuRef | None`` when a cold inference request finds no
+    free inference GPU and no SLEEP pod: which lent training GPU it takes (default: ATS-I);
+  - ``choose_inference_server(state, request) -> int | None`` in Aryl mode: the inference node
+    a cold request lands on (default: Aryl mode's own rule; ``lyra`` overrides it);
+  - ``bind_simulator(sim)``, called with the simulator at the end of every reset, before the
+    first decision (default: nothing). Only a policy that looks into the simulator itself needs
+    it: the clairvoyant ``oracle-lookahead`` upper reference (:mod:`baselines.oracle_lookahead`),
+    which forks the simulator to play the true future, and ``mpc`` (:mod:`baselines.mpc`), which
+    forks it and plays a forecast of the future instead;
+* ``repaired_gpus``: GPUs its action decoding removed from its decisions in the current episode,
+  read by the harness after the episode (default 0; a learned agent counts them).
 
-One optional hook is not part of the :class:`Policy` protocol: ``bind_simulator(sim)``. The
-:class:`~deepboot_env.sim.simulator.Simulator` looks it up by name and, if the policy has it, calls
-it with itself at the end of every reset (so at the start of every episode, before the first
-decision). Only a policy that looks into the simulator itself needs it: the clairvoyant
-``oracle-lookahead`` upper reference (:mod:`baselines.oracle_lookahead`), which forks the simulator
-to play the true future, and ``mpc`` (:mod:`baselines.mpc`), which forks it and plays a forecast of
-the future instead. :class:`BasePolicy` has a no-op default.
+The simulator never branches on a policy's name and looks no hook up by name: a policy without
+one of them is refused (:func:`make_policy`, :func:`~deepboot_env.evaluation.run_episode` and the
+simulator raise ``TypeError`` naming what is missing).
 
 A policy that decides GPU counts before it places them may also implement :class:`CountProposer`
 (``propose_counts`` then ``place_proposal``, whose composition is ``decide``). The env's residual
@@ -28,17 +40,18 @@ Policies are built by name with :func:`make_policy`. Packages register their own
 prefixes (:func:`register_policy`, :func:`register_prefix`), with ``"module:attr"`` entry points
 imported on first use, as Gymnasium's ``register(id, entry_point=...)`` does; the packages that do
 are found through entry points (:mod:`deepboot_env.plugins`). The built-in ones: ``baselines`` (every
-heuristic and ``ia:<name>``) and ``agents`` (``ppo:<path>``).
+heuristic, ``ia:<name>`` and ``jitter:<sigma>``) and ``agents`` (``ppo:<path>`` and
+``priority:<path>``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 from deepboot_env.plugins import load_plugins, resolve_entry_point
-from deepboot_env.sim.reclaim import ats_i_rule, ats_i_victim
+from deepboot_env.sim.hooks import SIMULATOR_HOOKS, DefaultHooks, SimulatorHooks
 from deepboot_env.sim.state import (
     Allocation,
     AllocationError,
@@ -48,9 +61,6 @@ from deepboot_env.sim.state import (
     RequestView,
     validate_allocation,
 )
-
-if TYPE_CHECKING:
-    from deepboot_env.sim.simulator import Simulator
 
 __all__ = [
     "Allocation",
@@ -64,8 +74,10 @@ __all__ = [
     "RequestView",
     "PolicySpec",
     "ScoredProposer",
+    "SimulatorHooks",
     "available_policies",
     "available_prefixes",
+    "checked_policy",
     "make_policy",
     "register_policy",
     "register_prefix",
@@ -74,11 +86,12 @@ __all__ = [
 
 
 @runtime_checkable
-class Policy(Protocol):
-    """What the simulator and the evaluation loop need from a scheduler."""
+class Policy(SimulatorHooks, Protocol):
+    """Everything the evaluation loop, the simulator and the harness use of a scheduler (the
+    module docstring): the simulator's hooks and these."""
 
     name: str
-    adaptive_batch: bool
+    repaired_gpus: int
 
     def reset(self, seed: int | None = None) -> None:
         """Forget episode state and reseed any randomness."""
@@ -86,8 +99,25 @@ class Policy(Protocol):
     def decide(self, state: ClusterState) -> Allocation:
         """Training allocation at a scheduling boundary."""
 
-    def choose_reclaim(self, state: ClusterState, request: RequestView) -> GpuRef | None:
-        """The lent training GPU a cold inference request takes, or None to let it wait."""
+
+POLICY_CONTRACT = ("name", "reset", "decide", *SIMULATOR_HOOKS, "repaired_gpus")
+"""The members of :class:`Policy` (named in the error of :func:`checked_policy`)."""
+
+
+def checked_policy(policy: object, name: str | None = None) -> Policy:
+    """``policy`` if it has every member of :class:`Policy`.
+
+    Raises:
+        TypeError: naming the policy (``name``, default its class) and the members it lacks.
+    """
+    if isinstance(policy, Policy):
+        return policy
+    missing = ", ".join(member for member in POLICY_CONTRACT if not hasattr(policy, member))
+    label = type(policy).__name__ if name is None else name
+    raise TypeError(
+        f"policy {label!r} does not implement the Policy protocol: it lacks {missing} "
+        "(subclass deepboot_env.policy.BasePolicy for their defaults)"
+    )
 
 
 @runtime_checkable
@@ -115,11 +145,14 @@ class ScoredProposer(Protocol):
         """Each active job's log-weight before scores, relative to the heaviest job's (<= 0)."""
 
 
-class BasePolicy:
-    """Defaults shared by all policies: adaptive batch, ATS-I reclaim, no episode state."""
+class BasePolicy(DefaultHooks):
+    """Defaults for every member of :class:`Policy` but ``decide``: the simulator's hooks of
+    :class:`~deepboot_env.sim.hooks.DefaultHooks` (adaptive batch, ATS-I reclaim, Aryl mode's own
+    server, nothing at bind), no episode state and no repaired GPUs."""
 
     name = "base"
-    adaptive_batch = True
+    repaired_gpus = 0
+    """GPUs the policy's action decoding removed in the current episode (none: it decodes none)."""
 
     def reset(self, seed: int | None = None) -> None:
         """Nothing to reset by default."""
@@ -127,17 +160,6 @@ class BasePolicy:
     def decide(self, state: ClusterState) -> Allocation:
         """Subclasses implement the allocation."""
         raise NotImplementedError
-
-    @ats_i_rule
-    def choose_reclaim(self, state: ClusterState, request: RequestView) -> GpuRef | None:
-        """DeepBoot's ATS-I rule: the lent GPU whose loss lowers the sum of speedups least (marked
-        :func:`~deepboot_env.sim.reclaim.ats_i_rule`: the simulator computes it directly)."""
-        return ats_i_victim(state)
-
-    def bind_simulator(self, sim: Simulator) -> None:
-        """Called by the simulator that runs this policy, with itself, at the end of every reset
-        (the optional hook of the module docstring). Nothing by default: a deployable policy sees
-        only the states it is given."""
 
 
 PolicyFactory = Callable[..., Policy]
@@ -219,6 +241,4 @@ def make_policy(name: str, **kwargs: object) -> Policy:
             known = ", ".join([*sorted(_REGISTRY), *available_prefixes()])
             raise ValueError(f"unknown policy {name!r}; available: {known}")
         policy = spec.factory()(**{**spec.kwargs, **kwargs})
-    if not isinstance(policy, Policy):
-        raise TypeError(f"policy {name!r} does not implement the Policy protocol")
-    return policy
+    return checked_policy(policy, name)

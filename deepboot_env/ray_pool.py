@@ -26,6 +26,8 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import Any, TypeVar
 
+from deepboot_env.stops import reinstall
+
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 
@@ -102,6 +104,7 @@ def ray_session(address: str | None, num_cpus: int) -> Iterator[ModuleType]:
     except (ConnectionError, RuntimeError, ValueError) as exc:
         where = "a local Ray instance" if address is None else f"the Ray cluster at --address {address}"
         raise RayBackendError(f"cannot start or reach {where}: {_first_line(exc) or type(exc).__name__}") from None
+    reinstall()  # ray.init sets its own SIGTERM handler (exit 15); the command's clean stop comes first
     try:
         yield ray
     finally:

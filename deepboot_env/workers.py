@@ -6,15 +6,24 @@ runs (:mod:`deepboot_harness.benchmark`), ``train_policy.py`` its validation epi
 (:class:`agents.callbacks.WorkloadEvalCallback`) and its warm start's demonstrations
 (:func:`agents.imitation.collect_demonstrations`). A :class:`Backend` says where the jobs run:
 local processes (the default) or Ray tasks (:mod:`deepboot_env.ray_pool`, ``--backend ray``).
+
+Worker processes never outlive a stop: they ignore SIGINT (Ctrl-C reaches the whole process group,
+and the parent decides), die with the parent on Linux (``PR_SET_PDEATHSIG``), and a pool that ends
+on an error or a stop (:class:`deepboot_env.stops.Stopped`) kills its workers instead of waiting
+for the jobs in progress (:func:`stop_pool`).
 """
 
 from __future__ import annotations
 
+import signal
+import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal, TypeVar, cast
+
+from deepboot_env.stops import interruptible
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -90,27 +99,62 @@ def run_pool(
     if backend.kind == "ray":
         from deepboot_env.ray_pool import run_ray
 
-        with bar as advance:
+        with bar as advance, interruptible():
             run_ray(fn, items, jobs, backend.address, partial(deliver, advance), describe)
     elif jobs <= 1 or len(items) <= 1:
-        with bar as advance:
+        with bar as advance, interruptible():
             for i, item in enumerate(items):
                 deliver(advance, i, (local or fn)(item))
     else:
-        executor = ProcessPoolExecutor(max_workers=min(jobs, len(items)))
+        executor = process_pool(min(jobs, len(items)))
         try:
             # Every worker is forked (at submission) before the progress bar's thread starts, so
             # none inherits a lock that thread holds.
             futures: dict[Future[_R], int] = {executor.submit(fn, item): i for i, item in enumerate(items)}
-            with bar as advance:
+            with bar as advance, interruptible():
                 pending = set(futures)
                 while pending:
                     done, pending = wait(pending, return_when=FIRST_COMPLETED)
                     for fut in done:
                         deliver(advance, futures[fut], fut.result())  # result() re-raises a worker's error
-        finally:
-            executor.shutdown(wait=True, cancel_futures=True)
+        except BaseException:
+            stop_pool(executor)  # a stop or an error: the jobs in progress are dropped, not awaited
+            raise
+        executor.shutdown(wait=True)
     return cast(list[_R], results)
+
+
+def process_pool(workers: int, context: Any = None) -> ProcessPoolExecutor:
+    """A pool of ``workers`` processes (started by the multiprocessing ``context``, default fork
+    on Linux) that never outlive a stop (:func:`_start_worker`)."""
+    return ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_start_worker)
+
+
+def _start_worker() -> None:
+    """A worker's signal dispositions: SIGINT ignored (the parent stops the pool), SIGTERM ends it
+    (the parent's handler, inherited by fork, is dropped), and on Linux SIGKILL when its parent
+    dies, so that not even a killed parent leaves a worker behind."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):  # pragma: no cover - no prctl: the parent still stops the pool
+            pass
+
+
+def stop_pool(executor: ProcessPoolExecutor) -> None:
+    """Shut ``executor`` down now: queued jobs cancelled, workers killed (SIGTERM) and reaped."""
+    workers = list((getattr(executor, "_processes", None) or {}).values())  # the standard library's pid -> Process
+    for process in workers:
+        if process.is_alive():
+            process.terminate()
+    executor.shutdown(wait=True, cancel_futures=True)
+    for process in workers:
+        process.join(timeout=5)
 
 
 class _ProgressBar:

@@ -17,18 +17,21 @@ records the settings a resume must match. Every run carries its scenario's JCT l
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from deepboot_env import FRONT_END_DYNAMICS
+from deepboot_env.atomic import lock_folder
 from deepboot_env.config import sim_config
 from deepboot_env.sim.bounds import jct_bounds
 from deepboot_env.workers import LOCAL, Backend, run_pool
-from deepboot_harness.run_log import RUNS_FILE, RunLogError, append_run, open_run_log, read_runs
+from deepboot_harness.run_log import RUNS_FILE, RunLogError, append_run, check_run_folder, open_run_log, read_runs
 
 DEFAULT_POLICIES: tuple[str, ...] = (
     "fifo",
@@ -79,12 +82,17 @@ class BenchmarkSpec:
                 seed count < 1 or beyond the split, or bad simulation options.
         """
         from deepboot_env.policy import make_policy
+        from deepboot_harness.leaderboard import REFERENCE
         from traces.families import FamilyError, get_family, split_seeds
 
         if not self.families:
             raise BenchmarkError("no families given (--families)")
         if not self.policies:
             raise BenchmarkError("no policies given (--policies)")
+        for flag, names in (("--families", self.families), ("--policies", self.policies)):
+            twice = sorted(name for name, count in Counter(names).items() if count > 1)
+            if twice:
+                raise BenchmarkError(f"{flag} names {', '.join(twice)} more than once; give each name once")
         try:
             for family in self.families:
                 get_family(family)
@@ -103,6 +111,10 @@ class BenchmarkSpec:
                 make_policy(policy)
             except (ValueError, OSError, TypeError) as exc:
                 raise BenchmarkError(f"--policies {policy}: {exc}") from None
+        if REFERENCE not in self.policies:
+            raise BenchmarkError(
+                f"--policies must include the reference policy {REFERENCE!r}: the leaderboard's JCT ratios are to it"
+            )
         try:
             sim_config(**self.options)
         except (ValueError, TypeError) as exc:
@@ -209,6 +221,30 @@ def check_bound(row: dict[str, Any]) -> None:
 # the output folder
 
 
+OUTPUT_FILES: tuple[str, ...] = (
+    "results.csv",
+    "jobs.csv",
+    "leaderboard.csv",
+    "leaderboard.md",
+    "jct_ratio.png",
+    "jct_aggregate.png",
+    "jct_cdf.png",
+)
+"""The files the end of a benchmark writes in its folder (:func:`deepboot_harness.leaderboard.write_outputs`)."""
+
+
+def check_outputs(out: Path) -> None:
+    """Refuse, before the first run, a folder where an output file's name is taken by a folder
+    (the benchmark would run every cell, then fail to write its results).
+
+    Raises:
+        BenchmarkError: naming the path.
+    """
+    for name in OUTPUT_FILES:
+        if (out / name).is_dir():
+            raise BenchmarkError(f"--out {out}: {name} is a folder, so the results cannot be written there")
+
+
 def prepare_folder(out: Path, spec: BenchmarkSpec, resume: bool) -> set[tuple[str, str, int]]:
     """Check and set up ``out`` (:func:`deepboot_harness.run_log.open_run_log`); the (policy,
     family, seed) already done when resuming.
@@ -266,12 +302,16 @@ def run_benchmark(
     resume: bool = False,
     progress: Callable[[int, int, dict[str, Any]], None] | None = None,
     backend: Backend = LOCAL,
+    hold: contextlib.ExitStack | None = None,
 ) -> list[dict[str, Any]]:
     """Run what ``spec`` asks for that ``out`` does not hold yet (in ``jobs`` processes, or on
-    Ray with ``backend``); every run's row, in spec order.
+    Ray with ``backend``); every run's row, in spec order. Once the input is checked, the folder
+    is locked (:func:`deepboot_env.atomic.lock_folder`: a second benchmark on it is refused)
+    until the call returns, or until ``hold`` closes (to keep it while the caller writes more).
 
     Raises:
         BenchmarkError: for bad input (see :meth:`BenchmarkSpec.check`, :func:`prepare_folder`).
+        deepboot_env.atomic.FolderInUse: another process writes ``out``.
         deepboot_env.ray_pool.RunsFailed: on Ray, once the other runs are saved, if some failed.
     """
     spec.check()
@@ -279,6 +319,35 @@ def run_benchmark(
         raise BenchmarkError(f"--jobs must be >= 1, got {jobs}")
     backend.check()
     out = Path(out)
+    with contextlib.ExitStack() as own:
+        check_folder(out)
+        (hold or own).enter_context(lock_folder(out))
+        return _run_missing(spec, out, jobs, resume, progress, backend)
+
+
+def check_folder(out: Path) -> None:
+    """Refuse an output folder that is a file or cannot be created or written (:func:`prepare_folder`'s
+    checks, before the folder is locked), or where an output's name is taken (:func:`check_outputs`).
+
+    Raises:
+        BenchmarkError: naming the folder.
+    """
+    try:
+        check_run_folder(out)
+    except RunLogError as exc:
+        raise BenchmarkError(str(exc)) from None
+    check_outputs(out)
+
+
+def _run_missing(
+    spec: BenchmarkSpec,
+    out: Path,
+    jobs: int,
+    resume: bool,
+    progress: Callable[[int, int, dict[str, Any]], None] | None,
+    backend: Backend,
+) -> list[dict[str, Any]]:
+    """:func:`run_benchmark` in a checked, locked folder."""
     done = prepare_folder(out, spec, resume)
     runs = spec.runs()
     todo = [run for run in runs if run not in done]

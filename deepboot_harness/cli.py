@@ -1,26 +1,34 @@
-"""Command line: deepboot simulate | compare | benchmark | train | generate | calibrate.
+"""The ``deepboot`` command line: simulate | compare | benchmark | train | generate | calibrate.
 
-Every sub-command is a function of parsed arguments, so tests call :func:`main` with an argv list.
-``deepboot train`` is ``train_policy.py`` with the same flags (its parser parses them), so that a
-wheel, which has no clone to run the script from, trains too.
-Errors in user input (bad file, unknown policy, impossible cluster) are printed as one line and
-exit with status 2, never as a traceback.
+:func:`main` is the console script, and tests call it with an argv list. ``deepboot train ARGS`` is
+handed whole to ``train_policy.py``'s own parser (its flags, messages and exit statuses), so that a
+wheel, which has no clone to run the script from, trains too; every other sub-command is a
+``cmd_<name>(args)`` of the arguments :func:`build_parser` parsed. Errors in user input (bad file,
+unknown policy, impossible cluster, a missing optional extra: :data:`USER_ERRORS`) are printed as
+one line and exit with status 2, never as a traceback; a grid of runs (``compare``, ``benchmark``)
+stopped before its end keeps its finished runs for ``--resume`` and exits with 130 on Ctrl-C, 1
+when runs failed on Ray (:func:`grid_stopped`). The simulation flags and their reading
+(:func:`add_sim_arguments`, :func:`sim_config_from_args`) are shared with the speed benchmarks.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from deepboot_env import FRONT_END_DYNAMICS
 from deepboot_env.argparsing import ArgumentParser
+from deepboot_env.atomic import lock_folder
 from deepboot_env.config import DYNAMICS, dynamics_notes, sim_config
 from deepboot_env.evaluation import EpisodeProgress
 from deepboot_env.extras import MissingExtraError
+from deepboot_env.limits import MAX_JSON_BYTES, read_bounded
 from deepboot_env.sim.aryl_mode import INFERENCE_PLACEMENTS
 from deepboot_env.sim.cluster import ClusterConfigError
 from deepboot_env.sim.interference import InterferenceError, InterferenceModel
@@ -32,8 +40,12 @@ from deepboot_env.sim.restart import RESTART_MODELS
 from deepboot_env.sim.simulator import SimConfig
 from deepboot_env.sim.state import AllocationError
 from deepboot_env.sim.workload import WorkloadError
+from deepboot_env.stops import Stopped, StopSignals
 from deepboot_env.workers import BACKENDS, Backend
 from deepboot_harness.dynamics import dynamics_name, dynamics_title, warn_trained_dynamics
+
+if TYPE_CHECKING:
+    from deepboot_harness.benchmark import BenchmarkSpec
 
 DEFAULT_WORKLOAD = "test/test-01"
 """Shipped workload used when ``--workload`` is omitted (periodic inference, 160 jobs)."""
@@ -46,6 +58,8 @@ def interference_from_args(args: argparse.Namespace) -> InterferenceModel | None
     if flat is not None and matrix is not None:
         raise InterferenceError("give either --interference or --interference-matrix, not both")
     if matrix is not None:
+        if matrix != "default" and Path(matrix).is_file():  # the size bound first: the model reads it whole
+            read_bounded(matrix, MAX_JSON_BYTES, "an interference matrix", InterferenceError)
         return InterferenceModel.from_file(matrix)
     if flat is None:
         return None
@@ -103,12 +117,15 @@ def backend_from_args(args: argparse.Namespace) -> Backend:
 
 def grid_stopped(command: str, out: str, exc: BaseException) -> int:
     """Report a grid of runs (``compare``, ``benchmark``) that stopped before its end, the finished
-    runs saved in ``out``: one line on stderr; the exit status (130 for Ctrl-C, 1 for runs that
-    failed on Ray)."""
-    interrupted = isinstance(exc, KeyboardInterrupt)
-    why = "interrupted; finished runs" if interrupted else f"error: {exc}; the finished runs"
+    runs saved in ``out``: one line on stderr; the exit status (130 for SIGINT / Ctrl-C, 143 for
+    SIGTERM: :class:`deepboot_env.stops.Stopped`; 1 for runs that failed on Ray)."""
+    if isinstance(exc, KeyboardInterrupt):
+        stop = exc if isinstance(exc, Stopped) else Stopped(signal.SIGINT)
+        why, status = f"{stop}: stopped; the finished runs", stop.exit_status
+    else:
+        why, status = f"error: {exc}; the finished runs", 1
     print(f"deepboot {command}: {why} are saved in {out}: continue with --resume", file=sys.stderr)
-    return 130 if interrupted else 1
+    return status
 
 
 def config_title(config: SimConfig) -> str:
@@ -291,11 +308,10 @@ def write_metrics_json(metrics: EpisodeMetrics, config: SimConfig, path: str | P
     ``v1`` or ``custom``), written atomically (a reader never sees half a file)."""
     import json
 
+    from deepboot_env.atomic import write_text
+
     doc = {"dynamics": dynamics_name(config), **json.loads(metrics.to_json())}
-    target = Path(path)
-    partial = target.with_name(f".{target.name}.partial")
-    partial.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(partial, target)
+    write_text(path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -342,26 +358,30 @@ def cmd_compare(args: argparse.Namespace) -> int:
     out = Path(args.out)
     settings = {"policies": list(args.policies), "workloads": list(map(str, args.workloads)), "seeds": seeds}
 
+    held = contextlib.ExitStack()  # the folder's lock, from the first write to the last
+
     def saved_runs() -> dict[tuple[str, str, int], Any]:
+        held.enter_context(lock_folder(out))
         rows = open_run_log(out, "comparison", {**settings, "config": repr(config)}, args.resume, overwrite=True)
         return {(r["policy"], r["workload"], r["seed"]): outcome_from_row(r) for r in rows}
 
     try:
-        comparison = run_comparison(
-            args.policies,
-            args.workloads,
-            seeds,
-            config,
-            jobs=args.jobs,
-            progress=not args.quiet,
-            timeline_policy=args.timeline_policy,
-            timeline_workload=args.timeline_workload,
-            timeline_per_policy=args.timeline_per_policy,
-            saved=saved_runs,
-            on_done=lambda task, outcome: append_run(out, outcome_row(task, outcome)),
-            backend=backend,
-        )
-        paths = write_results(comparison, args.out, reference, labels)
+        with held:
+            comparison = run_comparison(
+                args.policies,
+                args.workloads,
+                seeds,
+                config,
+                jobs=args.jobs,
+                progress=not args.quiet,
+                timeline_policy=args.timeline_policy,
+                timeline_workload=args.timeline_workload,
+                timeline_per_policy=args.timeline_per_policy,
+                saved=saved_runs,
+                on_done=lambda task, outcome: append_run(out, outcome_row(task, outcome)),
+                backend=backend,
+            )
+            paths = write_results(comparison, args.out, reference, labels)
     except (RunsFailed, KeyboardInterrupt) as exc:
         return grid_stopped("compare", args.out, exc)
     if not args.quiet:
@@ -402,7 +422,6 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
 
     from deepboot_env.ray_pool import RunsFailed
     from deepboot_harness.benchmark import BenchmarkSpec, run_benchmark
-    from deepboot_harness.leaderboard import write_outputs
 
     backend = backend_from_args(args)
 
@@ -432,24 +451,37 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
                 flush=True,
             )
 
-    try:
-        rows = run_benchmark(spec, args.out, jobs=args.jobs, resume=args.resume, progress=progress, backend=backend)
-    except (RunsFailed, KeyboardInterrupt) as exc:
-        return grid_stopped("benchmark", args.out, exc)
-    wall = time.perf_counter() - start
+    held = contextlib.ExitStack()  # the folder's lock, held until the leaderboard is written
+    with held:
+        try:
+            rows = run_benchmark(
+                spec, args.out, jobs=args.jobs, resume=args.resume, progress=progress, backend=backend, hold=held
+            )
+            _write_leaderboard(args, spec, rows, time.perf_counter() - start, made[0])
+        except (RunsFailed, KeyboardInterrupt) as exc:
+            return grid_stopped("benchmark", args.out, exc)
+    return 0
+
+
+def _write_leaderboard(
+    args: argparse.Namespace, spec: BenchmarkSpec, rows: list[dict[str, Any]], wall: float, made: int
+) -> None:
+    """Write a finished benchmark's results, leaderboard and plots to ``--out`` (and print the
+    leaderboard unless ``--quiet``): ``made`` of the ``rows`` ran in this invocation, in ``wall`` s."""
+    from deepboot_harness.leaderboard import write_outputs
+
     how = f"--jobs {args.jobs}" + (f" --backend {args.backend}" if args.backend != "local" else "")
     cpu_hours = sum(float(row["cpu_s"]) for row in rows) / 3600.0
     notes = [
         f"Families {', '.join(spec.families)}; the first {spec.seeds} {spec.split} seeds of each; "
         f"DeepBoot-{args.dynamics} dynamics (each scenario sets its cluster and restart model).",
         f"{len(rows)} runs, {cpu_hours:.2f} CPU-hours in all (the sum of the runs' CPU time); this invocation of "
-        f"`deepboot benchmark {how}` made {made[0]} of them in {wall / 60:.1f} min of wall time.",
+        f"`deepboot benchmark {how}` made {made} of them in {wall / 60:.1f} min of wall time.",
     ]
     paths = write_outputs(rows, args.out, f"Benchmark leaderboard (DeepBoot-{args.dynamics} dynamics)", notes)
     if not args.quiet:
         print(Path(paths["leaderboard"]).read_text(encoding="utf-8"))
         print(f"wrote {', '.join(p.name for p in paths.values())} to {args.out}")
-    return 0
 
 
 def cmd_train(argv: Sequence[str]) -> int:
@@ -597,17 +629,24 @@ never a traceback."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``deepboot`` console script."""
+    """Entry point of the ``deepboot`` console script. SIGINT and SIGTERM stop every command
+    cleanly (:mod:`deepboot_env.stops`): one line on stderr, exit status 130 / 143, what finished
+    saved (``compare`` and ``benchmark``: every finished run, for ``--resume``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["train"]:
         return cmd_train(argv[1:])
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except USER_ERRORS as exc:
-        print(f"deepboot {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+    command = argv[0] if argv else ""
+    with StopSignals():
+        try:
+            args = build_parser().parse_args(argv)
+            command = args.command
+            return int(args.func(args) or 0)
+        except USER_ERRORS as exc:
+            print(f"deepboot {command}: error: {exc}", file=sys.stderr)
+            return 2
+        except Stopped as stop:
+            print(f"deepboot {command}: {stop}: stopped (files are written whole or not at all)", file=sys.stderr)
+            return stop.exit_status
 
 
 if __name__ == "__main__":

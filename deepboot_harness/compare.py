@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from deepboot_env.atomic import write_csv, write_text
 from deepboot_env.sim.simulator import SimConfig
 from deepboot_harness.compare_grid import Comparison, run_comparison
 from deepboot_harness.compare_tables import ratio_column, results_markdown
@@ -82,15 +83,15 @@ def write_results(
         name: out / name
         for name in ("results.csv", "results.md", "jcts.csv", "timeline.csv", "jct_cdf.png", "avg_jct.png")
     }
-    frame.to_csv(paths["results.csv"], index=False)
-    paths["results.md"].write_text(results_markdown(comparison, reference), encoding="utf-8")
+    write_csv(frame, paths["results.csv"])
+    write_text(paths["results.md"], results_markdown(comparison, reference))
     jct_rows = [
         (policy, workload, seed, job, jct)
         for (policy, workload, seed), jcts in comparison.jcts.items()
         for job, jct in jcts.items()
     ]
-    pd.DataFrame(jct_rows, columns=["policy", "workload", "seed", "job", "jct"]).to_csv(paths["jcts.csv"], index=False)
-    comparison.timeline.to_csv(paths["timeline.csv"], index=False)
+    write_csv(pd.DataFrame(jct_rows, columns=["policy", "workload", "seed", "job", "jct"]), paths["jcts.csv"])
+    write_csv(comparison.timeline, paths["timeline.csv"])
 
     title = _plot_title(comparison)
     colors = plots.policy_colors(list(frame["policy"].unique()))

@@ -23,6 +23,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from scipy import stats
 
+from deepboot_env.atomic import write_csv, write_text
 from deepboot_harness.compare_tables import markdown_table
 from deepboot_harness.paired_stats import Estimate, paired_ratios, summarize
 from deepboot_harness.plots import display_name, policy_colors, save_png
@@ -355,10 +356,10 @@ def write_outputs(
         "leaderboard_csv": out / "leaderboard.csv",
         "leaderboard": out / "leaderboard.md",
     }
-    frame.to_csv(paths["results"], index=False)
-    jobs.to_csv(paths["jobs"], index=False)
-    board.to_csv(paths["leaderboard_csv"], index=False)
-    paths["leaderboard"].write_text(leaderboard_markdown(board, title, notes) + "\n", encoding="utf-8")
+    write_csv(frame, paths["results"])
+    write_csv(jobs, paths["jobs"])
+    write_csv(board, paths["leaderboard_csv"])
+    write_text(paths["leaderboard"], leaderboard_markdown(board, title, notes) + "\n")
     if REFERENCE in set(frame["policy"]):
         paths.update(plot_ratio_figures(frame, out))
     paths["cdf_plot"] = plot_job_cdfs(jobs, out / "jct_cdf.png")

@@ -21,6 +21,7 @@ from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
 
+from deepboot_env.atomic import atomic_write
 from deepboot_env.env.render import STATE_COLOURS
 from deepboot_env.sim.metrics import GPU_STATES
 
@@ -131,7 +132,8 @@ def save_png(fig: Figure, path: str | Path, tight: bool = False) -> Path:
     content, legends placed outside the axes included."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png", dpi=_DPI, bbox_inches="tight" if tight else None)
+    with atomic_write(path, binary=True) as fh:
+        fig.savefig(fh, format="png", dpi=_DPI, bbox_inches="tight" if tight else None)
     return path
 
 

@@ -14,6 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from deepboot_env.atomic import append_text, write_text
+
 RUNS_FILE = "runs.jsonl"
 """One JSON object per finished run."""
 
@@ -40,14 +42,7 @@ def open_run_log(
         RunLogError: if ``out`` is a file or cannot be written; if it holds a grid and neither
             ``resume`` nor ``overwrite`` is on; if ``resume`` is on and the saved settings differ.
     """
-    if out.exists() and not out.is_dir():
-        raise RunLogError(f"--out {out}: is a file, not a folder")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise RunLogError(f"--out {out}: cannot create the folder ({exc.strerror})") from None
-    if not os.access(out, os.W_OK):
-        raise RunLogError(f"--out {out}: the folder is not writable")
+    check_run_folder(out)
     settings_path, runs_path = out / f"{kind}.json", out / RUNS_FILE
     if settings_path.exists() and not resume and not overwrite:
         raise RunLogError(f"--out {out}: holds a {kind} already; add --resume to continue it, or pick another folder")
@@ -69,17 +64,32 @@ def open_run_log(
     record: dict[str, Any] = {"settings": settings}
     if extra is not None:
         record["spec"] = extra
-    settings_path.write_text(json.dumps(record, indent=2) + "\n")
+    write_text(settings_path, json.dumps(record, indent=2) + "\n")
     rows = read_runs(runs_path)
     if runs_path.exists():  # rewrite without a line an interruption cut short, so appends start on a new line
-        runs_path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+        write_text(runs_path, "".join(json.dumps(row) + "\n" for row in rows))
     return rows
 
 
+def check_run_folder(out: Path) -> None:
+    """Create ``out`` if missing and refuse it if it is a file or cannot be written.
+
+    Raises:
+        RunLogError: naming the folder.
+    """
+    if out.exists() and not out.is_dir():
+        raise RunLogError(f"--out {out}: is a file, not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunLogError(f"--out {out}: cannot create the folder ({exc.strerror})") from None
+    if not os.access(out, os.W_OK):
+        raise RunLogError(f"--out {out}: the folder is not writable")
+
+
 def append_run(out: Path, row: dict[str, Any]) -> None:
-    """Save one finished run (one line, flushed on close)."""
-    with open(out / RUNS_FILE, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(row) + "\n")
+    """Save one finished run: one whole line, fsynced (:func:`deepboot_env.atomic.append_text`)."""
+    append_text(out / RUNS_FILE, json.dumps(row) + "\n")
 
 
 def read_runs(path: Path) -> list[dict[str, Any]]:

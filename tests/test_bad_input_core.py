@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from deepboot_env.policy import make_policy
+from deepboot_env.policy import BasePolicy, make_policy
 from deepboot_env.sim.apps import UnknownApplicationError, get_app, inference_model_of
 from deepboot_env.sim.cluster import ClusterConfig, ClusterConfigError
 from deepboot_env.sim.simulator import SimConfig, Simulator
@@ -268,7 +268,7 @@ def test_apply_after_the_episode_is_over() -> None:
 # reclaim hooks
 
 
-class _Lender:
+class _Lender(BasePolicy):
     """Lends every inference GPU to job 0 at the 0-s boundary; its reclaim hook is ``hook``."""
 
     adaptive_batch = False
@@ -386,7 +386,7 @@ def test_gang_job_larger_than_the_whole_cluster() -> None:
 # the evaluation loop: progress and the watchdog
 
 
-class _Starver:
+class _Starver(BasePolicy):
     """Never gives any job a GPU."""
 
     name = "starver"

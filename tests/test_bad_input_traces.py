@@ -66,6 +66,34 @@ WORKLOAD_CASES: dict[str, tuple[str, int, str, str]] = {
     "infinity_spelled_out": (POLLUX + "ncf-1,Infinity,ncf,1,32768\n", 2, "'time'", "finite"),
     "nan_batch_size": (POLLUX + "ncf-1,10,ncf,1,NaN\n", 2, "'batch_size'", "finite"),
     "hex_number": (POLLUX + "ncf-1,0x10,ncf,1,32768\n", 2, "'time'", "not a number"),
+    # value classes once accepted silently (issue 33)
+    "replicas_beyond_batch": (POLLUX + "ncf-1,10,ncf,64,32\n", 2, "'num_replicas'", "each GPU needs a sample"),
+    "huge_replicas": (POLLUX + "ncf-1,10,ncf,1e300,32768\n", 2, "'num_replicas'", "an integer of about 300 digits"),
+    "name_beyond_limit": (POLLUX + "n" * 300 + ",10,ncf,1,32768\n", 2, "'name'", "longer than the limit of 256"),
+    "newline_in_name": (POLLUX + '"a\nb",10,ncf,1,32768\n', 3, "'name'", "control character"),
+    "nul_in_name": (POLLUX + "a\x00b,10,ncf,1,32768\n", 2, "'name'", "control character"),
+    "duplicate_request_name": (
+        DEEPBOOT + "r,1,infer-ncf-1,1,1,5,1\nr,2,infer-ncf-1,1,1,5,1\n",
+        3,
+        "'name'",
+        "duplicate name 'r' (first at line 2)",
+    ),
+    "job_and_request_share_a_name": (
+        DEEPBOOT + TRAIN1_DB + "cifar10-0,12,infer-ncf-1,1,1,5,1\n",
+        3,
+        "'name'",
+        "duplicate",
+    ),
+    "denormal_inference_duration": (DEEPBOOT + "r,12,infer-ncf-1,1,1,1e-320,1\n", 2, "'duration'", "[0.001, 1e+12]"),
+    "huge_inference_duration": (DEEPBOOT + "r,12,infer-ncf-1,1,1,1e300,1\n", 2, "'duration'", "[0.001, 1e+12]"),
+    "time_beyond_limit": (POLLUX + "ncf-1,1e300,ncf,1,32768\n", 2, "'time'", "beyond the limit of 1e+12 s"),
+    "line_beyond_limit": (POLLUX + "ncf-1,10,ncf,1," + "3" * 70_000 + "\n", 2, "row", "longer than the limit"),
+    "header_with_many_columns": (
+        ",".join(f"c{k}" for k in range(1000)) + "\n",
+        1,
+        "header",
+        "more than the limit of 64",
+    ),
     "missing_field": (POLLUX + "ncf-1,10,ncf,1\n", 2, "row", "expected 5 fields"),
     "extra_field": (POLLUX + TRAIN1 + "ncf-1,10,ncf,1,32768,7\n", 3, "row", "got 6"),
 }
@@ -198,3 +226,64 @@ def test_philly_loads_a_tiny_valid_trace(tmp_path):
     assert len(tr) == 2
     assert tr.timestamp[0] % 86400 == 7 * 3600 + 60 + 55
     assert tr.num_gpus.tolist() == [2, 1] and tr.cluster.tolist() == ["11cb48", "6214e9"]
+
+
+@pytest.mark.parametrize("columns", [100_000, 5_000])
+def test_a_row_or_header_with_very_many_columns_fails_fast(tmp_path, columns):
+    """A 100,000-column line once hung the loader (a quadratic duplicate check); now it is
+    refused in well under a second, naming the file, the line and the limit."""
+    import time
+
+    for content, line in (
+        ("a," * columns + "a\n", 1),
+        (POLLUX + TRAIN1 + "x," * columns + "x\n", 3),
+    ):
+        path = tmp_path / f"wide-{line}.csv"
+        path.write_text(content)
+        start = time.perf_counter()
+        with pytest.raises(TraceError) as info:
+            load_workload(path)
+        assert time.perf_counter() - start < 2.0
+        assert path.name in str(info.value) and info.value.line == line
+        assert "limit" in str(info.value) or f"got {columns + 1:,}" in str(info.value)
+
+
+def test_a_workload_beyond_the_row_limit_is_refused_with_an_estimate(tmp_path, monkeypatch):
+    import traces.loaders as loaders
+
+    monkeypatch.setattr(loaders, "MAX_WORKLOAD_ROWS", 3)
+    path = tmp_path / "big.csv"
+    path.write_text(POLLUX + "".join(f"j{k},{k},ncf,1,32768\n" for k in range(10)))
+    with pytest.raises(TraceError, match=r"line 5: field 'row': more than the limit of 3 rows: .* GB and") as info:
+        load_workload(path)
+    assert "\n" not in str(info.value)
+    monkeypatch.setattr(loaders, "MAX_WORKLOAD_ROWS", 10)
+    assert len(load_workload(path).jobs) == 10
+
+
+def test_formula_cells_are_neutralised_in_csv_outputs(tmp_path):
+    """A job named like a spreadsheet formula is loaded as it is and written with a leading ' to
+    every CSV output (OWASP's advice for CSV injection); numbers, negative ones included, stay."""
+    import csv
+
+    from deepboot_env.limits import safe_cell
+    from deepboot_harness.cli import main
+
+    assert [safe_cell(v) for v in ("=1+1", "+x", "-x", "@x", "\tx", "ok", -3, 2.5)] == [
+        "'=1+1",
+        "'+x",
+        "'-x",
+        "'@x",
+        "'\tx",
+        "ok",
+        -3,
+        2.5,
+    ]
+    path = tmp_path / "formula.csv"
+    path.write_text(POLLUX + '"=HYPERLINK(""http://x"")",10,ncf,1,32768\n@cmd,20,cifar10,1,128\n')
+    assert {j.name for j in load_workload(path).jobs} == {'=HYPERLINK("http://x")', "@cmd"}
+    out = tmp_path / "out"
+    assert main(["compare", "--workloads", str(path), "--policies", "fifo", "--out", str(out), "--quiet"]) == 0
+    with open(out / "jcts.csv", newline="") as fh:
+        jobs = {row["job"] for row in csv.DictReader(fh)}
+    assert jobs == {'\'=HYPERLINK("http://x")', "'@cmd"}

@@ -91,6 +91,9 @@ def test_an_existing_benchmark_is_never_overwritten_without_resume(tmp_path, cap
         (["--split", "holdout"], "unknown split 'holdout'"),
         (["--policy-seeds", "fifo"], "expected POLICY=N"),
         (["--policy-seeds", "pollux=2"], "--policy-seeds names policies not benchmarked: pollux"),
+        (["--policies", "fifo", "ones-lend"], "--policies must include the reference policy 'ats'"),
+        (["--policies", "ats", "fifo", "ats"], "--policies names ats more than once"),
+        (["--families", "bursty", "bursty"], "--families names bursty more than once"),
     ],
 )
 def test_bad_benchmark_input_gets_one_line_and_no_traceback(tmp_path, capsys, extra, message) -> None:
@@ -250,3 +253,12 @@ def test_backend_ray_without_ray_says_in_one_line_how_to_install_it(tmp_path, ca
     assert not (out / RUNS_FILE).exists()
     assert main([command, *grid, "--out", str(out), "--address", "auto"]) == 2
     assert capsys.readouterr().err.strip() == f"deepboot {command}: error: --address is for --backend ray"
+
+
+def test_an_output_file_name_taken_by_a_folder_is_refused_before_the_first_run(tmp_path, capsys) -> None:
+    out = tmp_path / "b"
+    (out / "results.csv").mkdir(parents=True)
+    assert _bench(out, "--seeds", "1") == 2
+    err = capsys.readouterr().err
+    assert "results.csv is a folder" in err and err.count("\n") == 1
+    assert not (out / RUNS_FILE).exists()

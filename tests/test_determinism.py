@@ -13,6 +13,7 @@ import pytest
 
 from deepboot_env.evaluation import run_episode
 from deepboot_env.placement import best_fit
+from deepboot_env.policy import BasePolicy
 from deepboot_env.sim.cluster import ClusterConfig
 from deepboot_env.sim.simulator import SimConfig
 from deepboot_env.sim.state import Allocation, ClusterState
@@ -42,7 +43,7 @@ def _text(metrics) -> str:
     return json.dumps(metrics.deterministic_dict(), sort_keys=True)
 
 
-class LendingGreedy:
+class LendingGreedy(BasePolicy):
     """An adaptive policy that lends inference GPUs (exercises reclaims and restarts)."""
 
     name = "lending-greedy"

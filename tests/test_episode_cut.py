@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from deepboot_env.evaluation import run_episode
-from deepboot_env.policy import make_policy
+from deepboot_env.policy import BasePolicy, make_policy
 from deepboot_env.sim.simulator import SimConfig, Simulator
 from traces.loaders import load_workload
 
 
-class _Counting:
+class _Counting(BasePolicy):
     """Wraps a policy and counts its decisions."""
 
     def __init__(self, name: str) -> None:

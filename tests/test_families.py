@@ -204,10 +204,10 @@ def test_the_scenario_the_env_draws_is_the_one_deepboot_generate_writes(tmp_path
 
 
 def test_generate_refuses_generator_flags_with_a_family(capsys) -> None:
-    assert main(["generate", "--family", "mixed", "--seed", "5", "--load", "2"]) == 1
+    assert main(["generate", "--family", "mixed", "--seed", "5", "--load", "2"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "error: --family draws every generator parameter itself; drop --load"
-    assert main(["generate", "--family", "nope", "--seed", "5"]) == 1
+    assert err == "deepboot generate: error: --family draws every generator parameter itself; drop --load"
+    assert main(["generate", "--family", "nope", "--seed", "5"]) == 2
     assert "unknown workload family 'nope'" in capsys.readouterr().err
 
 

@@ -3,6 +3,11 @@
 * ``DeepBootEnv.step`` applies the codec's allocation with ``Simulator.apply_valid_counts`` (no
   second validation): every decoded allocation passes ``validate_allocation`` unchanged, and a
   twin driven through the validating ``Simulator.apply`` stays identical.
+* A job's progress (:func:`deepboot_env.sim.jobs._run`) is its reference loop,
+  :func:`~deepboot_env.sim.jobs._reference_run` epoch by epoch: each of the four fast paths, on
+  the states of real episodes (restart stalls, stop-free phases, interference) and random
+  horizons where its precondition holds, gives the loop's result bit for bit; so does skipping
+  whole epochs at their cached durations (a projection then keeps only its completion time).
 * TRAIN_DONE events are projected lazily (``CompletionSchedule.schedule``, deferred until the
   horizon reaches ``TrainingJob.completion_lower_bound``, then ``completion_bound_from``): an
   episode with every projection made eagerly (no lower bound) is the same episode.
@@ -17,6 +22,8 @@
 from __future__ import annotations
 
 import json
+import math
+import random
 
 import numpy as np
 import pytest
@@ -27,8 +34,9 @@ from deepboot_env.env import DeepBootEnv
 from deepboot_env.env.codec import RESIDUAL_DELTAS, ResidualCodec, TargetCodec
 from deepboot_env.env.encoding import encode_observation
 from deepboot_env.evaluation import run_episode
+from deepboot_env.sim import jobs as jobs_module
 from deepboot_env.sim.cluster import ClusterConfig
-from deepboot_env.sim.jobs import TrainingJob
+from deepboot_env.sim.jobs import ProjectionState, RunResult, TrainingJob
 from deepboot_env.sim.simulator import SimConfig, Simulator
 from deepboot_env.sim.state import validate_allocation
 from traces.generate import generate_workload
@@ -74,6 +82,99 @@ def test_step_without_revalidation_equals_validating_apply(workload, restart: st
         checked._state = twin.observe()
         expected = encode_observation(checked._state, checked.max_jobs)
         assert all(np.array_equal(obs[k], expected[k]) for k in obs)
+
+
+RunCase = tuple[TrainingJob, float, ProjectionState]
+
+
+@pytest.fixture(scope="module")
+def run_cases(workload) -> list[RunCase]:
+    """Every third call of ``_run`` in episodes that cover stalls (afe, full, pollux), stop-free
+    phases and interference (speeds below 1), each with the job as it was then and the horizons
+    asked plus random ones: the time itself, just before and at the end of the first phase,
+    a short and a long step, and infinity (a projection)."""
+    recorded: list[RunCase] = []
+    calls = iter(range(1 << 62))
+    real = jobs_module._run
+
+    def recording(job: TrainingJob, t1: float, start: ProjectionState) -> RunResult:
+        if next(calls) % 3 == 0:
+            recorded.append((job.clone(), t1, start))
+        return real(job, t1, start)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(jobs_module, "_run", recording)
+        for policy, config in [
+            ("ats", SimConfig()),
+            ("optimus", SimConfig(restart="stopfree")),
+            ("ats", SimConfig(restart="stopfree", interference=0.3)),
+            ("pollux", SimConfig(cluster=ClusterConfig.parse_shared("8x4"), restart="pollux")),
+            ("fifo", SimConfig(restart="full", interference=0.3)),
+        ]:
+            run_episode(policy, workload, config)
+    rng = random.Random(0)
+    cases: list[RunCase] = []
+    for job, t1, start in recorded:
+        t0, phases = start[0], start[3]
+        stall_end = t0 + phases[0].seconds if phases else t0
+        horizons = [t1, t0, stall_end, max(stall_end - 1.0, t0), math.inf]
+        horizons += [t0 + rng.expovariate(1 / 120), t0 + rng.expovariate(1 / 7200), stall_end + rng.uniform(0, 90)]
+        cases += [(job, horizon, start) for horizon in horizons]
+    return cases
+
+
+def run_record(result: RunResult) -> str:
+    """A run's result with every float exact (``repr``), phases as a tuple."""
+    epoch, progress, phases, anchor, completion = result
+    return repr((epoch, progress, tuple(phases), anchor, completion))
+
+
+def reference(job: TrainingJob, t1: float, start: ProjectionState) -> str:
+    """The plain reference loop's result (no epoch skipped); a projection's completion time only."""
+    result = jobs_module._reference_run(job, t1, start, jump=False)
+    return repr(result[4]) if t1 == math.inf else run_record(result)
+
+
+@pytest.mark.parametrize(
+    "fast_path, least",
+    [
+        (jobs_module._within_stall, 200),
+        (jobs_module._project_after_stall, 100),
+        (jobs_module._advance_after_stall, 200),
+        (jobs_module._advance_within_epoch, 1000),
+    ],
+    ids=["within_stall", "project_after_stall", "advance_after_stall", "advance_within_epoch"],
+)
+def test_each_fast_path_is_the_reference_loop(run_cases: list[RunCase], fast_path, least: int) -> None:
+    """Where a fast path's precondition holds (it returns a result), the result is the
+    reference loop's, bit for bit; the cases cover each path at least ``least`` times."""
+    taken = 0
+    for job, t1, start in run_cases:
+        result = fast_path(job, t1, start)
+        if result is None:
+            continue
+        taken += 1
+        assert (repr(result[4]) if t1 == math.inf else run_record(result)) == reference(job, t1, start)
+        assert run_record(result) == run_record(jobs_module._reference_run(job, t1, start))
+    assert taken >= least
+
+
+def test_run_and_its_epoch_jumps_are_the_reference_loop(run_cases: list[RunCase], monkeypatch) -> None:
+    """``_run`` (fast paths, then the loop skipping whole epochs) gives the plain loop's result on
+    every case; the skips happen often."""
+    skips = []
+    real_whole_epochs = jobs_module._whole_epochs
+
+    def counting(*args):
+        skipped = real_whole_epochs(*args)
+        skips.append(skipped is not None)
+        return skipped
+
+    monkeypatch.setattr(jobs_module, "_whole_epochs", counting)
+    for job, t1, start in run_cases:
+        result = jobs_module._run(job, t1, start)
+        assert (repr(result[4]) if t1 == math.inf else run_record(result)) == reference(job, t1, start)
+    assert len(run_cases) > 5000 and sum(skips) > 100
 
 
 @pytest.mark.parametrize("policy", ["ats", "optimus"])

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from deepboot_env.placement import best_fit
+from deepboot_env.policy import BasePolicy
 from deepboot_env.sim.apps import APP_NAMES, COLD_START_DELAY_S, FAST_RESTART_DELAY_S, FULL_RESTART_DELAY_S, get_app
 from deepboot_env.sim.cluster import NODE_INFER, ClusterConfig
 from deepboot_env.sim.inference import PROTECT, RUNNING, SLEEP, protect_time
@@ -232,7 +233,7 @@ def test_many_waiting_requests_are_all_served_in_fifo_order() -> None:
 # lending and reclaim
 
 
-class LendAll:
+class LendAll(BasePolicy):
     """Gives its single job every GPU it may hold (training and inference nodes)."""
 
     name = "lend-all"
@@ -341,7 +342,7 @@ def test_waiting_request_served_when_policy_returns_lent_gpus_at_boundary() -> N
     """A hook may refuse to reclaim (the request waits); once the policy gives the lent GPU back
     at the next boundary the request must start there, not when some later event happens."""
 
-    class Refuse:
+    class Refuse(BasePolicy):
         adaptive_batch = True
         release = False
 

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from deepboot_env.env.codec import TargetCodec
+from deepboot_env.policy import BasePolicy
 from deepboot_env.sim.apps import COLD_START_DELAY_S
 from deepboot_env.sim.cluster import NODE_TRAIN, ClusterConfig
 from deepboot_env.sim.inference import PROTECT, RUNNING, SLEEP, InferencePool
@@ -33,7 +34,7 @@ BATCHES = {"ncf": (32768,), "cifar10": (128, 512, 2048), "bert": (12, 96, 384), 
 MODELS = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
 
 
-class RandomPolicy:
+class RandomPolicy(BasePolicy):
     """A random but valid policy: keeps, drops or re-draws each job's GPUs; may lend; may pick a
     random reclaim victim or refuse to reclaim (the request then waits)."""
 

@@ -18,7 +18,7 @@ from baselines.ones import (
     remaining_work_estimate,
 )
 from deepboot_env.evaluation import run_episode
-from deepboot_env.policy import make_policy
+from deepboot_env.policy import BasePolicy, make_policy
 from deepboot_env.sim.apps import FAST_RESTART_DELAY_S, FULL_RESTART_DELAY_S, get_app
 from deepboot_env.sim.cluster import NODE_INFER, ClusterConfig
 from deepboot_env.sim.simulator import SimConfig
@@ -38,7 +38,7 @@ def _workload(n: int = 8, gap: float = 40.0) -> Workload:
     return Workload(name="tiny", jobs=jobs)
 
 
-class Recording:
+class Recording(BasePolicy):
     """Wraps an ONES policy; keeps every state, validated allocation and chosen candidate."""
 
     def __init__(self, policy: OnesPolicy) -> None:

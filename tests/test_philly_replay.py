@@ -105,9 +105,9 @@ def test_generate_philly_replay_then_simulate_shows_progress(tmp_path: Path, cap
 
 
 def test_replay_flags_are_checked(capsys) -> None:
-    assert main(["generate", "--jobs", "10"]) == 1
+    assert main(["generate", "--jobs", "10"]) == 2
     assert "--jobs: only with --philly-replay" in capsys.readouterr().err
-    assert main(["generate", "--philly-replay", "nowhere.csv", "--load", "2"]) == 1
+    assert main(["generate", "--philly-replay", "nowhere.csv", "--load", "2"]) == 2
     assert "drop --load" in capsys.readouterr().err
     assert main(["simulate", "--max-days", "0"]) == 2
     assert capsys.readouterr().err.strip() == "deepboot simulate: error: --max-days must be > 0, got 0"
@@ -115,10 +115,10 @@ def test_replay_flags_are_checked(capsys) -> None:
 
 @needs_philly
 def test_replay_job_count_out_of_range_is_one_line(capsys) -> None:
-    assert main(["generate", "--philly-replay", str(PHILLY), "--jobs", "100000"]) == 1
+    assert main(["generate", "--philly-replay", str(PHILLY), "--jobs", "100000"]) == 2
     assert (
         capsys.readouterr().err.strip()
-        == "error: --jobs must be between 1 and 74428 (the jobs after the filters), got 100000"
+        == "deepboot generate: error: --jobs must be between 1 and 74428 (the jobs after the filters), got 100000"
     )
 
 

@@ -17,7 +17,7 @@ from baselines.pollux_ga import (
     restart_factor,
 )
 from deepboot_env.evaluation import run_episode
-from deepboot_env.policy import make_policy
+from deepboot_env.policy import BasePolicy, make_policy
 from deepboot_env.sim.apps import get_app
 from deepboot_env.sim.cluster import NODE_INFER, ClusterConfig
 from deepboot_env.sim.simulator import SimConfig, Simulator
@@ -37,7 +37,7 @@ def _workload(n: int = 8, gap: float = 40.0) -> Workload:
     return Workload(name="tiny", jobs=jobs)
 
 
-class Recording:
+class Recording(BasePolicy):
     """Wraps a policy and checks every allocation it makes."""
 
     def __init__(self, policy: PolluxPolicy) -> None:

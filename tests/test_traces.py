@@ -295,7 +295,7 @@ def test_generate_main_writes_loadable_workloads(tmp_path, capsys):
     assert generate_main(["--out", str(out2), "--no-inference", "--load", "0.5", "--start-hour", "20"]) == 0
     wl2 = load_workload(out2)
     assert len(wl2.jobs) == 80 and wl2.requests == ()
-    assert generate_main(["--out", str(tmp_path / "x.csv"), "--inference-amplitude", "2"]) == 1
+    assert generate_main(["--out", str(tmp_path / "x.csv"), "--inference-amplitude", "2"]) == 2
     assert "amplitude" in capsys.readouterr().err
     assert generate_main(["--num-jobs", "3", "--no-inference"]) == 0
     assert capsys.readouterr().out.startswith("name,time,application")

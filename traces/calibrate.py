@@ -63,6 +63,7 @@ from pathlib import Path
 import numpy as np
 
 from deepboot_env.argparsing import ArgumentParser
+from deepboot_env.atomic import write_text
 from deepboot_env.sim import apps as _apps_module
 from deepboot_env.sim.apps import APP_NAMES, AppProfile
 from deepboot_env.sim.goodput import sync_step_time
@@ -308,7 +309,7 @@ def write_profiles(profiles: Mapping[str, AppProfile], report: Mapping[str, dict
     }
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(_dump(data) + "\n")
+    write_text(path, _dump(data) + "\n")
 
 
 def format_report(report: Mapping[str, dict]) -> str:

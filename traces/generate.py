@@ -53,6 +53,8 @@ from typing import Any
 
 import numpy as np
 
+from deepboot_env.atomic import atomic_write
+from deepboot_env.limits import MAX_WORKLOAD_ROWS, shown
 from deepboot_env.sim.apps import APP_NAMES, COLD_START_DELAY_S
 from deepboot_env.sim.workload import InferenceRequestSpec, TrainingJobSpec, Workload
 from traces.loaders import DEEPBOOT_OUTPUT_COLUMNS
@@ -138,6 +140,9 @@ def generate_training(
     rng = make_rng(seed)
     stats = stats or default_philly_stats()
     n = int(round(num_jobs * load))
+    if n > MAX_WORKLOAD_ROWS:
+        count = f"{n:,}" if n < 10**15 else shown(n)
+        raise ValueError(f"{count} training jobs, more than the limit of {MAX_WORKLOAD_ROWS:,} rows of a workload")
     if n == 0:
         return []
     wc = stats.window_counts(start_hour, window_hours)  # (W, 4)
@@ -294,6 +299,14 @@ def generate_periodic_inference(
     if not instances or mean_gpus == 0:
         return []
     per_instance_gpus = mean_gpus / len(instances)
+    expected = sum(
+        per_instance_gpus / mean_busy_time_s(model, services, cold_start_fraction) * horizon_s for _, model in instances
+    )
+    if not expected <= MAX_WORKLOAD_ROWS:
+        raise ValueError(
+            f"about {expected:,.0f} inference requests, more than the limit of {MAX_WORKLOAD_ROWS:,} rows of a "
+            "workload (docs/usage.md §7.1): shorten the horizon or lower the mean GPUs"
+        )
     times_l, inst_l, dur_l = [], [], []
     for j, (_key, model) in enumerate(instances):
         mean_rate = per_instance_gpus / mean_busy_time_s(model, services, cold_start_fraction)
@@ -400,7 +413,7 @@ def write_workload_csv(workload: Workload, path: str | Path) -> Path:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="", encoding="utf-8") as fh:
+    with atomic_write(path) as fh:  # a stop or a full disk leaves the previous file
         w = csv.writer(fh, lineterminator="\n")
         w.writerow(DEEPBOOT_OUTPUT_COLUMNS)
         w.writerows(workload_csv_rows(workload))

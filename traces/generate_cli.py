@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from deepboot_env.argparsing import ArgumentParser
+from deepboot_env.atomic import write_text
 from deepboot_env.sim.scenario import Scenario
 from deepboot_env.sim.workload import Workload
 from traces.families import FAMILIES, sample_scenario
@@ -218,7 +219,7 @@ def run_generate(args: argparse.Namespace) -> int:
             )
             if scenario is not None:
                 sidecar = scenario_sidecar(path)
-                sidecar.write_text(json.dumps(scenario.describe(), indent=2) + "\n", encoding="utf-8")
+                write_text(sidecar, json.dumps(scenario.describe(), indent=2) + "\n")
                 print(f"wrote {sidecar}: cluster {scenario.describe()['cluster']}, restart {scenario.restart}")
         else:
             w = csv.writer(sys.stdout, lineterminator="\n")
@@ -249,9 +250,9 @@ def run_generate(args: argparse.Namespace) -> int:
                     "(and take every lent GPU back)",
                     file=sys.stderr,
                 )
-    except (ValueError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    except (ValueError, OSError) as exc:  # bad input: one line and exit status 2, as every deepboot command
+        print(f"deepboot generate: error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import csv
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,17 @@ from typing import cast
 
 import numpy as np
 
+from deepboot_env.limits import (
+    BYTES_PER_WORKLOAD_ROW,
+    MAX_CSV_COLUMNS,
+    MAX_LINE_CHARS,
+    MAX_NAME_CHARS,
+    MAX_TIME_S,
+    MAX_WORKLOAD_ROWS,
+    MIN_DURATION_S,
+    plain,
+    shown,
+)
 from deepboot_env.sim.apps import APP_NAMES, UnknownApplicationError, get_app, inference_model_of
 from deepboot_env.sim.workload import InferenceRequestSpec, TrainingJobSpec, Workload, WorkloadError
 
@@ -127,7 +139,7 @@ def expand_workload_sources(source: str | Path | Sequence[str | Path]) -> list[s
         else:
             out.append(item)
     if not out:
-        raise ValueError(f"no workloads in {source!r}")
+        raise ValueError(f"no workloads in {shown(source)}")
     return out
 
 
@@ -200,7 +212,7 @@ def load_workload(source: str | Path, name: str | None = None) -> Workload:
     """
     path = resolve_workload(source)
     with _open(path) as fh:
-        reader = csv.reader(fh)
+        reader = csv.reader(_lines(fh, path))
         header = _read_header(reader, path)
         fmt = detect_format(header)
         if fmt == "Philly":
@@ -217,19 +229,24 @@ def load_workload(source: str | Path, name: str | None = None) -> Workload:
         has_duration = fmt == "DeepBoot"
         jobs: list[TrainingJobSpec] = []
         requests: list[InferenceRequestSpec] = []
-        job_lines: dict[str, int] = {}
+        name_lines: dict[str, int] = {}
         prev_time, prev_line = -np.inf, 0
-        for line, row in _rows(reader, header, path):
+        for line, row in _rows(reader, header, path, MAX_WORKLOAD_ROWS):
 
             def get(field: str, row: list[str] = row) -> str:
                 return row[col[field]].strip()
 
-            rec_name = get("name")
-            if not rec_name:
-                raise TraceError("empty name", path, line, "name")
+            rec_name = _name(get("name"), path, line)
+            if rec_name in name_lines:
+                raise TraceError(
+                    f"duplicate name {shown(rec_name)} (first at line {name_lines[rec_name]})", path, line, "name"
+                )
+            name_lines[rec_name] = line
             t = _number(get("time"), path, line, "time")
             if t < 0:
                 raise TraceError(f"negative time {t:g}", path, line, "time")
+            if t > MAX_TIME_S:
+                raise TraceError(f"time {t:g} s is beyond the limit of {MAX_TIME_S:g} s", path, line, "time")
             if t < prev_time:
                 raise TraceError(
                     f"rows are not sorted by time: {t:g} comes after {prev_time:g} (line {prev_line})",
@@ -242,7 +259,7 @@ def load_workload(source: str | Path, name: str | None = None) -> Workload:
             if app.startswith("infer"):
                 if not has_duration:
                     raise TraceError(
-                        f"inference row {app!r} needs a 'duration' column (DeepBoot format); "
+                        f"inference row {shown(app)} needs a 'duration' column (DeepBoot format); "
                         "the Pollux format holds training jobs only",
                         path,
                         line,
@@ -255,30 +272,36 @@ def load_workload(source: str | Path, name: str | None = None) -> Workload:
                 dur = _number(get("duration"), path, line, "duration")
                 if dur <= 0:
                     raise TraceError(f"inference duration must be > 0, got {dur:g}", path, line, "duration")
+                if not MIN_DURATION_S <= dur <= MAX_TIME_S:
+                    raise TraceError(
+                        f"inference duration must lie in [{MIN_DURATION_S:g}, {MAX_TIME_S:g}] s, got {dur:g}",
+                        path,
+                        line,
+                        "duration",
+                    )
                 requests.append(InferenceRequestSpec(name=rec_name, arrival=t, instance=app, app=model, duration=dur))
             else:
                 if app not in APP_NAMES:
                     raise TraceError(
-                        f"unknown application {app!r}; expected one of {', '.join(APP_NAMES)} "
+                        f"unknown application {shown(app)}; expected one of {', '.join(APP_NAMES)} "
                         "or an inference instance 'infer-<model>-<k>'",
                         path,
                         line,
                         "application",
                     )
-                if rec_name in job_lines:
-                    raise TraceError(
-                        f"duplicate training job name {rec_name!r} (first at line {job_lines[rec_name]})",
-                        path,
-                        line,
-                        "name",
-                    )
-                job_lines[rec_name] = line
                 reps = _integer(get("num_replicas"), path, line, "num_replicas")
                 if reps < 1:
                     raise TraceError(f"must be >= 1, got {reps}", path, line, "num_replicas")
                 bsz = _integer(get("batch_size"), path, line, "batch_size")
                 if bsz < 1:
                     raise TraceError(f"must be >= 1, got {bsz}", path, line, "batch_size")
+                if reps > bsz:
+                    raise TraceError(
+                        f"{shown(reps)} GPUs but a total batch of {bsz}: each GPU needs a sample",
+                        path,
+                        line,
+                        "num_replicas",
+                    )
                 max_bsz = get_app(app).max_batch_size
                 if bsz > max_bsz:
                     raise TraceError(
@@ -332,7 +355,7 @@ def load_philly(path: str | Path) -> PhillyTrace:
     if not path.is_file():
         raise TraceError("no such file", path)
     with _open(path) as fh:
-        reader = csv.reader(fh)
+        reader = csv.reader(_lines(fh, path))
         header = _read_header(reader, path)
         missing = [c for c in PHILLY_COLUMNS if c not in header]
         if missing:
@@ -358,7 +381,9 @@ def load_philly(path: str | Path) -> PhillyTrace:
             try:
                 np.datetime64(v, "s")
             except ValueError:
-                raise TraceError(f"not a timestamp (YYYY-MM-DD HH:MM:SS): {v!r}", path, lines[k], "timestamp") from None
+                raise TraceError(
+                    f"not a timestamp (YYYY-MM-DD HH:MM:SS): {shown(v)}", path, lines[k], "timestamp"
+                ) from None
         raise
     duration = _column(dur_s, lines, path, "duration")
     gpu_time = _column(gt_s, lines, path, "gpu_time")
@@ -369,7 +394,7 @@ def load_philly(path: str | Path) -> PhillyTrace:
             raise TraceError(f"must be >= 0, got {arr[bad[0]]:g}", path, lines[bad[0]], fld)
     bad = np.flatnonzero((num_gpus_f < 1) | (num_gpus_f != np.round(num_gpus_f)))
     if bad.size:
-        raise TraceError(f"must be an integer >= 1, got {gpus_s[bad[0]]!r}", path, lines[bad[0]], "num_gpus")
+        raise TraceError(f"must be an integer >= 1, got {shown(gpus_s[bad[0]])}", path, lines[bad[0]], "num_gpus")
     return PhillyTrace(
         source=str(path),
         timestamp=ts,
@@ -398,17 +423,20 @@ def _read_header(reader, path: Path) -> list[str]:
         raise TraceError(f"unreadable CSV: {exc}", path, 1, "header") from None
     if header is None:
         raise TraceError("empty file: expected a header line and data rows", path, 1, "header")
+    if len(header) > MAX_CSV_COLUMNS:
+        raise TraceError(f"{len(header):,} columns, more than the limit of {MAX_CSV_COLUMNS}", path, 1, "header")
     header = [c.strip() for c in header]
     if not any(header):
         raise TraceError("blank header line", path, 1, "header")
-    dupes = sorted({c for c in header if header.count(c) > 1})
+    dupes = sorted(c for c, n in Counter(header).items() if n > 1)
     if dupes:
         raise TraceError(f"duplicate column(s) {', '.join(repr(c) for c in dupes)}", path, 1, "header")
     return header
 
 
-def _rows(reader, header: list[str], path: Path):
-    """Yield (line number, row) for non-blank rows; check field counts; require >= 1 row."""
+def _rows(reader, header: list[str], path: Path, max_rows: int | None = None):
+    """Yield (line number, row) for non-blank rows; check field counts and (``max_rows``) the
+    row count; require >= 1 row."""
     n = 0
     line = 1
     try:
@@ -418,9 +446,14 @@ def _rows(reader, header: list[str], path: Path):
                 continue
             if len(row) != len(header):
                 raise TraceError(
-                    f"expected {len(header)} fields ({','.join(header)}), got {len(row)}", path, line, "row"
+                    f"expected {len(header)} fields ({plain(','.join(header), 400)}), got {len(row):,}",
+                    path,
+                    line,
+                    "row",
                 )
             n += 1
+            if max_rows is not None and n > max_rows:
+                raise TraceError(_too_many_rows(max_rows), path, line, "row")
             yield line, row
     except (csv.Error, UnicodeDecodeError) as exc:
         raise TraceError(f"unreadable CSV: {exc}", path, line + 1, "row") from None
@@ -428,12 +461,50 @@ def _rows(reader, header: list[str], path: Path):
         raise TraceError("no data rows after the header", path, 2, "row")
 
 
+def _too_many_rows(limit: int) -> str:
+    """The refusal of a workload of more than ``limit`` rows, with the estimate of its cost."""
+    gigabytes = limit * BYTES_PER_WORKLOAD_ROW / 1e9
+    return (
+        f"more than the limit of {limit:,} rows: a workload this large needs over {gigabytes:.0f} GB and hours "
+        "to simulate (about 5 GB per million rows); split it (docs/usage.md §7.1)"
+    )
+
+
+def _lines(fh, path: Path):
+    """The lines of ``fh``, each read with a bound: a line longer than
+    :data:`~deepboot_env.limits.MAX_LINE_CHARS` is refused without being read whole."""
+    number = 0
+    while True:
+        line = fh.readline(MAX_LINE_CHARS + 1)
+        if not line:
+            return
+        number += 1
+        if len(line) > MAX_LINE_CHARS:
+            where = "header" if number == 1 else "row"
+            raise TraceError(f"longer than the limit of {MAX_LINE_CHARS:,} characters", path, number, where)
+        yield line
+
+
+def _name(text: str, path: Path, line: int) -> str:
+    """A job or request name: not empty, at most :data:`~deepboot_env.limits.MAX_NAME_CHARS`
+    characters, printable (no control characters such as a newline)."""
+    if not text:
+        raise TraceError("empty name", path, line, "name")
+    if len(text) > MAX_NAME_CHARS:
+        raise TraceError(
+            f"name of {len(text):,} characters, longer than the limit of {MAX_NAME_CHARS}", path, line, "name"
+        )
+    if not text.isprintable():
+        raise TraceError(f"name {shown(text)} holds a control character", path, line, "name")
+    return text
+
+
 def _unsupported_header(header: list[str]) -> str:
     """Explain an unsupported header against the format it is closest to (fewest missing columns)."""
     missing = {fmt: [c for c in required if c not in header] for fmt, required in _FORMATS.items()}
     best = min(missing, key=lambda fmt: len(missing[fmt]))  # ties: first in _FORMATS (Pollux)
     return (
-        f"unsupported column set ({','.join(header)}); closest format is {best} "
+        f"unsupported column set ({plain(','.join(header), 400)}); closest format is {best} "
         f"({','.join(_FORMATS[best])}), missing column(s) {', '.join(repr(c) for c in missing[best])}"
     )
 
@@ -443,13 +514,13 @@ def _number(text: str, path: Path, line: int, field: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise TraceError(f"not a number: {text!r}", path, line, field) from None
+        raise TraceError(f"not a number: {shown(text)}", path, line, field) from None
     if not np.isfinite(value):
-        raise TraceError(f"not a finite number: {text!r}", path, line, field)
+        raise TraceError(f"not a finite number: {shown(text)}", path, line, field)
     if NUMBER_PATTERN.fullmatch(text) is None:
         plain = str(int(value)) if value.is_integer() and abs(value) < 2**53 else repr(value)
         raise TraceError(
-            f"not a number in standard notation: {text!r} (write {plain}: ASCII digits with an optional sign, "
+            f"not a number in standard notation: {shown(text)} (write {plain}: ASCII digits with an optional sign, "
             "decimal point and exponent; no underscores)",
             path,
             line,
@@ -461,7 +532,7 @@ def _number(text: str, path: Path, line: int, field: str) -> float:
 def _integer(text: str, path: Path, line: int, field: str) -> int:
     value = _number(text, path, line, field)
     if value != int(value):
-        raise TraceError(f"not an integer: {text!r}", path, line, field)
+        raise TraceError(f"not an integer: {shown(text)}", path, line, field)
     return int(value)
 
 
@@ -474,7 +545,7 @@ def _column(values: list[str], lines: list[int], path: Path, field: str) -> np.n
         raise
     bad = np.flatnonzero(~np.isfinite(arr))
     if bad.size:
-        raise TraceError(f"not a finite number: {values[bad[0]]!r}", path, lines[bad[0]], field)
+        raise TraceError(f"not a finite number: {shown(values[bad[0]])}", path, lines[bad[0]], field)
     joined = "".join(values)
     if "_" in joined or not joined.isascii():  # what float() accepts beyond standard notation, finite
         for k, v in enumerate(values):

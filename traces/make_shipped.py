@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from deepboot_env.argparsing import ArgumentParser
+from deepboot_env.atomic import write_text
 from deepboot_env.sim.apps import APP_NAMES, COLD_START_DELAY_S
 from deepboot_env.sim.workload import Workload
 from traces.generate import DEFAULT_SERVICE_TIME_S, generate_workload, write_workload_csv
@@ -213,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             print(line)
         print("shipped workloads are up to date" if not bad else f"{len(bad)} workload(s) out of date")
         return 1 if bad else 0
-    (out / "README.md").write_text(_readme(rows))
+    write_text(out / "README.md", _readme(rows))
     print(f"wrote {out / 'README.md'}")
     return 0
 

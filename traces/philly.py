@@ -32,6 +32,8 @@ from typing import Any
 import numpy as np
 
 from deepboot_env.argparsing import ArgumentParser
+from deepboot_env.atomic import write_text
+from deepboot_env.limits import MAX_JSON_BYTES, parse_json, read_bounded
 from traces.loaders import PhillyTrace, TraceError, load_philly
 
 MINUTES_PER_DAY = 1440
@@ -176,8 +178,10 @@ def load_philly_stats(path: str | Path | None = None) -> PhillyStats:
         text = resources.files("traces").joinpath(DEFAULT_STATS_PATH).read_text()
         origin = "traces/" + DEFAULT_STATS_PATH
     else:
-        text = Path(path).read_text()
         origin = str(path)
+        return PhillyStats.from_json(
+            parse_json(read_bounded(path, MAX_JSON_BYTES, "Philly statistics"), origin), origin
+        )
     return PhillyStats.from_json(json.loads(text), origin)
 
 
@@ -200,7 +204,7 @@ def save_philly_stats(stats: PhillyStats, path: str | Path) -> None:
     head = json.dumps(obj, indent=2)[:-2]  # drop the closing "\n}"
     rows = ",\n".join("    " + json.dumps(r) for r in counts)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(f'{head},\n  "counts": [\n{rows}\n  ]\n}}\n')
+    write_text(path, f'{head},\n  "counts": [\n{rows}\n  ]\n}}\n')
 
 
 def default_stats_file() -> Path:

@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from deepboot_env.atomic import write_text
 from deepboot_env.sim import measured as _measured_module
 from deepboot_env.sim.apps import APP_NAMES
 from traces.app_traces import TimingTable, TraceFormatError, read_placements, read_scalability
@@ -170,7 +171,7 @@ def write_step_times(table: Mapping[str, object], path: Path) -> None:
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(_dump(table) + "\n")
+    write_text(path, _dump(table) + "\n")
 
 
 def step_times_path_for(apps_json: Path | None) -> Path:

@@ -20,6 +20,7 @@ from deepboot_env.env.encoding import (
     observation_limits,
 )
 from deepboot_env.env.reference import ReferenceEpisode, reference_curve
+from deepboot_env.limits import shown
 from deepboot_env.policy import BasePolicy
 from deepboot_env.sim.scenario import Scenario
 from deepboot_env.sim.simulator import Simulator
@@ -279,6 +280,8 @@ class DeepBootEnv(gym.Env):
             seed = options.get("scenario_seed")
             if seed is None:
                 seed = sampler.draw_seed(self._scenario_rng if self._scenario_rng is not None else self.np_random)
+            elif isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+                raise ValueError(f"reset option scenario_seed must be an integer >= 0, got {shown(seed)}")
             return sampler.sample(int(seed))
         if "scenario_seed" in options:
             raise ValueError("reset option scenario_seed needs a scenario sampler (workload='family:<name>')")

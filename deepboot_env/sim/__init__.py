@@ -8,7 +8,8 @@ configured by :class:`~deepboot_env.sim.config.SimConfig`; around it: :mod:`~dee
 TRAIN_DONE events, owned by the training side), :mod:`~deepboot_env.sim.accounting`
 (GPU-seconds, the timeline), :mod:`~deepboot_env.sim.snapshot` (the state policies see, defined in
 :mod:`~deepboot_env.sim.state`) and :mod:`~deepboot_env.sim.metrics` (episode metrics);
-:mod:`~deepboot_env.sim.fork` copies a mid-episode simulator (snapshots, restores, forks). Jobs
+:mod:`~deepboot_env.sim.fork` copies a mid-episode simulator (snapshots, restores, forks);
+:mod:`~deepboot_env.sim.hooks` declares what the simulator calls on a policy, with defaults. Jobs
 progress at the rates of :mod:`~deepboot_env.sim.goodput` (the fitted model, cached per application
 in :mod:`~deepboot_env.sim.rates`) or, with
 ``truth="measured"``, of :mod:`~deepboot_env.sim.measured` (measured step times).

@@ -18,16 +18,17 @@ The two pieces the simulator uses are :class:`ArylInferencePool` (built instead 
 :class:`~deepboot_env.sim.inference.InferencePool` when ``SimConfig.inference_placement`` is
 ``"aryl"``) and :func:`strip_training` (applied to every allocation before it takes effect).
 
-A policy may choose the server itself by defining ``choose_inference_server(state, request) ->
-int | None`` (a node of the inference half, or None to let the request wait); the Lyra baseline does
-(its min-preemption-cost reclaim). The ATS-I ``choose_reclaim`` hook is not used in this mode: the
-unit of reclaim is a server, not a GPU.
+A policy may choose the server itself by overriding its ``choose_inference_server(state, request)
+-> int | None`` hook (a node of the inference half, or None to let the request wait;
+:mod:`deepboot_env.sim.hooks`); the Lyra baseline does (its min-preemption-cost reclaim). The
+default, marked :func:`aryl_server_rule`, is the rule above, which the pool applies itself. The
+ATS-I ``choose_reclaim`` hook is not used in this mode: the unit of reclaim is a server, not a GPU.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from deepboot_env.sim.choices import validate_choice
 from deepboot_env.sim.cluster import NODE_INFER, ClusterConfig, ClusterLedger
@@ -69,6 +70,31 @@ def aryl_server(counts: Mapping[str, Sequence[int]], capacity: int, nodes: Seque
         if train[node] > 0 and (best is None or train[node] < train[best]):
             best = node
     return best
+
+
+def aryl_server_of(state: ClusterState) -> int | None:
+    """:func:`aryl_server` read from ``state``: its per-node counts, GPUs per node and the
+    inference nodes of Aryl mode (:func:`aryl_inference_nodes`)."""
+    used, running, protect, sleeping = state.node_counts
+    counts = {"train": used, "running": running, "protect": protect, "sleep": sleeping}
+    return aryl_server(counts, state.gpus_per_node, aryl_inference_nodes(state.config))
+
+
+_Hook = TypeVar("_Hook", bound=Callable[..., object])
+
+
+def aryl_server_rule(hook: _Hook) -> _Hook:
+    """Mark a ``choose_inference_server`` hook that is Aryl mode's own rule
+    (``aryl_server_of(state)``, whatever the request): the pool then picks the server from its
+    ledger instead of building the whole state for the hook (the same choice; a hook that
+    overrides a marked one is not marked unless it says so)."""
+    hook.aryl_server = True  # type: ignore[attr-defined]
+    return hook
+
+
+def is_aryl_server_rule(hook: Callable[..., object]) -> bool:
+    """Whether ``hook`` is marked :func:`aryl_server_rule`."""
+    return bool(getattr(hook, "aryl_server", False))
 
 
 def server_takeable(state: ClusterState, node: int) -> bool:
@@ -137,14 +163,14 @@ class ArylInferencePool(InferencePool):
         return True
 
     def _cold_node(self, idx: int) -> int | None:
-        """The server Aryl mode (or the policy's ``choose_inference_server``) picks for request
+        """The server Aryl mode (or the policy's own ``choose_inference_server``) picks for request
         ``idx``, cleared for one pod; None if no server can take it, -1 if the policy let it
         wait (see :meth:`InferencePool._cold_node`)."""
         node = aryl_server(self.ledger.counts, self.ledger.capacity, self.inference_nodes)
         if node is None:
             return None
-        chooser = getattr(self.policy, "choose_inference_server", None)
-        if chooser is not None:
+        chooser = self.policy.choose_inference_server
+        if not is_aryl_server_rule(chooser):
             choice = self._ask_policy(chooser, idx)
             if choice is None:
                 return -1

@@ -47,6 +47,10 @@ _POD_SLOT = {"running": 2, "protect": 3, "sleep": 4}
 _SPEC = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*$")
 
 
+MAX_NODES = 100_000
+"""The most nodes a cluster may have (the simulator keeps arrays over nodes and GPUs)."""
+
+
 @dataclass(frozen=True)
 class ClusterConfig:
     """Cluster shape.
@@ -72,6 +76,11 @@ class ClusterConfig:
             )
         if self.train_nodes < 0 or self.infer_nodes < 0:
             raise ClusterConfigError("node counts must be non-negative")
+        if self.train_nodes + self.infer_nodes > MAX_NODES:
+            raise ClusterConfigError(
+                f"{self.train_nodes + self.infer_nodes:,} nodes, more than the limit of {MAX_NODES:,} "
+                "(docs/usage.md §7.1)"
+            )
         if self.shared_pool:
             if self.infer_nodes != 0:
                 raise ClusterConfigError("a shared pool has no separate inference nodes")

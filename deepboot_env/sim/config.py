@@ -13,6 +13,10 @@ from deepboot_env.sim.measured import validate_trace_set, validate_truth
 from deepboot_env.sim.rates import validate_batch_stats
 from deepboot_env.sim.restart import validate_model
 
+MIN_INTERVAL_S = 1.0
+"""The shortest ``interval`` between scheduling boundaries: a shorter one makes an episode's
+per-boundary records (30 days / interval rows) exhaust memory (docs/usage.md §7.1)."""
+
 
 @dataclass(frozen=True)
 class SimConfig:
@@ -71,5 +75,7 @@ class SimConfig:
             raise ValueError(f"protect_scale must be a finite number > 0, got {self.protect_scale}")
         if not (math.isfinite(self.interval) and self.interval > 0):
             raise ValueError(f"interval must be a finite number > 0, got {self.interval}")
+        if self.interval < MIN_INTERVAL_S:
+            raise ValueError(f"interval must be >= {MIN_INTERVAL_S:g} s (the limit), got {self.interval:g}")
         if not (math.isfinite(self.max_time) and self.max_time > 0):
             raise ValueError(f"max_time must be a finite number > 0 (s), got {self.max_time}")

@@ -35,14 +35,18 @@ from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 from deepboot_env.sim.apps import COLD_START_DELAY_S
 from deepboot_env.sim.cluster import NODE_INFER, NODE_TRAIN, ClusterLedger
 from deepboot_env.sim.events import EventKind, EventQueue
 from deepboot_env.sim.fork import clone_object, shallow_copy
+from deepboot_env.sim.reclaim import is_ats_i_rule
 from deepboot_env.sim.state import ClusterState, GpuRef, RequestView
 from deepboot_env.sim.workload import InferenceRequestSpec
+
+if TYPE_CHECKING:
+    from deepboot_env.sim.hooks import SimulatorHooks
 
 RUNNING = "running"
 PROTECT = "protect"
@@ -147,9 +151,9 @@ class InferencePool:
         training: the training side (the simulator), asked to observe and to give a GPU up on a
             reclaim; held weakly, so that the simulator, which owns the pool, is freed by
             reference counting (pickling and copying keep the link).
-        policy: object with an optional ``choose_reclaim(state, request) -> GpuRef | None``
-            (default: ATS-I, :func:`~deepboot_env.sim.reclaim.ats_i_victim`), looked up at each
-            reclaim.
+        policy: the simulator's hooks (:mod:`deepboot_env.sim.hooks`); its ``choose_reclaim``
+            is read at each reclaim (ATS-I itself when it is marked
+            :func:`~deepboot_env.sim.reclaim.ats_i_rule`).
 
     Attributes:
         pods: live pods by pod id (creation order).
@@ -167,7 +171,7 @@ class InferencePool:
         events: EventQueue,
         protect_scale: float,
         training: TrainingSide,
-        policy: object | None = None,
+        policy: SimulatorHooks,
     ) -> None:
         self._specs = requests
         self.ledger = ledger
@@ -501,8 +505,8 @@ class InferencePool:
         training = self._training()
         if training is None:
             raise ReferenceError("the training side of this inference pool is gone")
-        chooser = getattr(self.policy, "choose_reclaim", None)
-        if chooser is None or getattr(chooser, "ats_i", False):  # ATS-I itself (reclaim.ats_i_rule)
+        chooser = self.policy.choose_reclaim
+        if is_ats_i_rule(chooser):  # ATS-I itself, made from the jobs that hold GPUs
             ref = training.ats_i_victim()
         else:
             spec = self._specs[idx]

@@ -206,35 +206,8 @@ class InterferenceModel:
                 raise InterferenceError(
                     f"{where}: {label}: unknown field {unknown[0]!r}; expected {', '.join(MATRIX_FIELDS)}"
                 )
-            apps = []
-            for field in ("app", "neighbor"):
-                value = row.get(field)
-                text = "" if value is None else str(value).strip()
-                if not text:
-                    raise InterferenceError(f"{where}: {label}: field {field!r} is missing")
-                if text != WILDCARD and text not in index:
-                    raise InterferenceError(
-                        f"{where}: {label}: field {field!r}: unknown application {text!r}; "
-                        f"expected one of {', '.join(APP_NAMES)} or '*'"
-                    )
-                apps.append(text)
-            values = []
-            for field in ("network", "host"):
-                value = row.get(field)
-                if value is None or (isinstance(value, str) and not value.strip()):
-                    values.append(0.0)
-                    continue
-                if isinstance(value, bool):
-                    raise InterferenceError(f"{where}: {label}: field {field!r}: expected a number, got {value!r}")
-                try:  # float() decides what converts; anything else raises TypeError, reported below
-                    number = float(cast(Any, value))
-                except (TypeError, ValueError):
-                    raise InterferenceError(
-                        f"{where}: {label}: field {field!r}: expected a number, got {value!r}"
-                    ) from None
-                if not (math.isfinite(number) and 0.0 <= number < 1.0):
-                    raise InterferenceError(f"{where}: {label}: field {field!r}: slowdown {value!r} is not in [0, 1)")
-                values.append(number)
+            apps = [_row_app(row, field, f"{where}: {label}", index) for field in ("app", "neighbor")]
+            values = [_row_slowdown(row, field, f"{where}: {label}") for field in ("network", "host")]
             if values[0] + values[1] >= 1.0:
                 raise InterferenceError(
                     f"{where}: {label}: network + host slowdown {values[0] + values[1]:g} is not < 1"
@@ -274,8 +247,8 @@ class InterferenceModel:
         if p.suffix.lower() == ".json":
             try:
                 data = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise InterferenceError(f"{where}: invalid JSON: {exc}") from None
+            except (json.JSONDecodeError, RecursionError) as exc:
+                raise InterferenceError(f"{where}: invalid JSON: {str(exc)[:80] or 'nested too deeply'}") from None
             if isinstance(data, dict):
                 if "pairs" not in data:
                     raise InterferenceError(f"{where}: expected a list of rows or an object with a 'pairs' list")
@@ -403,3 +376,34 @@ def as_model(value: float | InterferenceModel | None) -> InterferenceModel | Non
         raise InterferenceError(f"interference must be a number in [0, 1) or an InterferenceModel, got {value!r}")
     model = InterferenceModel.flat(float(value))
     return model if model.active else None
+
+
+def _row_app(row: Mapping[str, object], field: str, where: str, index: Mapping[str, int]) -> str:
+    """The application a matrix row names in ``field`` (``app`` or ``neighbor``): a known one or
+    :data:`WILDCARD`; ``where`` (file and row) starts the error messages."""
+    value = row.get(field)
+    text = "" if value is None else str(value).strip()
+    if not text:
+        raise InterferenceError(f"{where}: field {field!r} is missing")
+    if text != WILDCARD and text not in index:
+        raise InterferenceError(
+            f"{where}: field {field!r}: unknown application {text!r}; expected one of {', '.join(APP_NAMES)} or '*'"
+        )
+    return text
+
+
+def _row_slowdown(row: Mapping[str, object], field: str, where: str) -> float:
+    """The slowdown a matrix row gives in ``field`` (``network`` or ``host``): a number in
+    [0, 1), 0 where absent or blank; ``where`` (file and row) starts the error messages."""
+    value = row.get(field)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return 0.0
+    if isinstance(value, bool):
+        raise InterferenceError(f"{where}: field {field!r}: expected a number, got {value!r}")
+    try:  # float() decides what converts; anything else raises TypeError, reported below
+        number = float(cast(Any, value))
+    except (TypeError, ValueError):
+        raise InterferenceError(f"{where}: field {field!r}: expected a number, got {value!r}") from None
+    if not (math.isfinite(number) and 0.0 <= number < 1.0):
+        raise InterferenceError(f"{where}: field {field!r}: slowdown {value!r} is not in [0, 1)")
+    return number

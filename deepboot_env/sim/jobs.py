@@ -71,6 +71,11 @@ class TrainingJob:
         version: bumped at every placement change (invalidates scheduled completions).
         speed: co-location interference factor multiplying the progress rate (1 = undisturbed;
             set by the simulator from every job's placement, :mod:`deepboot_env.sim.interference`).
+        epoch_rates: progress rate of each epoch at the current placement, at speed 1 (the
+            ``rate_column`` of ``rate_class`` in ``truth``; a shared list, replaced at each change,
+            never changed in place).
+        epoch_ends: progress at the end of each epoch (``app.epoch_progress``; the last is
+            ``target_progress``; shared between the jobs of an application: read only).
     """
 
     def __init__(
@@ -112,10 +117,9 @@ class TrainingJob:
         self._t = spec.arrival
         self._settled = -1
         """Version at which the job was last advanced to ``_t`` (advancing again is then a no-op)."""
-        self._rate_now = self.truth.rate_column(False, 0)
-        """Progress rate per epoch at the current placement (at speed 1)."""
-        self._thresholds = app.epoch_progress.tolist()
-        self.target_progress = self._thresholds[-1]
+        self.epoch_rates: list[float] = self.truth.rate_column(False, 0)
+        self.epoch_ends: list[float] = app.epoch_progress.tolist()
+        self.target_progress = self.epoch_ends[-1]
         """Progress at which the job completes (``app.target_progress``)."""
 
     _FORK_FIELDS = frozenset(
@@ -145,13 +149,13 @@ class TrainingJob:
             "_anchor",
             "_t",
             "_settled",
-            "_rate_now",
-            "_thresholds",
+            "epoch_rates",
+            "epoch_ends",
             "target_progress",
         }
     )
     """Every attribute of a job. None is changed in place: each is a number, a tuple, a shared
-    table or a list that a change replaces (``counts``, ``_phases``, ``_rate_now``), so a shallow
+    table or a list that a change replaces (``counts``, ``_phases``, ``epoch_rates``), so a shallow
     copy is an independent one (:meth:`clone`)."""
 
     def clone(self) -> TrainingJob:
@@ -200,7 +204,8 @@ class TrainingJob:
             self._settled = self.version
             return
         self.attained_service += self.replicas * (t - t_last)
-        self.epoch, self.progress, self._phases, self._anchor, completion = _run(self, t_last, t)
+        start = (t_last, self.epoch, self.progress, self._phases, self._anchor)  # projection_state(): the hottest call
+        self.epoch, self.progress, self._phases, self._anchor, completion = _run(self, t, start)
         if completion is not None:
             self.completion = completion
         self._t = t
@@ -212,11 +217,12 @@ class TrainingJob:
             return self.completion
         if self.replicas == 0:
             return None
-        return _run(self, self._t, np.inf)[4]
+        return _run(self, math.inf, self.projection_state())[4]
 
     def projection_state(self) -> ProjectionState:
-        """What :meth:`time_of_completion` reads that advancing the job changes; with
-        :meth:`completion_from`, the projection can be computed later, exactly as it is now
+        """What advancing the job changes and its progress starts from (:func:`_run`: the time
+        it was last advanced to, its epoch, progress, remaining phases and anchor); with
+        :meth:`completion_from`, its projection can be computed later, exactly as it is now
         (while :attr:`version` is unchanged)."""
         return (self._t, self.epoch, self.progress, self._phases, self._anchor)
 
@@ -227,8 +233,7 @@ class TrainingJob:
             return self.completion
         if self.replicas == 0:
             return None
-        t0, epoch, progress, phases, anchor = state
-        return _run(self, t0, np.inf, (epoch, progress, phases, anchor))[4]
+        return _run(self, math.inf, state)[4]
 
     def completion_lower_bound(self) -> float:
         """A time before which the job cannot complete at its current version (a cheap bound on
@@ -285,7 +290,7 @@ class TrainingJob:
         self.multi_node = multi_node = len(counts) - counts.count(0) > 1
         truth = self.truth
         self.rate_class = cls = truth.placement_class(counts, multi_node)
-        self._rate_now = truth.rate_column(cls, replicas)
+        self.epoch_rates = truth.rate_column(cls, replicas)
         self._phases = plan.phases  # an immutable tuple: _run copies what it changes
         self._anchor = None
         if plan.counts_as_restart:
@@ -330,14 +335,13 @@ def validate_cap_growth(cap_growth: str) -> str:
     return validate_choice("cap_growth", cap_growth, CAP_GROWTH)
 
 
-def _run(
-    job: TrainingJob,
-    t0: float,
-    t1: float,
-    state: tuple[int, float, Sequence[Phase], tuple[float, float] | None] | None = None,
-) -> tuple[int, float, Sequence[Phase], tuple[float, float] | None, float | None]:
-    """Progress of ``job`` from ``t0`` to ``t1`` without mutating it (from ``state``, the job's
-    (epoch, progress, phases, anchor) at ``t0``, when given instead of its current ones).
+RunResult = tuple[int, float, Sequence[Phase], tuple[float, float] | None, float | None]
+"""(epoch, progress, remaining phases, anchor, completion time or None) of a job after a run."""
+
+
+def _run(job: TrainingJob, t1: float, start: ProjectionState) -> RunResult:
+    """Progress of ``job`` from ``start`` (its :meth:`~TrainingJob.projection_state`, time ``t0``
+    first) to ``t1`` without mutating it.
 
     Returns (epoch, progress, remaining phases, anchor, completion time or None). An epoch ends at
     the time its remaining work needs at the current rate, rounded to whole seconds from the moment
@@ -346,114 +350,195 @@ def _run(
     Epoch ends that fall exactly on ``t1`` (including zero-length ones at the start of a stretch
     beginning at ``t1``) are taken, so a job advanced to its projected completion is done.
 
+    :func:`_reference_run` is the definition; the commonest calls take one of four fast paths,
+    each exactly the reference loop where its precondition holds (``tests/test_fast_paths.py``).
+
     ``job`` holds GPUs: a job without any does not progress, and every caller
     (:meth:`TrainingJob.advance`, the completion projections) handles it before calling.
     """
-    if state is None:
-        epoch, progress, job_phases, anchor = job.epoch, job.progress, job._phases, job._anchor
+    if start[3]:  # the preconditions exclude each other: the commonest is tried first
+        fast = (
+            _advance_after_stall(job, t1, start)
+            or _within_stall(job, t1, start)
+            or _project_after_stall(job, t1, start)
+        )
     else:
-        epoch, progress, job_phases, anchor = state
-    thresholds = job._thresholds
-    truth = job.truth
-    speed = job.speed
-    projecting = t1 == np.inf
-    # Fast paths for the commonest calls (each is the general loop below, unrolled):
-    if job_phases:
-        head = job_phases[0]
-        if head.replicas == 0 and t0 + head.seconds > t1:  # [t0, t1] lies inside a restart stall
-            phases = list(job_phases)
-            phases[0] = Phase(head.seconds - (t1 - t0), head.replicas, head.multi_node, head.counts)
-            return epoch, progress, phases, None, None
-        if projecting and speed == 1.0 and head.replicas == 0 and len(job_phases) == 1:
-            # the projection after a change: one stall, then the final stretch
-            t = t0 + head.seconds
-            k, cls = job.replicas, job.rate_class
-            rate = job._rate_now[epoch]
-            if rate <= 0:
-                return epoch, progress, [], None, None
-            target = thresholds[epoch]
-            t = max(t + round((target - progress) / rate), t)
-            epoch += 1
-            if epoch >= len(thresholds):
-                return epoch, float(target), [], None, t
-            return len(thresholds), float(thresholds[-1]), [], None, truth.finish_time(t, epoch, cls, k)
-        if not projecting and head.replicas == 0 and len(job_phases) == 1:
-            # the advance after a change: the stall ends by t1, then no epoch end by t1
-            t_anchor = t0 + head.seconds
-            rate = job._rate_now[epoch] * speed
-            if rate > 0:
-                target = thresholds[epoch]
-                if t_anchor + round((target - progress) / rate) > t1:
-                    p_anchor = progress
-                    if t1 > t_anchor:
-                        progress = min(p_anchor + rate * (t1 - t_anchor), float(target))
-                    return epoch, progress, [], (t_anchor, p_anchor), None
-    elif not projecting:  # constant rate and no epoch end in (t0, t1]
-        rate = job._rate_now[epoch] * speed
-        if rate > 0:
-            target = thresholds[epoch]
-            t_anchor, p_anchor = (t0, progress) if anchor is None else anchor
-            if t_anchor + round((target - p_anchor) / rate) > t1:
-                if t1 > t0:
-                    progress = min(p_anchor + rate * (t1 - t_anchor), float(target))
-                return epoch, progress, [], (t_anchor, p_anchor), None
-    phases = list(job_phases)
-    last_epoch = len(thresholds)
-    t = t0
+        fast = _advance_within_epoch(job, t1, start)
+    return fast or _reference_run(job, t1, start)
+
+
+def _within_stall(job: TrainingJob, t1: float, start: ProjectionState) -> RunResult | None:
+    """Fast path where ``[t0, t1]`` lies inside a restart stall heading the phases (else None).
+
+    The reference loop's only segment is then the stall cut at ``t1``: nothing trains, the stall
+    shrinks by ``t1 - t0`` and no constant-rate stretch runs (anchor None). ``job`` is unused:
+    every fast path takes what :func:`_run` takes."""
+    t0, epoch, progress, phases, _ = start
+    if not (phases and phases[0].replicas == 0 and t0 + phases[0].seconds > t1):
+        return None
+    head = phases[0]
+    rest = list(phases)
+    rest[0] = Phase(head.seconds - (t1 - t0), head.replicas, head.multi_node, head.counts)
+    return epoch, progress, rest, None, None
+
+
+def _project_after_stall(job: TrainingJob, t1: float, start: ProjectionState) -> RunResult | None:
+    """Fast path for the projection after a change: ``t1`` infinite, speed 1, one stall (else None).
+
+    After the stall the job trains at its placement to the end: the current epoch's end is
+    rounded from the stall's end (a fresh stretch), and the epochs after it take their cached
+    rounded durations (:meth:`~deepboot_env.sim.rates.RateTable.finish_time`), as in the
+    reference loop's final stretch."""
+    t0, epoch, progress, phases, _ = start
+    if not (t1 == math.inf and job.speed == 1.0 and len(phases) == 1 and phases[0].replicas == 0):
+        return None
+    t = t0 + phases[0].seconds
+    rate = job.epoch_rates[epoch]
+    if rate <= 0:  # the job never completes at this placement
+        return epoch, progress, [], None, None
+    thresholds = job.epoch_ends
+    target = thresholds[epoch]
+    t = max(t + round((target - progress) / rate), t)
+    epoch += 1
+    if epoch >= len(thresholds):
+        return epoch, float(target), [], None, t
+    finish = job.truth.finish_time(t, epoch, job.rate_class, job.replicas)
+    return len(thresholds), float(thresholds[-1]), [], None, finish
+
+
+def _advance_after_stall(job: TrainingJob, t1: float, start: ProjectionState) -> RunResult | None:
+    """Fast path for the advance after a change: one stall ending by a finite ``t1``, then no
+    epoch end by ``t1`` (else None).
+
+    The reference loop's second segment starts a stretch at the stall's end (the anchor) and
+    cuts it at ``t1`` before the epoch ends: :func:`_advance_within_epoch` from the stall's end,
+    with that stretch running."""
+    t0, epoch, progress, phases, _ = start
+    if not (t1 < math.inf and len(phases) == 1 and phases[0].replicas == 0 and t0 + phases[0].seconds <= t1):
+        return None
+    t_anchor = t0 + phases[0].seconds
+    return _advance_within_epoch(job, t1, (t_anchor, epoch, progress, (), (t_anchor, progress)))
+
+
+def _advance_within_epoch(job: TrainingJob, t1: float, start: ProjectionState) -> RunResult | None:
+    """Fast path for an advance at a constant rate: no phases, a finite ``t1`` and no epoch end
+    in ``(t0, t1]`` (else None).
+
+    The reference loop's one segment continues the running stretch (or starts one at ``t0``)
+    and cuts it at ``t1`` before the epoch ends."""
+    t0, epoch, progress, phases, anchor = start
+    if phases or t1 == math.inf:
+        return None
+    rate = job.epoch_rates[epoch] * job.speed
+    if rate <= 0:
+        return None
+    target = job.epoch_ends[epoch]
+    t_anchor, p_anchor = (t0, progress) if anchor is None else anchor
+    if t_anchor + round((target - p_anchor) / rate) <= t1:
+        return None  # an epoch ends by t1
+    if t1 > t0:
+        progress = min(p_anchor + rate * (t1 - t_anchor), float(target))
+    return epoch, progress, [], (t_anchor, p_anchor), None
+
+
+def _reference_run(job: TrainingJob, t1: float, start: ProjectionState, jump: bool = True) -> RunResult:
+    """:func:`_run` by definition: segment by segment (each phase of ``start`` in turn, then the
+    job's placement until ``t1``), each segment epoch by epoch (:func:`_run_segment`).
+
+    A restart stall, the end of a phase and a segment without progress end the constant-rate
+    stretch (the anchor); a phase ending exactly at ``t1`` still hands over to the next segment,
+    so zero-length epoch ends due at ``t1`` are taken. ``jump`` lets a segment at speed 1 skip
+    whole epochs at their cached rounded durations (exact: :func:`_whole_epochs`; a projection
+    then reports only its completion time faithfully, see :func:`_run_segment`)."""
+    t, epoch, progress, phases, anchor = start
+    phases = list(phases)
+    last_epoch = len(job.epoch_ends)
     while True:
-        stretch_ends = False
-        final_stretch = not phases
-        if phases:
-            head = phases[0]
-            seg_end = min(t + head.seconds, t1)
-            k = head.replicas
-            cls = truth.phase_class(head) if k else False
-            if seg_end >= t + head.seconds:
-                phases.pop(0)
-                stretch_ends = True
-            else:
-                phases[0] = Phase(head.seconds - (seg_end - t), head.replicas, head.multi_node, head.counts)
+        final = not phases
+        if final:
+            seg_end, k, cls, phase_ends = t1, job.replicas, job.rate_class, False
         else:
-            seg_end = t1
-            k, cls = job.replicas, job.rate_class
+            seg_end, k, cls, phase_ends = _phase_segment(job.truth, t, t1, phases)
         if k > 0:
-            column = job._rate_now if k == job.replicas and cls == job.rate_class else truth.rate_column(cls, k)
-        while k > 0:
-            rate = column[epoch] * speed
-            if rate <= 0:
-                anchor = None
-                break
-            target = thresholds[epoch]
-            if anchor is None:
-                anchor = (t, progress)
-            t_anchor, p_anchor = anchor
-            t_cross = t_anchor + round((target - p_anchor) / rate)
-            if t_cross > seg_end:
-                if seg_end > t:
-                    progress = min(p_anchor + rate * (seg_end - t_anchor), float(target))
-                break
-            t = max(t_cross, t)
-            progress = float(target)
-            epoch += 1
-            anchor = None
+            projecting = final and t1 == math.inf
+            epoch, progress, anchor, completion = _run_segment(
+                job, k, cls, seg_end, t, epoch, progress, anchor, projecting and jump, jump
+            )
             if epoch >= last_epoch:
-                return epoch, progress, [], None, t
-            if speed == 1.0:
-                if projecting and final_stretch:
-                    # Whole epochs at a constant rate: their rounded durations are cached per table.
-                    return last_epoch, float(thresholds[-1]), [], None, truth.finish_time(t, epoch, cls, k)
-                skipped = _whole_epochs(truth, t, epoch, cls, k, seg_end)
-                if skipped:
-                    t, epoch = skipped
-                    progress = float(thresholds[epoch - 1])
-                    if epoch >= last_epoch:
-                        return epoch, progress, [], None, t
+                return epoch, progress, [], None, completion
         t = seg_end
-        if k == 0 or stretch_ends:
+        if k == 0 or phase_ends:
             anchor = None
-        if t >= t1 and not stretch_ends:
-            break
-    return epoch, progress, phases, anchor, None
+        if t >= t1 and not phase_ends:
+            return epoch, progress, phases, anchor, None
+
+
+def _phase_segment(truth: ProgressRates, t: float, t1: float, phases: list[Phase]) -> tuple[float, int, Hashable, bool]:
+    """The segment the first of ``phases`` gives from ``t``: (end, replicas, placement class,
+    whether the phase ends by ``t1``). The phase is removed when it ends, else shortened to what
+    is left after ``t1`` (``phases`` is changed in place)."""
+    head = phases[0]
+    seg_end = min(t + head.seconds, t1)
+    k = head.replicas
+    cls = truth.phase_class(head) if k else False
+    if seg_end >= t + head.seconds:
+        phases.pop(0)
+        return seg_end, k, cls, True
+    phases[0] = Phase(head.seconds - (seg_end - t), head.replicas, head.multi_node, head.counts)
+    return seg_end, k, cls, False
+
+
+def _run_segment(
+    job: TrainingJob,
+    k: int,
+    cls: Hashable,
+    seg_end: float,
+    t: float,
+    epoch: int,
+    progress: float,
+    anchor: tuple[float, float] | None,
+    finish: bool,
+    jump: bool,
+) -> tuple[int, float, tuple[float, float] | None, float | None]:
+    """Progress on ``k`` GPUs of placement class ``cls`` from ``t`` (at ``epoch``, ``progress``
+    and ``anchor``) to ``seg_end``, one epoch end at a time: (epoch, progress, anchor, completion
+    time or None); the job is complete when the epoch is past the last.
+
+    With ``jump`` at speed 1, after an epoch end the epochs completed by ``seg_end`` are skipped at
+    once (:func:`_whole_epochs`), and with ``finish`` (the last segment of a projection) the
+    completion time is read from the cached durations (:meth:`ProgressRates.finish_time`): the
+    epoch and progress are then the last ones even where a zero rate means no completion."""
+    thresholds, truth, speed = job.epoch_ends, job.truth, job.speed
+    last_epoch = len(thresholds)
+    column = job.epoch_rates if k == job.replicas and cls == job.rate_class else truth.rate_column(cls, k)
+    while True:
+        rate = column[epoch] * speed
+        if rate <= 0:
+            return epoch, progress, None, None
+        target = thresholds[epoch]
+        if anchor is None:
+            anchor = (t, progress)
+        t_anchor, p_anchor = anchor
+        t_cross = t_anchor + round((target - p_anchor) / rate)
+        if t_cross > seg_end:
+            if seg_end > t:
+                progress = min(p_anchor + rate * (seg_end - t_anchor), float(target))
+            return epoch, progress, anchor, None
+        t = max(t_cross, t)
+        progress = float(target)
+        epoch += 1
+        anchor = None
+        if epoch >= last_epoch:
+            return epoch, progress, None, t
+        if jump and speed == 1.0:
+            if finish:
+                return last_epoch, float(thresholds[-1]), None, truth.finish_time(t, epoch, cls, k)
+            skipped = _whole_epochs(truth, t, epoch, cls, k, seg_end)
+            if skipped:
+                t, epoch = skipped
+                progress = float(thresholds[epoch - 1])
+                if epoch >= last_epoch:
+                    return epoch, progress, None, t
 
 
 _EXACT = 2.0**53

@@ -20,7 +20,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -176,20 +176,10 @@ def episode_metrics(
         truncated: whether the episode was cut at its time limit.
         timeline: the per-interval samples (copied).
     """
-    # (spec, completion) of the completed jobs; (record, start, finish) of the served requests
-    # (a request's finish is set together with its start)
+    # (spec, completion) of the completed jobs
     done_jobs = [(j.spec, completion) for j in jobs if (completion := j.completion) is not None]
     jcts = np.array([completion - spec.arrival for spec, completion in done_jobs], dtype=float)
-    served = [
-        (r, start, finish) for r in requests if (start := r.start) is not None and (finish := r.finish) is not None
-    ]
-    latency = np.array([start - r.arrival for r, start, _ in served], dtype=float)
-    infer_jct = np.array([finish - r.arrival for r, _, finish in served], dtype=float)
-    bounds = {}
-    for job in jobs:
-        if job.app.name not in bounds:
-            bounds[job.app.name] = lower_bound_seconds(job.app, *truth_of(job.app), gpus_per_node)
-    lb = np.array([bounds[j.app.name] for j in jobs]) if jobs else np.array([])
+    lb = _lower_bounds(jobs, truth_of, gpus_per_node)
     gs = {name: float(v) for name, v in zip(GPU_STATES, gpu_seconds, strict=True)}
     return EpisodeMetrics(
         train_jct_mean=float(jcts.mean()) if len(jcts) else float("nan"),
@@ -199,13 +189,7 @@ def episode_metrics(
         makespan=max((completion for _, completion in done_jobs), default=0.0),
         train_jobs_done=len(done_jobs),
         train_jobs=len(jobs),
-        infer_latency_mean=float(latency.mean()) if len(latency) else 0.0,
-        infer_latency_p99=percentile(latency, 99) if len(latency) else 0.0,
-        infer_jct_mean=float(infer_jct.mean()) if len(infer_jct) else 0.0,
-        infer_cold_starts=sum(1 for r, _, _ in served if r.cold),
-        infer_warm_hits=sum(1 for r, _, _ in served if not r.cold),
-        infer_requests=len(requests),
-        infer_requests_done=sum(1 for r in requests if r.finish is not None and r.finish <= sim_end),
+        **_inference_metrics(requests, sim_end),
         restarts=restarts,
         lent_gpu_seconds=gs["lent"],
         reclaims=reclaims,
@@ -218,3 +202,34 @@ def episode_metrics(
         jcts={spec.name: float(completion - spec.arrival) for spec, completion in done_jobs},
         timeline=list(timeline),
     )
+
+
+def _inference_metrics(requests: Sequence[RequestRecord], sim_end: float) -> dict[str, Any]:
+    """The ``infer_*`` fields of :class:`EpisodeMetrics` from every request's record (a request's
+    finish is set together with its start)."""
+    served = [
+        (r, start, finish) for r in requests if (start := r.start) is not None and (finish := r.finish) is not None
+    ]
+    latency = np.array([start - r.arrival for r, start, _ in served], dtype=float)
+    infer_jct = np.array([finish - r.arrival for r, _, finish in served], dtype=float)
+    return {
+        "infer_latency_mean": float(latency.mean()) if len(latency) else 0.0,
+        "infer_latency_p99": percentile(latency, 99) if len(latency) else 0.0,
+        "infer_jct_mean": float(infer_jct.mean()) if len(infer_jct) else 0.0,
+        "infer_cold_starts": sum(1 for r, _, _ in served if r.cold),
+        "infer_warm_hits": sum(1 for r, _, _ in served if not r.cold),
+        "infer_requests": len(requests),
+        "infer_requests_done": sum(1 for r in requests if r.finish is not None and r.finish <= sim_end),
+    }
+
+
+def _lower_bounds(
+    jobs: Sequence[TrainingJob], truth_of: Callable[[AppProfile], tuple[ProgressRates, int]], gpus_per_node: int
+) -> np.ndarray:
+    """Per job, the JCT lower bound of its application (:func:`lower_bound_seconds`, computed
+    once per application)."""
+    bounds = {}
+    for job in jobs:
+        if job.app.name not in bounds:
+            bounds[job.app.name] = lower_bound_seconds(job.app, *truth_of(job.app), gpus_per_node)
+    return np.array([bounds[j.app.name] for j in jobs]) if jobs else np.array([])

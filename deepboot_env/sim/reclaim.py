@@ -1,8 +1,8 @@
 """ATS-I: DeepBoot's choice of which lent training GPU an inference request takes back.
 
-This is the core's default reclaim hook: the simulator calls it when a policy defines no
-``choose_reclaim`` (and :class:`deepboot_env.policy.BasePolicy.choose_reclaim` returns it), so every
-policy reclaims by DeepBoot's rule unless it says otherwise.
+This is the core's default reclaim hook (:class:`deepboot_env.sim.hooks.DefaultHooks`, which
+:class:`deepboot_env.policy.BasePolicy` inherits), so every policy reclaims by DeepBoot's rule
+unless it overrides ``choose_reclaim``.
 
 When a cold inference request finds neither an empty inference GPU nor a SLEEP pod, it reclaims a
 GPU lent to training. ATS-I (docs/inference.md §6) evaluates every (training job, node)
@@ -100,3 +100,8 @@ def ats_i_rule(hook: _Hook) -> _Hook:
     marked one is not marked unless it says so)."""
     hook.ats_i = True  # type: ignore[attr-defined]
     return hook
+
+
+def is_ats_i_rule(hook: Callable[..., object]) -> bool:
+    """Whether ``hook`` is marked :func:`ats_i_rule`."""
+    return bool(getattr(hook, "ats_i", False))

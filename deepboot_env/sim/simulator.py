@@ -59,6 +59,7 @@ from deepboot_env.sim.cluster import ClusterLedger
 from deepboot_env.sim.config import SimConfig
 from deepboot_env.sim.events import Event, EventKind, EventQueue
 from deepboot_env.sim.fork import SimSnapshot, clone_into
+from deepboot_env.sim.hooks import DefaultHooks, SimulatorHooks, checked_hooks
 from deepboot_env.sim.inference import InferencePool, Pod, RequestRecord
 from deepboot_env.sim.jobs import TrainingJob
 from deepboot_env.sim.metrics import EpisodeMetrics, episode_metrics
@@ -87,12 +88,11 @@ class Simulator:
     Args:
         workload: what arrives.
         config: simulation settings.
-        policy: object with optional ``adaptive_batch`` (bool, default True),
-            ``choose_reclaim(state, request) -> GpuRef | None`` (default: ATS-I) and
-            ``bind_simulator(sim)``, called with this simulator at the end of every
-            :meth:`reset` (only a policy that looks into the simulator itself needs it, such as
-            the clairvoyant ``oracle-lookahead`` upper reference or ``mpc``; see
-            :meth:`BasePolicy.bind_simulator <deepboot_env.policy.BasePolicy.bind_simulator>`).
+        policy: what the simulator calls back (:class:`~deepboot_env.sim.hooks.SimulatorHooks`:
+            ``adaptive_batch``, ``choose_reclaim``, ``choose_inference_server`` and
+            ``bind_simulator``, called with this simulator at the end of every :meth:`reset`);
+            a :class:`~deepboot_env.policy.BasePolicy` has them all. None:
+            :class:`~deepboot_env.sim.hooks.DefaultHooks` (ATS-I reclaims, adaptive batches).
         profiles: application profiles (default: the shipped ones).
 
     A mid-episode simulator can be saved and put back (:meth:`snapshot`, :meth:`restore`) or
@@ -106,14 +106,14 @@ class Simulator:
         self,
         workload: Workload,
         config: SimConfig | None = None,
-        policy: object | None = None,
+        policy: SimulatorHooks | None = None,
         profiles: dict[str, AppProfile] | None = None,
     ) -> None:
         self.workload = workload
         self.config = config or SimConfig()
-        self.policy = policy
+        self.policy: SimulatorHooks = DefaultHooks() if policy is None else checked_hooks(policy)
         self.profiles = profiles or default_profiles()
-        self.adaptive = bool(getattr(policy, "adaptive_batch", True))
+        self.adaptive = bool(self.policy.adaptive_batch)
         self.reset()
 
     # ------------------------------------------------------------------ setup
@@ -168,9 +168,7 @@ class Simulator:
                 f"cluster {cfg.cluster.describe()} has no inference nodes; use e.g. --cluster 8x4+8x4 or --shared-pool"
             )
         self._go_to_next_decision(first=True)
-        bind = getattr(self.policy, "bind_simulator", None)
-        if bind is not None:
-            bind(self)
+        self.policy.bind_simulator(self)
 
     # ------------------------------------------------------- snapshots, forks
     def snapshot(self) -> SimSnapshot:

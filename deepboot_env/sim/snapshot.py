@@ -41,6 +41,43 @@ def _progress_fields(fields: dict[str, object], job: TrainingJob, max_epochs: in
     fields["trained"] = job.progress > 0.0
 
 
+ViewFields = tuple[int, dict[str, object], int, int]
+"""(job version, the view fields fixed at that version, the app's epochs, the job's
+``max_profiled`` then): what :class:`StateBuilder` caches per job."""
+
+
+def _fixed_fields(index: int, job: TrainingJob, adaptive: bool) -> ViewFields:
+    """The fields of job ``index``'s views that change only with its version (a change of
+    placement or speed) or its exploration cap, and its progress fields too while it holds no GPU
+    (it does not progress until its version changes). The job's alloc is a read-only array
+    (:func:`~deepboot_env.sim.jobs.frozen_alloc`), so its views share it."""
+    spec = job.spec
+    replicas = job.replicas
+    cached = (
+        job.version,
+        {
+            "id": index,
+            "name": spec.name,
+            "app": job.app.name,
+            "arrival": spec.arrival,
+            "num_restarts": job.num_restarts,
+            "max_replicas": max_replicas(job, adaptive),
+            "requested_replicas": spec.num_replicas,
+            "requested_batch": spec.batch_size,
+            "rates": job.rates,
+            "truth": job.truth,
+            "alloc": job.alloc,
+            "throughput_ratio": job.speed if replicas > 0 else 1.0,
+            "replicas": replicas,  # JobView.replicas, precomputed
+        },
+        job.app.max_epochs,
+        job.max_profiled,
+    )
+    if replicas == 0:
+        _progress_fields(cached[1], job, cached[2])
+    return cached
+
+
 class StateBuilder:
     """Builds the snapshots of one episode.
 
@@ -68,9 +105,8 @@ class StateBuilder:
         self.interval = interval
         self.restart = restart
         self.adaptive = adaptive
-        self._view_fields: dict[int, tuple[int, dict[str, object], int, int]] = {}
-        """Job index -> (job version, view fields fixed at that version, the app's epochs, the
-        job's max_profiled then)."""
+        self._view_fields: dict[int, ViewFields] = {}
+        """Job index -> its cached :data:`ViewFields`."""
 
     def clone(self, jobs: Sequence[TrainingJob], ledger: ClusterLedger) -> StateBuilder:
         """An independent builder for the copies ``jobs`` and ``ledger`` (:mod:`deepboot_env.sim.fork`).
@@ -115,35 +151,9 @@ class StateBuilder:
             version = job.version
             if job.pending_profile is not None:
                 job.profiled(now)  # SimConfig(cap_growth="trained"): the cap grows once trained
-            # Fields that change only with the job's version (a change of placement or speed) or
-            # its exploration cap; the job's alloc is a read-only array (jobs.frozen_alloc), so
-            # its views share it.
             cached = fixed.get(index)
             if cached is None or cached[0] != version or cached[3] != job.max_profiled:
-                spec = job.spec
-                replicas = job.replicas
-                cached = fixed[index] = (
-                    version,
-                    {
-                        "id": index,
-                        "name": spec.name,
-                        "app": job.app.name,
-                        "arrival": spec.arrival,
-                        "num_restarts": job.num_restarts,
-                        "max_replicas": max_replicas(job, adaptive),
-                        "requested_replicas": spec.num_replicas,
-                        "requested_batch": spec.batch_size,
-                        "rates": job.rates,
-                        "truth": job.truth,
-                        "alloc": job.alloc,
-                        "throughput_ratio": job.speed if replicas > 0 else 1.0,
-                        "replicas": replicas,  # JobView.replicas, precomputed
-                    },
-                    job.app.max_epochs,
-                    job.max_profiled,
-                )
-                if replicas == 0:  # no progress until the version changes: its progress fields are fixed too
-                    _progress_fields(cached[1], job, cached[2])
+                cached = fixed[index] = _fixed_fields(index, job, adaptive)
             # A JobView without its frozen-dataclass __init__ (several times slower): the same
             # instance dict, filled directly. tests/test_env.py checks every field is set.
             view = new_view(JobView)

@@ -24,15 +24,16 @@ import numpy as np
 from deepboot_env.sim.apps import AppProfile
 from deepboot_env.sim.bounds.envelope import rate_ceiling
 from deepboot_env.sim.config import SimConfig
+from deepboot_env.sim.hooks import DefaultHooks
 from deepboot_env.sim.jobs import TrainingJob
 from deepboot_env.sim.simulator import Simulator
 from deepboot_env.sim.state import Allocation, ClusterState
 from deepboot_env.sim.workload import Workload
 
 
-class _Hooks:
-    """The policy object the searched simulator calls back: adaptive batches and the default
-    ATS-I reclaim (no ``choose_reclaim``); it never decides itself."""
+class _Hooks(DefaultHooks):
+    """The policy object the searched simulator calls back: every default hook (adaptive
+    batches, ATS-I reclaims); it never decides itself."""
 
     name = "exhaustive"
     adaptive_batch = True

@@ -130,6 +130,14 @@ class _Builder:
         self.eq_vals.extend(vals.ravel().tolist())
         self.eq_rhs.extend([rhs] * cols.shape[0])
 
+    def matrices(self) -> tuple[coo_matrix, coo_matrix]:
+        """The inequality and equality constraint matrices of the rows added so far."""
+        a_ub = coo_matrix(
+            (np.concatenate(self.vals), (np.concatenate(self.rows), np.concatenate(self.cols))),
+            shape=(self.nrows, len(self.cost)),
+        )
+        return a_ub, coo_matrix((self.eq_vals, (self.eq_rows, self.eq_cols)), shape=(len(self.eq_rhs), len(self.cost)))
+
     def equal(self, cols: np.ndarray, rhs: float) -> None:
         """One row ``sum(x[cols]) == rhs``."""
         row = len(self.eq_rhs)
@@ -170,28 +178,12 @@ def lp_bound(
     """
     t0 = wallclock.process_time()
     b = _Builder()
-    const = 0.0
     cap_rows: dict[int, list[np.ndarray]] = {}
-    for index, job in enumerate(jobs):
-        end = job.start + 4 * job.alone_seconds + 86400.0 if cutoff is None else max(cutoff[index], job.start)
-        runs = phases_of(job, phases, lines)
-        if runs:
-            _add_job(b, job, runs, end, slot, interval if ramp else None, cap_rows)
-            const -= job.arrival
-        else:  # all its epochs end within their rounding: it completes once it can start
-            const += job.start - job.arrival
-    slots = np.array(sorted(cap_rows), dtype=int)
+    const = _add_jobs(b, jobs, cap_rows, slot, interval if ramp else None, phases, cutoff, lines)
     first_cap_row = b.nrows
-    if len(slots):
-        gpu_seconds = capacity.integral(slots * slot, (slots + 1) * slot)
-        for s, budget in zip(slots.tolist(), gpu_seconds.tolist(), strict=True):
-            cols = np.concatenate(cap_rows[s])
-            b.leq(cols[None, :], np.ones((1, len(cols))), np.array([budget]))
+    slots = _add_capacity_rows(b, capacity, cap_rows, slot)
     n = b.nrows
-    a_ub = coo_matrix(
-        (np.concatenate(b.vals), (np.concatenate(b.rows), np.concatenate(b.cols))), shape=(n, len(b.cost))
-    )
-    a_eq = coo_matrix((b.eq_vals, (b.eq_rows, b.eq_cols)), shape=(len(b.eq_rhs), len(b.cost)))
+    a_ub, a_eq = b.matrices()
     t1 = wallclock.process_time()
     res = linprog(
         np.array(b.cost),
@@ -217,6 +209,45 @@ def lp_bound(
     )
 
 
+def _add_jobs(
+    b: _Builder,
+    jobs: Sequence[JobCeiling],
+    cap_rows: dict[int, list[np.ndarray]],
+    slot: float,
+    interval: float | None,
+    phases: int,
+    cutoff: Sequence[float] | None,
+    lines: int,
+) -> float:
+    """Add every job's columns and rows (:func:`_add_job`; ``interval`` None: no exploration
+    cap); the objective's constant term (completions minus arrivals of the jobs without
+    columns, minus the arrivals of the others)."""
+    const = 0.0
+    for index, job in enumerate(jobs):
+        end = job.start + 4 * job.alone_seconds + 86400.0 if cutoff is None else max(cutoff[index], job.start)
+        runs = phases_of(job, phases, lines)
+        if runs:
+            _add_job(b, job, runs, end, slot, interval, cap_rows)
+            const -= job.arrival
+        else:  # all its epochs end within their rounding: it completes once it can start
+            const += job.start - job.arrival
+    return const
+
+
+def _add_capacity_rows(
+    b: _Builder, capacity: StepCurve, cap_rows: dict[int, list[np.ndarray]], slot: float
+) -> np.ndarray:
+    """Add one row per slot that some job can use: its GPU columns hold at most the slot's
+    GPU-seconds of ``capacity``; the slots' indices, in order."""
+    slots = np.array(sorted(cap_rows), dtype=int)
+    if len(slots):
+        gpu_seconds = capacity.integral(slots * slot, (slots + 1) * slot)
+        for s, budget in zip(slots.tolist(), gpu_seconds.tolist(), strict=True):
+            cols = np.concatenate(cap_rows[s])
+            b.leq(cols[None, :], np.ones((1, len(cols))), np.array([budget]))
+    return slots
+
+
 def _add_job(
     b: _Builder,
     job: JobCeiling,
@@ -236,6 +267,32 @@ def _add_job(
     k = len(starts)
     tail_start = (last + 1) * slot
     caps = _ramp_caps(job, starts + slot, interval) if interval is not None else None
+    progress, gpus, times = _add_runs(b, runs, avail, caps)
+    us = np.stack(times, axis=1)
+    b.leq(us, np.ones(us.shape), avail)
+    for j, s in enumerate(range(first, last + 1)):
+        cap_rows.setdefault(s, []).append(np.array([g[j] for g in gpus]))
+    # done[j]: alone-seconds earned before slot j (done[k]: before the tail), done[0] = 0
+    done = b.columns(np.zeros(k))
+    inv = np.array([1.0 / r.peak for r in runs])
+    ps = np.stack(progress, axis=1)
+    if k > 1:  # done[j + 1] - done[j] - sum(p[j] / peak) = 0, written as two inequalities' worth of equality
+        b.equal_rows(
+            np.column_stack([done[1:], done[:-1], ps[:-1]]),
+            np.column_stack([np.ones(k - 1), -np.ones(k - 1), -np.tile(inv, (k - 1, 1))]),
+        )
+    b.equal_rows(np.array([[done[0]]]), np.ones((1, 1)))
+    return _add_completion(b, job, done, ps, inv, begin, np.append(begin, tail_start), avail, mass)
+
+
+def _add_runs(
+    b: _Builder, runs: list[Phase], avail: np.ndarray, caps: np.ndarray | None
+) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+    """Add each run's columns per slot (progress, GPU-seconds, time up to ``avail``) and rows:
+    progress under the run's concave ceiling, GPUs under the exploration ``caps`` (None: no
+    cap), and the run's work done by the end (a tail column takes what the slots do not);
+    the columns' indices, per run."""
+    k = len(avail)
     progress, gpus, times = [], [], []
     for r in runs:
         p = b.columns(np.zeros(k))
@@ -259,25 +316,29 @@ def _add_job(
         progress.append(p)
         gpus.append(g)
         times.append(u)
-    us = np.stack(times, axis=1)
-    b.leq(us, np.ones(us.shape), avail)
-    for j, s in enumerate(range(first, last + 1)):
-        cap_rows.setdefault(s, []).append(np.array([g[j] for g in gpus]))
-    # done[j]: alone-seconds earned before slot j (done[k]: before the tail), done[0] = 0
-    done = b.columns(np.zeros(k))
-    inv = np.array([1.0 / r.peak for r in runs])
-    ps = np.stack(progress, axis=1)
-    if k > 1:  # done[j + 1] - done[j] - sum(p[j] / peak) = 0, written as two inequalities' worth of equality
-        b.equal_rows(
-            np.column_stack([done[1:], done[:-1], ps[:-1]]),
-            np.column_stack([np.ones(k - 1), -np.ones(k - 1), -np.tile(inv, (k - 1, 1))]),
-        )
-    b.equal_rows(np.array([[done[0]]]), np.ones((1, 1)))
+    return progress, gpus, times
+
+
+def _add_completion(
+    b: _Builder,
+    job: JobCeiling,
+    done: np.ndarray,
+    ps: np.ndarray,
+    inv: np.ndarray,
+    begin: np.ndarray,
+    at: np.ndarray,
+    avail: np.ndarray,
+    mass: float,
+) -> int:
+    """Add the job's completion column and the rows that bound it below, from ``done`` (the
+    alone-seconds earned before each slot and the tail), ``ps`` (progress per slot and run),
+    ``inv`` (per run, 1 / peak), ``begin`` (each slot's first usable time), ``at`` (``begin``
+    and the tail's start), ``avail`` and ``mass``; the column's index."""
+    k = len(begin)
     # completion bounds: no sooner than the job alone (§2), nor than what is left to earn at each
     # slot's start allows (docs/bounds.md §5)
     completion = b.columns(np.ones(1))
     b.leq(completion[None, :], -np.ones((1, 1)), np.array([-(job.start + job.fastest)]))
-    at = np.append(begin, tail_start)
     slope, offset = _remaining_bound(at, job.start, mass)
     left_cols = np.column_stack([np.full(k, completion[0]), done])
     b.leq(left_cols, np.column_stack([-np.ones(k), -slope[:k]]), -(offset[:k] + slope[:k] * mass))

@@ -1,0 +1,177 @@
+"""Atomic, locked outputs: every file a command writes goes through this module.
+
+* :func:`atomic_write` (and :func:`write_text`, :func:`write_bytes`): the content goes to a
+  temporary file in the same folder (``.<name>.<pid>.tmp``), is flushed and fsynced, and then
+  replaces the target with :func:`os.replace`. A reader, a kill or a full disk never sees or
+  leaves half a file: the target holds its previous content or the new one, and the temporary
+  file is removed on failure.
+* :func:`append_text`: a log that grows as work finishes (``runs.jsonl``, ``evaluations.csv``)
+  gets whole rows only: the rows are written at the end of the file and fsynced, and a write that
+  fails (a full disk) is cut back to the previous end.
+* :func:`lock_folder`: a run folder has one writer. The lock is an ``fcntl.flock`` on
+  :data:`LOCK_FILE` in the folder, held while the command runs and released by the system
+  when the process ends, however it ends; a second command on the same folder is refused with
+  :class:`FolderInUse`, naming the holder's process id.
+
+Errors are :class:`OSError` naming the target file (not the temporary one), so that commands
+report them in one line.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import IO, Any
+
+from deepboot_env.limits import safe_frame
+
+LOCK_FILE = ".lock"
+"""The lock file of a run folder (kept after the run; it holds the last holder's process id)."""
+
+
+class FolderInUse(OSError):
+    """A run folder is locked by another process: the message is one line for the user."""
+
+
+def temporary_path(path: Path) -> Path:
+    """Where :func:`atomic_write` writes ``path`` before renaming it."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def _named(exc: OSError, path: Path) -> OSError:
+    """``exc`` naming ``path`` instead of the temporary file (same errno, same class)."""
+    if exc.errno is None:
+        return exc
+    return OSError(exc.errno, exc.strerror, str(path))
+
+
+@contextmanager
+def atomic_write(path: str | Path, binary: bool = False, encoding: str = "utf-8") -> Iterator[IO[Any]]:
+    """A file object whose content replaces ``path`` when the block ends without an error (text
+    with ``encoding`` and no newline translation, or ``binary``); on an error ``path`` is left
+    as it was.
+
+    Raises:
+        OSError: a write, fsync or rename failure (disk full, permission), naming ``path``.
+    """
+    target = Path(path)
+    tmp = temporary_path(target)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    except OSError as exc:
+        raise _named(exc, target) from None
+    try:
+        with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding=encoding, newline="") as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException as exc:
+        with suppress(OSError):
+            tmp.unlink()
+        if isinstance(exc, OSError):
+            raise _named(exc, target) from None
+        raise
+    _sync_folder(target.parent)
+
+
+def _sync_folder(folder: Path) -> None:
+    """fsync a folder, so that a rename in it survives a crash (best effort)."""
+    with suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def write_text(path: str | Path, text: str, encoding: str = "utf-8") -> Path:
+    """Replace ``path`` with ``text`` atomically (:func:`atomic_write`); returns the path."""
+    with atomic_write(path, encoding=encoding) as fh:
+        fh.write(text)
+    return Path(path)
+
+
+def write_bytes(path: str | Path, data: bytes) -> Path:
+    """Replace ``path`` with ``data`` atomically (:func:`atomic_write`); returns the path."""
+    with atomic_write(path, binary=True) as fh:
+        fh.write(data)
+    return Path(path)
+
+
+def write_csv(frame: Any, path: str | Path) -> Path:
+    """A pandas ``frame`` as CSV (no index column) at ``path``, atomically, with text cells that
+    a spreadsheet would read as a formula neutralised (:func:`deepboot_env.limits.safe_frame`);
+    returns the path."""
+    with atomic_write(path) as fh:
+        safe_frame(frame).to_csv(fh, index=False)
+    return Path(path)
+
+
+def append_text(path: str | Path, text: str, encoding: str = "utf-8") -> None:
+    """Add ``text`` (whole rows) at the end of ``path`` (created if missing) and fsync it; on
+    any failure the file is cut back to its previous end, so it never ends in a partial row.
+
+    Raises:
+        OSError: a write failure (disk full, permission), naming ``path``.
+    """
+    target = Path(path)
+    data = memoryview(text.encode(encoding))
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    except OSError as exc:
+        raise _named(exc, target) from None
+    try:
+        end = os.fstat(fd).st_size
+        try:
+            while data:
+                data = data[os.write(fd, data) :]
+            os.fsync(fd)
+        except BaseException as exc:
+            with suppress(OSError):
+                os.ftruncate(fd, end)
+            if isinstance(exc, OSError):
+                raise _named(exc, target) from None
+            raise
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def lock_folder(folder: str | Path, flag: str = "--out") -> Iterator[Path]:
+    """Hold the lock of ``folder`` (created) for the block: one writer per run folder.
+
+    Raises:
+        FolderInUse: another process holds it (one line naming ``flag``, the folder and its id).
+        OSError: the folder or its lock file cannot be created.
+    """
+    where = Path(folder)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on POSIX: no lock
+        yield where
+        return
+    where.mkdir(parents=True, exist_ok=True)
+    lock = where / LOCK_FILE
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:
+        raise _named(exc, lock) from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            raise FolderInUse(
+                f"{flag} {where}: in use by another process (pid {holder}); wait for it to end, or use another folder"
+            ) from None
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        except OSError as exc:  # a full disk: refused before any other write
+            raise _named(exc, lock) from None
+        yield where
+    finally:
+        os.close(fd)
