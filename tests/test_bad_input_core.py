@@ -442,3 +442,39 @@ def test_progress_callback_reports_every_n_decisions_and_at_the_end() -> None:
     assert seen[0].line().startswith("day 0.") and "/2 jobs done" in seen[0].line()
     with pytest.raises(ValueError, match="progress_every must be >= 1"):
         run_episode("fifo", workload, progress=seen.append, progress_every=0)
+
+
+@pytest.mark.parametrize("loader", ["profiles", "step_times"])
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "not valid JSON (nested too deeply)"),
+        (b"{'apps': 1}", "not valid JSON"),
+        (b"\xff\xfe", "not valid JSON"),
+        (b"[1, 2]", "must be a JSON object"),
+    ],
+    ids=["deep", "not-json", "not-utf8", "a-list"],
+)
+def test_named_sim_tables_fail_in_one_line(tmp_path, loader, content, fragment) -> None:
+    from deepboot_env.sim.apps import load_profiles
+    from deepboot_env.sim.measured import load_step_times
+
+    path = tmp_path / "table.json"
+    path.write_bytes(content)
+    load = (lambda p: load_profiles(p)) if loader == "profiles" else (lambda p: load_step_times("pollux", p))
+    with pytest.raises(ValueError, match=re.escape(fragment)) as info:
+        load(path)
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_named_sim_table_is_read_with_a_bound(tmp_path, monkeypatch) -> None:
+    from deepboot_env.sim import files
+    from deepboot_env.sim.apps import load_profiles
+
+    monkeypatch.setattr(files, "MAX_TABLE_BYTES", 1_000)
+    path = tmp_path / "big.json"
+    path.write_text('{"apps": "' + "x" * 5_000 + '"}')
+    with pytest.raises(ValueError, match="larger than the limit of 1,000 bytes"):
+        load_profiles(path)
+    with pytest.raises(ValueError, match="larger than the limit"):
+        load_profiles("/dev/zero")

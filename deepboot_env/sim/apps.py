@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from deepboot_env.sim.files import read_table
+
 APP_NAMES: tuple[str, ...] = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
 """Application names, in the fixed order used by one-hot encodings."""
 
@@ -190,12 +192,13 @@ class AppProfile:
 def load_profiles(path: str | Path | None = None) -> dict[str, AppProfile]:
     """Load application profiles from ``path`` or the shipped ``apps.json``."""
     if path is None:
-        text = resources.files("deepboot_env.sim").joinpath(DEFAULT_PROFILE_PATH).read_text()
+        data = json.loads(resources.files("deepboot_env.sim").joinpath(DEFAULT_PROFILE_PATH).read_text())
         origin = "deepboot_env/sim/" + DEFAULT_PROFILE_PATH
     else:
-        text = Path(path).read_text()
+        data = read_table(path, "an application profile table")
         origin = str(path)
-    data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"{origin}: an application profile table must be a JSON object")
     apps = data.get("apps", {})
     missing = [a for a in APP_NAMES if a not in apps]
     if missing:

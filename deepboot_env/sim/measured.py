@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from deepboot_env.sim.choices import validate_choice
+from deepboot_env.sim.files import read_table
 from deepboot_env.sim.goodput import iteration_time, statistical_gain
 from deepboot_env.sim.rates import RateTable, bounds_after, epoch_suffix, finish_time_from_suffix, seconds_from
 from deepboot_env.sim.restart import Phase
@@ -223,6 +224,8 @@ def step_times_from_json(data: Mapping[str, Any], trace_set: str, origin: str) -
         ValueError: if the set or an application is missing or malformed.
     """
     validate_trace_set(trace_set)
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{origin}: a step-time table must be a JSON object")
     sets = data.get("trace_sets", {})
     if data.get("version") != 1 or trace_set not in sets:
         raise ValueError(f"{origin}: no trace set {trace_set!r} (version 1 expected; has {', '.join(sets)})")
@@ -246,7 +249,7 @@ def load_step_times(trace_set: str, path: str | Path | None = None) -> dict[str,
     """The measured step times of ``trace_set`` from ``path`` or the shipped table."""
     if path is None:
         return dict(_shipped_step_times(validate_trace_set(trace_set)))
-    return step_times_from_json(json.loads(Path(path).read_text()), trace_set, str(path))
+    return step_times_from_json(read_table(path, "a step-time table"), trace_set, str(path))
 
 
 @lru_cache(maxsize=len(TRACE_SETS))
