@@ -285,6 +285,9 @@ run benchmark $CLI benchmark --families short-period --policies ats fifo --seeds
     --quiet
 run train $TRAIN --algo ppo --preset smoke --workload tiny -n 64 --eval-freq 0 -f "$FULL/runs" --no-progress \
     --verbose 0
+run compare $CLI compare --workloads smoke/tiny --policies ats fifo --seeds 0 --out "$FULL/cmp" --resume --quiet
+run es $TRAIN --algo es --workload family:short-period --eval-workload family:short-period --eval-episodes 1 \
+    -n 1 --eval-jobs 1 -params pairs:1 seeds_per_family:1 -f "$FULL/runs" --no-progress --verbose 0
 find "$FULL" -name '*.tmp' > "$LOG/tmp-files"
 rm "$FULL/filler"
 tar -C "$FULL" -cf "$LOG/after.tar" --exclude=filler .
@@ -293,7 +296,8 @@ tar -C "$FULL" -cf "$LOG/after.tar" --exclude=filler .
 
 def test_a_full_filesystem_fails_each_command_in_one_line_and_keeps_the_previous_files(tmp_path) -> None:
     """In a user namespace, a 4 MB tmpfs holding a previous run's outputs, then filled: simulate,
-    generate, benchmark (its leaderboard rewritten on resume) and train each exit 2 with one
+    generate, benchmark (its leaderboard rewritten on resume), PPO and ES training and compare (its
+    results rewritten on resume) each exit 2 with one
     line naming the disk, and every previous file is intact."""
     if shutil.which("unshare") is None or shutil.which("tar") is None:
         pytest.skip("needs unshare and tar")
@@ -309,6 +313,8 @@ def test_a_full_filesystem_fails_each_command_in_one_line_and_keeps_the_previous
     (previous / "w.csv").write_text("name,time\nprevious,0\n")
     bench = ["benchmark", "--families", "short-period", "--policies", "ats", "fifo", "--seeds", "1", "--quiet"]
     assert main([*bench, "--out", str(previous / "bench")]) == 0
+    grid = ["--workloads", "smoke/tiny", "--policies", "ats", "fifo", "--seeds", "0", "--quiet"]
+    assert main(["compare", *grid, "--out", str(previous / "cmp")]) == 0
     before = {p.relative_to(previous): p.read_bytes() for p in previous.rglob("*") if p.is_file() and p.name != ".lock"}
     full, log = tmp_path / "full", tmp_path / "log"
     full.mkdir()
@@ -319,9 +325,9 @@ def test_a_full_filesystem_fails_each_command_in_one_line_and_keeps_the_previous
     if done.returncode == 77:
         pytest.skip(f"cannot mount a tmpfs: {done.stderr.strip()}")
     assert done.returncode == 0, done.stderr
-    for name in ("simulate", "generate", "benchmark", "train"):
+    for name in ("simulate", "generate", "benchmark", "train", "compare", "es"):
         code, err = (log / f"{name}.code").read_text().strip(), (log / f"{name}.err").read_text()
-        assert code in (("1", "2") if name == "generate" else ("2",)), (name, code, err)  # generate: 1 until it says 2
+        assert code == "2", (name, code, err)
         assert "No space left on device" in _one_line(err), (name, err)
     assert (log / "tmp-files").read_text() == ""
     subprocess.run(["tar", "-C", str(full), "-xf", str(log / "after.tar")], check=True)  # full is unmounted now
