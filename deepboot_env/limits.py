@@ -30,6 +30,7 @@ from typing import Any
 
 from deepboot_env.sim.cluster import MAX_NODES
 from deepboot_env.sim.config import MIN_INTERVAL_S
+from deepboot_env.sim.files import read_stream
 
 __all__ = [
     "BYTES_PER_WORKLOAD_ROW",
@@ -170,20 +171,6 @@ def read_bounded(path: str | Path, limit: int, what: str, error: ErrorFactory = 
     if data is None:
         raise error(f"{path}: {what} is larger than the limit of {limit:,} bytes (docs/usage.md §7.1)")
     return data
-
-
-def read_stream(fh: Any, limit: int, chunk: int = 1 << 20) -> bytes | None:
-    """The bytes of the binary stream ``fh`` if there are at most ``limit`` of them, else None;
-    read in chunks, so that neither a long stream nor a large ``limit`` costs more memory than
-    the bytes there are (plus one chunk)."""
-    parts: list[bytes] = []
-    total = 0
-    while part := fh.read(min(chunk, limit + 1 - total)):
-        parts.append(part)
-        total += len(part)
-        if total > limit:
-            return None
-    return b"".join(parts)
 
 
 class _TooBig(Exception):

@@ -524,17 +524,17 @@ class ScoreCodec(ActionCodec):
         prior = np.zeros(self.max_jobs, dtype=np.float32)
         noise = np.full(self.max_jobs + 1, 0.5, dtype=np.float32)
         old, codes = self._codes, {}
-        if self._noise_key is None:
-            fresh = self._rng.random(len(jobs) + 1)
-            for i, job in enumerate(jobs):
-                prior[i] = max(0.0, 1.0 + logs[job.id] / _LOG_WEIGHT_RANGE)
-                codes[job.id] = noise[i] = old.get(job.id, fresh[i])
+        # unpaired: one draw per slot and the lending code, as ever; paired: keyed codes
+        fresh = self._rng.random(len(jobs) + 1) if self._noise_key is None else None
+        for i, job in enumerate(jobs):
+            prior[i] = max(0.0, 1.0 + logs[job.id] / _LOG_WEIGHT_RANGE)
+            code = old.get(job.id)
+            if code is None:
+                code = fresh[i] if fresh is not None else self._paired_code(0, job.id)
+            codes[job.id] = noise[i] = code
+        if fresh is not None:
             noise[-1] = fresh[-1]
         else:
-            for i, job in enumerate(jobs):
-                prior[i] = max(0.0, 1.0 + logs[job.id] / _LOG_WEIGHT_RANGE)
-                code = old.get(job.id)
-                codes[job.id] = noise[i] = self._paired_code(0, job.id) if code is None else code
             self._decisions += 1
             noise[-1] = self._paired_code(1, self._decisions)
         self._codes = codes

@@ -17,6 +17,21 @@ MAX_TABLE_BYTES = 16 << 20
 """The largest table read (the shipped ones are 68 KB and 286 KB)."""
 
 
+def read_stream(fh: Any, limit: int, chunk: int = 1 << 20) -> bytes | None:
+    """The bytes of the binary stream ``fh`` if there are at most ``limit`` of them, else None;
+    read in chunks, so that neither a long stream nor a large ``limit`` costs more memory than
+    the bytes there are (plus one chunk). The one bounded read of the project: the readers of
+    :mod:`deepboot_env.limits` use it too."""
+    parts: list[bytes] = []
+    total = 0
+    while part := fh.read(min(chunk, limit + 1 - total)):
+        parts.append(part)
+        total += len(part)
+        if total > limit:
+            return None
+    return b"".join(parts)
+
+
 def read_table(path: str | Path, what: str) -> Any:
     """The JSON value of the file at ``path`` (a ``what``, for the message), read with a bound.
 
@@ -25,8 +40,8 @@ def read_table(path: str | Path, what: str) -> Any:
         OSError: the file cannot be opened or read.
     """
     with open(path, "rb") as fh:
-        data = fh.read(MAX_TABLE_BYTES + 1)
-    if len(data) > MAX_TABLE_BYTES:
+        data = read_stream(fh, MAX_TABLE_BYTES)
+    if data is None:
         raise ValueError(f"{path}: {what} is larger than the limit of {MAX_TABLE_BYTES:,} bytes")
     try:
         return json.loads(data)
