@@ -6,7 +6,7 @@ configured by :class:`~deepboot_env.sim.config.SimConfig`; around it: :mod:`~dee
 :class:`~deepboot_env.sim.training.TrainingJobs`), :mod:`~deepboot_env.sim.inference` (pods and the
 :class:`~deepboot_env.sim.inference.InferencePool`), :mod:`~deepboot_env.sim.completions` (lazy
 TRAIN_DONE events, owned by the training side), :mod:`~deepboot_env.sim.accounting`
-(GPU-seconds, the timeline), :mod:`~deepboot_env.sim.snapshot` (the state policies see, defined in
+(GPU-seconds, the timeline), :mod:`~deepboot_env.sim.state_builder` (the state policies see, defined in
 :mod:`~deepboot_env.sim.state`) and :mod:`~deepboot_env.sim.metrics` (episode metrics);
 :mod:`~deepboot_env.sim.fork` copies a mid-episode simulator (snapshots, restores, forks);
 :mod:`~deepboot_env.sim.hooks` declares what the simulator calls on a policy, with defaults. Jobs

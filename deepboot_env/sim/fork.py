@@ -152,7 +152,9 @@ _SIM_SHARED = frozenset(
 """Attributes of a :class:`~deepboot_env.sim.simulator.Simulator` that never change in place
 (numbers, flags, the episode's constants and the arrival stream, sorted once per reset)."""
 
-_SIM_COPIED = frozenset({"ledger", "events", "_pool", "_books", "_training", "jobs", "_active", "_snapshot", "_recent"})
+_SIM_COPIED = frozenset(
+    {"ledger", "events", "_pool", "_books", "_training", "jobs", "_active", "_state_builder", "_recent"}
+)
 """Attributes of a :class:`~deepboot_env.sim.simulator.Simulator` that :func:`clone_into` copies."""
 
 _SIM_FIELDS = _SIM_SHARED | _SIM_COPIED
@@ -180,7 +182,7 @@ def clone_into(src: Simulator, dst: Simulator) -> None:
     state["_training"] = training
     state["jobs"] = training.jobs
     state["_active"] = training.active
-    state["_snapshot"] = src._snapshot.clone(training.jobs, ledger)
+    state["_state_builder"] = src._state_builder.clone(training.jobs, ledger)
     state["_recent"] = deque(src._recent, maxlen=src._recent.maxlen)
     target = dst.__dict__
     target.clear()

@@ -23,7 +23,7 @@ drives the helpers it builds at each reset, which share its
   :class:`~deepboot_env.sim.inference.TrainingSide` (``observe``, ``take_training_gpu``);
 * :class:`~deepboot_env.sim.accounting.EpisodeAccount`: GPU-seconds, waiting and job-seconds,
   the timeline;
-* :class:`~deepboot_env.sim.snapshot.StateBuilder`: the :class:`~deepboot_env.sim.state.ClusterState`
+* :class:`~deepboot_env.sim.state_builder.StateBuilder`: the :class:`~deepboot_env.sim.state.ClusterState`
   behind :meth:`Simulator.observe`;
 
 and :func:`~deepboot_env.sim.metrics.episode_metrics` assembles :meth:`Simulator.metrics`;
@@ -64,8 +64,8 @@ from deepboot_env.sim.inference import InferencePool, Pod, RequestRecord
 from deepboot_env.sim.jobs import TrainingJob
 from deepboot_env.sim.metrics import EpisodeMetrics, episode_metrics
 from deepboot_env.sim.reclaim import ats_i_choice
-from deepboot_env.sim.snapshot import StateBuilder
 from deepboot_env.sim.state import Allocation, ClusterState, GpuRef, checked_counts
+from deepboot_env.sim.state_builder import StateBuilder
 from deepboot_env.sim.training import TrainingJobs
 from deepboot_env.sim.workload import InferenceRequestSpec, Workload
 
@@ -145,7 +145,9 @@ class Simulator:
         """Every training job of the episode (the training side's list; read it, never change it)."""
         self._active = self._training.active
         """The training side's active job indices (the same list, changed in place there)."""
-        self._snapshot = StateBuilder(self.jobs, self.ledger, cfg.cluster, cfg.interval, cfg.restart, self.adaptive)
+        self._state_builder = StateBuilder(
+            self.jobs, self.ledger, cfg.cluster, cfg.interval, cfg.restart, self.adaptive
+        )
         # Request arrivals are known in advance: a sorted stream merged with the event heap (which
         # holds only what the simulation schedules) instead of thousands of heap entries. They are
         # ordered as if pushed first, in order: by arrival, then index.
@@ -487,7 +489,7 @@ class Simulator:
 
     def observe(self) -> ClusterState:
         """The read-only state at the current time (jobs holding GPUs advanced to now)."""
-        return self._snapshot.build(self.now, self._active, len(self._pool.waiting), self._recent)
+        return self._state_builder.build(self.now, self._active, len(self._pool.waiting), self._recent)
 
     def ats_i_victim(self) -> GpuRef | None:
         """:func:`~deepboot_env.sim.reclaim.ats_i_victim` of :meth:`observe`, from the views of
@@ -497,7 +499,7 @@ class Simulator:
         ledger = self.ledger
         counts = ledger.counts
         return ats_i_choice(
-            self._snapshot.views(self.now, [index for index in active if jobs[index].replicas]),
+            self._state_builder.views(self.now, [index for index in active if jobs[index].replicas]),
             len(active),
             ledger.kinds,
             (counts["train"], counts["running"], counts["protect"], counts["sleep"]),

@@ -1,8 +1,8 @@
 """Building the :class:`~deepboot_env.sim.state.ClusterState` a policy sees from the simulator's state.
 
-:class:`StateBuilder` turns the training jobs and the cluster ledger into one read-only snapshot
+:class:`StateBuilder` turns the training jobs and the cluster ledger into one read-only state
 per call (:meth:`Simulator.observe <deepboot_env.sim.simulator.Simulator.observe>` delegates to
-it). A snapshot is built at every decision and at every reclaim, so it is built fast: the fields
+it). A state is built at every decision and at every reclaim, so it is built fast: the fields
 of a job's view that change only with the job's version (a change of placement or speed) are
 cached per job, and the frozen dataclasses are filled without their ``__init__``. A job that holds
 no GPU makes no progress until its version changes, so every field of its view but ``age`` is
@@ -79,7 +79,7 @@ def _fixed_fields(index: int, job: TrainingJob, adaptive: bool) -> ViewFields:
 
 
 class StateBuilder:
-    """Builds the snapshots of one episode.
+    """Builds the states of one episode.
 
     Args:
         jobs: every training job of the episode (indexed by job id).
