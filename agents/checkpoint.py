@@ -224,7 +224,7 @@ def _schedule(path: Path, key: str, field: dict[str, Any]) -> Any:
 def _spaces(path: Path, data: dict[str, Any]) -> tuple[Any, Any]:
     """Observation and action spaces rebuilt from the action space's sizes."""
     from deepboot_env.config import EnvConfig
-    from deepboot_env.env.codec import ScoreCodec, make_codec, mode_of_nvec
+    from deepboot_env.env.action import ScoreCodec, make_codec, mode_of_nvec
     from deepboot_env.env.deepboot_env import spaces_for
 
     field = data.get("action_space")

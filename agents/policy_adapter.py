@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 
 from deepboot_env.config import EnvConfig
-from deepboot_env.env.codec import SCORE_SCALE, ScoreCodec, make_codec, mode_of_nvec
-from deepboot_env.env.encoding import (
+from deepboot_env.env.action import SCORE_SCALE, ScoreCodec, make_codec, mode_of_nvec
+from deepboot_env.env.observation import (
     CLUSTER_FEATURES,
     JOB_FEATURES,
     OUTLOOK_FEATURES,

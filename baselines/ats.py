@@ -439,7 +439,7 @@ class AtsPolicy(BasePolicy):
     def decide_scored(self, state: ClusterState, scores: Mapping[int, float], lend: float) -> Allocation:
         """:meth:`decide` with each job's knapsack weight times ``exp(scores[job id])`` (absent
         ids: 0) and the lending share times ``lend`` in [0, 1] (the score action of
-        :class:`~deepboot_env.env.codec.ScoreCodec`). All scores 0 and ``lend`` 1 is :meth:`decide`
+        :class:`~deepboot_env.env.action.ScoreCodec`). All scores 0 and ``lend`` 1 is :meth:`decide`
         bit for bit (a weight times exp(0) = 1.0 is the weight)."""
         share = float(self.lend) * lend
         return self.place_proposal(state, self.propose_counts(state, scores, share), share)

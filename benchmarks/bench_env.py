@@ -27,7 +27,7 @@ import numpy as np
 
 from deepboot_env.argparsing import ArgumentParser
 from deepboot_env.env import DeepBootEnv
-from deepboot_env.env.codec import GPU_BUCKETS
+from deepboot_env.env.action import GPU_BUCKETS
 from deepboot_env.sim.measured import TRACE_SETS, TRUTHS
 
 

@@ -19,9 +19,9 @@ docs/goodput.md §9.7; ``dynamics`` ("v0" or "v1", :data:`DYNAMICS`) sets the de
 
 Agent options (fields of :class:`EnvConfig`): ``max_jobs`` (32 job slots), ``lend_levels`` (5),
 ``jct_scale`` (10), ``infer_weight`` (1.0), ``max_rounds`` (3000 decisions per episode),
-``action_mode`` ("target", "residual" or "score", see :mod:`deepboot_env.env.codec`),
+``action_mode`` ("target", "residual" or "score", see :mod:`deepboot_env.env.action`),
 ``base_policy`` ("ats", the policy a residual action corrects or the score mode's prior),
-``outlook`` (False: add the forecast entry of :class:`~deepboot_env.env.encoding.OutlookEncoder`
+``outlook`` (False: add the forecast entry of :class:`~deepboot_env.env.observation.OutlookEncoder`
 to the observation), ``score_scale`` (1.0), ``hold`` (1 boundary per decision) and
 ``relative_reward`` (False: the JCT reward relative to the base policy's on the same scenario).
 """
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from deepboot_env import MAX_EPISODE_STEPS
-from deepboot_env.env.codec import CODECS, SCORE_SCALE, ActionCodec, make_codec
+from deepboot_env.env.action import CODECS, SCORE_SCALE, ActionCodec, make_codec
 from deepboot_env.limits import JCT_SCALE_RANGE, MAX_JOB_SLOTS, MAX_LEND_LEVELS, names, shown
 from deepboot_env.sim.choices import validate_choice
 from deepboot_env.sim.cluster import ClusterConfig, ClusterConfigError
@@ -172,7 +172,7 @@ class EnvConfig:
         base_policy: the policy a residual action corrects, or the prior of the score mode (a
             registry name).
         outlook: add the ``outlook`` observation entry (inference demand forecast learnt online,
-            queue pressure; :class:`~deepboot_env.env.encoding.OutlookEncoder`).
+            queue pressure; :class:`~deepboot_env.env.observation.OutlookEncoder`).
         score_scale: score mode: the log-weight change of a score of 1.
         hold: boundaries one action is kept for (score mode: the held scores are decoded again
             at each); the env asks earlier when a job arrives or finishes. 1: every boundary.

@@ -135,7 +135,7 @@ class CountProposer(Protocol):
 class ScoredProposer(Protocol):
     """A policy that decides from per-job priority scores on top of its own (ATS's knapsack and
     the policies built on it): what the ``score`` action mode adjusts
-    (:class:`~deepboot_env.env.codec.ScoreCodec`)."""
+    (:class:`~deepboot_env.env.action.ScoreCodec`)."""
 
     def decide_scored(self, state: ClusterState, scores: Mapping[int, float], lend: float) -> Allocation:
         """The allocation with each job's weight times ``exp(scores[job id])`` (absent: 0) and

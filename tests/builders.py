@@ -42,7 +42,7 @@ def masked_random_action(env, rng):
     lending level, a uniform choice among those ``env.action_masks()`` allows."""
     import numpy as np
 
-    from deepboot_env.env.codec import GPU_BUCKETS
+    from deepboot_env.env.action import GPU_BUCKETS
 
     mask = env.action_masks()
     nb = len(GPU_BUCKETS)

@@ -24,7 +24,7 @@ from agents.factory import (
 )
 from agents.policy_adapter import AgentPolicy, encode_observation, env_shape_of, resolve_model_path
 from deepboot_env.env import DeepBootEnv
-from deepboot_env.env.codec import GPU_BUCKETS
+from deepboot_env.env.action import GPU_BUCKETS
 from deepboot_env.evaluation import run_episode
 from deepboot_env.policy import Policy, make_policy, validate_allocation
 from deepboot_env.sim.simulator import SimConfig
@@ -270,6 +270,6 @@ def test_most_likely_action_is_sb3_predicts_deterministic_action(tiny, algo, env
 
 def policy_obs(policy: AgentPolicy, state) -> dict[str, np.ndarray]:
     """The observation ``policy`` encodes for ``state`` (its outlook encoder untouched)."""
-    from deepboot_env.env.encoding import agent_observation
+    from deepboot_env.env.observation import agent_observation
 
     return agent_observation(state, policy.max_jobs, None, policy.codec.observe(state))

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deepboot_env.env.codec import GPU_BUCKETS, TargetCodec
+from deepboot_env.env.action import GPU_BUCKETS, TargetCodec
 from deepboot_env.placement import best_fit
 from deepboot_env.sim.apps import get_app
 from deepboot_env.sim.cluster import NODE_TRAIN, ClusterConfig

@@ -7,7 +7,7 @@ import pytest
 
 from deepboot_env.config import EnvConfig, EnvConfigError, sim_config
 from deepboot_env.env import DeepBootEnv
-from deepboot_env.env.codec import CODECS, ResidualCodec, TargetCodec, make_codec, mode_of_nvec
+from deepboot_env.env.action import CODECS, ResidualCodec, TargetCodec, make_codec, mode_of_nvec
 from deepboot_env.sim.cluster import ClusterConfig
 from traces.generate import generate_workload
 

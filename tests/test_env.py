@@ -12,8 +12,8 @@ from builders import masked_random_action
 
 import deepboot_env  # noqa: F401  (registers DeepBoot-v0)
 from deepboot_env.env import DeepBootEnv
-from deepboot_env.env.codec import GPU_BUCKETS
-from deepboot_env.env.encoding import _LOG_AGE, _LOG_SERVICE, CLUSTER_FEATURES, JOB_FEATURES, SPEEDUP_POINTS
+from deepboot_env.env.action import GPU_BUCKETS
+from deepboot_env.env.observation import _LOG_AGE, _LOG_SERVICE, CLUSTER_FEATURES, JOB_FEATURES, SPEEDUP_POINTS
 from deepboot_env.sim.apps import APP_NAMES
 from deepboot_env.sim.cluster import NODE_INFER
 from traces.generate import generate_workload
@@ -238,7 +238,7 @@ def test_observation_equals_the_per_job_reference(small_workload, cluster) -> No
     features, bit for bit, and the env returns exactly encode_observation of its state."""
     from dataclasses import fields
 
-    from deepboot_env.env.encoding import encode_observation
+    from deepboot_env.env.observation import encode_observation
     from deepboot_env.sim.state import JobView
 
     kwargs = {"shared_pool": "8x4"} if cluster.startswith("shared") else {"cluster": cluster}
@@ -279,8 +279,8 @@ def test_encoding_works_without_gymnasium() -> None:
         "from deepboot_env.sim.workload import TrainingJobSpec, Workload\n"
         "from deepboot_env.sim.simulator import SimConfig, Simulator\n"
         "from deepboot_env.sim.cluster import ClusterConfig\n"
-        "from deepboot_env.env.codec import TargetCodec\n"
-        "from deepboot_env.env.encoding import JOB_FEATURES, encode_observation\n"
+        "from deepboot_env.env.action import TargetCodec\n"
+        "from deepboot_env.env.observation import JOB_FEATURES, encode_observation\n"
         "sim = Simulator(Workload('w', (TrainingJobSpec('a', 0.0, 'ncf', 1, 32768),)), "
         "SimConfig(cluster=ClusterConfig(1, 0, 1)))\n"
         "state = sim.observe()\n"
@@ -311,7 +311,7 @@ def test_trim_to_capacity_equals_the_gpu_by_gpu_rule() -> None:
     import random
     from types import SimpleNamespace
 
-    from deepboot_env.env.codec import trim_to_capacity
+    from deepboot_env.env.action import trim_to_capacity
 
     rng = random.Random(0)
     for _ in range(3000):

@@ -31,8 +31,8 @@ from builders import check_completion_bounds, masked_random_action
 
 from baselines.ats import knapsack
 from deepboot_env.env import DeepBootEnv
-from deepboot_env.env.codec import RESIDUAL_DELTAS, ResidualCodec, TargetCodec
-from deepboot_env.env.encoding import encode_observation
+from deepboot_env.env.action import RESIDUAL_DELTAS, ResidualCodec, TargetCodec
+from deepboot_env.env.observation import encode_observation
 from deepboot_env.evaluation import run_episode
 from deepboot_env.sim import jobs as jobs_module
 from deepboot_env.sim.cluster import ClusterConfig

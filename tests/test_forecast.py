@@ -10,7 +10,7 @@ import pytest
 
 from deepboot_env.config import EnvConfig, EnvConfigError
 from deepboot_env.env import DeepBootEnv
-from deepboot_env.env.encoding import OUTLOOK_FEATURES
+from deepboot_env.env.observation import OUTLOOK_FEATURES
 from deepboot_env.forecast import PeriodicForecaster
 from traces.generate import generate_workload
 

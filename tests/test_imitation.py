@@ -19,8 +19,8 @@ from agents.imitation import (
     pretrain,
 )
 from deepboot_env.env import DeepBootEnv
-from deepboot_env.env.codec import GPU_BUCKETS
-from deepboot_env.env.encoding import JOB_FEATURES
+from deepboot_env.env.action import GPU_BUCKETS
+from deepboot_env.env.observation import JOB_FEATURES
 from deepboot_env.policy import make_policy
 from traces.generate import generate_workload, write_workload_csv
 

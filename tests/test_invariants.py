@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from deepboot_env.env.codec import TargetCodec
+from deepboot_env.env.action import TargetCodec
 from deepboot_env.policy import BasePolicy
 from deepboot_env.sim.apps import COLD_START_DELAY_S
 from deepboot_env.sim.cluster import NODE_TRAIN, ClusterConfig

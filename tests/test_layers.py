@@ -152,4 +152,4 @@ def test_the_checker_sees_lazy_and_string_imports(tmp_path: Path) -> None:
     path.write_text(source)
     found = {target for _, target in imports_of(path)}
     assert found == {"agents.factory", "baselines.ats"}
-    assert layer_of("deepboot_env.sim.simulator") == 0 and layer_of("deepboot_env.env.codec") == 1
+    assert layer_of("deepboot_env.sim.simulator") == 0 and layer_of("deepboot_env.env.action") == 1

@@ -16,7 +16,7 @@ from agents.factory import build_model, make_vec_env_for
 from agents.imitation import collect_demonstrations, init_residual_policy
 from agents.policy_adapter import AgentPolicy, env_shape_of, load_agent_policy
 from deepboot_env.env import DeepBootEnv
-from deepboot_env.env.codec import NEUTRAL, RESIDUAL_DELTAS, ResidualCodec
+from deepboot_env.env.action import NEUTRAL, RESIDUAL_DELTAS, ResidualCodec
 from deepboot_env.evaluation import run_episode
 from deepboot_env.policy import make_policy
 from deepboot_env.sim.state import validate_allocation

@@ -17,7 +17,7 @@ from agents.checkpoint import load_checkpoint
 from agents.factory import build_model, make_vec_env_for
 from agents.policy_adapter import AgentPolicy, env_shape_of, load_agent_policy
 from deepboot_env.env import DeepBootEnv
-from deepboot_env.env.codec import ScoreCodec
+from deepboot_env.env.action import ScoreCodec
 from deepboot_env.env.reference import JobSecondsCurve, simulate_reference
 from deepboot_env.evaluation import run_episode
 from deepboot_env.policy import make_policy

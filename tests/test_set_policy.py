@@ -14,7 +14,7 @@ sys.path.insert(0, str(REPO))  # train_policy.py is a script at the repository r
 
 import train_policy  # noqa: E402
 from agents.factory import ConfigError, build_model, make_vec_env_for  # noqa: E402
-from deepboot_env.env.encoding import JOB_FEATURES  # noqa: E402
+from deepboot_env.env.observation import JOB_FEATURES  # noqa: E402
 from traces.generate import generate_workload, write_workload_csv  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
@@ -129,7 +129,7 @@ def test_saved_set_policy_loads_safely_and_predicts_the_same(tiny_csv, tmp_path)
 
 def test_residual_start_reproduces_the_base_policy(tiny_csv) -> None:
     from agents.imitation import init_residual_policy
-    from deepboot_env.env.codec import NEUTRAL
+    from deepboot_env.env.action import NEUTRAL
 
     model = _model("ppo", tiny_csv, action_mode="residual")
     neutral = np.array([NEUTRAL] * SLOTS + [int(model.action_space.nvec[-1]) - 1])

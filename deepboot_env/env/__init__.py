@@ -1,7 +1,9 @@
-"""Gymnasium adapter (``DeepBoot-v0``) over the gym-free simulator.
+"""Gymnasium adapter (``DeepBoot-v0``, ``DeepBoot-v1``) over the gym-free simulator.
 
-:class:`DeepBootEnv` is imported on first use, so :mod:`deepboot_env.env.encoding` (the observation
-and action encoding, shared with the ``ppo:<path>`` policy adapter) works without gymnasium.
+:mod:`~deepboot_env.env.observation` encodes what an agent sees, :mod:`~deepboot_env.env.action`
+holds the action codecs (what an action means), :mod:`~deepboot_env.env.deepboot_env` the env
+itself. :class:`DeepBootEnv` is imported on first use, so the observation and the action codecs
+(shared with the ``ppo:<path>`` policy adapter) work without gymnasium.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ import numpy as np
 from gymnasium import spaces
 
 from deepboot_env.config import EnvConfig
-from deepboot_env.env.codec import ActionCodec, ScoreCodec
-from deepboot_env.env.encoding import (
+from deepboot_env.env.action import ActionCodec, ScoreCodec
+from deepboot_env.env.observation import (
     CLUSTER_FEATURES,
     JOB_FEATURES,
     OUTLOOK_FEATURES,
@@ -64,30 +64,30 @@ class DeepBootEnv(gym.Env):
     ## Observation Space
     ``Dict(jobs=Box(0, 1, (max_jobs * 21,)), cluster=Box(0, 1, (13,)))``, float32; ``jobs`` is the
     (max_jobs, 21) slot matrix flattened row by row (SB3 wants 1-D vectors). Slot i holds the
-    i-th active job in arrival order (features :data:`~deepboot_env.env.encoding.JOB_FEATURES`:
+    i-th active job in arrival order (features :data:`~deepboot_env.env.observation.JOB_FEATURES`:
     present, application one-hot, current and maximum GPUs, log age, log attained service,
     restarts, epoch fraction, speedup curve at 1..32 GPUs normalised to its peak, share on lent
     GPUs, restart stall left). Cluster features
-    (:data:`~deepboot_env.env.encoding.CLUSTER_FEATURES`): free training GPUs, idle inference
+    (:data:`~deepboot_env.env.observation.CLUSTER_FEATURES`): free training GPUs, idle inference
     GPUs, SLEEP/PROTECT/RUNNING pods, lent GPUs, waiting requests, recent inference arrivals,
     time of day (sin/cos), active jobs and jobs beyond the slots. No remaining-work oracle.
     With ``outlook=True`` an entry ``outlook=Box(0, 1, (10,))`` adds what a scheduler needs to
     anticipate, learnt from the episode's past only
-    (:data:`~deepboot_env.env.encoding.OUTLOOK_FEATURES`): inference demand now (running pods +
+    (:data:`~deepboot_env.env.observation.OUTLOOK_FEATURES`): inference demand now (running pods +
     waiting requests over the inference GPUs, / 2), its forecast 0.5, 1, 2, 4 and 8 h ahead and
     its forecast peak over 8 h (one harmonic of the best-fitting period in 4-24 h, refitted online:
     :class:`~deepboot_env.forecast.PeriodicForecaster`), how much of that period the history
     covers, jobs holding no GPU over the slots, and the jobs' GPU limits over all GPUs.
 
     ## Action Space
-    Defined by the action codec of ``action_mode`` (:mod:`deepboot_env.env.codec`):
+    Defined by the action codec of ``action_mode`` (:mod:`deepboot_env.env.action`):
 
     * ``target`` (default): ``MultiDiscrete([7] * max_jobs + [lend_levels])``: per slot an index
-      into :data:`~deepboot_env.env.codec.GPU_BUCKETS` (0, 1, 2, 4, 8, 16, 32 GPUs), then a lending
+      into :data:`~deepboot_env.env.action.GPU_BUCKETS` (0, 1, 2, 4, 8, 16, 32 GPUs), then a lending
       level l: training may use l / (lend_levels - 1) of the lendable inference GPUs.
     * ``residual`` (residual policy learning): a base scheduler (``base_policy``, ATS by default)
       proposes an allocation at every boundary; the action is ``MultiDiscrete([9] * max_jobs +
-      [lend_levels])``, per slot a correction from :data:`~deepboot_env.env.codec.RESIDUAL_DELTAS`
+      [lend_levels])``, per slot a correction from :data:`~deepboot_env.env.action.RESIDUAL_DELTAS`
       (-8..+8 GPUs) to the proposed count, then the lending level. :meth:`neutral_action` (zero
       corrections, top lending level) reproduces the base policy exactly. The observation gains
       ``base=Box(0, 1, (max_jobs,))``: the proposed GPUs per slot over the cluster's GPUs.
@@ -124,7 +124,7 @@ class DeepBootEnv(gym.Env):
     takes ``reset(options={"scenario_seed": k})``, and runs that scenario's workload on its
     cluster with its restart model (they replace ``cluster`` and ``restart`` of the config; every
     other setting stays). The scenario is checked against the observation's limits
-    (:func:`~deepboot_env.env.encoding.observation_limits`): the features it would saturate are
+    (:func:`~deepboot_env.env.observation.observation_limits`): the features it would saturate are
     listed in the reset info under ``saturates`` (absent when it fits).
     ``scenario_stream``: with a sampler, the seed of a generator of its own that draws the
     scenarios instead of the env's RNG, so that envs sharing a stream play the same scenarios in

@@ -537,7 +537,7 @@ class Simulator:
         node of each active job as a list of ints, which the simulator takes over (the caller
         must not change them afterwards); absent jobs get none.
 
-        The Gymnasium env's fast path: its action codec (:mod:`deepboot_env.env.codec`) builds
+        The Gymnasium env's fast path: its action codec (:mod:`deepboot_env.env.action`) builds
         these lists from the state just observed so that they meet every constraint of
         :func:`~deepboot_env.sim.state.validate_allocation`; the result is exactly that of
         :meth:`apply` on the same allocation. Anything else must go through :meth:`apply` (the

@@ -4,7 +4,7 @@ Policies get one read-only :class:`ClusterState` per decision and return an :cla
 (GPUs per node for each training job). The simulator checks every allocation in one place,
 :func:`validate_allocation`, which raises :class:`AllocationError` naming the job and node. The RL
 environment's actions are repaired before they become allocations, by its action codec
-(:mod:`deepboot_env.env.codec`, the one repair rule).
+(:mod:`deepboot_env.env.action`, the one repair rule).
 """
 
 from __future__ import annotations

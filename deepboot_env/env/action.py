@@ -35,7 +35,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from deepboot_env.env.encoding import slot_jobs
+from deepboot_env.env.observation import slot_jobs
 from deepboot_env.placement import place_count_lists, placement_order
 from deepboot_env.policy import CountProposer, Policy, ScoredProposer, make_policy
 from deepboot_env.sim.cluster import node_layout

@@ -3,7 +3,7 @@
 Job slots hold the first ``max_jobs`` active training jobs in arrival order; each slot has
 :data:`JOB_FEATURES` features and every feature lies in [0, 1]. Cluster features
 (:data:`CLUSTER_FEATURES`) describe free and lendable GPUs, pod states, inference demand and the
-time of day. The action and its mask are the codec's (:mod:`deepboot_env.env.codec`).
+time of day. The action and its mask are the codec's (:mod:`deepboot_env.env.action`).
 
 :func:`encode_observation` is the one way to turn a :class:`~deepboot_env.sim.state.ClusterState`
 into what an agent sees; ``DeepBootEnv`` and the ``ppo:<path>`` policy adapter both call it. It
