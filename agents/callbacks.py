@@ -37,11 +37,11 @@ from deepboot_env.atomic import append_text, atomic_write
 from deepboot_env.config import EnvConfig
 from deepboot_env.evaluation import run_episode
 from deepboot_env.limits import safe_cell
+from deepboot_env.pool import process_pool, stop_pool
 from deepboot_env.sim.metrics import EpisodeMetrics
 from deepboot_env.sim.scenario import Scenario
 from deepboot_env.sim.simulator import SimConfig
 from deepboot_env.sim.workload import Workload
-from deepboot_env.workers import process_pool, stop_pool
 
 SCHED_KEYS: tuple[str, ...] = (
     "train_jct_mean",
@@ -505,7 +505,7 @@ class WorkloadEvalCallback(BaseCallback):
         needed); returns the rows (also logged and written)."""
         import torch
 
-        from deepboot_env.workers import run_pool
+        from deepboot_env.pool import run_pool
 
         start = time.perf_counter()
         episodes = self._episodes()

@@ -132,7 +132,7 @@ def collect_demonstrations(
         ValueError: unknown expert, or a noise level outside [0, 1).
     """
     from deepboot_env.policy import make_policy
-    from deepboot_env.workers import run_pool
+    from deepboot_env.pool import run_pool
 
     for p in noise:
         if not 0.0 <= p < 1.0:

@@ -1,4 +1,6 @@
-"""Running :func:`deepboot_env.workers.run_pool`'s jobs as Ray tasks (``--backend ray``).
+"""The Ray side of :mod:`deepboot_env.pool`: :func:`~deepboot_env.pool.run_pool`'s items as Ray tasks.
+
+``--backend ray`` runs every item of a pool as one Ray task.
 
 Ray is an optional extra (``pip install -e ".[ray]"``); this module imports it only when called.
 Each item is one Ray task of one CPU, retried by Ray (:data:`RETRIES` times) when its worker

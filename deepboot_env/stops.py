@@ -7,7 +7,7 @@ section the program is in:
 * **interruptible** (the default: ``deepboot compare``, ``benchmark``, ``generate``, ``simulate``,
   and any :func:`interruptible` block such as a pool of worker processes): the handler raises
   :class:`Stopped` at once, a :class:`KeyboardInterrupt` that ``except Exception`` does not catch;
-  the pool stops its workers (:func:`deepboot_env.workers.run_pool`) and the command saves what
+  the pool stops its workers (:func:`deepboot_env.pool.run_pool`) and the command saves what
   finished, prints one line and exits with :attr:`Stopped.exit_status`;
 * **deferred** (a training loop between two steps, a model being saved): the signal is only
   recorded; the code polls :func:`stop_requested` at its next safe point and ends there.

@@ -7,7 +7,7 @@ A run is one (policy, family, seed): scenario ``seed`` of the family (:mod:`trac
 its own cluster with its restart model, under the benchmark's dynamics (DeepBoot-v1 by default).
 Each finished run is appended at once to ``runs.jsonl`` in the output folder, so an interrupted
 benchmark continues with ``--resume`` where it stopped (runs go to worker processes or, with
-``--backend ray``, to Ray tasks: :func:`deepboot_env.workers.run_pool`); ``benchmark.json``
+``--backend ray``, to Ray tasks: :func:`deepboot_env.pool.run_pool`); ``benchmark.json``
 records the settings a resume must match. Every run carries its scenario's JCT lower bounds
 (docs/bounds.md) and is checked against them: a mean JCT below the bound stops the benchmark
 (:class:`BoundViolation`). At the end the folder holds ``results.csv`` (one tidy row per run),
@@ -29,8 +29,8 @@ from typing import Any
 from deepboot_env import FRONT_END_DYNAMICS
 from deepboot_env.atomic import lock_folder
 from deepboot_env.config import sim_config
+from deepboot_env.pool import LOCAL, Backend, run_pool
 from deepboot_env.sim.bounds import jct_bounds
-from deepboot_env.workers import LOCAL, Backend, run_pool
 from deepboot_harness.run_log import RUNS_FILE, RunLogError, append_run, check_run_folder, open_run_log, read_runs
 
 DEFAULT_POLICIES: tuple[str, ...] = (
@@ -280,7 +280,7 @@ def execute(
     save: Callable[[dict[str, Any]], None],
     backend: Backend = LOCAL,
 ) -> None:
-    """Run ``todo`` in ``jobs`` processes or on Ray (:func:`deepboot_env.workers.run_pool`),
+    """Run ``todo`` in ``jobs`` processes or on Ray (:func:`deepboot_env.pool.run_pool`),
     calling ``save`` with each row as it finishes."""
     cells: list[Cell] = [(*run, options) for run in todo]
     run_pool(

@@ -29,6 +29,7 @@ from deepboot_env.config import DYNAMICS, dynamics_notes, sim_config
 from deepboot_env.evaluation import EpisodeProgress
 from deepboot_env.extras import MissingExtraError
 from deepboot_env.limits import MAX_JSON_BYTES, read_bounded
+from deepboot_env.pool import BACKENDS, Backend
 from deepboot_env.sim.aryl_mode import INFERENCE_PLACEMENTS
 from deepboot_env.sim.cluster import ClusterConfigError
 from deepboot_env.sim.interference import InterferenceError, InterferenceModel
@@ -41,7 +42,6 @@ from deepboot_env.sim.simulator import SimConfig
 from deepboot_env.sim.state import AllocationError
 from deepboot_env.sim.workload import WorkloadError
 from deepboot_env.stops import Stopped, StopSignals
-from deepboot_env.workers import BACKENDS, Backend
 from deepboot_harness.dynamics import dynamics_name, dynamics_title, warn_trained_dynamics
 
 if TYPE_CHECKING:
@@ -109,7 +109,7 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def backend_from_args(args: argparse.Namespace) -> Backend:
-    """The :class:`deepboot_env.workers.Backend` of ``--backend`` / ``--address``, checked (Ray installed)."""
+    """The :class:`deepboot_env.pool.Backend` of ``--backend`` / ``--address``, checked (Ray installed)."""
     backend = Backend(args.backend, args.address)
     backend.check()
     return backend

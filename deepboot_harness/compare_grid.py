@@ -17,10 +17,10 @@ import numpy as np
 import pandas as pd
 
 from deepboot_env.config import dynamics_notes
+from deepboot_env.pool import LOCAL, Backend
 from deepboot_env.sim.interference import InterferenceModel
 from deepboot_env.sim.metrics import GPU_STATES
 from deepboot_env.sim.simulator import SimConfig
-from deepboot_env.workers import LOCAL, Backend
 from deepboot_harness.compare_workers import RunOutcome, RunTask, load_workload_once, run_tasks
 from deepboot_harness.dynamics import dynamics_name
 
@@ -204,7 +204,7 @@ def run_comparison(
             timeline is wanted and the saved outcome has none).
         on_done: called with each run that finishes here and its outcome.
         backend: where the runs run: ``jobs`` local processes, or Ray tasks
-            (:class:`deepboot_env.workers.Backend`).
+            (:class:`deepboot_env.pool.Backend`).
 
     Raises:
         ValueError: empty or unknown policies, seeds or workloads, a bad ``jobs`` or

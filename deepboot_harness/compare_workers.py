@@ -3,7 +3,7 @@
 A :class:`RunTask` is one (policy, workload, seed) of :func:`deepboot_harness.compare_grid.run_comparison`;
 :func:`run_tasks` runs a list of them in this process or in a pool of worker processes and
 returns their :class:`RunOutcome` in task order, whatever order they finish in (the pool and
-progress bar are :func:`deepboot_env.workers.run_pool`: local processes or Ray tasks). Each
+progress bar are :func:`deepboot_env.pool.run_pool`: local processes or Ray tasks). Each
 process loads a workload once (:func:`load_workload_once`); only the chosen run sends its
 timeline back.
 """
@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from deepboot_env.pool import LOCAL, Backend, run_pool
 from deepboot_env.sim.metrics import EpisodeMetrics
 from deepboot_env.sim.simulator import SimConfig
 from deepboot_env.sim.workload import Workload
-from deepboot_env.workers import LOCAL, Backend, run_pool
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ def run_tasks(
     backend: Backend = LOCAL,
 ) -> list[RunOutcome]:
     """Run ``tasks`` (``loaded``: workloads by source, used in this process) in
-    :func:`deepboot_env.workers.run_pool` (on ``backend``); the outcomes are indexed like the tasks whatever order
+    :func:`deepboot_env.pool.run_pool` (on ``backend``); the outcomes are indexed like the tasks whatever order
     they finish in; ``on_done(task, outcome)`` is called as each run finishes."""
     outcomes = run_pool(
         run_task,

@@ -17,8 +17,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from deepboot_env.pool import Backend, run_pool
 from deepboot_env.ray_pool import RunsFailed
-from deepboot_env.workers import Backend, run_pool
 from deepboot_harness.benchmark import RUNS_FILE, read_runs, run_cell
 from deepboot_harness.cli import main
 

@@ -1,16 +1,17 @@
-"""Running picklable jobs in worker processes or as Ray tasks, with a progress bar: :func:`run_pool`.
+"""Running picklable tasks in worker processes or as Ray tasks, with a progress bar: :func:`run_pool`.
 
 The one pool of the project: ``deepboot compare`` runs its (policy, workload, seed) runs through
 it (:mod:`deepboot_harness.compare_workers`), ``deepboot benchmark`` its (policy, family, seed)
 runs (:mod:`deepboot_harness.benchmark`), ``train_policy.py`` its validation episodes
 (:class:`agents.callbacks.WorkloadEvalCallback`) and its warm start's demonstrations
-(:func:`agents.imitation.collect_demonstrations`). A :class:`Backend` says where the jobs run:
-local processes (the default) or Ray tasks (:mod:`deepboot_env.ray_pool`, ``--backend ray``).
+(:func:`agents.imitation.collect_demonstrations`). A :class:`Backend` says where the tasks run:
+local processes (the default) or Ray tasks (``--backend ray``: :mod:`deepboot_env.ray_pool`,
+this pool's Ray side).
 
 Worker processes never outlive a stop: they ignore SIGINT (Ctrl-C reaches the whole process group,
 and the parent decides), die with the parent on Linux (``PR_SET_PDEATHSIG``), and a pool that ends
 on an error or a stop (:class:`deepboot_env.stops.Stopped`) kills its workers instead of waiting
-for the jobs in progress (:func:`stop_pool`).
+for the tasks in progress (:func:`stop_pool`).
 """
 
 from __future__ import annotations
@@ -29,16 +30,16 @@ _T = TypeVar("_T")
 _R = TypeVar("_R")
 
 BACKENDS = ("local", "ray")
-"""Where :func:`run_pool` runs jobs: worker processes of this machine, or Ray tasks."""
+"""Where :func:`run_pool` runs tasks: worker processes of this machine, or Ray tasks."""
 
 
 @dataclass(frozen=True)
 class Backend:
-    """Where :func:`run_pool` runs jobs.
+    """Where :func:`run_pool` runs tasks.
 
     Attributes:
         kind: ``local`` (a process pool of ``jobs`` processes) or ``ray`` (one Ray task per
-            job: :mod:`deepboot_env.ray_pool`).
+            item: :mod:`deepboot_env.ray_pool`).
         address: for ``ray``, the cluster to join (``auto``, ``HOST:PORT``); None starts a local
             Ray instance of ``jobs`` CPUs.
     """
@@ -118,7 +119,7 @@ def run_pool(
                     for fut in done:
                         deliver(advance, futures[fut], fut.result())  # result() re-raises a worker's error
         except BaseException:
-            stop_pool(executor)  # a stop or an error: the jobs in progress are dropped, not awaited
+            stop_pool(executor)  # a stop or an error: the tasks in progress are dropped, not awaited
             raise
         executor.shutdown(wait=True)
     return cast(list[_R], results)
@@ -147,7 +148,7 @@ def _start_worker() -> None:
 
 
 def stop_pool(executor: ProcessPoolExecutor) -> None:
-    """Shut ``executor`` down now: queued jobs cancelled, workers killed (SIGTERM) and reaped."""
+    """Shut ``executor`` down now: queued tasks cancelled, workers killed (SIGTERM) and reaped."""
     workers = list((getattr(executor, "_processes", None) or {}).values())  # the standard library's pid -> Process
     for process in workers:
         if process.is_alive():
