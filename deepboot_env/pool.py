@@ -1,7 +1,7 @@
 """Running picklable tasks in worker processes or as Ray tasks, with a progress bar: :func:`run_pool`.
 
 The one pool of the project: ``deepboot compare`` runs its (policy, workload, seed) runs through
-it (:mod:`deepboot_harness.compare_workers`), ``deepboot benchmark`` its (policy, family, seed)
+it (:mod:`deepboot_harness.compare_runs`), ``deepboot benchmark`` its (policy, family, seed)
 runs (:mod:`deepboot_harness.benchmark`), ``train_policy.py`` its validation episodes
 (:class:`agents.callbacks.WorkloadEvalCallback`) and its warm start's demonstrations
 (:func:`agents.imitation.collect_demonstrations`). A :class:`Backend` says where the tasks run:

@@ -343,8 +343,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from deepboot_env.ray_pool import RunsFailed
     from deepboot_harness.compare import resolve_reference, write_results
     from deepboot_harness.compare_grid import run_comparison
+    from deepboot_harness.compare_runs import outcome_from_row, outcome_row
     from deepboot_harness.compare_tables import print_summary_table
-    from deepboot_harness.compare_workers import outcome_from_row, outcome_row
     from deepboot_harness.run_log import append_run, open_run_log
 
     check_output_folder(args.out, "--out")

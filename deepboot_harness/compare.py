@@ -17,8 +17,8 @@ Rows are ordered policy, then workload, then seed, whatever order the runs finis
 ``wall_seconds`` the frame is the same for any ``jobs``.
 
 This module holds the entry point and the writing of the outputs (:func:`write_results`, which
-also draws the plots); the grid of runs is in :mod:`deepboot_harness.compare_grid` (workers and
-progress bar in :mod:`deepboot_harness.compare_workers`), the tables in
+also draws the plots); the grid of runs is in :mod:`deepboot_harness.compare_grid` (its runs, their
+pool and progress bar in :mod:`deepboot_harness.compare_runs`), the tables in
 :mod:`deepboot_harness.compare_tables`.
 """
 

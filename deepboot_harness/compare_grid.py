@@ -2,7 +2,7 @@
 
 :func:`expand_workloads` turns workload arguments (splits, directories, CSV paths, shipped names)
 into :class:`WorkloadRef`; :func:`run_comparison` checks the policies, seeds and workloads, runs
-every (policy, workload, seed) through :mod:`deepboot_harness.compare_workers` and gathers a
+every (policy, workload, seed) through :mod:`deepboot_harness.compare_runs` and gathers a
 :class:`Comparison`: one frame row per run (:data:`RUN_COLUMNS`, then the metrics), per-job JCTs
 and the chosen run's timeline (:data:`TIMELINE_COLUMNS`).
 """
@@ -21,7 +21,7 @@ from deepboot_env.pool import LOCAL, Backend
 from deepboot_env.sim.interference import InterferenceModel
 from deepboot_env.sim.metrics import GPU_STATES
 from deepboot_env.sim.simulator import SimConfig
-from deepboot_harness.compare_workers import RunOutcome, RunTask, load_workload_once, run_tasks
+from deepboot_harness.compare_runs import RunOutcome, RunTask, load_workload_once, run_tasks
 from deepboot_harness.dynamics import dynamics_name
 
 RUN_COLUMNS: tuple[str, ...] = ("policy", "workload", "seed", "dynamics", "cluster", "restart", "protect_scale")

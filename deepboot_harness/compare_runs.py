@@ -1,4 +1,4 @@
-"""Running one comparison's runs: tasks, worker processes and the progress bar.
+"""Running one comparison's runs: tasks, their outcomes, the pool they run in.
 
 A :class:`RunTask` is one (policy, workload, seed) of :func:`deepboot_harness.compare_grid.run_comparison`;
 :func:`run_tasks` runs a list of them in this process or in a pool of worker processes and
