@@ -124,7 +124,7 @@ def reference_jct_mean(policy: str, scenario_key: Mapping[str, Any], config: Env
     """``policy``'s mean JCT on the scenario an env's ``episode_scenario`` names (a family's seed,
     or a named workload), under the simulation settings of ``config`` (the scenario's cluster and
     restart model applied): the reference of a training episode's ratio."""
-    from deepboot_env.workloads import load_scenarios
+    from deepboot_env.workload_sources import load_scenarios
     from traces.families import cached_scenario
 
     family = str(scenario_key.get("family") or "")

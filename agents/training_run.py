@@ -169,7 +169,7 @@ def load_workloads(values: Sequence[str], family_split: str = "train") -> list[t
     Raises:
         ConfigError: for a seed count that is not a whole number >= 1.
     """
-    from deepboot_env.workloads import FAMILY_PREFIX, scenario_sampler
+    from deepboot_env.workload_sources import FAMILY_PREFIX, scenario_sampler
     from traces.loaders import expand_workload_sources, load_workload
 
     out: list[tuple[str, Scenario]] = []
@@ -197,7 +197,7 @@ def training_source(values: Sequence[str]) -> Any:
     Raises:
         ConfigError: for a family mixed with other workloads.
     """
-    from deepboot_env.workloads import FAMILY_PREFIX
+    from deepboot_env.workload_sources import FAMILY_PREFIX
 
     families = [v for v in values if v.startswith(FAMILY_PREFIX)]
     if families and len(values) > 1:

@@ -3,7 +3,7 @@
 A package lists a module under the ``deepboot_env.plugins`` entry-point group (its
 ``pyproject.toml``); importing that module registers what the package provides: policy names and
 prefixes (:func:`deepboot_env.policy.register_policy`), the loader of named workloads
-(:func:`deepboot_env.workloads.register_workload_loader`). This is the mechanism Gymnasium uses
+(:func:`deepboot_env.workload_sources.register_workload_loader`). This is the mechanism Gymnasium uses
 for env plugins; it lets the lower layers name no higher module. The built-in plugins are
 ``baselines``, ``agents`` and ``traces``.
 """

@@ -11,7 +11,7 @@ import pytest
 from deepboot_env.env import DeepBootEnv
 from deepboot_env.sim.cluster import ClusterConfig
 from deepboot_env.sim.scenario import Scenario
-from deepboot_env.workloads import scenario_sampler
+from deepboot_env.workload_sources import scenario_sampler
 from deepboot_harness.cli import main
 from traces.families import (
     FAMILIES,

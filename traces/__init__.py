@@ -5,7 +5,7 @@ named workloads and :func:`traces.families.family_sampler` as the resolver of wo
 (the ``deepboot_env.plugins`` entry point makes deepboot_env import it when a name must be resolved).
 """
 
-from deepboot_env.workloads import register_family_resolver, register_workload_loader
+from deepboot_env.workload_sources import register_family_resolver, register_workload_loader
 
 register_workload_loader("traces.loaders:load_workload_source")
 register_family_resolver("traces.families:family_sampler")

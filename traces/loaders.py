@@ -145,7 +145,7 @@ def expand_workload_sources(source: str | Path | Sequence[str | Path]) -> list[s
 
 def load_workload_source(source: str | Path) -> list[Workload]:
     """The workloads one name stands for: a split's shipped workloads, or one workload (a CSV path
-    or a shipped name). The env's default workload loader (:mod:`deepboot_env.workloads`).
+    or a shipped name). The env's default workload loader (:mod:`deepboot_env.workload_sources`).
 
     Raises:
         TraceError: as :func:`load_workload`.

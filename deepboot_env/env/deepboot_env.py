@@ -25,7 +25,13 @@ from deepboot_env.policy import BasePolicy
 from deepboot_env.sim.scenario import Scenario
 from deepboot_env.sim.simulator import Simulator
 from deepboot_env.sim.state import ClusterState
-from deepboot_env.workloads import ScenarioSampler, WorkloadLoader, WorkloadSource, load_scenarios, scenario_sampler
+from deepboot_env.workload_sources import (
+    ScenarioSampler,
+    WorkloadLoader,
+    WorkloadSource,
+    load_scenarios,
+    scenario_sampler,
+)
 
 
 def spaces_for(codec: ActionCodec, outlook: bool = False) -> tuple[spaces.Dict, spaces.MultiDiscrete | spaces.Box]:
@@ -113,17 +119,17 @@ class DeepBootEnv(gym.Env):
     mean JCT on it under ``reference_jct_mean``.
 
     ## Arguments
-    ``workload``: a Workload (or a :class:`~deepboot_env.sim.scenario.Scenario`, which also sets the
-    cluster and restart model), a name (a shipped workload, a split ``train``/``val``/``test``, a CSV
-    path) resolved by ``workload_loader`` (default: the registered one, :mod:`deepboot_env.workloads`),
-    or a list of them; one is drawn per reset with the env's RNG, or chosen by
-    ``reset(options={"workload": ...})``. Or a distribution of worlds: a workload family
-    ``"family:<name>[:<split>]"`` (:mod:`traces.families`; split ``train`` by default) or any
-    :class:`~deepboot_env.workloads.ScenarioSampler`. Each reset then draws a scenario seed of the
-    split with the env's RNG (so ``reset(seed=s)`` gives the same scenario for the same ``s``), or
-    takes ``reset(options={"scenario_seed": k})``, and runs that scenario's workload on its
-    cluster with its restart model (they replace ``cluster`` and ``restart`` of the config; every
-    other setting stays). The scenario is checked against the observation's limits
+    ``workload``: a workload source (:mod:`deepboot_env.workload_sources`): a Workload (or a
+    :class:`~deepboot_env.sim.scenario.Scenario`, which also sets the cluster and restart model), a
+    name (a shipped workload, a split ``train``/``val``/``test``, a CSV path) resolved by
+    ``workload_loader`` (default: the registered one), or a list of them; one is drawn per reset
+    with the env's RNG, or chosen by ``reset(options={"workload": ...})``. Or a distribution of
+    worlds: a workload family ``"family:<name>[:<split>]"`` (:mod:`traces.families`; split
+    ``train`` by default) or any :class:`~deepboot_env.workload_sources.ScenarioSampler`. Each
+    reset then draws a scenario seed of the split with the env's RNG (so ``reset(seed=s)`` gives
+    the same scenario for the same ``s``), or takes ``reset(options={"scenario_seed": k})``, and
+    runs that scenario's workload on its cluster with its restart model (they replace ``cluster``
+    and ``restart`` of the config; every other setting stays). The scenario is checked against the observation's limits
     (:func:`~deepboot_env.env.observation.observation_limits`): the features it would saturate are
     listed in the reset info under ``saturates`` (absent when it fits).
     ``scenario_stream``: with a sampler, the seed of a generator of its own that draws the

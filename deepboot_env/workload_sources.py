@@ -1,8 +1,11 @@
-"""Named workloads for the env: sources, the loader that turns names into workloads, and
-scenario samplers.
+"""Workload sources: what the env's ``workload`` argument and the ``--workload`` flags take, and
+how a source becomes scenarios (the loader of names, the scenario samplers of families).
 
-The env takes :class:`~deepboot_env.sim.workload.Workload` objects, or names (a shipped workload,
-a split such as ``train``, a CSV path) that a *workload loader* resolves. The loader is an argument
+A *workload* is always a :class:`~deepboot_env.sim.workload.Workload`: the training jobs and
+inference requests one episode replays (the glossary: docs/README.md). A *workload source*
+(:data:`WorkloadSource`) is what stands for one or more of them: a workload, a
+:class:`~deepboot_env.sim.scenario.Scenario`, or a name (a shipped workload, a split such as
+``train``, a CSV path) that a *workload loader* resolves. The loader is an argument
 of the env, or the one a plugin registered (:mod:`deepboot_env.plugins`; the ``traces`` package
 registers :func:`traces.loaders.load_workload_source`). deepboot_env itself reads no file.
 
