@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from deepboot_env.sim.workload import InferenceRequestSpec
+from deepboot_env.policy import BasePolicy
+from deepboot_env.sim.workload import InferenceRequestSpec, TrainingJobSpec, Workload
 
 
 def interrupt_when(argv: Sequence[str], ready: Callable[[], bool], timeout: float = 120.0) -> tuple[int, str]:
@@ -51,6 +52,18 @@ def masked_random_action(env, rng):
     return np.array(action)
 
 
+def training_workload(apps: Sequence[str], n: int = 8, gap: float = 40.0) -> Workload:
+    """``n`` training jobs ``j0, j1, ...`` arriving every ``gap`` s, cycling over ``apps``, each
+    asking for 4 GPUs and a total batch of 512 (or its application's largest, if smaller)."""
+    from deepboot_env.sim.apps import get_app
+
+    jobs = tuple(
+        TrainingJobSpec(f"j{i}", float(i * gap), app, num_replicas=4, batch_size=min(512, get_app(app).max_batch_size))
+        for i, app in ((i, apps[i % len(apps)]) for i in range(n))
+    )
+    return Workload(name="tiny", jobs=jobs)
+
+
 def lending_requests(n: int = 12) -> tuple[InferenceRequestSpec, ...]:
     """``n`` 200-s inference requests every 40 s from t = 300 s, cycling over four apps'
     instances: enough load on a 1x4 inference cluster to force reclaims of lent GPUs."""
@@ -61,6 +74,56 @@ def lending_requests(n: int = 12) -> tuple[InferenceRequestSpec, ...]:
         )
         for i in range(n)
     )
+
+
+def lending_workload(apps: Sequence[str]) -> Workload:
+    """Six training jobs of ``apps`` 10 s apart (:func:`training_workload`) and the
+    :func:`lending_requests`: on 1x4+1x4, lent GPUs are reclaimed."""
+    return Workload(name="tiny-mixed", jobs=training_workload(apps, 6, gap=10.0).jobs, requests=lending_requests(12))
+
+
+class RecordingPolicy(BasePolicy):
+    """Wraps ``policy`` (its name, batch rule, reset and reclaim): ``decisions`` holds, per
+    decision, the state, the validated allocation and then ``extra(policy)``."""
+
+    def __init__(self, policy, extra: Callable[[object], tuple] = lambda policy: ()) -> None:
+        self.policy = policy
+        self.name = policy.name
+        self.adaptive_batch = policy.adaptive_batch
+        self.extra = extra
+        self.decisions: list[tuple] = []
+
+    def reset(self, seed: int | None = None) -> None:
+        self.policy.reset(seed)
+
+    def decide(self, state):
+        from deepboot_env.sim.state import validate_allocation
+
+        alloc = self.policy.decide(state)
+        self.decisions.append((state, validate_allocation(state, alloc), *self.extra(self.policy)))
+        return alloc
+
+    def choose_reclaim(self, state, request):
+        return self.policy.choose_reclaim(state, request)
+
+
+def check_within_capacity(state, alloc, lend: bool) -> None:
+    """``alloc`` (validated GPUs per node by job) gives no job more than its ``max_replicas``,
+    fits the training capacity of ``state`` (lent GPUs included if ``lend``), and uses no
+    inference GPU without ``lend``."""
+    import numpy as np
+
+    from deepboot_env.sim.cluster import NODE_INFER
+
+    cap = state.training_capacity(lend=lend)
+    total = np.zeros(state.num_nodes, dtype=np.int64)
+    for job_id, arr in alloc.items():
+        assert arr.min() >= 0
+        assert arr.sum() <= state.job(job_id).max_replicas
+        total += arr
+    assert np.all(total <= cap)
+    if not lend:
+        assert total[state.node_kinds == NODE_INFER].sum() == 0
 
 
 FIT_RTOL = 1e-2

@@ -6,7 +6,14 @@ import json
 
 import numpy as np
 import pytest
-from builders import cluster_state, job_view, lending_requests
+from builders import (
+    RecordingPolicy,
+    check_within_capacity,
+    cluster_state,
+    job_view,
+    lending_workload,
+    training_workload,
+)
 
 from baselines.ats import knapsack
 from baselines.ones import (
@@ -18,59 +25,33 @@ from baselines.ones import (
     remaining_work_estimate,
 )
 from deepboot_env.evaluation import run_episode
-from deepboot_env.policy import BasePolicy, make_policy
+from deepboot_env.policy import make_policy
 from deepboot_env.sim.apps import FAST_RESTART_DELAY_S, FULL_RESTART_DELAY_S, get_app
-from deepboot_env.sim.cluster import NODE_INFER, ClusterConfig
+from deepboot_env.sim.cluster import ClusterConfig
 from deepboot_env.sim.simulator import SimConfig
 from deepboot_env.sim.state import ClusterState, validate_allocation
-from deepboot_env.sim.workload import TrainingJobSpec, Workload
 
 SMALL = {"population": 16, "generations": 8, "patience": 4}
 """Small evolution settings keep the episodes fast."""
 
 
-def _workload(n: int = 8, gap: float = 40.0) -> Workload:
-    apps = ["cifar10", "ncf", "cifar10", "bert", "ncf", "cifar10", "deepspeech2", "yolov3"]
-    jobs = tuple(
-        TrainingJobSpec(f"j{i}", float(i * gap), app, num_replicas=4, batch_size=min(512, get_app(app).max_batch_size))
-        for i, app in ((i, apps[i % len(apps)]) for i in range(n))
-    )
-    return Workload(name="tiny", jobs=jobs)
+APPS = ("cifar10", "ncf", "cifar10", "bert", "ncf", "cifar10", "deepspeech2", "yolov3")
+"""The applications of the tiny workloads, cycled."""
 
 
-class Recording(BasePolicy):
-    """Wraps an ONES policy; keeps every state, validated allocation and chosen candidate."""
+def _chosen(policy: OnesPolicy) -> tuple[OnesProblem | None, np.ndarray | None]:
+    """What an ONES decision chose: its problem and best candidate (None without a problem)."""
+    pop = policy.last_population
+    return policy.last_problem, None if pop is None or policy.last_problem is None else pop[0].copy()
 
-    def __init__(self, policy: OnesPolicy) -> None:
-        self.policy = policy
-        self.name = policy.name
-        self.adaptive_batch = policy.adaptive_batch
-        self.decisions: list[tuple[ClusterState, dict[int, np.ndarray], OnesProblem | None, np.ndarray | None]] = []
 
-    def reset(self, seed: int | None = None) -> None:
-        self.policy.reset(seed)
-
-    def decide(self, state: ClusterState):
-        alloc = self.policy.decide(state)
-        pop = self.policy.last_population
-        best = None if pop is None or self.policy.last_problem is None else pop[0].copy()
-        self.decisions.append((state, validate_allocation(state, alloc), self.policy.last_problem, best))
-        return alloc
-
-    def choose_reclaim(self, state, request):
-        return self.policy.choose_reclaim(state, request)
+def _recording(policy: OnesPolicy) -> RecordingPolicy:
+    """``policy`` recording every state, validated allocation, problem and chosen candidate."""
+    return RecordingPolicy(policy, _chosen)
 
 
 def _check_decision(state, alloc, prob, best, lend: bool) -> None:
-    cap = state.training_capacity(lend=lend)
-    total = np.zeros(state.num_nodes, dtype=np.int64)
-    for job_id, arr in alloc.items():
-        assert arr.min() >= 0
-        assert arr.sum() <= state.job(job_id).max_replicas
-        total += arr
-    assert np.all(total <= cap)
-    if not lend:
-        assert total[state.node_kinds == NODE_INFER].sum() == 0
+    check_within_capacity(state, alloc, lend)
     if prob is None:
         assert not alloc
         return
@@ -90,9 +71,9 @@ def _check_decision(state, alloc, prob, best, lend: bool) -> None:
 
 
 def _episode(policy_kw: dict, cluster: str = "2x4", seed: int = 3, n: int = 8):
-    rec = Recording(OnesPolicy(**policy_kw))
+    rec = _recording(OnesPolicy(**policy_kw))
     cfg = SimConfig(cluster=ClusterConfig.parse(cluster), restart="pollux")
-    metrics = run_episode(rec, _workload(n), cfg, seed=seed)
+    metrics = run_episode(rec, training_workload(APPS, n), cfg, seed=seed)
     return rec, metrics
 
 
@@ -123,7 +104,7 @@ def test_tiny_workload_golden_ish_against_tiresias():
     """ONES completes the tiny trace and beats gang-scheduled Tiresias on it."""
     _, ones = _episode(dict(SMALL))
     tiresias = run_episode(
-        "tiresias", _workload(8), SimConfig(cluster=ClusterConfig.parse("2x4"), restart="pollux"), seed=3
+        "tiresias", training_workload(APPS, 8), SimConfig(cluster=ClusterConfig.parse("2x4"), restart="pollux"), seed=3
     )
     assert ones.train_jobs_done == tiresias.train_jobs_done == 8
     assert ones.train_jct_mean < tiresias.train_jct_mean
@@ -131,12 +112,11 @@ def test_tiny_workload_golden_ish_against_tiresias():
 
 
 def test_lending_episode_with_inference_reclaims_and_stays_valid():
-    train = _workload(6, gap=10.0).jobs
-    workload = Workload(name="tiny-mixed", jobs=train, requests=lending_requests(12))
+    workload = lending_workload(APPS)
     cfg = SimConfig(cluster=ClusterConfig.parse("1x4+1x4"), restart="afe")
     runs = []
     for _ in range(2):
-        rec = Recording(OnesPolicy(lend=True, **SMALL))
+        rec = _recording(OnesPolicy(lend=True, **SMALL))
         runs.append((rec, run_episode(rec, workload, cfg, seed=5)))
     (rec, metrics), (_, again) = runs
     assert metrics.train_jobs_done == 6 and metrics.infer_requests_done == 12
@@ -146,7 +126,7 @@ def test_lending_episode_with_inference_reclaims_and_stays_valid():
     )
     for state, alloc, prob, best in rec.decisions:
         _check_decision(state, alloc, prob, best, lend=True)
-    plain = Recording(OnesPolicy(lend=False, **SMALL))
+    plain = _recording(OnesPolicy(lend=False, **SMALL))
     assert run_episode(plain, workload, cfg, seed=5).lent_gpu_seconds == 0
     for state, alloc, prob, best in plain.decisions:
         _check_decision(state, alloc, prob, best, lend=False)

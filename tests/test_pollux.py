@@ -6,7 +6,14 @@ import json
 
 import numpy as np
 import pytest
-from builders import cluster_state, job_view, lending_requests
+from builders import (
+    RecordingPolicy,
+    check_within_capacity,
+    cluster_state,
+    job_view,
+    lending_workload,
+    training_workload,
+)
 
 from baselines.pollux import PolluxPolicy
 from baselines.pollux_ga import (
@@ -17,68 +24,32 @@ from baselines.pollux_ga import (
     restart_factor,
 )
 from deepboot_env.evaluation import run_episode
-from deepboot_env.policy import BasePolicy, make_policy
-from deepboot_env.sim.apps import get_app
-from deepboot_env.sim.cluster import NODE_INFER, ClusterConfig
+from deepboot_env.policy import make_policy
+from deepboot_env.sim.cluster import ClusterConfig
 from deepboot_env.sim.simulator import SimConfig, Simulator
 from deepboot_env.sim.state import ClusterState, validate_allocation
-from deepboot_env.sim.workload import TrainingJobSpec, Workload
 
 SMALL = {"population": 16, "generations": 6}
 """Small GA settings keep the episodes fast."""
 
 
-def _workload(n: int = 8, gap: float = 40.0) -> Workload:
-    apps = ["cifar10", "ncf", "cifar10", "bert", "ncf", "cifar10", "deepspeech2", "ncf"]
-    jobs = tuple(
-        TrainingJobSpec(f"j{i}", float(i * gap), app, num_replicas=4, batch_size=min(512, get_app(app).max_batch_size))
-        for i, app in ((i, apps[i % len(apps)]) for i in range(n))
-    )
-    return Workload(name="tiny", jobs=jobs)
-
-
-class Recording(BasePolicy):
-    """Wraps a policy and checks every allocation it makes."""
-
-    def __init__(self, policy: PolluxPolicy) -> None:
-        self.policy = policy
-        self.name = policy.name
-        self.adaptive_batch = policy.adaptive_batch
-        self.decisions: list[tuple[ClusterState, dict[int, np.ndarray]]] = []
-
-    def reset(self, seed: int | None = None) -> None:
-        self.policy.reset(seed)
-
-    def decide(self, state: ClusterState):
-        alloc = self.policy.decide(state)
-        self.decisions.append((state, validate_allocation(state, alloc)))
-        return alloc
-
-    def choose_reclaim(self, state, request):
-        return self.policy.choose_reclaim(state, request)
+APPS = ("cifar10", "ncf", "cifar10", "bert", "ncf", "cifar10", "deepspeech2", "ncf")
+"""The applications of the tiny workloads, cycled."""
 
 
 def _check_constraints(state: ClusterState, alloc: dict[int, np.ndarray], lend: bool) -> None:
-    cap = state.training_capacity(lend=lend)
-    total = np.zeros(state.num_nodes, dtype=np.int64)
+    check_within_capacity(state, alloc, lend)
     distributed_per_node = np.zeros(state.num_nodes, dtype=np.int64)
-    for job_id, arr in alloc.items():
-        job = state.job(job_id)
-        assert arr.min() >= 0
-        assert arr.sum() <= job.max_replicas
-        total += arr
+    for arr in alloc.values():
         if np.count_nonzero(arr) > 1:
             distributed_per_node += arr > 0
-    assert np.all(total <= cap)
     assert np.all(distributed_per_node <= 1), "two distributed jobs share a node"
-    if not lend:
-        assert total[state.node_kinds == NODE_INFER].sum() == 0
 
 
 def _episode(policy_kw: dict, cluster: str = "2x4", seed: int = 3, n: int = 8):
-    rec = Recording(PolluxPolicy(**policy_kw))
+    rec = RecordingPolicy(PolluxPolicy(**policy_kw))
     cfg = SimConfig(cluster=ClusterConfig.parse(cluster), restart="pollux")
-    metrics = run_episode(rec, _workload(n), cfg, seed=seed)
+    metrics = run_episode(rec, training_workload(APPS, n), cfg, seed=seed)
     return rec, metrics
 
 
@@ -103,12 +74,11 @@ def test_same_seed_same_episode_and_valid_allocations():
 
 
 def test_lending_episode_with_inference_reclaims_and_stays_valid():
-    train = _workload(6, gap=10.0).jobs
-    workload = Workload(name="tiny-mixed", jobs=train, requests=lending_requests(12))
+    workload = lending_workload(APPS)
     cfg = SimConfig(cluster=ClusterConfig.parse("1x4+1x4"), restart="afe")
     runs = []
     for _ in range(2):
-        rec = Recording(PolluxPolicy(lend=True, **SMALL))
+        rec = RecordingPolicy(PolluxPolicy(lend=True, **SMALL))
         runs.append((rec, run_episode(rec, workload, cfg, seed=5)))
     (rec, metrics), (_, again) = runs
     assert metrics.train_jobs_done == 6 and metrics.infer_requests_done == 12
@@ -122,7 +92,9 @@ def test_lending_episode_with_inference_reclaims_and_stays_valid():
 
 def test_decide_is_reproducible_after_reset():
     pol = PolluxPolicy(**SMALL)
-    sim = Simulator(_workload(6, gap=0.0), SimConfig(cluster=ClusterConfig.parse("2x4"), restart="pollux"), pol)
+    sim = Simulator(
+        training_workload(APPS, 6, gap=0.0), SimConfig(cluster=ClusterConfig.parse("2x4"), restart="pollux"), pol
+    )
     state = sim.observe()
     pol.reset(11)
     first = pol.decide(state).gpus
