@@ -1,9 +1,11 @@
 """Switching between expert policies by looking ahead on a forked simulator: what ``oracle-lookahead``
 (clairvoyant, docs/policies.md §15) and ``mpc`` (its deployable counterpart, §16) share.
 
-:class:`LookaheadSwitcher` runs the switching: every ``every`` boundaries, at a *choice point*, each
-candidate expert is played for ``horizon_s`` on a fork of a *lookahead root*, a simulator that
-continues from the current state, and the policy follows the candidate whose future scores lowest.
+:class:`LookaheadSwitcher` runs the switching, told how by one :class:`LookaheadSettings`
+(candidates, ``every``, ``horizon_s``, ``infer_weight``; both subclasses take it): every ``every``
+boundaries, at a *choice point*, each candidate expert is played for ``horizon_s`` on a fork of a
+*lookahead root*, a simulator that continues from the current state, and the policy follows the
+candidate whose future scores lowest.
 What the root contains is the one difference between its subclasses: the true future
 (``oracle-lookahead``: the simulator itself) or a forecast of it (``mpc``: a fork whose future
 arrivals are replaced, :meth:`Simulator.forget_future
@@ -57,8 +59,10 @@ __all__ = [
     "DEFAULT_CANDIDATES",
     "DEFAULT_EVERY",
     "DEFAULT_HORIZON_S",
+    "DEFAULT_SETTINGS",
     "Candidate",
     "Choice",
+    "LookaheadSettings",
     "LookaheadSwitcher",
     "SpreadAtsPolicy",
     "candidate",
@@ -127,6 +131,50 @@ def candidate(name: str) -> Candidate:
     return Candidate(name, lambda: make_policy(name))
 
 
+def is_real(value: object) -> bool:
+    """Whether ``value`` is a real number (a bool is not)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class LookaheadSettings:
+    """How a switcher looks ahead: the settings ``oracle-lookahead`` and ``mpc`` share.
+
+    Attributes:
+        candidates: labels of :data:`CANDIDATES` or registered policy names, in tie-breaking order
+            (checked against the registry when a switcher is built).
+        every: boundaries between two choice points (>= 1).
+        horizon_s: simulated seconds each candidate is played ahead (> 0).
+        infer_weight: weight of the inference waiting seconds in the score (>= 0).
+
+    Raises:
+        ValueError: for a setting out of its range, or no candidate.
+    """
+
+    candidates: tuple[str, ...] = DEFAULT_CANDIDATES
+    every: int = DEFAULT_EVERY
+    horizon_s: float = DEFAULT_HORIZON_S
+    infer_weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        candidates, every, horizon_s, infer_weight = self.candidates, self.every, self.horizon_s, self.infer_weight
+        if isinstance(candidates, str) or not candidates:
+            raise ValueError("a lookahead needs at least one candidate (a sequence of policy names)")
+        if not (isinstance(every, int) and not isinstance(every, bool) and every >= 1):
+            raise ValueError(f"every must be an integer >= 1, got {every!r}")
+        if not (is_real(horizon_s) and math.isfinite(horizon_s) and horizon_s > 0):
+            raise ValueError(f"horizon_s must be a finite number > 0, got {horizon_s!r}")
+        if not (is_real(infer_weight) and infer_weight >= 0):
+            raise ValueError(f"infer_weight must be a number >= 0, got {infer_weight!r}")
+        object.__setattr__(self, "candidates", tuple(candidates))
+        object.__setattr__(self, "horizon_s", float(horizon_s))
+        object.__setattr__(self, "infer_weight", float(infer_weight))
+
+
+DEFAULT_SETTINGS = LookaheadSettings()
+"""Every default: all known candidates, a choice point every 5 boundaries, 30 minutes ahead."""
+
+
 @dataclass(frozen=True)
 class Choice:
     """One choice point: what each candidate's future scored and which one was followed.
@@ -148,37 +196,22 @@ class LookaheadSwitcher(BasePolicy):
     is; this class alone has no root.
 
     Args:
-        candidates: labels of :data:`CANDIDATES` or registered policy names, in tie-breaking order.
-        every: boundaries between two choice points (>= 1).
-        horizon_s: simulated seconds each candidate is played ahead (> 0).
-        infer_weight: weight of the inference waiting seconds in the score (>= 0).
+        settings: the candidates, the choice points, the horizon and the score's weight.
 
     Attributes:
+        candidates: the candidates of ``settings``, resolved (:func:`candidate`).
         choices: every choice point of the episode so far, in order.
+
+    Raises:
+        ValueError: for a candidate that is neither known nor registered.
     """
 
     name = "lookahead"
     adaptive_batch = True
 
-    def __init__(
-        self,
-        candidates: Sequence[str] = DEFAULT_CANDIDATES,
-        every: int = DEFAULT_EVERY,
-        horizon_s: float = DEFAULT_HORIZON_S,
-        infer_weight: float = 1.0,
-    ) -> None:
-        if isinstance(candidates, str) or not candidates:
-            raise ValueError(f"{self.name} needs at least one candidate (a sequence of policy names)")
-        if not (isinstance(every, int) and not isinstance(every, bool) and every >= 1):
-            raise ValueError(f"every must be an integer >= 1, got {every!r}")
-        if not (is_real(horizon_s) and math.isfinite(horizon_s) and horizon_s > 0):
-            raise ValueError(f"horizon_s must be a finite number > 0, got {horizon_s!r}")
-        if not (is_real(infer_weight) and infer_weight >= 0):
-            raise ValueError(f"infer_weight must be a number >= 0, got {infer_weight!r}")
-        self.candidates: tuple[Candidate, ...] = tuple(candidate(name) for name in candidates)
-        self.every = every
-        self.horizon_s = float(horizon_s)
-        self.infer_weight = float(infer_weight)
+    def __init__(self, settings: LookaheadSettings = DEFAULT_SETTINGS) -> None:
+        self.settings = settings
+        self.candidates: tuple[Candidate, ...] = tuple(candidate(name) for name in settings.candidates)
         self.reset(None)
 
     # ------------------------------------------------------------------ episode
@@ -222,7 +255,7 @@ class LookaheadSwitcher(BasePolicy):
                 current state of the simulator it is bound to.
         """
         sim = self._bound_simulator(state)
-        if self._decisions % self.every == 0:
+        if self._decisions % self.settings.every == 0:
             choice = self.evaluate(sim)
             self.choices.append(choice)
             self._following = choice.chosen
@@ -255,7 +288,7 @@ class LookaheadSwitcher(BasePolicy):
         changed: each candidate plays on a fork of :meth:`lookahead_root`, with a copy of its live
         instance)."""
         t0, waited = sim.now, sim.waiting_seconds
-        end = t0 + self.horizon_s
+        end = t0 + self.settings.horizon_s
         root = self.lookahead_root(sim)
         scores = []
         for live in self._live:
@@ -269,7 +302,7 @@ class LookaheadSwitcher(BasePolicy):
                     twin.advance()
             finally:
                 self._playing = None
-            score = twin.job_seconds(t0, end) + self.infer_weight * (twin.waiting_seconds - waited)
+            score = twin.job_seconds(t0, end) + self.settings.infer_weight * (twin.waiting_seconds - waited)
             score += self.terminal_score(twin)
             scores.append(score)
         best = min(range(len(scores)), key=scores.__getitem__)  # the first of equals
@@ -294,8 +327,3 @@ class LookaheadSwitcher(BasePolicy):
                 "is bound to (it forks that simulator to look ahead)"
             )
         return sim
-
-
-def is_real(value: object) -> bool:
-    """Whether ``value`` is a real number (a bool is not)."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from baselines.lookahead import DEFAULT_CANDIDATES, DEFAULT_EVERY, DEFAULT_HORIZON_S, LookaheadSwitcher, is_real
+from baselines.lookahead import DEFAULT_SETTINGS, LookaheadSettings, LookaheadSwitcher, is_real
 from deepboot_env.forecast import PeriodicForecaster
 from deepboot_env.policy import BasePolicy
 from deepboot_env.sim.simulator import Simulator
@@ -128,11 +128,8 @@ class MpcPolicy(LookaheadSwitcher):
     simulated *forecast* future scores best (see the module docstring).
 
     Args:
-        candidates: labels of :data:`~baselines.lookahead.CANDIDATES` or registered policy names
-            that decide from the state alone, in tie-breaking order.
-        every: boundaries between two choice points (>= 1).
-        horizon_s: simulated seconds each candidate is played ahead (> 0).
-        infer_weight: weight of the inference waiting seconds in the score (>= 0).
+        settings: the lookahead's candidates (each must decide from the state alone), choice
+            points, horizon and score weight (:class:`~baselines.lookahead.LookaheadSettings`).
         bin_s: seconds per bin of the arrival history the forecast is fitted on (> 0).
 
     Attributes:
@@ -143,16 +140,9 @@ class MpcPolicy(LookaheadSwitcher):
 
     name = "mpc"
 
-    def __init__(
-        self,
-        candidates: Sequence[str] = DEFAULT_CANDIDATES,
-        every: int = DEFAULT_EVERY,
-        horizon_s: float = DEFAULT_HORIZON_S,
-        infer_weight: float = 1.0,
-        bin_s: float = DEFAULT_BIN_S,
-    ) -> None:
+    def __init__(self, settings: LookaheadSettings = DEFAULT_SETTINGS, bin_s: float = DEFAULT_BIN_S) -> None:
         self.forecast = ArrivalForecast(bin_s)
-        super().__init__(candidates, every, horizon_s, infer_weight)
+        super().__init__(settings)
         for cand, live in zip(self.candidates, self._live, strict=True):
             if type(live).bind_simulator is not BasePolicy.bind_simulator:
                 raise ValueError(
@@ -183,5 +173,5 @@ class MpcPolicy(LookaheadSwitcher):
         self.forecast.observe(requests, arrived, now)
         seed = 0 if self._seed is None else int(self._seed)
         rng = np.random.default_rng([seed % (1 << 63), int(round(now * 1000.0))])
-        end = min(now + self.horizon_s, sim.config.max_time)
+        end = min(now + self.settings.horizon_s, sim.config.max_time)
         return self.forecast.synthesize(requests, arrived, now, end, sim.config.interval, rng)

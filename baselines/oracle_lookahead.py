@@ -72,8 +72,10 @@ from baselines.lookahead import (
     DEFAULT_CANDIDATES,
     DEFAULT_EVERY,
     DEFAULT_HORIZON_S,
+    DEFAULT_SETTINGS,
     Candidate,
     Choice,
+    LookaheadSettings,
     LookaheadSwitcher,
     SpreadAtsPolicy,
     candidate,
@@ -95,6 +97,7 @@ __all__ = [
     "DEFAULT_HORIZON_S",
     "Candidate",
     "Choice",
+    "LookaheadSettings",
     "OracleLookaheadPolicy",
     "SpreadAtsPolicy",
     "candidate",
@@ -106,10 +109,8 @@ class OracleLookaheadPolicy(LookaheadSwitcher):
     simulated true future scores best (see the module docstring). Not a deployable policy.
 
     Args:
-        candidates: labels of :data:`CANDIDATES` or registered policy names, in tie-breaking order.
-        every: boundaries between two choice points (>= 1).
-        horizon_s: simulated seconds each candidate is played ahead (> 0).
-        infer_weight: weight of the inference waiting seconds in the score (>= 0).
+        settings: the lookahead's candidates, choice points, horizon and score weight
+            (:class:`~baselines.lookahead.LookaheadSettings`).
         terminal_weight: weight of the remaining-time term at the end of the horizon (>= 0).
         hindsight: play the best in hindsight of the lookahead switching and of every candidate
             alone, each simulated to the end of the episode first (the default); False: the
@@ -125,19 +126,13 @@ class OracleLookaheadPolicy(LookaheadSwitcher):
     name = "oracle-lookahead"
 
     def __init__(
-        self,
-        candidates: Sequence[str] = DEFAULT_CANDIDATES,
-        every: int = DEFAULT_EVERY,
-        horizon_s: float = DEFAULT_HORIZON_S,
-        infer_weight: float = 1.0,
-        terminal_weight: float = 0.0,
-        hindsight: bool = True,
+        self, settings: LookaheadSettings = DEFAULT_SETTINGS, terminal_weight: float = 0.0, hindsight: bool = True
     ) -> None:
         if not terminal_weight >= 0:
             raise ValueError(f"terminal_weight must be >= 0, got {terminal_weight!r}")
         self.terminal_weight = float(terminal_weight)
         self.hindsight = bool(hindsight)
-        super().__init__(candidates, every, horizon_s, infer_weight)
+        super().__init__(settings)
         custom = [c.label for c, p in zip(self.candidates, self._live, strict=True) if _custom_reclaim(p)]
         if self.hindsight and custom:
             raise ValueError(
@@ -172,14 +167,7 @@ class OracleLookaheadPolicy(LookaheadSwitcher):
 
     def _plan_in_hindsight(self, sim: Simulator) -> None:
         """ORACLE: play each plan on a fork of ``sim`` to the end; keep the best's recording."""
-        switching = OracleLookaheadPolicy(
-            [c.label for c in self.candidates],
-            self.every,
-            self.horizon_s,
-            self.infer_weight,
-            self.terminal_weight,
-            hindsight=False,
-        )
+        switching = OracleLookaheadPolicy(self.settings, self.terminal_weight, hindsight=False)
         players: list[Policy] = [switching]
         for cand in self.candidates:
             alone = cand.build()

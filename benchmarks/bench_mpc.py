@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from baselines.lookahead import DEFAULT_CANDIDATES, DEFAULT_EVERY, DEFAULT_HORIZON_S
+from baselines.lookahead import DEFAULT_CANDIDATES, DEFAULT_EVERY, DEFAULT_HORIZON_S, LookaheadSettings
 from baselines.mpc import MpcPolicy
 from baselines.oracle_lookahead import OracleLookaheadPolicy
 from deepboot_env.argparsing import ArgumentParser
@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         f"mpc: every {args.every} boundaries, horizon {args.horizon:g} s, candidates {', '.join(args.candidates)}, "
         f"infer_weight {args.infer_weight:g}; dynamics v1, policy seed {args.policy_seed}"
     )
+    settings = LookaheadSettings(tuple(args.candidates), args.every, args.horizon, args.infer_weight)
     ratios: dict[str, list[float]] = collections.defaultdict(list)
     cpus: dict[str, list[float]] = collections.defaultdict(list)
     for family in args.families:
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                 metrics, cpu = timed(make_policy(baseline), scenario, args.policy_seed)
                 print(row(baseline, metrics, cpu), flush=True)
                 results[baseline], cpus[baseline] = metrics, [*cpus[baseline], cpu]
-            mpc = MpcPolicy(args.candidates, args.every, args.horizon, args.infer_weight)
+            mpc = MpcPolicy(settings)
             metrics, cpu = timed(mpc, scenario, args.policy_seed)
             results["mpc"], cpus["mpc"] = metrics, [*cpus["mpc"], cpu]
             reference = results.get("ats")
@@ -96,9 +97,7 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
             if args.oracle:
-                oracle = OracleLookaheadPolicy(
-                    args.candidates, args.every, args.horizon, args.infer_weight, hindsight=False
-                )
+                oracle = OracleLookaheadPolicy(settings, hindsight=False)
                 metrics, cpu = timed(oracle, scenario, args.policy_seed)
                 results["oracle"], cpus["oracle"] = metrics, [*cpus["oracle"], cpu]
                 print(row("oracle", metrics, cpu, "  (CLAIRVOYANT: the same switching on the true future)"), flush=True)

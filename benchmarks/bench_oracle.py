@@ -18,7 +18,13 @@ from __future__ import annotations
 import collections
 import time
 
-from baselines.oracle_lookahead import DEFAULT_CANDIDATES, DEFAULT_EVERY, DEFAULT_HORIZON_S, OracleLookaheadPolicy
+from baselines.oracle_lookahead import (
+    DEFAULT_CANDIDATES,
+    DEFAULT_EVERY,
+    DEFAULT_HORIZON_S,
+    LookaheadSettings,
+    OracleLookaheadPolicy,
+)
 from deepboot_env.argparsing import ArgumentParser
 from deepboot_env.config import sim_config
 from deepboot_env.evaluation import run_episode
@@ -61,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         f"candidates {', '.join(args.candidates)}, infer_weight {args.infer_weight:g}, "
         f"terminal_weight {args.terminal_weight:g}; dynamics {args.dynamics}, seed {args.seed}"
     )
+    settings = LookaheadSettings(tuple(args.candidates), args.every, args.horizon, args.infer_weight)
     for name in args.workload:
         print(f"{name}:")
         reference: float | None = None
@@ -69,13 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             print(row(baseline, metrics, cpu))
             if baseline == "ats":
                 reference = metrics.train_jct_mean
-        oracle = OracleLookaheadPolicy(
-            candidates=args.candidates,
-            every=args.every,
-            horizon_s=args.horizon,
-            infer_weight=args.infer_weight,
-            terminal_weight=args.terminal_weight,
-        )
+        oracle = OracleLookaheadPolicy(settings, terminal_weight=args.terminal_weight)
         metrics, cpu = timed(oracle, name, args.dynamics, args.seed)
         gain = "" if reference is None else f"  ({metrics.train_jct_mean / reference - 1:+.1%} vs ats)"
         print(row("oracle-lookahead", metrics, cpu, gain))

@@ -153,6 +153,25 @@ def assert_same_calibration(computed: dict, shipped: dict, apps_dir) -> None:
         np.testing.assert_allclose(times[0], times[1], rtol=FIT_RTOL, err_msg=name)
 
 
+def fast_lookahead(**changes):
+    """Cheap :class:`~baselines.lookahead.LookaheadSettings` for tests: three candidates (one
+    stateful), ten minutes ahead, a choice point every 3 boundaries; ``changes`` replace some."""
+    from baselines.lookahead import LookaheadSettings
+
+    return LookaheadSettings(
+        **{"candidates": ("ats", "ones-lend", "ats-nolend"), "horizon_s": 600.0, "every": 3, **changes}
+    )
+
+
+def episode_json(policy, workload, config, seed: int = 0) -> str:
+    """The deterministic metrics of ``policy``'s episode on ``workload`` as one comparable text."""
+    import json
+
+    from deepboot_env.evaluation import run_episode
+
+    return json.dumps(run_episode(policy, workload, config, seed).deterministic_dict(), sort_keys=True)
+
+
 def job_view(
     job_id: int,
     app: str,

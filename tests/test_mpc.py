@@ -14,8 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from builders import drive, episode_json, fast_lookahead
 
-from baselines.lookahead import DEFAULT_CANDIDATES
+from baselines.lookahead import DEFAULT_CANDIDATES, LookaheadSettings
 from baselines.mpc import ArrivalForecast, MpcPolicy
 from baselines.oracle_lookahead import OracleLookaheadPolicy
 from deepboot_env.config import sim_config
@@ -26,7 +27,7 @@ from deepboot_env.sim.workload import InferenceRequestSpec, Workload
 from traces.generate import generate_workload
 
 CONFIG = sim_config(dynamics="v1")
-FAST = {"candidates": ("ats", "ones-lend", "ats-nolend"), "horizon_s": 600.0, "every": 3}
+FAST = fast_lookahead()
 """A cheap mpc for most tests: three candidates (one stateful), ten minutes ahead."""
 T_CUT = 13_000.0
 """In the test workload: three jobs arrive before, seven after (the fourth at 14,305 s); inference
@@ -39,7 +40,7 @@ def workload() -> Workload:
 
 
 def _metrics(policy: object, workload: Workload, seed: int = 0) -> str:
-    return json.dumps(run_episode(policy, workload, CONFIG, seed).deterministic_dict(), sort_keys=True)  # type: ignore[arg-type]
+    return episode_json(policy, workload, CONFIG, seed)
 
 
 def _cut(workload: Workload, t: float) -> Workload:
@@ -72,15 +73,15 @@ def test_decisions_before_t_do_not_depend_on_what_arrives_after_t(workload: Work
     an mpc that would play the true future requests (no future jobs), differ: the test sees leaks."""
     cut = _cut(workload, T_CUT)
     assert len(cut.jobs) < len(workload.jobs) and len(cut.requests) < len(workload.requests)
-    settings = {**FAST, "horizon_s": 1800.0, "every": 5}
-    full, short = (_decisions_before(MpcPolicy(**settings), wl, T_CUT) for wl in (workload, cut))
+    settings = fast_lookahead(horizon_s=1800.0, every=5)
+    full, short = (_decisions_before(MpcPolicy(settings), wl, T_CUT) for wl in (workload, cut))
     assert len(full[0]) > 10 and len(full[1]) > 3
     assert full == short
     full, short = (
-        _decisions_before(OracleLookaheadPolicy(**settings, hindsight=False), wl, T_CUT) for wl in (workload, cut)
+        _decisions_before(OracleLookaheadPolicy(settings, hindsight=False), wl, T_CUT) for wl in (workload, cut)
     )
     assert full[1] != short[1]
-    full, short = (_decisions_before(_LeakyMpc(**settings), wl, T_CUT) for wl in (workload, cut))
+    full, short = (_decisions_before(_LeakyMpc(settings), wl, T_CUT) for wl in (workload, cut))
     assert full[1] != short[1]
 
 
@@ -94,13 +95,10 @@ class _LeakyMpc(MpcPolicy):
 
 
 def test_the_lookahead_root_holds_the_past_and_a_forecast_only(workload: Workload) -> None:
-    mpc = MpcPolicy(**FAST)
+    mpc = MpcPolicy(FAST)
     mpc.reset(3)
     sim = Simulator(workload, CONFIG, mpc)
-    for _ in range(40):
-        state = sim.observe()
-        sim.apply(mpc.decide(state), state)
-        sim.advance()
+    drive(sim, mpc, 40)
     arrived, admitted = sim.requests_arrived, len([j for j in workload.jobs if j.arrival <= sim.now])
     assert 0 < arrived < len(workload.requests) and admitted < len(workload.jobs)
     marks = (sim.now, sim.num_events, len(sim.timeline), sim.waiting_seconds, len(sim.jobs), len(sim.requests))
@@ -112,7 +110,7 @@ def test_the_lookahead_root_holds_the_past_and_a_forecast_only(workload: Workloa
     assert future and len(future) == mpc.drawn[-1]
     true_future = {(r.name, r.arrival) for r in workload.requests[arrived:]}
     assert all(r.name.startswith("forecast-") and (r.name, r.arrival) not in true_future for r in future)
-    assert all(sim.now <= r.arrival < sim.now + mpc.horizon_s for r in future)
+    assert all(sim.now <= r.arrival < sim.now + mpc.settings.horizon_s for r in future)
     seen = {(r.instance, r.app, r.duration) for r in workload.requests[:arrived]}
     assert all((r.instance, r.app, r.duration) in seen for r in future)  # resampled from the past
 
@@ -138,7 +136,7 @@ def test_deterministic_under_a_seed(workload: Workload) -> None:
     runs = []
     short = _cut(workload, T_CUT)
     for seed in (4, 4, 5):
-        mpc = MpcPolicy(**FAST)
+        mpc = MpcPolicy(FAST)
         metrics = _metrics(mpc, short, seed)
         runs.append((metrics, [(c.time, c.scores, c.chosen) for c in mpc.choices], mpc.drawn))
     assert runs[0] == runs[1]
@@ -147,11 +145,12 @@ def test_deterministic_under_a_seed(workload: Workload) -> None:
 
 @pytest.mark.parametrize("name", ["ats", "ones-lend"])
 def test_one_candidate_is_followed_exactly(workload: Workload, name: str) -> None:
-    assert _metrics(MpcPolicy(candidates=(name,), horizon_s=300.0, every=2), workload, 5) == _metrics(name, workload, 5)
+    settings = LookaheadSettings(candidates=(name,), horizon_s=300.0, every=2)
+    assert _metrics(MpcPolicy(settings), workload, 5) == _metrics(name, workload, 5)
 
 
 def test_registered_and_runs_through_run_episode(workload: Workload) -> None:
-    policy = make_policy("mpc", horizon_s=600.0)
+    policy = make_policy("mpc", settings=LookaheadSettings(horizon_s=600.0))
     assert isinstance(policy, MpcPolicy) and policy.name == "mpc"
     assert [c.label for c in policy.candidates] == list(DEFAULT_CANDIDATES)
     metrics = run_episode(policy, workload, CONFIG, seed=1)
@@ -167,15 +166,20 @@ def test_bad_settings_are_refused() -> None:
         ({"horizon_s": 0.0}, "horizon_s must be a finite number > 0"),
         ({"horizon_s": float("inf")}, "horizon_s must be a finite number > 0"),
         ({"infer_weight": -1.0}, "infer_weight must be a number >= 0"),
-        ({"bin_s": 0.0}, "bin_s must be a finite number > 0"),
-        ({"bin_s": "600"}, "bin_s must be a finite number > 0"),
         ({"candidates": ()}, "at least one candidate"),
         ({"candidates": "ats"}, "at least one candidate"),
-        ({"candidates": ("no-such-policy",)}, "unknown policy"),
-        ({"candidates": ("ats", "oracle-lookahead")}, "looks into the simulator"),
     ):
         with pytest.raises(ValueError, match=message):
-            MpcPolicy(**kwargs)  # type: ignore[arg-type]
+            LookaheadSettings(**kwargs)  # type: ignore[arg-type]
+    for bin_s in (0.0, "600"):
+        with pytest.raises(ValueError, match="bin_s must be a finite number > 0"):
+            MpcPolicy(bin_s=bin_s)  # type: ignore[arg-type]
+    for candidates, message in (
+        (("no-such-policy",), "unknown policy"),
+        (("ats", "oracle-lookahead"), "looks into the simulator"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            MpcPolicy(LookaheadSettings(candidates=candidates))
 
 
 def test_simulate_cli_runs_it(workload: Workload, tmp_path: Path) -> None:

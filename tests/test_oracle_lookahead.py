@@ -13,8 +13,9 @@ import json
 from pathlib import Path
 
 import pytest
+from builders import drive, episode_json, fast_lookahead
 
-from baselines.oracle_lookahead import DEFAULT_CANDIDATES, OracleLookaheadPolicy
+from baselines.oracle_lookahead import DEFAULT_CANDIDATES, LookaheadSettings, OracleLookaheadPolicy
 from deepboot_env.config import sim_config
 from deepboot_env.evaluation import run_episode
 from deepboot_env.policy import make_policy
@@ -23,7 +24,7 @@ from deepboot_env.sim.workload import Workload
 from traces.generate import generate_workload
 
 CONFIG = sim_config(dynamics="v1")
-FAST = {"candidates": ("ats", "ones-lend", "ats-nolend"), "horizon_s": 600.0, "every": 3}
+FAST = fast_lookahead()
 """A cheap oracle for most tests: three candidates (one stateful), ten minutes ahead."""
 
 
@@ -33,7 +34,7 @@ def workload() -> Workload:
 
 
 def _metrics(policy: object, workload: Workload, seed: int = 0) -> str:
-    return json.dumps(run_episode(policy, workload, CONFIG, seed).deterministic_dict(), sort_keys=True)  # type: ignore[arg-type]
+    return episode_json(policy, workload, CONFIG, seed)
 
 
 def test_registered_and_runs_through_run_episode(workload: Workload) -> None:
@@ -46,14 +47,14 @@ def test_registered_and_runs_through_run_episode(workload: Workload) -> None:
 
 
 def test_deterministic(workload: Workload) -> None:
-    assert _metrics(OracleLookaheadPolicy(**FAST), workload, 4) == _metrics(OracleLookaheadPolicy(**FAST), workload, 4)
+    assert _metrics(OracleLookaheadPolicy(FAST), workload, 4) == _metrics(OracleLookaheadPolicy(FAST), workload, 4)
 
 
 @pytest.mark.parametrize("name", ["ats", "ones-lend"])
 def test_one_candidate_is_followed_exactly(workload: Workload, name: str) -> None:
     """With one candidate the oracle is that candidate: its live instance decides on the real states
     (ones-lend's population and RNG too, reset with the episode's seed)."""
-    oracle = OracleLookaheadPolicy(candidates=(name,), horizon_s=300.0, every=2)
+    oracle = OracleLookaheadPolicy(LookaheadSettings(candidates=(name,), horizon_s=300.0, every=2))
     assert _metrics(oracle, workload, 5) == _metrics(name, workload, 5)
 
 
@@ -62,9 +63,7 @@ def test_the_chosen_candidate_scored_lowest_and_scores_are_what_happens(workload
     choice point at every horizon end, the score of the followed candidate is exactly the
     job-seconds plus waiting seconds the real episode then spends over the horizon."""
     interval = CONFIG.interval
-    oracle = OracleLookaheadPolicy(
-        candidates=("ats", "ones-lend", "ats-nolend"), horizon_s=5 * interval, every=5, hindsight=False
-    )
+    oracle = OracleLookaheadPolicy(fast_lookahead(horizon_s=5 * interval, every=5), hindsight=False)
     oracle.reset(2)
     sim = Simulator(workload, CONFIG, oracle)
     waited: dict[float, float] = {}
@@ -78,7 +77,7 @@ def test_the_chosen_candidate_scored_lowest_and_scores_are_what_happens(workload
     for choice in oracle.choices:
         low = min(choice.scores)
         assert choice.scores[choice.chosen] == low and choice.scores.index(low) == choice.chosen
-        end = choice.time + oracle.horizon_s
+        end = choice.time + oracle.settings.horizon_s
         if end in waited:  # the real episode reached the end of this horizon at a boundary
             real = sim.job_seconds(choice.time, end) + (waited[end] - waited[choice.time])
             assert choice.scores[choice.chosen] == real
@@ -92,25 +91,22 @@ def test_in_hindsight_it_plays_the_best_plan_so_never_loses_to_a_candidate(workl
     simulated to the end first; the episode then replays the best: its mean JCT is the lowest plan
     score, each candidate's score is that candidate's own episode, the switching's is the
     hindsight=False oracle's."""
-    oracle = OracleLookaheadPolicy(**FAST)
+    oracle = OracleLookaheadPolicy(FAST)
     metrics = run_episode(oracle, workload, CONFIG, seed=3)
-    assert oracle.plan_labels == ("lookahead", *FAST["candidates"])
+    assert oracle.plan_labels == ("lookahead", *FAST.candidates)
     assert metrics.train_jct_mean == pytest.approx(min(oracle.plan_scores), rel=1e-12)
     assert oracle.plan == oracle.plan_labels[oracle.plan_scores.index(min(oracle.plan_scores))]
     for label, score in zip(oracle.plan_labels[1:], oracle.plan_scores[1:], strict=True):
         assert score == pytest.approx(run_episode(label, workload, CONFIG, seed=3).train_jct_mean, rel=1e-12)
-    switching = run_episode(OracleLookaheadPolicy(**FAST, hindsight=False), workload, CONFIG, seed=3)
+    switching = run_episode(OracleLookaheadPolicy(FAST, hindsight=False), workload, CONFIG, seed=3)
     assert oracle.plan_scores[0] == pytest.approx(switching.train_jct_mean, rel=1e-12)
 
 
 def test_looking_ahead_leaves_the_simulator_untouched(workload: Workload) -> None:
-    oracle = OracleLookaheadPolicy(**FAST)
+    oracle = OracleLookaheadPolicy(FAST)
     oracle.reset(0)
     sim = Simulator(workload, CONFIG, oracle)
-    for _ in range(12):
-        state = sim.observe()
-        sim.apply(oracle.decide(state), state)
-        sim.advance()
+    drive(sim, oracle, 12)
     before = sim.fork()
     counts = copy.deepcopy(sim.ledger.counts)
     heap = list(sim.events.heap)
@@ -131,7 +127,7 @@ def test_looking_ahead_leaves_the_simulator_untouched(workload: Workload) -> Non
 
 
 def test_refuses_a_state_of_another_simulator(workload: Workload) -> None:
-    oracle = OracleLookaheadPolicy(**FAST)
+    oracle = OracleLookaheadPolicy(FAST)
     with pytest.raises(RuntimeError, match="not bound"):
         oracle.decide(Simulator(workload, CONFIG).observe())
     sim = Simulator(workload, CONFIG, oracle)
@@ -145,16 +141,18 @@ def test_refuses_a_state_of_another_simulator(workload: Workload) -> None:
 
 def test_bad_settings_are_refused() -> None:
     with pytest.raises(ValueError, match="every"):
-        OracleLookaheadPolicy(every=0)
+        LookaheadSettings(every=0)
     with pytest.raises(ValueError, match="horizon"):
-        OracleLookaheadPolicy(horizon_s=0.0)
+        LookaheadSettings(horizon_s=0.0)
     with pytest.raises(ValueError, match="candidate"):
-        OracleLookaheadPolicy(candidates=())
+        LookaheadSettings(candidates=())
     with pytest.raises(ValueError, match="unknown policy"):
-        OracleLookaheadPolicy(candidates=("no-such-policy",))
+        OracleLookaheadPolicy(LookaheadSettings(candidates=("no-such-policy",)))
     with pytest.raises(ValueError, match="hindsight replays decisions, not reclaims"):
-        OracleLookaheadPolicy(candidates=("ats", "interference-aware"))
-    OracleLookaheadPolicy(candidates=("ats", "interference-aware"), hindsight=False)
+        OracleLookaheadPolicy(LookaheadSettings(candidates=("ats", "interference-aware")))
+    OracleLookaheadPolicy(LookaheadSettings(candidates=("ats", "interference-aware")), hindsight=False)
+    with pytest.raises(ValueError, match="terminal_weight"):
+        OracleLookaheadPolicy(terminal_weight=-1.0)
 
 
 def test_simulate_cli_runs_it(workload: Workload, tmp_path: Path) -> None:
