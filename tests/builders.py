@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from deepboot_env.policy import BasePolicy
 from deepboot_env.sim.workload import InferenceRequestSpec, TrainingJobSpec, Workload
+
+REPO = Path(__file__).resolve().parents[1]
+"""The repository's root (the folder above ``tests/``)."""
+
+SHARED_DATA = REPO.parent / "shared" / "data"
+"""The shared data beside the repository (raw traces, reference runs); tests that need it skip without it."""
+
+SHIPPED_MODEL = REPO / "agents" / "pretrained" / "deepboot-v0.zip"
+"""The shipped PPO model."""
 
 
 def interrupt_when(argv: Sequence[str], ready: Callable[[], bool], timeout: float = 120.0) -> tuple[int, str]:

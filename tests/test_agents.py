@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from builders import masked_random_action
+from builders import REPO, masked_random_action
 
 import deepboot_env  # noqa: F401  (registers DeepBoot-v0)
 from agents.factory import (
@@ -32,7 +32,6 @@ from traces.generate import generate_workload
 
 MAX_JOBS = 8
 SMALL_NET = {"n_steps": 64, "batch_size": 64, "policy_kwargs": {"net_arch": [32, 32]}}
-REPO = Path(__file__).resolve().parents[1]
 
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")

@@ -10,15 +10,12 @@ unnoticed). The slow ones run in ``benchmarks/bench_anchors.py``. Skips cleanly 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from builders import SHARED_DATA
 
 from deepboot_harness.anchors import ANCHORS, anchor_by_key, anchor_table, mean_signed_error, run_anchor
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-
-pytestmark = pytest.mark.skipif(not (DATA / "workloads").is_dir(), reason="needs ../shared/data")
+pytestmark = pytest.mark.skipif(not (SHARED_DATA / "workloads").is_dir(), reason="needs ../shared/data")
 
 # key -> mean training JCT (s) with DeepBoot-v1 dynamics, as recorded (2026-11-24)
 GOLDEN = {
@@ -44,7 +41,7 @@ def test_the_golden_table_covers_every_fast_anchor() -> None:
 
 @pytest.fixture(scope="module")
 def results():
-    return {key: run_anchor(anchor_by_key(key), DATA) for key in GOLDEN}
+    return {key: run_anchor(anchor_by_key(key), SHARED_DATA) for key in GOLDEN}
 
 
 @pytest.mark.parametrize("key", GOLDEN)

@@ -11,8 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-SHIPPED = Path(__file__).resolve().parents[1] / "agents" / "pretrained" / "deepboot-v0.zip"
+from builders import SHIPPED_MODEL
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -34,7 +33,7 @@ MARKER = Path("PAYLOAD-RAN")
 
 
 def _entries() -> Entries:
-    with zipfile.ZipFile(SHIPPED) as zf:
+    with zipfile.ZipFile(SHIPPED_MODEL) as zf:
         return {name: zf.read(name) for name in zf.namelist()}
 
 
@@ -137,7 +136,7 @@ def _write(path: Path, entries: Entries) -> Path:
 
 def _files(tmp_path: Path) -> dict[str, Path]:
     """The raw (not zip-level) malformed files: empty, text, truncated."""
-    raw = SHIPPED.read_bytes()
+    raw = SHIPPED_MODEL.read_bytes()
     out = {"empty file": b"", "text file": b"hello", "truncated 10%": raw[: len(raw) // 10]}
     out["truncated 90%"] = raw[: len(raw) * 9 // 10]
     paths = {}

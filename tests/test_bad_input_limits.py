@@ -10,6 +10,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from builders import SHIPPED_MODEL
 
 from agents.evolution import EsConfigError, EsSettings, EsState
 from agents.factory import ConfigError, check_hyperparams
@@ -28,8 +29,6 @@ from deepboot_env.limits import (
     shown,
 )
 from deepboot_env.sim.simulator import SimConfig
-
-SHIPPED = Path(__file__).resolve().parents[1] / "agents" / "pretrained" / "deepboot-v0.zip"
 
 
 def one_line(exc: BaseException, limit: int = 400) -> str:
@@ -402,7 +401,7 @@ def test_a_zip_whose_data_lies_about_its_size_is_read_no_further(tmp_path: Path)
 def test_the_safe_loader_refuses_non_finite_hyperparameters(data: dict, fragment: str, tmp_path: Path) -> None:
     from agents.checkpoint import CheckpointError, load_checkpoint
 
-    path = _rewrite(SHIPPED, tmp_path / "bad.zip", data=data)
+    path = _rewrite(SHIPPED_MODEL, tmp_path / "bad.zip", data=data)
     with pytest.raises(CheckpointError, match=fragment) as err:
         load_checkpoint(path)
     one_line(err.value)
@@ -415,7 +414,7 @@ def test_metadata_naming_a_file_is_refused(base: str, tmp_path: Path) -> None:
     from deepboot_env.policy import make_policy
 
     meta = json.dumps({"env_kwargs": {"base_policy": base}}).encode()
-    path = _rewrite(SHIPPED, tmp_path / "meta.zip", extra={METADATA_FILE: meta})
+    path = _rewrite(SHIPPED_MODEL, tmp_path / "meta.zip", extra={METADATA_FILE: meta})
     with pytest.raises(CheckpointError, match="names a file") as err:
         model_env_kwargs(path)
     one_line(err.value)

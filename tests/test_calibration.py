@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from builders import assert_same_calibration
+from builders import SHARED_DATA, assert_same_calibration
 from scipy.optimize import approx_fprime
 
 from deepboot_env.sim.apps import APP_NAMES, load_profiles
@@ -19,7 +19,7 @@ from deepboot_env.sim.goodput import compute_time, iteration_time, sync_step_tim
 from traces import app_traces, throughput_fit
 from traces import calibrate as cal
 
-DATA_APPS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "apps"
+DATA_APPS = SHARED_DATA / "apps"
 
 # docs/goodput.md §5: M0, Mmax, mmin, mmax, max_epochs, target progress, 1-GPU step at M0 (s), 1-GPU JCT (h).
 REFERENCE = {

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import cloudpickle
 import pytest
+from builders import SHIPPED_MODEL
 
 import train_policy
 from agents.checkpoint import CheckpointError, load_checkpoint
@@ -18,8 +19,6 @@ from agents.factory import ConfigError, policy_kwargs_from_mapping
 from agents.policy_adapter import load_agent_policy
 from deepboot_env.policy import make_policy
 from traces.generate import generate_workload, write_workload_csv
-
-SHIPPED = Path(__file__).resolve().parents[1] / "agents" / "pretrained" / "deepboot-v0.zip"
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -40,7 +39,7 @@ def _payload(marker: Path) -> dict[str, str]:
 
 def _crafted(tmp_path: Path, field: str, marker: Path) -> Path:
     """The shipped checkpoint with ``field`` of its data replaced by (or added as) a payload."""
-    src = zipfile.ZipFile(SHIPPED)
+    src = zipfile.ZipFile(SHIPPED_MODEL)
     out = tmp_path / f"crafted-{field}.zip"
     with zipfile.ZipFile(out, "w") as dst:
         for item in src.namelist():
@@ -109,13 +108,13 @@ def test_models_of_other_algorithms_and_non_models_are_refused(tmp_path: Path) -
     with pytest.raises(CheckpointError, match="not a PPO or MaskablePPO"):
         load_checkpoint(tmp_path / "a2c.zip")
     with pytest.raises(CheckpointError, match="holds a maskable_ppo model, not ppo"):
-        load_checkpoint(SHIPPED, algo="ppo")
+        load_checkpoint(SHIPPED_MODEL, algo="ppo")
     (tmp_path / "junk.zip").write_bytes(b"not a zip")
     with pytest.raises(CheckpointError, match="not a stable-baselines3 model zip"):
         load_checkpoint(tmp_path / "junk.zip")
-    shutil.copy(SHIPPED, tmp_path / "cut.zip")
+    shutil.copy(SHIPPED_MODEL, tmp_path / "cut.zip")
     with open(tmp_path / "cut.zip", "r+b") as f:
-        f.truncate(SHIPPED.stat().st_size // 2)
+        f.truncate(SHIPPED_MODEL.stat().st_size // 2)
     with pytest.raises(CheckpointError):
         load_checkpoint(tmp_path / "cut.zip")
 

@@ -6,13 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from builders import assert_same_calibration
+from builders import SHARED_DATA, assert_same_calibration
 
 from deepboot_env.sim.apps import load_profiles
 from deepboot_harness.cli import main
 from traces.loaders import load_workload
-
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
 def test_simulate_writes_metrics_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -92,11 +90,11 @@ def test_calibrate_reports_missing_folder(tmp_path: Path, capsys: pytest.Capture
     assert "nothing" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(not (SHARED / "apps").exists(), reason="raw application traces not available")
+@pytest.mark.skipif(not (SHARED_DATA / "apps").exists(), reason="raw application traces not available")
 def test_calibrate_reproduces_the_shipped_profiles(tmp_path: Path) -> None:
     out = tmp_path / "apps.json"
-    assert main(["calibrate", "--apps", str(SHARED / "apps"), "--out", str(out)]) == 0
-    assert_same_calibration(load_profiles(out), load_profiles(), SHARED / "apps")
+    assert main(["calibrate", "--apps", str(SHARED_DATA / "apps"), "--out", str(out)]) == 0
+    assert_same_calibration(load_profiles(out), load_profiles(), SHARED_DATA / "apps")
 
 
 def test_simulate_reports_progress_on_long_episodes_only(monkeypatch, capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,11 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from builders import REPO
 
 from agents.factory import ConfigError
 from agents.run_config import ENV_IDS, preset_descriptions, resolve_settings
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _script_main(relative: str) -> Callable[[list[str]], Any]:

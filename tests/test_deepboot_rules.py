@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-from pathlib import Path
 
 import numpy as np
 import pytest
-from builders import cluster_state, job_view
+from builders import SHARED_DATA, cluster_state, job_view
 
 from baselines.ats import AtsPolicy, option_values, restart_factor
 from deepboot_env.config import sim_config
@@ -28,9 +27,8 @@ from deepboot_env.sim.simulator import Simulator
 from deepboot_env.sim.state import Allocation, ClusterState
 from deepboot_env.sim.workload import InferenceRequestSpec, TrainingJobSpec, Workload
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-SMALL = SHARED / "workloads" / "deepboot" / "small.csv"
-ANCHORS = SHARED / "reference-runs" / "anchors.csv"
+SMALL = SHARED_DATA / "workloads" / "deepboot" / "small.csv"
+ANCHORS = SHARED_DATA / "reference-runs" / "anchors.csv"
 
 
 # --------------------------------------------------------------------------- placement order

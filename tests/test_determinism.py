@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from builders import REPO
 
 from deepboot_env.evaluation import run_episode
 from deepboot_env.placement import best_fit
@@ -18,8 +19,6 @@ from deepboot_env.sim.cluster import ClusterConfig
 from deepboot_env.sim.simulator import SimConfig
 from deepboot_env.sim.state import Allocation, ClusterState
 from traces.generate import generate_workload
-
-ROOT = Path(__file__).resolve().parents[1]
 
 WORKLOAD_ARGS = {
     "train": {"num_jobs": 16, "window_hours": 1.0},
@@ -115,7 +114,7 @@ def test_same_metrics_in_a_fresh_process_with_another_hash_seed() -> None:
         "print(_text(run_episode('fifo', _workload(), CONFIGS['shared-pool'], seed=3)))\n"
     )
     env = dict(os.environ, PYTHONHASHSEED="12345")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == here
 
 
@@ -132,7 +131,7 @@ def test_simulation_core_imports_no_gym_or_sb3() -> None:
         "m = run_episode('fifo', wl, SimConfig(cluster=ClusterConfig(1, 0, 1)))\n"
         "assert m.train_jobs_done == 1\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
 
@@ -140,7 +139,7 @@ def test_simulation_core_sources_import_no_gym_or_sb3() -> None:
     import ast
 
     banned = ("gymnasium", "gym", "stable_baselines3", "sb3_contrib")
-    for path in sorted((ROOT / "deepboot_env" / "sim").glob("*.py")):
+    for path in sorted((REPO / "deepboot_env" / "sim").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             names = []
             if isinstance(node, ast.Import):
@@ -157,5 +156,5 @@ def test_fifo_baseline_imports_no_sb3() -> None:
         "bad = ('stable_baselines3', 'sb3_contrib', 'torch'); "
         "assert not [m for m in sys.modules if m.startswith(bad)]"
     )
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

@@ -13,8 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from builders import REPO
 
 _MD = re.compile(r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.md)\b")
 GENERATED = {"results.md", "leaderboard.md"}
@@ -25,13 +24,13 @@ _SECTION = re.compile(r"(docs/[\w-]+\.md) §(\d+(?:\.\d+)*)")
 
 
 def tracked_text_files() -> list[Path]:
-    out = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
     suffixes = {".py", ".md", ".json", ".yml", ".yaml", ".toml", ".txt", ".csv"}
-    return [ROOT / line for line in out.splitlines() if Path(line).suffix in suffixes and (ROOT / line).is_file()]
+    return [REPO / line for line in out.splitlines() if Path(line).suffix in suffixes and (REPO / line).is_file()]
 
 
 def test_every_cited_markdown_document_is_in_the_repo() -> None:
-    names = {p.name for p in ROOT.rglob("*.md") if ".venv" not in p.parts}
+    names = {p.name for p in REPO.rglob("*.md") if ".venv" not in p.parts}
     missing = []
     for path in tracked_text_files():
         if path.suffix == ".csv":
@@ -39,26 +38,26 @@ def test_every_cited_markdown_document_is_in_the_repo() -> None:
         for lineno, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
             for ref in _MD.findall(line):
                 if Path(ref).name not in names | GENERATED and not (path.parent / ref).exists():
-                    missing.append(f"{path.relative_to(ROOT)}:{lineno}: {ref}")
+                    missing.append(f"{path.relative_to(REPO)}:{lineno}: {ref}")
     assert not missing, "\n".join(missing)
 
 
 def test_every_cited_docs_section_exists() -> None:
     headings: dict[str, set[str]] = {}
-    for doc in (ROOT / "docs").glob("*.md"):
+    for doc in (REPO / "docs").glob("*.md"):
         headings[f"docs/{doc.name}"] = set(re.findall(r"^#+ §(\d+(?:\.\d+)*)\b", doc.read_text(), flags=re.M))
     bad = []
     for path in tracked_text_files():
         for lineno, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
             for doc, section in _SECTION.findall(line):
                 if section not in headings.get(doc, set()):
-                    bad.append(f"{path.relative_to(ROOT)}:{lineno}: {doc} §{section}")
+                    bad.append(f"{path.relative_to(REPO)}:{lineno}: {doc} §{section}")
     assert not bad, "\n".join(bad)
 
 
 # --- the README: short, its links resolve, its commands parse, its snippets run -------------------
 
-README = ROOT / "README.md"
+README = REPO / "README.md"
 README_MAX_LINES = 250
 """Issue 30: a README in the style of the field's model projects, at most about 250 lines."""
 
@@ -86,7 +85,7 @@ def _without_fences(text: str) -> str:
     return _FENCE.sub("", text)
 
 
-def broken_links(path: Path, root: Path = ROOT) -> list[str]:
+def broken_links(path: Path, root: Path = REPO) -> list[str]:
     """Relative links of a Markdown file whose file or ``#anchor`` does not exist (named relative
     to ``root``)."""
     bad = []
@@ -114,7 +113,7 @@ def test_readme_and_docs_links_resolve() -> None:
     """Every relative link of the README and of ``docs/`` names a file that exists, and its
     ``#anchor`` (a ``<a id>`` or a heading) exists in that file."""
     bad = broken_links(README)
-    for doc in sorted((ROOT / "docs").glob("*.md")):
+    for doc in sorted((REPO / "docs").glob("*.md")):
         bad += broken_links(doc)
     assert not bad, "\n".join(bad)
 

@@ -8,7 +8,7 @@ import warnings
 import gymnasium as gym
 import numpy as np
 import pytest
-from builders import masked_random_action
+from builders import REPO, masked_random_action
 
 import deepboot_env  # noqa: F401  (registers DeepBoot-v0)
 from deepboot_env.env import DeepBootEnv
@@ -270,7 +270,6 @@ def test_encoding_works_without_gymnasium() -> None:
     runs a saved model through them); importing them does not import gymnasium."""
     import subprocess
     import sys
-    from pathlib import Path
 
     code = (
         "import sys\n"
@@ -292,8 +291,7 @@ def test_encoding_works_without_gymnasium() -> None:
         "alloc, repaired = codec.decode_allocation(np.array([1, 0, 0]), state)\n"
         "assert alloc.gpus[0].tolist() == [1] and repaired == 0\n"
     )
-    root = Path(__file__).resolve().parents[1]
-    result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
 

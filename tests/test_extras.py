@@ -12,11 +12,9 @@ import json
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[1]
+from builders import REPO
 
 BLOCKER = textwrap.dedent(
     """

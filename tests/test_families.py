@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from builders import REPO
 
 from deepboot_env.env import DeepBootEnv
 from deepboot_env.sim.cluster import ClusterConfig
@@ -218,11 +219,10 @@ def test_generate_without_out_writes_the_csv_to_standard_output(capsys) -> None:
 
 
 def test_the_docs_tabulate_the_families_as_the_code_defines_them() -> None:
-    from pathlib import Path
 
     from traces.families import family_table_markdown
 
-    docs = (Path(__file__).resolve().parents[1] / "docs" / "workloads.md").read_text(encoding="utf-8")
+    docs = (REPO / "docs" / "workloads.md").read_text(encoding="utf-8")
     assert family_table_markdown() in docs
 
 

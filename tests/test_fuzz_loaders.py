@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from builders import SHIPPED_MODEL
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -33,8 +34,6 @@ from agents.run_config import load_conf
 from deepboot_env.limits import shown
 from traces.families import FAMILIES  # noqa: F401 - imported once here, not inside a traced load
 from traces.loaders import TraceError, load_workload
-
-SHIPPED = Path(__file__).resolve().parents[1] / "agents" / "pretrained" / "deepboot-v0.zip"
 
 ON_DEMAND = "DEEPBOOT_FUZZ_EXAMPLES" in os.environ
 EXAMPLES = int(os.environ.get("DEEPBOOT_FUZZ_EXAMPLES", "60"))
@@ -198,7 +197,7 @@ def test_fuzz_priority_json(content: bytes) -> None:
 
 
 def _shipped_entries() -> dict[str, bytes]:
-    with zipfile.ZipFile(SHIPPED) as zf:
+    with zipfile.ZipFile(SHIPPED_MODEL) as zf:
         return {name: zf.read(name) for name in zf.namelist() if name in ("data", "_stable_baselines3_version")}
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import csv
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import yaml
+from builders import REPO
 
 from agents.factory import build_model, make_vec_env_for
 from agents.imitation import (
@@ -24,7 +24,6 @@ from deepboot_env.env.observation import JOB_FEATURES
 from deepboot_env.policy import make_policy
 from traces.generate import generate_workload, write_workload_csv
 
-REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import train_policy  # noqa: E402

@@ -13,8 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from builders import REPO
 
 LAYERS: dict[str, int] = {
     "deepboot_env.sim": 0,
@@ -42,7 +41,7 @@ def layer_of(module: str) -> int | None:
 
 
 def module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT).with_suffix("")
+    rel = path.relative_to(REPO).with_suffix("")
     parts = list(rel.parts)
     if parts[-1] == "__init__":
         parts.pop()
@@ -50,9 +49,9 @@ def module_name(path: Path) -> str:
 
 
 def project_files() -> list[Path]:
-    files = [ROOT / "train_policy.py"]
+    files = [REPO / "train_policy.py"]
     for package in ("deepboot_env", "agents", "baselines", "traces", "deepboot_harness", "benchmarks"):
-        files.extend(sorted((ROOT / package).rglob("*.py")))
+        files.extend(sorted((REPO / package).rglob("*.py")))
     return files
 
 
@@ -94,14 +93,14 @@ def test_every_project_module_has_a_layer() -> None:
         assert layer_of(module_name(path)) is not None, path
 
 
-@pytest.mark.parametrize("path", project_files(), ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("path", project_files(), ids=lambda p: str(p.relative_to(REPO)))
 def test_no_import_from_a_higher_layer(path: Path) -> None:
     own = layer_of(module_name(path))
     bad = []
     for line, target in imports_of(path):
         layer = layer_of(target)
         if layer is not None and own is not None and layer > own:
-            bad.append(f"{path.relative_to(ROOT)}:{line} imports {target} (layer {layer} > {own})")
+            bad.append(f"{path.relative_to(REPO)}:{line} imports {target} (layer {layer} > {own})")
     assert not bad, "\n".join(bad)
 
 

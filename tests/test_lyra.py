@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from builders import SHARED_DATA
 
 from baselines.aryl import ArylDeepBootPolicy, aryl_values
 from baselines.lyra import LyraPolicy, extra_values, loanable_capacity
@@ -29,9 +30,8 @@ from deepboot_env.sim.state import RequestView
 from deepboot_env.sim.workload import InferenceRequestSpec, TrainingJobSpec, Workload
 from deepboot_harness.cli import build_parser, sim_config_from_args
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-SMALL = SHARED / "workloads" / "deepboot" / "small.csv"
-ANCHORS = SHARED / "reference-runs" / "anchors.csv"
+SMALL = SHARED_DATA / "workloads" / "deepboot" / "small.csv"
+ANCHORS = SHARED_DATA / "reference-runs" / "anchors.csv"
 needs_reference = pytest.mark.skipif(
     not (SMALL.is_file() and ANCHORS.is_file()), reason="reference workload and runs absent"
 )

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from builders import check_completion_bounds
+from builders import REPO, SHARED_DATA, check_completion_bounds
 
 from deepboot_env.config import EnvConfig, EnvConfigError
 from deepboot_env.env import DeepBootEnv
@@ -42,8 +42,8 @@ from deepboot_env.sim.workload import TrainingJobSpec, Workload
 from deepboot_harness.cli import main
 from traces.generate import generate_workload
 
-DATA_APPS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "apps"
-SHIPPED = Path(__file__).resolve().parents[1] / "deepboot_env" / "sim" / STEP_TIMES_PATH
+DATA_APPS = SHARED_DATA / "apps"
+SHIPPED = REPO / "deepboot_env" / "sim" / STEP_TIMES_PATH
 
 # The fidelity study's single-job table (d), "Fixed configuration" (docs/goodput.md §9.6):
 # (app, GPUs, batch) -> (the Pollux artifact's JCT, the fitted model's JCT).

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from builders import SHARED_DATA
 
 from baselines.ats import MAX_KNAPSACK_CELLS, AtsPolicy, knapsack_matrix, knapsack_prefix
 from deepboot_env.sim.apps import COLD_START_DELAY_S
@@ -20,7 +21,7 @@ from traces.loaders import load_philly, load_workload
 from traces.philly import filter_mask, gpu_time_bucket
 from traces.philly_replay import INFERENCE_LOAD, peak_concurrent_gpus, philly_replay, replay_cluster
 
-PHILLY = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "philly" / "philly.csv"
+PHILLY = SHARED_DATA / "philly" / "philly.csv"
 needs_philly = pytest.mark.skipif(not PHILLY.is_file(), reason="raw Philly trace absent")
 
 

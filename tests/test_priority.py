@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from builders import job_view
+from builders import REPO, job_view
 
 import train_policy
 from agents.evolution import EsSettings, EsState, adam_step, antithetic_gradient, centered_ranks
@@ -18,7 +18,7 @@ from deepboot_env.evaluation import run_episode
 from deepboot_env.policy import make_policy
 from traces.families import sample_scenario
 
-SHIPPED = Path(__file__).resolve().parents[1] / "agents" / "pretrained" / "deepboot-priority-v1.json"
+SHIPPED = REPO / "agents" / "pretrained" / "deepboot-priority-v1.json"
 
 
 def _jobs():

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import csv
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+from builders import REPO
 
 from agents.checkpoint import load_checkpoint
 from agents.export import export_model
@@ -22,7 +22,6 @@ from deepboot_env.policy import make_policy
 from deepboot_env.sim.state import validate_allocation
 from traces.generate import generate_workload, write_workload_csv
 
-REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import train_policy  # noqa: E402

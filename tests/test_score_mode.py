@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch as th
 import yaml
+from builders import REPO
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from agents.checkpoint import load_checkpoint
@@ -23,7 +24,6 @@ from deepboot_env.evaluation import run_episode
 from deepboot_env.policy import make_policy
 from traces.generate import generate_workload, write_workload_csv
 
-REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import train_policy  # noqa: E402

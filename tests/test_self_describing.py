@@ -13,6 +13,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from builders import REPO
 
 import agents
 from agents.checkpoint import CheckpointError, load_checkpoint
@@ -26,7 +27,6 @@ from agents.export import export_model
 from agents.factory import build_model, make_vec_env_for
 from traces.generate import generate_workload
 
-REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "agents" / "pretrained" / "deepboot-v0.zip"
 README = REPO / "agents" / "pretrained" / "README.md"
 SMALL = {"n_steps": 16, "batch_size": 16, "policy_kwargs": {"net_arch": [8]}}

@@ -25,13 +25,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from builders import REPO
 
 from deepboot_harness.cli import main
 from deepboot_harness.run_log import RUNS_FILE, read_runs
 
-ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "deepboot_harness.cli"]
-TRAIN = [sys.executable, str(ROOT / "train_policy.py")]
+TRAIN = [sys.executable, str(REPO / "train_policy.py")]
 
 
 def _as_from_a_terminal() -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from builders import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # train_policy.py is a script at the repository root
 
 import train_policy  # noqa: E402

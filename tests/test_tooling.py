@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from builders import REPO
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+    return subprocess.run([sys.executable, "-m", *args], cwd=REPO, capture_output=True, text=True, check=False)
 
 
 def test_ruff_check() -> None:
@@ -34,10 +32,10 @@ def test_ci_runs_the_readme_quickstart_commands_verbatim() -> None:
     """``.ci/run`` runs the README's two Quickstart commands as written (the demo as a smoke step,
     then the test run), and the test command installs the extras CI's tests need (rl: training
     and PPO models; ray: the Ray tests run in CI, not skip), while the demo needs none."""
-    result = subprocess.run([str(ROOT / ".ci" / "run"), "--print"], capture_output=True, text=True, check=False)
+    result = subprocess.run([str(REPO / ".ci" / "run"), "--print"], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     demo, tests = result.stdout.splitlines()
-    quickstart = (ROOT / "README.md").read_text(encoding="utf-8").split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    quickstart = (REPO / "README.md").read_text(encoding="utf-8").split("## Quickstart", 1)[1].split("\n## ", 1)[0]
     assert f"```bash\n{demo}\n```" in quickstart and f"```bash\n{tests}\n```" in quickstart
     assert "deepboot simulate" in demo and tests.endswith("python -m pytest -q")
     extras = tests.split('-e ".[', 1)[1].split("]", 1)[0].split(",")

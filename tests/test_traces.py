@@ -5,10 +5,10 @@ from __future__ import annotations
 import functools
 import json
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
+from builders import SHARED_DATA
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -40,9 +40,8 @@ from traces.philly import (
     save_philly_stats,
 )
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-WORKLOADS = SHARED / "workloads"
-PHILLY = SHARED / "philly" / "philly.csv"
+WORKLOADS = SHARED_DATA / "workloads"
+PHILLY = SHARED_DATA / "philly" / "philly.csv"
 needs_workloads = pytest.mark.skipif(not WORKLOADS.is_dir(), reason="reference workloads absent")
 needs_philly = pytest.mark.skipif(not PHILLY.is_file(), reason="raw Philly trace absent")
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from builders import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # train_policy.py is a script at the repository root
 
 import train_policy  # noqa: E402
@@ -199,9 +199,8 @@ def test_sigint_saves_a_resumable_model_and_exits_130(tiny_csv, tmp_path) -> Non
     import sys
     import time
 
-    root = Path(__file__).resolve().parents[1]
     runs = tmp_path / "runs"
-    argv = [sys.executable, str(root / "train_policy.py"), "--algo", "ppo", "-n", "200000", "--eval-freq", "0"]
+    argv = [sys.executable, str(REPO / "train_policy.py"), "--algo", "ppo", "-n", "200000", "--eval-freq", "0"]
     argv += _common(tiny_csv, runs)[:-2] + ["--verbose", "0", "--num-threads", "1"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from builders import REPO
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
 TORCH = "torch==2.13.0"
 """The torch build to install (a pin: an unpinned torch pulls a multi-GB CUDA build)."""
 EXTRAS = "[rl]"
