@@ -3,7 +3,7 @@
 Runs each anchor of :data:`deepboot_harness.anchors.ANCHORS` (the reference data in
 ``../shared/data``) and prints the markdown table of docs/results.md §1 with the mean signed
 error. The four Pollux-policy anchors on workloads 1-4 and Pollux on pure_train take ~10-20 s of CPU
-each; ``--fast`` skips them (those are what ``tests/test_anchors.py`` runs in CI). Usage::
+each; ``--fast`` skips them (those are what ``tests/harness/test_anchors.py`` runs in CI). Usage::
 
     python benchmarks/bench_anchors.py [--fast] [--only KEY [KEY ...]] [--set option=value ...]
 

@@ -6,7 +6,7 @@ Compares one ATS episode of the shipped ``test/test-01`` (160 jobs, 4,834 reques
 within the 32-GPU inference cluster) with an overloaded workload of 2.5x its jobs (400) and 2.7x
 its requests (about 13,000, mean offered load 27 GPUs with amplitude 0.85: peaks of 50 GPUs on
 the 32-GPU inference cluster, so requests queue for minutes), on the default 8x4+8x4 cluster.
-``--reference`` also times the reference inference pool of ``tests/test_overload.py``, which
+``--reference`` also times the reference inference pool of ``tests/sim/test_overload.py``, which
 retries every waiting request after every event (the cost before the indexed queue). Reports
 best CPU seconds over ``--repeat`` runs of each (alternated), the ratio to test-01, the events and
 the longest queue.

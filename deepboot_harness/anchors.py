@@ -3,7 +3,7 @@
 Each :class:`Anchor` names a workload of the reference data (``../shared/data``), a policy, the
 flat simulation options (:func:`deepboot_env.config.sim_config`) and the original's mean training
 JCT. :func:`run_anchor` simulates one and :func:`anchor_table` prints the table that
-``docs/results.md`` §1 shows (``python benchmarks/bench_anchors.py``; ``tests/test_anchors.py``
+``docs/results.md`` §1 shows (``python benchmarks/bench_anchors.py``; ``tests/harness/test_anchors.py``
 pins the fast ones). The DeepBoot anchors use DeepBoot's copy of the placement traces
 (``trace_set="deepboot"``), the Pollux artifact's anchors Pollux's own (docs/goodput.md §9).
 """

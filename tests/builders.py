@@ -1,4 +1,5 @@
-"""Builders shared by test modules (``from builders import ...``: pytest puts ``tests/`` on the path)."""
+"""Builders shared by test modules (``from builders import ...``: ``tests/`` holds conftest.py, so
+pytest puts it on the path for the modules of every subfolder)."""
 
 from __future__ import annotations
 

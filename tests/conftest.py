@@ -1,4 +1,11 @@
-"""Shared fixtures of the test suite (shared builders: ``tests/builders.py``)."""
+"""Shared fixtures of the test suite (shared builders: ``tests/builders.py``).
+
+The test modules sit in a folder per package they specify: ``sim/`` (:mod:`deepboot_env.sim`),
+``env/`` (the rest of :mod:`deepboot_env`: the env, its codecs, the policy contract, evaluation,
+config), ``baselines/``, ``traces/``, ``agents/`` (and ``train_policy.py``), ``harness/``
+(:mod:`deepboot_harness`); what spans them (docs, layers, linters, the wheel, stops, bad input,
+the fingerprint) stays here.
+"""
 
 from __future__ import annotations
 

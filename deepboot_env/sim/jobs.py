@@ -351,7 +351,7 @@ def _run(job: TrainingJob, t1: float, start: ProjectionState) -> RunResult:
     beginning at ``t1``) are taken, so a job advanced to its projected completion is done.
 
     :func:`_reference_run` is the definition; the commonest calls take one of four fast paths,
-    each exactly the reference loop where its precondition holds (``tests/test_fast_paths.py``).
+    each exactly the reference loop where its precondition holds (``tests/sim/test_fast_paths.py``).
 
     ``job`` holds GPUs: a job without any does not progress, and every caller
     (:meth:`TrainingJob.advance`, the completion projections) handles it before calling.

@@ -155,7 +155,7 @@ class StateBuilder:
             if cached is None or cached[0] != version or cached[3] != job.max_profiled:
                 cached = fixed[index] = _fixed_fields(index, job, adaptive)
             # A JobView without its frozen-dataclass __init__ (several times slower): the same
-            # instance dict, filled directly. tests/test_env.py checks every field is set.
+            # instance dict, filled directly. tests/env/test_env.py checks every field is set.
             view = new_view(JobView)
             fields = view.__dict__
             fields.update(cached[1])

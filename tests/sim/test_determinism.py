@@ -106,9 +106,9 @@ def test_lending_policy_same_seed_same_metrics(cluster: str) -> None:
 def test_same_metrics_in_a_fresh_process_with_another_hash_seed() -> None:
     """No dependence on set/dict iteration order or on state left behind by earlier runs."""
     here = _text(run_episode("fifo", _workload(), CONFIGS["shared-pool"], seed=3))
-    tests_dir = str(Path(__file__).resolve().parent)
+    here_and_builders = [str(Path(__file__).resolve().parent), str(REPO / "tests")]
     code = (
-        f"import sys; sys.path.insert(0, {tests_dir!r})\n"
+        f"import sys; sys.path[:0] = {here_and_builders!r}\n"
         "from test_determinism import CONFIGS, _text, _workload\n"
         "from deepboot_env.evaluation import run_episode\n"
         "print(_text(run_episode('fifo', _workload(), CONFIGS['shared-pool'], seed=3)))\n"
