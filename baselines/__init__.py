@@ -4,9 +4,11 @@ contract, with its defaults; docs/policies.md §1).
 Importing this package registers their names and the prefixes ``jitter:<sigma>`` and
 ``ia:<name>``; :func:`deepboot_env.policy.make_policy` imports it on its first call, through the
 ``deepboot_env.plugins`` entry point in ``pyproject.toml``, and each policy's module is imported
-only when that policy is built. Most are heuristics; three are references rather than deployable
-schedulers: the clairvoyant ``oracle-lookahead`` and ``hesrpt-oracle`` read the true future, and
-``mpc`` forks the simulator (its ``bind_simulator`` hook) to play a forecast of it.
+only when that policy is built. Most are heuristics. Two are clairvoyant upper references, not
+deployable schedulers: ``oracle-lookahead`` and ``hesrpt-oracle`` read the true future. ``mpc``,
+the non-clairvoyant counterpart of ``oracle-lookahead``, is a baseline that reads no future but
+looks into the simulator it runs in (its ``bind_simulator`` hook) to fork it and play a forecast
+(docs/policies.md §15-§17).
 """
 
 from deepboot_env.policy import register_policy, register_prefix

@@ -31,10 +31,15 @@ The simulator never branches on a policy's name and looks no hook up by name: a 
 one of them is refused (:func:`make_policy`, :func:`~deepboot_env.evaluation.run_episode` and the
 simulator raise ``TypeError`` naming what is missing).
 
-A policy that decides GPU counts before it places them may also implement :class:`CountProposer`
-(``propose_counts`` then ``place_proposal``, whose composition is ``decide``). The env's residual
-action mode uses it to read a base policy's counts at every decision and to pay for the placement
-only when the agent keeps them (ATS does; any other base policy is asked for ``decide``).
+Two optional protocols go beyond the contract; the env's action codecs
+(:mod:`deepboot_env.env.action`) use them, and ATS and the policies built on it implement both:
+
+* :class:`CountProposer` (``propose_counts`` then ``place_proposal``, whose composition is
+  ``decide``): the residual action mode reads a base policy's counts at every decision and pays
+  for the placement only when the agent keeps them (any other base policy is asked for
+  ``decide``);
+* :class:`ScoredProposer` (``decide_scored``, ``log_weights``): the score action mode adjusts the
+  per-job weights of its prior's knapsack (a prior must implement it).
 
 Policies are built by name with :func:`make_policy`. Packages register their own names and
 prefixes (:func:`register_policy`, :func:`register_prefix`), with ``"module:attr"`` entry points

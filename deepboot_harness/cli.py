@@ -5,10 +5,12 @@ handed whole to ``train_policy.py``'s own parser (its flags, messages and exit s
 wheel, which has no clone to run the script from, trains too; every other sub-command is a
 ``cmd_<name>(args)`` of the arguments :func:`build_parser` parsed. Errors in user input (bad file,
 unknown policy, impossible cluster, a missing optional extra: :data:`USER_ERRORS`) are printed as
-one line and exit with status 2, never as a traceback; a grid of runs (``compare``, ``benchmark``)
-stopped before its end keeps its finished runs for ``--resume`` and exits with 130 on Ctrl-C, 1
-when runs failed on Ray (:func:`grid_stopped`). The simulation flags and their reading
-(:func:`add_sim_arguments`, :func:`sim_config_from_args`) are shared with the speed benchmarks.
+one line and exit with status 2, never as a traceback. SIGINT (Ctrl-C) and SIGTERM stop any
+command cleanly, in one line, with status 130 / 143 (:mod:`deepboot_env.stops`); a grid of runs
+(``compare``, ``benchmark``) stopped before its end keeps its finished runs for ``--resume``, and
+exits with 1 when runs failed on Ray (:func:`grid_stopped`). The simulation flags of ``simulate``
+and ``compare`` and their reading (:func:`add_sim_arguments`, :func:`sim_config_from_args`) are
+shared with the speed benchmarks (``benchmarks/bench_simulator.py``).
 """
 
 from __future__ import annotations
