@@ -226,6 +226,25 @@ def job_view(
     )
 
 
+def warm_start_problem(policy, build_problem, state=None):
+    """A population search's warm start: ``policy`` (ONES or Pollux, reset with seed 4) decides on
+    three idle 4-GPU cifar10 jobs on 4x4; then job 0 finishes, job 5 arrives (room for one GPU)
+    and job 2 has the least attained service. Returns the previous population, its job ids and the
+    next problem, ``build_problem(state("4x4", jobs), lend=False)`` (``state``: default
+    :func:`cluster_state`)."""
+    state = state or cluster_state
+    jobs = [job_view(i, "cifar10", [0, 0, 0, 0], max_replicas=4, service=i) for i in range(3)]
+    policy.reset(4)
+    policy.decide(state("4x4", jobs))
+    prev, prev_ids = policy._pop.copy(), list(policy._pop_ids)
+    new_jobs = [
+        job_view(2, "cifar10", [0, 0, 0, 0], max_replicas=4, service=0),
+        job_view(1, "cifar10", [0, 0, 0, 0], max_replicas=4, service=50),
+        job_view(5, "cifar10", [0, 0, 0, 0], max_replicas=1, service=60),
+    ]
+    return prev, prev_ids, build_problem(state("4x4", new_jobs), lend=False)
+
+
 def cluster_state(cluster: str, jobs, running=None, restart: str = "pollux", time: float = 1000.0):
     """A hand-made :class:`ClusterState` of ``cluster`` (e.g. "4x4", "1x4+1x4") whose training
     GPUs are the jobs' allocations, with ``running`` inference pods per node (none by default)."""
@@ -274,10 +293,13 @@ def check_completion_bounds(env, steps: int, seed: int = 4) -> int:
     return checked
 
 
-def drive(sim, policy, steps: int | None = None) -> None:
-    """Take ``steps`` decisions of ``policy`` in ``sim`` (all that are left if None)."""
+def drive(sim, policy, steps: int | None = None, on_state: Callable[[object], None] | None = None) -> None:
+    """Take ``steps`` decisions of ``policy`` in ``sim`` (all that are left if None), as the
+    evaluation loop does; ``on_state`` sees every state before ``policy`` decides on it."""
     while not sim.done and (steps is None or steps > 0):
         state = sim.observe()
+        if on_state is not None:
+            on_state(state)
         sim.apply(policy.decide(state), state)
         sim.advance()
         steps = None if steps is None else steps - 1

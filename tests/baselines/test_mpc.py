@@ -39,10 +39,6 @@ def workload() -> Workload:
     return generate_workload("tiny", 1, train={"num_jobs": 10}, inference={"horizon_s": 4 * 3600.0, "mean_gpus": 8.0})
 
 
-def _metrics(policy: object, workload: Workload, seed: int = 0) -> str:
-    return episode_json(policy, workload, CONFIG, seed)
-
-
 def _cut(workload: Workload, t: float) -> Workload:
     """``workload`` without the jobs and requests arriving after ``t``."""
     return dataclasses.replace(
@@ -137,7 +133,7 @@ def test_deterministic_under_a_seed(workload: Workload) -> None:
     short = _cut(workload, T_CUT)
     for seed in (4, 4, 5):
         mpc = MpcPolicy(FAST)
-        metrics = _metrics(mpc, short, seed)
+        metrics = episode_json(mpc, short, CONFIG, seed)
         runs.append((metrics, [(c.time, c.scores, c.chosen) for c in mpc.choices], mpc.drawn))
     assert runs[0] == runs[1]
     assert runs[0][2] != runs[2][2]  # another seed draws other synthetic futures
@@ -146,7 +142,7 @@ def test_deterministic_under_a_seed(workload: Workload) -> None:
 @pytest.mark.parametrize("name", ["ats", "ones-lend"])
 def test_one_candidate_is_followed_exactly(workload: Workload, name: str) -> None:
     settings = LookaheadSettings(candidates=(name,), horizon_s=300.0, every=2)
-    assert _metrics(MpcPolicy(settings), workload, 5) == _metrics(name, workload, 5)
+    assert episode_json(MpcPolicy(settings), workload, CONFIG, 5) == episode_json(name, workload, CONFIG, 5)
 
 
 def test_registered_and_runs_through_run_episode(workload: Workload) -> None:

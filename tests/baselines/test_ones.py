@@ -13,6 +13,7 @@ from builders import (
     job_view,
     lending_workload,
     training_workload,
+    warm_start_problem,
 )
 
 from baselines.ats import knapsack
@@ -258,19 +259,10 @@ def test_same_seed_same_decision_after_reset():
 
 
 def test_population_persists_across_rounds():
-    jobs = [_job(i, "cifar10", [0, 0, 0, 0], max_replicas=4, service=i) for i in range(3)]
     pol = OnesPolicy(population=20, generations=5)
-    pol.reset(4)
-    pol.decide(_state("4x4", jobs))
-    prev, prev_ids = pol._pop.copy(), list(pol._pop_ids)
-    assert prev_ids == [0, 1, 2]
     # job 0 finished, job 5 arrived (with room for only one GPU); job 2 now first in order
-    new_jobs = [
-        _job(2, "cifar10", [0, 0, 0, 0], max_replicas=4, service=0),
-        _job(1, "cifar10", [0, 0, 0, 0], max_replicas=4, service=50),
-        _job(5, "cifar10", [0, 0, 0, 0], max_replicas=1, service=60),
-    ]
-    prob = build_problem(_state("4x4", new_jobs), lend=False)
+    prev, prev_ids, prob = warm_start_problem(pol, build_problem, _state)
+    assert prev_ids == [0, 1, 2]
     assert list(prob.job_ids) == [2, 1, 5]
     init = pol.initial_population(prob)
     assert init.shape == (len(prev) + 1, 3)

@@ -33,10 +33,6 @@ def workload() -> Workload:
     return generate_workload("oracle", 8, train={"num_jobs": 12}, inference={"horizon_s": 4 * 3600.0, "mean_gpus": 8.0})
 
 
-def _metrics(policy: object, workload: Workload, seed: int = 0) -> str:
-    return episode_json(policy, workload, CONFIG, seed)
-
-
 def test_registered_and_runs_through_run_episode(workload: Workload) -> None:
     policy = make_policy("oracle-lookahead")
     assert isinstance(policy, OracleLookaheadPolicy) and policy.name == "oracle-lookahead"
@@ -47,7 +43,9 @@ def test_registered_and_runs_through_run_episode(workload: Workload) -> None:
 
 
 def test_deterministic(workload: Workload) -> None:
-    assert _metrics(OracleLookaheadPolicy(FAST), workload, 4) == _metrics(OracleLookaheadPolicy(FAST), workload, 4)
+    assert episode_json(OracleLookaheadPolicy(FAST), workload, CONFIG, 4) == episode_json(
+        OracleLookaheadPolicy(FAST), workload, CONFIG, 4
+    )
 
 
 @pytest.mark.parametrize("name", ["ats", "ones-lend"])
@@ -55,7 +53,7 @@ def test_one_candidate_is_followed_exactly(workload: Workload, name: str) -> Non
     """With one candidate the oracle is that candidate: its live instance decides on the real states
     (ones-lend's population and RNG too, reset with the episode's seed)."""
     oracle = OracleLookaheadPolicy(LookaheadSettings(candidates=(name,), horizon_s=300.0, every=2))
-    assert _metrics(oracle, workload, 5) == _metrics(name, workload, 5)
+    assert episode_json(oracle, workload, CONFIG, 5) == episode_json(name, workload, CONFIG, 5)
 
 
 def test_the_chosen_candidate_scored_lowest_and_scores_are_what_happens(workload: Workload) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from builders import drive
 
 from deepboot_env.placement import best_fit
 from deepboot_env.policy import BasePolicy
@@ -31,14 +32,10 @@ def inference_only(requests: list[InferenceRequestSpec], cluster: str = "1x1+1x1
     return sim
 
 
-def drive(sim: Simulator, policy, on_state=None):
-    """The evaluation loop, with a hook that sees every boundary state."""
-    while not sim.done:
-        state = sim.observe()
-        if on_state is not None:
-            on_state(state)
-        sim.apply(policy.decide(state), state)
-        sim.advance()
+def _episode(sim: Simulator, policy, on_state=None):
+    """The metrics of ``sim``'s episode under ``policy`` (:func:`builders.drive`: the evaluation
+    loop, ``on_state`` seeing every boundary state)."""
+    drive(sim, policy, on_state=on_state)
     return sim.metrics()
 
 
@@ -260,7 +257,7 @@ def _reclaim_run(restart: str, arrival: float, cluster: str = "1x4+1x4"):
     )
     sim = Simulator(w, SimConfig(cluster=ClusterConfig.parse(cluster), restart=restart), LendAll())
     seen: dict[float, object] = {}
-    metrics = drive(sim, LendAll(), on_state=lambda s: seen.__setitem__(s.time, s.jobs[0] if s.jobs else None))
+    metrics = _episode(sim, LendAll(), on_state=lambda s: seen.__setitem__(s.time, s.jobs[0] if s.jobs else None))
     return sim, seen, metrics
 
 
@@ -315,7 +312,7 @@ def test_training_cluster_gpus_are_never_reclaimed() -> None:
             return Allocation({job.id: job.alloc if job.replicas == want else best_fit(want, cap)})
 
     sim = Simulator(w, SimConfig(cluster=ClusterConfig.parse("1x1+1x1")), TrainOnly())
-    m = drive(sim, TrainOnly())
+    m = _episode(sim, TrainOnly())
     assert m.reclaims == 0 and m.restarts == 0 and m.lent_gpu_seconds == 0.0
     a, b = sim.requests
     assert b.start == a.finish + 31 + COLD_START_DELAY_S["ncf"]  # waited for a's pod to sleep
@@ -359,7 +356,7 @@ def test_waiting_request_served_when_policy_returns_lent_gpus_at_boundary() -> N
     w = Workload("refuse", (TrainingJobSpec("bert-0", 0.0, "bert", 2, 384),), (req("r", 130, "ncf", 5),))
     pol = Refuse()
     sim = Simulator(w, SimConfig(cluster=ClusterConfig.parse("1x1+1x1")), pol)
-    m = drive(sim, pol)
+    m = _episode(sim, pol)
     rec = sim.requests[0]
     assert m.reclaims == 0
     assert rec.start == 180.0 + COLD_START_DELAY_S["ncf"]  # served at the 180-s boundary
@@ -440,7 +437,7 @@ def test_default_reclaim_hook_computed_without_the_whole_state_chooses_as_on_it(
 
     monkeypatch.setattr(Simulator, "ats_i_victim", both)
     policy = AtsPolicy()
-    metrics = drive(Simulator(load_workload("test/test-01"), SimConfig(), policy), policy)
+    metrics = _episode(Simulator(load_workload("test/test-01"), SimConfig(), policy), policy)
     assert len(checked) >= metrics.reclaims > 400 and any(ref is not None for ref in checked)
 
     class Override(AtsPolicy):
