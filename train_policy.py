@@ -47,7 +47,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agents.checkpoint import CheckpointError
-from agents.factory import ALGOS, DEVICES, POLICY_ARCHS, VEC_ENVS, ConfigError
+from agents.errors import ConfigError
+from agents.factory import DEVICES, VEC_ENVS
+from agents.hyperparameters import ALGOS, POLICY_ARCHS
 from agents.run_config import ENV_IDS, preset_descriptions
 from deepboot_env import FRONT_END_DYNAMICS
 from deepboot_env.argparsing import ArgumentParser

@@ -1,7 +1,9 @@
 """Learned agents for DeepBoot-v0: PPO / MaskablePPO construction, callbacks, policy adapter.
 
 * :mod:`agents.factory`: :func:`~agents.factory.make_vec_env_for`,
-  :func:`~agents.factory.build_model`, ``k:v`` hyperparameter parsing, device resolution.
+  :func:`~agents.factory.build_model`, device resolution.
+* :mod:`agents.hyperparameters`: defaults, ``k:v`` parsing and checks of the hyperparameters;
+  :mod:`agents.errors`: :class:`~agents.errors.ConfigError`, the error of every bad setting.
 * :mod:`agents.callbacks`: :class:`~agents.callbacks.SchedMetricsCallback` (``sched/*`` and
   ``reward/*`` TensorBoard scalars) and :class:`~agents.callbacks.WorkloadEvalCallback`
   (validation episodes, ``evaluations.csv``, ``best_model.zip``).

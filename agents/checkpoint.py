@@ -18,7 +18,7 @@ nothing is unpickled:
 * ``lr_schedule`` / ``clip_range`` / ``clip_range_vf`` (and ``learning_rate``, which RL Zoo
   saves as a schedule object): the constant or linear schedule their plain-text description or
   fields name (parsed, never evaluated);
-* ``policy_kwargs``: keys from a whitelist (:data:`agents.factory.POLICY_KWARGS_KEYS`), activation
+* ``policy_kwargs``: keys from a whitelist (:data:`agents.hyperparameters.POLICY_KWARGS_KEYS`), activation
   functions by name, and a project policy's ``env_kwargs`` (a literal dict of env options);
 * ``_last_obs``, ``_last_episode_starts``, ``ep_info_buffer``, ``ep_success_buffer``: dropped
   (SB3 recreates them when training resumes).
@@ -43,6 +43,8 @@ from typing import Any
 
 import numpy as np
 
+from agents.errors import ConfigError
+from agents.hyperparameters import HYPERPARAM_RANGES, check_hyperparam_range, policy_kwargs_from_mapping
 from deepboot_env.limits import MAX_ZIP_DATA_BYTES, MAX_ZIP_ENTRY_BYTES, parse_json, read_stream, shown
 
 SERIALIZED = ":serialized:"
@@ -255,7 +257,6 @@ def _policy_kwargs(path: Path, field: dict[str, Any], described: bool) -> dict[s
     """A pickled ``policy_kwargs`` rebuilt from its plain-text entries (whitelisted keys, and the
     env arguments of a project policy class)."""
     from agents.described_policy import ENV_ARGUMENTS_KEY
-    from agents.factory import ConfigError, policy_kwargs_from_mapping
 
     entries = {k: v for k, v in field.items() if not k.startswith(":")}
     env_kwargs = _check_env_kwargs(path, entries, described)
@@ -380,13 +381,11 @@ def safe_custom_objects(path: Path, data: dict[str, Any], algo: str) -> dict[str
 def check_saved_hyperparams(path: Path, data: dict[str, Any], custom: dict[str, Any]) -> None:
     """Refuse a checkpoint whose hyperparameters are out of range, NaN or infinite (``gamma``,
     ``learning_rate``, the rebuilt schedules at the start and the end of training, ...): the
-    ranges of :data:`agents.factory.HYPERPARAM_RANGES`.
+    ranges of :data:`agents.hyperparameters.HYPERPARAM_RANGES`.
 
     Raises:
         CheckpointError: naming the file and the hyperparameter.
     """
-    from agents.factory import HYPERPARAM_RANGES, ConfigError, check_hyperparam_range
-
     for key in (*HYPERPARAM_RANGES, "lr_schedule"):
         value = custom.get(key, data.get(key))
         if value is None or isinstance(value, dict):

@@ -539,7 +539,7 @@ def train_es(args: Any) -> Path:
     Raises:
         EsConfigError: bad flags or settings; TrainingInterrupted: stopped by SIGINT/SIGTERM (saved).
     """
-    from agents.factory import parse_kv
+    from agents.hyperparameters import parse_kv
     from agents.interrupt import TrainingInterrupted, command_words, resume_command
     from agents.run_config import load_conf
     from agents.training_run import FAMILY_SEEDS, next_run_dir, write_config

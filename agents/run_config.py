@@ -5,7 +5,7 @@ file, the shipped ``agents/conf/deepboot.yml`` unless ``--conf-file`` says other
 :func:`load_conf` reads a preset, :func:`resolve_settings` merges the run settings
 (:data:`RUN_KEYS`), the model-selection reference (:func:`resolve_eval_reference`), the
 behaviour-cloning warm start (:data:`PRETRAIN_KEYS`, :func:`resolve_pretrain`), the env options
-(checked by :func:`env_config`) and the hyperparameters; every bad value is a :class:`~agents.factory.ConfigError`.
+(checked by :func:`env_config`) and the hyperparameters; every bad value is a :class:`~agents.errors.ConfigError`.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from agents.factory import (
+from agents.errors import ConfigError
+from agents.hyperparameters import (
     ALGOS,
-    ConfigError,
     check_hyperparams,
     check_policy_kwargs_arch,
     parse_kv,

@@ -39,7 +39,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from agents.factory import HYPERPARAM_TYPES, ConfigError, check_hyperparams, resolve_device
+from agents.errors import ConfigError
+from agents.factory import resolve_device
+from agents.hyperparameters import HYPERPARAM_TYPES, check_hyperparams
 from deepboot_env.atomic import atomic_write
 from deepboot_env.limits import safe_cell
 

@@ -21,14 +21,9 @@ from typing import Any
 
 import yaml
 
-from agents.factory import (
-    ConfigError,
-    build_model,
-    check_algo,
-    make_vec_env_for,
-    model_kwargs,
-    resolve_device,
-)
+from agents.errors import ConfigError
+from agents.factory import build_model, make_vec_env_for, resolve_device
+from agents.hyperparameters import check_algo, model_kwargs
 from agents.interrupt import StopOnSignal, TrainingInterrupted, command_words, resume_command
 from agents.run_config import DEFAULT_CONF, PRETRAIN_KEYS, RUN_KEYS, env_config, resolve_settings
 from deepboot_env.atomic import lock_folder, write_text

@@ -39,7 +39,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from agents.factory import ALGOS, POLICY_ARCHS, build_model, make_vec_env_for, resolve_hyperparams, switch_arch
+from agents.factory import build_model, make_vec_env_for
+from agents.hyperparameters import ALGOS, POLICY_ARCHS, resolve_hyperparams, switch_arch
 from deepboot_env.argparsing import ArgumentParser
 from deepboot_env.env import DeepBootEnv
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from agents.factory import ConfigError
+from agents.errors import ConfigError
 from agents.run_config import ENV_IDS, preset_descriptions, resolve_settings
 
 REPO = Path(__file__).resolve().parents[1]

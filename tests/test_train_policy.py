@@ -244,7 +244,7 @@ def test_training_on_a_family_selects_on_its_val_seeds(tmp_path) -> None:
 
 
 def test_a_family_is_trained_on_alone() -> None:
-    from agents.factory import ConfigError
+    from agents.errors import ConfigError
     from agents.training_run import load_workloads, training_source
 
     assert training_source(["family:mixed"]) == "family:mixed"
@@ -355,7 +355,7 @@ def test_reference_episodes_run_beside_training(tiny_csv, tmp_path, monkeypatch)
 
 
 def test_eval_family_takes_a_seed_count() -> None:
-    from agents.factory import ConfigError
+    from agents.errors import ConfigError
     from agents.training_run import load_workloads
 
     many = load_workloads(["family:mixed:val:32"])
