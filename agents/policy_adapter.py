@@ -14,8 +14,8 @@ distribution (:mod:`agents.distributions`, installed on the model: same paramete
 Reclaim (ATS-I) and adaptive batch sizes are those of the env.
 
 The env arguments the model depends on (``max_jobs``, ``lend_levels``, the action mode) are read
-from the model's spaces; a ``config.yml`` next to the model (written by ``train_policy.py``) names
-the algorithm, otherwise it is read from the saved policy class. A codec that corrects a base
+from the model's spaces (:mod:`agents.env_shape`); a ``config.yml`` next to the model (written by
+``train_policy.py``) names the algorithm, otherwise it is read from the saved policy class. A codec that corrects a base
 policy (residual mode) reads the base policy's name from :func:`agent_env_kwargs`: the env
 arguments the policy keeps (:mod:`agents.described_policy`), else ``deepboot_env.json`` inside
 the zip (older exports), else ``config.yml``'s ``env_kwargs``, else it is ``ats``.
@@ -30,16 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from deepboot_env.config import EnvConfig
-from deepboot_env.env.codec import SCORE_SCALE, ScoreCodec, make_codec, mode_of_nvec
-from deepboot_env.env.encoding import (
-    CLUSTER_FEATURES,
-    JOB_FEATURES,
-    OUTLOOK_FEATURES,
-    OutlookEncoder,
-    agent_observation,
-    encode_observation,
-)
+from agents.env_shape import env_shape_of
+from deepboot_env.env.codec import SCORE_SCALE, make_codec
+from deepboot_env.env.encoding import OutlookEncoder, agent_observation, encode_observation
 from deepboot_env.extras import require_extra
 from deepboot_env.limits import MAX_CONFIG_BYTES, MAX_JSON_BYTES, parse_json, parse_yaml, read_bounded
 from deepboot_env.policy import Allocation, BasePolicy, ClusterState
@@ -51,14 +44,12 @@ __all__ = [
     "agent_env_kwargs",
     "detect_algo",
     "encode_observation",
-    "env_shape_of",
     "load_agent",
     "load_agent_policy",
     "load_model",
     "model_env_kwargs",
     "resolve_model_path",
     "saved_dynamics",
-    "spaces_env_shape",
     "uses_masks",
 ]
 
@@ -68,47 +59,6 @@ MODEL_FILES: tuple[str, ...] = ("best_model.zip", "final_model.zip")
 METADATA_FILE = "deepboot_env.json"
 """Entry of a model zip exported by older versions, holding the env arguments it was trained with
 (newer exports keep them in the policy: :mod:`agents.described_policy`)."""
-
-
-def env_shape_of(model: Any) -> dict[str, Any]:
-    """``max_jobs``, ``lend_levels`` and ``action_mode`` of the env ``model`` was trained on (from
-    its spaces), and ``outlook: True`` if its observation has the outlook entry.
-
-    Raises:
-        ValueError: if the spaces are not those of ``DeepBoot-v0``.
-    """
-    return spaces_env_shape(model.observation_space, model.action_space)
-
-
-def spaces_env_shape(observation_space: Any, action_space: Any) -> dict[str, Any]:
-    """:func:`env_shape_of` for a model's observation and action spaces.
-
-    Raises:
-        ValueError: if the spaces are not those of ``DeepBoot-v0``.
-    """
-    nvec = np.asarray(getattr(action_space, "nvec", []), dtype=np.int64).reshape(-1)
-    box = getattr(action_space, "nvec", None) is None and len(getattr(action_space, "shape", None) or ()) == 1
-    try:
-        mode = ScoreCodec.mode if box else mode_of_nvec(nvec)
-    except ValueError:
-        raise ValueError(f"model action space {action_space} is not a DeepBoot-v0 action space") from None
-    if box:  # score mode: one score per slot, then the lending share (no lending levels)
-        max_jobs, lend_levels = int(action_space.shape[0]) - 1, EnvConfig.defaults()["lend_levels"]
-    else:
-        max_jobs, lend_levels = int(nvec.size - 1), int(nvec[-1])
-    spaces = getattr(observation_space, "spaces", {})
-    outlook = "outlook" in spaces
-    expected = {"jobs": (max_jobs * len(JOB_FEATURES),), "cluster": (len(CLUSTER_FEATURES),)}
-    if outlook:
-        expected["outlook"] = (len(OUTLOOK_FEATURES),)
-    # the codec's extra entries; a codec with a base policy is built only to read its shapes
-    expected.update({k: (n,) for k, n in make_codec(mode, max_jobs, lend_levels).extra_observation().items()})
-    if {k: getattr(v, "shape", None) for k, v in spaces.items()} != expected:
-        raise ValueError(f"model observation space {observation_space} does not match DeepBoot-v0")
-    shape: dict[str, Any] = {"max_jobs": max_jobs, "lend_levels": lend_levels, "action_mode": mode}
-    if outlook:
-        shape["outlook"] = True
-    return shape
 
 
 def uses_masks(model: Any) -> bool:
@@ -301,7 +251,7 @@ def model_env_kwargs(path: str | Path) -> dict[str, Any]:
 
 def agent_env_kwargs(model: Any, path: str | Path | None = None) -> dict[str, Any]:
     """The env arguments ``model`` needs, later sources winning: its spaces
-    (:func:`env_shape_of`: ``action_mode``, ``max_jobs``, ``lend_levels``, ``outlook``), those
+    (:func:`~agents.env_shape.env_shape_of`: ``action_mode``, ``max_jobs``, ``lend_levels``, ``outlook``), those
     saved with it (:func:`model_env_kwargs` of ``path``: older exports and run folders), those its
     policy keeps (:mod:`agents.described_policy`).
 

@@ -250,7 +250,8 @@ def train(args: argparse.Namespace, on_evaluation: Callable[[int, float], None] 
 
     from agents.callbacks import AtomicCheckpointCallback, SchedMetricsCallback, WorkloadEvalCallback, available_cpus
     from agents.checkpoint import load_checkpoint, read_data, saved_arch
-    from agents.policy_adapter import detect_algo, env_shape_of, resolve_model_path
+    from agents.env_shape import env_shape_of
+    from agents.policy_adapter import detect_algo, resolve_model_path
 
     resume = resolve_model_path(args.resume) if args.resume else None
     algo = args.algo or (detect_algo(resume) if resume else "ppo")
