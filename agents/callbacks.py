@@ -16,15 +16,12 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
-import os
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -33,15 +30,14 @@ from typing import Any
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
 
-from deepboot_env.atomic import append_text, atomic_write
+from deepboot_env.atomic import append_csv, atomic_write
 from deepboot_env.config import EnvConfig
 from deepboot_env.evaluation import run_episode
-from deepboot_env.limits import safe_cell
-from deepboot_env.sim.metrics import EpisodeMetrics
+from deepboot_env.sim.metrics import EpisodeMetrics, censored_jct_mean
 from deepboot_env.sim.scenario import Scenario
 from deepboot_env.sim.simulator import SimConfig
 from deepboot_env.sim.workload import Workload
-from deepboot_env.workers import process_pool, stop_pool
+from deepboot_env.workers import available_cpus, process_pool, stop_pool
 
 SCHED_KEYS: tuple[str, ...] = (
     "train_jct_mean",
@@ -329,31 +325,6 @@ def run_eval_episode(episode: EvalEpisode) -> tuple[EpisodeMetrics, int]:
     return replace(metrics, timeline=[]), int(policy.repaired_gpus)
 
 
-def censored_jct_mean(workload: Workload, metrics: Any) -> float:
-    """Mean JCT where unfinished jobs count (end of simulation - arrival): a lower bound of the
-    true mean that penalises runs cut by the time limit; equals ``train_jct_mean`` when all
-    jobs finished."""
-    if not workload.jobs:
-        return float("nan")
-    done = metrics.jcts
-    end = float(metrics.sim_end)
-    total = sum(done[j.name] if j.name in done else max(end - j.arrival, 0.0) for j in workload.jobs)
-    return total / len(workload.jobs)
-
-
-def append_csv(path: Path, columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> None:
-    """Append ``rows`` (dicts over ``columns``) to the CSV file at ``path``, with the header
-    first if the file is new (``evaluations.csv`` and the like, written as a run goes): whole rows
-    or nothing (:func:`deepboot_env.atomic.append_text`), text cells that a spreadsheet would read
-    as a formula neutralised (:func:`~deepboot_env.limits.safe_cell`)."""
-    text = io.StringIO()
-    writer = csv.DictWriter(text, fieldnames=list(columns), lineterminator="\r\n")
-    if not path.exists() or path.stat().st_size == 0:
-        writer.writeheader()
-    writer.writerows({key: safe_cell(value) for key, value in row.items()} for row in rows)
-    append_text(path, text.getvalue())
-
-
 def save_model(model: Any, path: str | Path) -> Path:
     """``model.save`` (stable-baselines3) to ``path`` atomically: a kill or a full disk leaves
     the previous file (:func:`deepboot_env.atomic.atomic_write`); returns the path."""
@@ -371,14 +342,6 @@ class AtomicCheckpointCallback(CheckpointCallback):
         if self.n_calls % self.save_freq == 0:
             save_model(self.model, self._checkpoint_path(extension="zip"))
         return True
-
-
-def available_cpus() -> int:
-    """CPUs this process may run on (the default number of evaluation workers)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not on Linux
-        return os.cpu_count() or 1
 
 
 class WorkloadEvalCallback(BaseCallback):

@@ -47,12 +47,11 @@ from typing import Any
 
 import numpy as np
 
-from agents.callbacks import append_csv, available_cpus
 from agents.priority import FEATURES, PriorityModel, PriorityPolicy, srpt_theta
-from deepboot_env.atomic import lock_folder, write_text
+from deepboot_env.atomic import append_csv, lock_folder, write_text
 from deepboot_env.limits import MAX_ES_STATE_BYTES, names, parse_json, read_bounded, shown
 from deepboot_env.stops import Stopped, StopSignals
-from deepboot_env.workers import LOCAL, Backend, run_pool
+from deepboot_env.workers import LOCAL, Backend, available_cpus, run_pool
 
 DYNAMICS = "v1"
 """The simulation dynamics of training and validation episodes (the benchmark's)."""

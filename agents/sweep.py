@@ -44,6 +44,7 @@ from agents.factory import resolve_device
 from agents.hyperparameters import HYPERPARAM_TYPES, check_hyperparams
 from deepboot_env.atomic import atomic_write
 from deepboot_env.limits import safe_cell
+from deepboot_env.workers import available_cpus
 
 METRIC = "val_score"
 """What each trial reports after a validation: the selection score (lower is better)."""
@@ -191,7 +192,6 @@ def sweep(args: argparse.Namespace) -> Path:
     Raises:
         ConfigError: bad spec or flags, Ray missing or unreachable, or no trial that reported.
     """
-    from agents.callbacks import available_cpus
     from agents.export import export_model
     from agents.run_config import resolve_settings
     from agents.training_run import next_run_dir

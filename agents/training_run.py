@@ -29,6 +29,7 @@ from agents.run_config import DEFAULT_CONF, PRETRAIN_KEYS, RUN_KEYS, env_config,
 from deepboot_env.atomic import lock_folder, write_text
 from deepboot_env.sim.scenario import Scenario
 from deepboot_env.stops import Stopped, StopSignals, stop_requested
+from deepboot_env.workers import available_cpus
 
 
 def warm_start(
@@ -248,7 +249,7 @@ def train(args: argparse.Namespace, on_evaluation: Callable[[int, float], None] 
     from stable_baselines3.common.logger import Logger, make_output_format
     from torch.distributions import Distribution
 
-    from agents.callbacks import AtomicCheckpointCallback, SchedMetricsCallback, WorkloadEvalCallback, available_cpus
+    from agents.callbacks import AtomicCheckpointCallback, SchedMetricsCallback, WorkloadEvalCallback
     from agents.checkpoint import load_checkpoint, read_data, saved_arch
     from agents.env_shape import env_shape_of
     from agents.policy_adapter import detect_algo, resolve_model_path
