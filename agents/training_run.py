@@ -247,10 +247,10 @@ def train(args: argparse.Namespace, on_evaluation: Callable[[int, float], None] 
     import torch
     from stable_baselines3.common.callbacks import CallbackList
     from stable_baselines3.common.logger import Logger, make_output_format
-    from torch.distributions import Distribution
 
     from agents.callbacks import AtomicCheckpointCallback, SchedMetricsCallback, WorkloadEvalCallback
     from agents.checkpoint import load_checkpoint, read_data, saved_arch
+    from agents.distributions import distribution_checks
     from agents.env_shape import env_shape_of
     from agents.policy_adapter import detect_algo, resolve_model_path
 
@@ -408,18 +408,12 @@ def train(args: argparse.Namespace, on_evaluation: Callable[[int, float], None] 
         stopper = StopOnSignal(stops, on_stop=skip_final_evaluation)
         callbacks.insert(0, stopper)
         start_steps = model.num_timesteps
-        # MaskablePPO builds one Categorical per action dimension (33 by default) at every step;
-        # validating their arguments costs ~30% of the training time and checks nothing we need.
-        validate_before = Distribution._validate_args
-        Distribution.set_default_validate_args(bool(args.distribution_checks))
-        t0 = time.perf_counter()
-        try:
+        with distribution_checks(args.distribution_checks):
+            t0 = time.perf_counter()
             if stops.signum is None:  # not stopped before learning (during the warm start)
                 steps, progress = settings["n_timesteps"], not args.no_progress
                 _learn(model, steps, CallbackList(callbacks), resume is None, progress, skip_final_evaluation)
             final = _finish_run(model, vec_env, run_dir, config, sched, evaluator, start_steps, t0, stops.signum)
-        finally:
-            Distribution.set_default_validate_args(validate_before)
         if stops.signum is not None:
             left = settings["n_timesteps"] - (model.num_timesteps - start_steps)
             command = resume_command(command_words(args.command), final, left)
