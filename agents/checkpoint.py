@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from agents.errors import ConfigError
+from agents.factory import algo_class, policy_class
 from agents.hyperparameters import HYPERPARAM_RANGES, check_hyperparam_range, policy_kwargs_from_mapping
 from deepboot_env.limits import MAX_ZIP_DATA_BYTES, MAX_ZIP_ENTRY_BYTES, parse_json, read_stream, shown
 
@@ -139,14 +140,8 @@ def _algo_classes(algo: str, arch: str = "mlp", described: bool = False) -> tupl
         from stable_baselines3.common.policies import MultiInputActorCriticPolicy
 
         buffer, policy = DictRolloutBuffer, MultiInputActorCriticPolicy
-    if arch == "set":
-        from agents.set_policy import set_policy_class
-
-        policy = set_policy_class(algo)
-    elif described:
-        from agents.described_policy import described_policy_class
-
-        policy = described_policy_class(algo)
+    if arch == "set" or described:
+        policy = policy_class(algo, arch)
     return policy, buffer
 
 
@@ -424,7 +419,6 @@ def load_checkpoint(
             pickled field that cannot be rebuilt safely.
     """
     from agents.distributions import use_padded_distribution
-    from agents.factory import algo_class
 
     path = Path(path)
     data = read_data(path)

@@ -21,7 +21,9 @@ import numpy as np
 
 from agents.errors import ConfigError
 from agents.hyperparameters import check_algo, check_policy_kwargs_arch, model_kwargs, policy_arch, resolve_hyperparams
+from deepboot_env.env import DeepBootEnv
 from deepboot_env.limits import shown
+from deepboot_env.ray_pool import RayBackendError
 
 if TYPE_CHECKING:  # imported where used: SB3 and torch are slow to import
     from sb3_contrib import MaskablePPO
@@ -105,30 +107,14 @@ def make_vec_env_for(
     Raises:
         ConfigError: for a bad ``n_envs`` or ``vec_env``, or a Ray that is missing or unreachable.
     """
-    from stable_baselines3.common.env_util import make_vec_env
-    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+    from stable_baselines3.common.env_util import make_vec_env  # lazy: SB3 is slow to import
 
-    from deepboot_env.env import DeepBootEnv
-    from deepboot_env.ray_pool import RayBackendError
-
-    if int(n_envs) < 1:
-        raise ConfigError(f"n_envs must be >= 1, got {n_envs}")
-    if vec_env not in VEC_ENVS:
-        raise ConfigError(f"unknown vec_env {shown(vec_env)}; choose from {', '.join(VEC_ENVS)}")
-    if group_size < 1 or int(n_envs) % group_size:
-        raise ConfigError(f"group_size must be >= 1 and divide n_envs {n_envs}, got {group_size}")
-    kwargs = dict(env_kwargs or {})
-    kwargs["workload"] = workload
-    vec_env_cls: Any = {"dummy": DummyVecEnv, "subproc": SubprocVecEnv}.get(vec_env)
-    vec_env_kwargs: dict[str, Any] = {}
-    if vec_env == "ray":
-        from agents.ray_vec_env import RayVecEnv
-
-        vec_env_cls, vec_env_kwargs = RayVecEnv, {"address": address}
+    vec_env_cls, vec_env_kwargs = _vec_env_class(n_envs, vec_env, address, group_size)
+    kwargs = {**(env_kwargs or {}), "workload": workload}
     try:
         if group_size > 1:
             fns = _grouped_env_fns(kwargs, int(n_envs), int(seed or 0), group_size, monitor_dir, antithetic)
-            vec = (vec_env_cls or DummyVecEnv)(fns, **vec_env_kwargs)
+            vec = vec_env_cls(fns, **vec_env_kwargs)
             vec.seed(seed)
             return vec
         return make_vec_env(
@@ -144,6 +130,28 @@ def make_vec_env_for(
         raise ConfigError(str(exc)) from None
 
 
+def _vec_env_class(n_envs: int, vec_env: str, address: str | None, group_size: int) -> tuple[Any, dict[str, Any]]:
+    """The VecEnv class ``vec_env`` names and its keyword arguments (``ray``: the cluster
+    ``address``), once ``n_envs`` and ``group_size`` are checked.
+
+    Raises:
+        ConfigError: for a bad ``n_envs``, ``vec_env`` or ``group_size``.
+    """
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv  # lazy: SB3 is slow to import
+
+    if int(n_envs) < 1:
+        raise ConfigError(f"n_envs must be >= 1, got {n_envs}")
+    if vec_env not in VEC_ENVS:
+        raise ConfigError(f"unknown vec_env {shown(vec_env)}; choose from {', '.join(VEC_ENVS)}")
+    if group_size < 1 or int(n_envs) % group_size:
+        raise ConfigError(f"group_size must be >= 1 and divide n_envs {n_envs}, got {group_size}")
+    if vec_env == "ray":
+        from agents.ray_vec_env import RayVecEnv  # lazy: SB3 is slow to import
+
+        return RayVecEnv, {"address": address}
+    return {"dummy": DummyVecEnv, "subproc": SubprocVecEnv}[vec_env], {}
+
+
 def _grouped_env_fns(
     env_kwargs: Mapping[str, Any],
     n_envs: int,
@@ -155,9 +163,7 @@ def _grouped_env_fns(
     """What ``make_vec_env`` builds (env ``i``'s action space seeded ``seed + i``, a ``Monitor``),
     with env ``i`` given the scenario stream of group ``i // group_size`` of ``seed`` (and, if
     ``antithetic``, the noise stream of its pair in the group, mirrored for the pair's second)."""
-    from stable_baselines3.common.monitor import Monitor
-
-    from deepboot_env.env import DeepBootEnv
+    from stable_baselines3.common.monitor import Monitor  # lazy: SB3 is slow to import
 
     def make(rank: int) -> Any:
         def init() -> Any:
@@ -211,7 +217,8 @@ def build_model(
         ConfigError: unknown algo, device or hyperparameter, or ``group_advantage`` without
             ``ppo`` and groups of at least two envs.
     """
-    from agents.described_policy import ENV_ARGUMENTS_KEY, described_policy_class
+    from agents.described_policy import ENV_ARGUMENTS_KEY  # lazy: SB3 is slow to import
+    from agents.distributions import use_padded_distribution  # lazy: SB3 is slow to import
 
     cls = algo_class(algo)
     raw = resolve_hyperparams(algo, hyperparams)
@@ -219,20 +226,14 @@ def build_model(
     if kwargs.pop("group_advantage", False):
         if algo != "ppo" or group_size < 2:
             raise ConfigError(f"group_advantage needs --algo ppo and --group-size >= 2, got {algo} and {group_size}")
-        from agents.group_ppo import GroupPPO
+        from agents.group_ppo import GroupPPO  # lazy: SB3 is slow to import
 
         cls, kwargs["group_size"] = GroupPPO, group_size
     arch = policy_arch(kwargs.pop("policy"))
     check_policy_kwargs_arch(arch, kwargs.get("policy_kwargs") or {})
-    if arch == "set":
-        from agents.set_policy import set_policy_class
-
-        policy: Any = set_policy_class(algo)
-    else:
-        policy = described_policy_class(algo)
     kwargs["policy_kwargs"] = {**(kwargs.get("policy_kwargs") or {}), ENV_ARGUMENTS_KEY: dict(env_kwargs or {})}
     model = cls(
-        policy,
+        policy_class(algo, arch),
         env,
         device=resolve_device(device),
         seed=seed,
@@ -240,7 +241,18 @@ def build_model(
         verbose=verbose,
         **kwargs,
     )
-    from agents.distributions import use_padded_distribution
-
     use_padded_distribution(model.policy)
     return model
+
+
+def policy_class(algo: str, arch: str) -> type:
+    """The project's policy class of ``algo`` and architecture ``arch``: the set policy of
+    :mod:`agents.set_policy` (``set``) or the self-describing multi-input MLP of
+    :mod:`agents.described_policy` (``mlp``)."""
+    if arch == "set":
+        from agents.set_policy import set_policy_class  # lazy: torch is slow to import
+
+        return set_policy_class(algo)
+    from agents.described_policy import described_policy_class  # lazy: SB3 is slow to import
+
+    return described_policy_class(algo)

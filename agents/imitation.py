@@ -28,7 +28,8 @@ default) and only then lets PPO improve on it, the usual warm start of RL schedu
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -183,7 +184,7 @@ def pretrain(
     have comparable magnitudes, and it is undone exactly (the head's last layer is rescaled
     afterwards) so PPO sees values in reward units.
     """
-    import torch
+    import torch  # lazy: torch is slow to import (the demonstration workers need none)
 
     from agents.policy_adapter import uses_masks
 
@@ -197,47 +198,69 @@ def pretrain(
     mask_t = torch.as_tensor(demos.masks, device=device)
     scale = float(np.sqrt(np.mean(demos.returns.astype(np.float64) ** 2))) or 1.0
     ret_t = torch.as_tensor(demos.returns / scale, device=device)
-    value_layer = policy.value_net
-    with torch.no_grad():  # predict returns / scale during cloning
+    with _values_divided(policy.value_net, scale):  # predict returns / scale during cloning
+        optimizer = torch.optim.Adam(policy.parameters(), lr=learning_rate)
+        gen = torch.Generator().manual_seed(seed)
+        history: list[dict[str, float]] = []
+        policy.set_training_mode(True)
+        try:
+            for _ in range(epochs):
+                order = torch.randperm(len(demos), generator=gen).to(device)
+                sums = {"bc_loss": 0.0, "value_loss": 0.0, "mean_prob": 0.0}
+                for start in range(0, len(demos), batch_size):
+                    if should_stop is not None and should_stop():
+                        return history
+                    idx = order[start : start + batch_size]
+                    batch = ({k: v[idx] for k, v in obs_t.items()}, act_t[idx], mask_t[idx] if masked else None)
+                    _clone_batch(policy, optimizer, batch, ret_t[idx], vf_coef, sums)
+                history.append({k: v / len(demos) for k, v in sums.items()})
+                if on_epoch is not None:
+                    on_epoch(len(history), history[-1])
+        finally:
+            policy.set_training_mode(False)
+    return history
+
+
+@contextmanager
+def _values_divided(value_layer: Any, scale: float) -> Iterator[None]:
+    """The value head's last layer divided by ``scale`` for the block, then multiplied back."""
+    import torch  # lazy: torch is slow to import (the demonstration workers need none)
+
+    with torch.no_grad():
         value_layer.weight.div_(scale)
         value_layer.bias.div_(scale)
-    optimizer = torch.optim.Adam(policy.parameters(), lr=learning_rate)
-    gen = torch.Generator().manual_seed(seed)
-    history: list[dict[str, float]] = []
-    policy.set_training_mode(True)
     try:
-        for _ in range(epochs):
-            order = torch.randperm(len(demos), generator=gen).to(device)
-            sums = {"bc_loss": 0.0, "value_loss": 0.0, "mean_prob": 0.0}
-            for start in range(0, len(demos), batch_size):
-                if should_stop is not None and should_stop():
-                    return history
-                idx = order[start : start + batch_size]
-                batch_obs = {k: v[idx] for k, v in obs_t.items()}
-                if masked:
-                    values, log_prob, _ = policy.evaluate_actions(batch_obs, act_t[idx], action_masks=mask_t[idx])
-                else:
-                    values, log_prob, _ = policy.evaluate_actions(batch_obs, act_t[idx])
-                bc_loss = -log_prob.mean() / act_t.shape[1]
-                value_loss = torch.nn.functional.mse_loss(values.flatten(), ret_t[idx])
-                loss = bc_loss + vf_coef * value_loss
-                optimizer.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
-                optimizer.step()
-                n = len(idx)
-                sums["bc_loss"] += bc_loss.item() * n
-                sums["value_loss"] += value_loss.item() * n
-                sums["mean_prob"] += torch.exp(log_prob.detach() / act_t.shape[1]).sum().item()
-            history.append({k: v / len(demos) for k, v in sums.items()})
-            if on_epoch is not None:
-                on_epoch(len(history), history[-1])
+        yield
     finally:
-        policy.set_training_mode(False)
         with torch.no_grad():
             value_layer.weight.mul_(scale)
             value_layer.bias.mul_(scale)
-    return history
+
+
+def _clone_batch(
+    policy: Any, optimizer: Any, batch: tuple[Any, Any, Any], returns: Any, vf_coef: float, sums: dict[str, float]
+) -> None:
+    """One gradient step of cloning on ``batch`` (observations, expert actions, masks or None)
+    and the scaled ``returns``; adds the batch's losses (times its size) and mean probability of
+    the expert's choices to ``sums``."""
+    import torch  # lazy: torch is slow to import (the demonstration workers need none)
+
+    obs, actions, masks = batch
+    if masks is not None:
+        values, log_prob, _ = policy.evaluate_actions(obs, actions, action_masks=masks)
+    else:
+        values, log_prob, _ = policy.evaluate_actions(obs, actions)
+    bc_loss = -log_prob.mean() / actions.shape[1]
+    value_loss = torch.nn.functional.mse_loss(values.flatten(), returns)
+    loss = bc_loss + vf_coef * value_loss
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+    optimizer.step()
+    n = len(actions)
+    sums["bc_loss"] += bc_loss.item() * n
+    sums["value_loss"] += value_loss.item() * n
+    sums["mean_prob"] += torch.exp(log_prob.detach() / actions.shape[1]).sum().item()
 
 
 def init_residual_policy(model: Any, neutral_action: np.ndarray, neutral_prob: float = 0.9) -> None:
