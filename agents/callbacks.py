@@ -12,6 +12,8 @@
   worker pool (:func:`deepboot_env.workers.run_pool`, with a progress bar); it logs
   ``eval/*``, appends to ``evaluations.csv`` and saves ``best_model.zip`` when the selection
   score (mean ratio of censored JCT to a reference policy's) improves.
+* :class:`StopOnSignal` ends training at the next step once a SIGINT or SIGTERM came
+  (:mod:`agents.interrupt`); :class:`AtomicCheckpointCallback` saves checkpoints atomically.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from deepboot_env.sim.metrics import EpisodeMetrics, censored_jct_mean
 from deepboot_env.sim.scenario import Scenario
 from deepboot_env.sim.simulator import SimConfig
 from deepboot_env.sim.workload import Workload
+from deepboot_env.stops import StopSignals
 from deepboot_env.workers import available_cpus, process_pool, stop_pool
 
 SCHED_KEYS: tuple[str, ...] = (
@@ -634,3 +637,30 @@ class WorkloadEvalCallback(BaseCallback):
             stop_pool(self._prefetcher)
             self._prefetcher = None
             self._prefetched.clear()
+
+
+class StopOnSignal(BaseCallback):
+    """Ends ``model.learn`` at the next step once ``stops`` has recorded a signal.
+
+    Args:
+        stops: the run's :class:`~deepboot_env.stops.StopSignals` (entered by the caller).
+        on_stop: called once when training stops on a signal (e.g. to skip a final evaluation).
+    """
+
+    def __init__(self, stops: StopSignals, on_stop: Callable[[], None] | None = None) -> None:
+        super().__init__(verbose=0)
+        self.stops = stops
+        self._on_stop = on_stop
+
+    @property
+    def signum(self) -> int | None:
+        """The first signal received, or None."""
+        return self.stops.signum
+
+    def _on_step(self) -> bool:
+        if self.stops.signum is None:
+            return True
+        if self._on_stop is not None:
+            self._on_stop()
+            self._on_stop = None
+        return False

@@ -47,8 +47,11 @@ from typing import Any
 
 import numpy as np
 
+from agents.hyperparameters import parse_kv
+from agents.interrupt import TrainingInterrupted, command_words, resume_command
 from agents.priority import FEATURES, PriorityModel, PriorityPolicy, srpt_theta
-from agents.run_config import TrainSettings
+from agents.run_config import FAMILY_SEEDS, TrainSettings, load_conf
+from agents.run_folder import next_run_dir, write_config
 from deepboot_env.atomic import append_csv, lock_folder, write_text
 from deepboot_env.limits import MAX_ES_STATE_BYTES, names, parse_json, read_bounded, shown
 from deepboot_env.stops import Stopped, StopSignals
@@ -539,9 +542,6 @@ def train_es(flags: TrainSettings) -> Path:
     Raises:
         EsConfigError: bad flags or settings; TrainingInterrupted: stopped by SIGINT/SIGTERM (saved).
     """
-    from agents.interrupt import TrainingInterrupted, command_words, resume_command
-    from agents.training_run import write_config
-
     families, evals, val = es_scenarios(flags)
     values = es_values(flags)
     run_dir = es_run_folder(flags, values)
@@ -584,7 +584,6 @@ def es_scenarios(flags: TrainSettings) -> tuple[list[str], list[str], list[Scena
     Raises:
         EsConfigError: a workload that is not a family.
     """
-    from agents.training_run import FAMILY_SEEDS
     from traces.families import FAMILIES, split_seeds
 
     families = family_names(flags.workload, "--workload")
@@ -597,9 +596,6 @@ def es_scenarios(flags: TrainSettings) -> tuple[list[str], list[str], list[Scena
 def es_values(flags: TrainSettings) -> dict[str, Any]:
     """The :class:`EsSettings` values the flags give (not checked yet): the preset's ``es``
     section, ``-params`` and ``--eval-freq``."""
-    from agents.hyperparameters import parse_kv
-    from agents.run_config import load_conf
-
     preset = load_conf(flags.conf_file, flags.preset, "es", common=False)
     values = {k: v for k, v in preset.items() if k in EsSettings.__dataclass_fields__}
     values.update(parse_kv(flags.hyperparams, "-params"))
@@ -615,8 +611,6 @@ def es_run_folder(flags: TrainSettings, values: dict[str, Any]) -> Path:
     Raises:
         EsConfigError: no such folder to resume, or bad settings.
     """
-    from agents.training_run import next_run_dir
-
     if flags.resume:
         run_dir = Path(flags.resume)
         run_dir = run_dir if run_dir.is_dir() else run_dir.parent

@@ -61,6 +61,10 @@ PRETRAIN_KEYS: dict[str, Any] = {
 }
 """Behaviour-cloning warm start (:mod:`agents.imitation`) settings and their defaults."""
 
+FAMILY_SEEDS = 8
+"""Scenarios of a workload family that stand for it where a fixed list is needed: the first 8 val
+seeds in evaluations (``--eval-workload family:<name>``), the first 8 train seeds for cloning."""
+
 ENV_IDS: dict[str, str] = {f"DeepBoot-{version}": version for version in DYNAMICS}
 """``--env``: the Gymnasium id of each env version and the ``dynamics`` env argument it stands for."""
 

@@ -43,6 +43,7 @@ from agents.errors import ConfigError
 from agents.factory import resolve_device
 from agents.hyperparameters import HYPERPARAM_TYPES, check_hyperparams
 from agents.run_config import TrainSettings, read_yaml, resolve_settings
+from agents.run_folder import next_run_dir
 from deepboot_env.atomic import atomic_write
 from deepboot_env.limits import safe_cell
 from deepboot_env.ray_pool import RayBackendError, check_ray, ray_session
@@ -212,7 +213,6 @@ def sweep(settings: TrainSettings) -> Path:
         ConfigError: bad spec or flags, Ray missing or unreachable, or no trial that reported.
     """
     from agents.export import export_model  # lazy: SB3 and torch are slow to import
-    from agents.training_run import next_run_dir  # lazy: SB3 and torch are slow to import
 
     assert settings.tune is not None, "a sweep needs its --tune spec"
     space, samples, asha = load_spec(settings.tune)

@@ -9,7 +9,7 @@ steps, each a function of this module:
    architecture);
 2. :func:`build_env`: the training workloads (or family), the validation workloads and the
    vectorised env;
-3. in the run folder ``<log-folder>/<algo>_<n>/`` (:func:`next_run_dir`, locked while the run
+3. in the run folder ``<log-folder>/<algo>_<n>/`` (:func:`~agents.run_folder.next_run_dir`, locked while the run
    lasts): :func:`start_model`, a new model or the resumed one, logging to the run folder and to
    TensorBoard;
 4. :func:`warm_start`: a new model optionally clones an expert first (:func:`clone_expert`) and
@@ -20,7 +20,7 @@ steps, each a function of this module:
    ``--distribution-checks`` (:func:`agents.distributions.distribution_checks`);
 7. :func:`finish`: the final model and the run's results.
 
-``config.yml`` (:func:`write_config`, atomic) is written twice: when learning starts, with the
+``config.yml`` (:func:`~agents.run_folder.write_config`, atomic) is written twice: when learning starts, with the
 settings and the warm start (a run that never reaches its end, a Ray Tune trial stopped early, a
 crash or a kill, still says what it was), and at the end with the results. The run folder also
 holds ``final_model.zip``, ``best_model.zip``, ``evaluations.csv``, ``progress.csv``,
@@ -29,7 +29,6 @@ TensorBoard events (``tb/``) and ``checkpoints/``.
 
 from __future__ import annotations
 
-import re
 import shlex
 import signal
 import time
@@ -41,7 +40,6 @@ from typing import Any
 
 import sb3_contrib
 import torch
-import yaml
 from stable_baselines3 import get_system_info
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.logger import Logger, TensorBoardOutputFormat, make_output_format
@@ -49,7 +47,13 @@ from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 
 import deepboot_env
-from agents.callbacks import AtomicCheckpointCallback, SchedMetricsCallback, WorkloadEvalCallback, save_model
+from agents.callbacks import (
+    AtomicCheckpointCallback,
+    SchedMetricsCallback,
+    StopOnSignal,
+    WorkloadEvalCallback,
+    save_model,
+)
 from agents.checkpoint import load_checkpoint, read_data, saved_arch
 from agents.distributions import distribution_checks
 from agents.env_shape import env_shape_of
@@ -57,10 +61,19 @@ from agents.errors import ConfigError
 from agents.factory import build_model, make_vec_env_for, resolve_device
 from agents.hyperparameters import check_algo, model_kwargs
 from agents.imitation import collect_demonstrations, init_residual_policy, pretrain
-from agents.interrupt import StopOnSignal, TrainingInterrupted, command_words, resume_command
+from agents.interrupt import TrainingInterrupted, command_words, resume_command
 from agents.policy_adapter import detect_algo, resolve_model_path
-from agents.run_config import DEFAULT_CONF, PRETRAIN_KEYS, RUN_KEYS, TrainSettings, env_config, resolve_settings
-from deepboot_env.atomic import lock_folder, write_text
+from agents.run_config import (
+    DEFAULT_CONF,
+    FAMILY_SEEDS,
+    PRETRAIN_KEYS,
+    RUN_KEYS,
+    TrainSettings,
+    env_config,
+    resolve_settings,
+)
+from agents.run_folder import config_text, next_run_dir, write_config, yaml_safe
+from deepboot_env.atomic import lock_folder
 from deepboot_env.config import EnvConfig
 from deepboot_env.sim.scenario import Scenario
 from deepboot_env.stops import Stopped, StopSignals, stop_requested
@@ -424,7 +437,7 @@ def _epoch_log(
 def callbacks(
     run: Run, config: EnvConfig, eval_at_start: bool, on_evaluation: Callable[[int, float], None] | None
 ) -> RunCallbacks:
-    """The run's callbacks, in order: the stop on a signal (:class:`~agents.interrupt.StopOnSignal`,
+    """The run's callbacks, in order: the stop on a signal (:class:`~agents.callbacks.StopOnSignal`,
     which skips the final evaluation), the ``sched/*`` metrics, the validation every
     ``--eval-freq`` steps (before the first update too with ``eval_at_start``) and a checkpoint
     every ``--save-freq`` steps; ``config`` is the training env's settings."""
@@ -546,7 +559,7 @@ def hparams_of(config: Mapping[str, Any]) -> dict[str, bool | str | float | int]
             return "none"
         if isinstance(value, bool | int | float | str):
             return value
-        return str(_plain(value))
+        return str(yaml_safe(value))
 
     return {k: scalar(v) for k, v in flat.items()}
 
@@ -557,7 +570,7 @@ def log_run_config(logger: Any, config: Mapping[str, Any]) -> None:
     the text ``config`` (what ``config.yml`` records before the warm start), both at step 0."""
     for fmt in logger.output_formats:
         if isinstance(fmt, TensorBoardOutputFormat):
-            text = yaml.safe_dump(_plain(dict(config)), sort_keys=False)
+            text = config_text(config)
             fmt.writer.add_text("config", "    " + text.replace("\n", "\n    "), 0)  # indented: preformatted
             metrics = {"eval/best_score": 0.0, "reward/step_jct": 0.0}
             writer = fmt.writer.file_writer
@@ -567,24 +580,10 @@ def log_run_config(logger: Any, config: Mapping[str, Any]) -> None:
             fmt.writer.flush()
 
 
-def next_run_dir(log_folder: str | Path, algo: str) -> Path:
-    """``<log_folder>/<algo>_<n>`` with n one more than the largest existing (from 1)."""
-    root = Path(log_folder)
-    pattern = re.compile(rf"^{re.escape(algo)}_(\d+)$")
-    taken = [int(m.group(1)) for d in root.glob(f"{algo}_*") if (m := pattern.match(d.name)) and d.is_dir()]
-    run = root / f"{algo}_{max(taken, default=0) + 1}"
-    run.mkdir(parents=True, exist_ok=False)
-    return run
-
-
-FAMILY_SEEDS = 8
-"""Scenarios of a workload family that stand for it where a fixed list is needed: the first 8 val
-seeds in evaluations (``--eval-workload family:<name>``), the first 8 train seeds for cloning."""
-
-
 def load_workloads(values: Sequence[str], family_split: str = "train") -> list[tuple[str, Scenario]]:
     """``(label, Scenario)`` for every workload named: splits ``train``/``val``/``test`` expanded,
-    a family ``family:<name>[:<split>[:<n>]]`` as its first ``n`` (default :data:`FAMILY_SEEDS`)
+    a family ``family:<name>[:<split>[:<n>]]`` as its first ``n`` (default
+    :data:`~agents.run_config.FAMILY_SEEDS`)
     seeds of the split (``family_split`` when it names none). Validation that can see a 0.5 %
     difference needs 32 or more (``family:mixed:val:32``).
 
@@ -620,25 +619,6 @@ def training_source(values: Sequence[str]) -> Any:
     if families and len(values) > 1:
         raise ConfigError(f"--workload: give one workload family or a list of workloads, not {' '.join(values)}")
     return families[0] if families else [s for _, s in load_workloads(values)]
-
-
-def _plain(value: Any) -> Any:
-    """YAML-safe copy of ``value``."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if value is None or isinstance(value, bool):
-        return value
-    for kind in (int, float, str):  # also numpy scalars and str subclasses (torch's version)
-        if isinstance(value, kind):
-            return kind(value)
-    return str(value)
-
-
-def write_config(path: Path, config: Mapping[str, Any]) -> None:
-    """Write ``config.yml`` (atomically: :func:`deepboot_env.atomic.write_text`)."""
-    write_text(path, yaml.safe_dump(_plain(dict(config)), sort_keys=False))
 
 
 def _versions() -> dict[str, Any]:
