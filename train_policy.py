@@ -51,10 +51,12 @@ from agents.checkpoint import CheckpointError
 from agents.errors import ConfigError
 from agents.factory import DEVICES, VEC_ENVS
 from agents.hyperparameters import ALGOS, POLICY_ARCHS
+from agents.interrupt import TrainingInterrupted
 from agents.run_config import ENV_IDS, TrainSettings, preset_descriptions
 from deepboot_env import FRONT_END_DYNAMICS
 from deepboot_env.argparsing import ArgumentParser
 from deepboot_env.extras import MissingExtraError, require_extra
+from deepboot_env.stops import Stopped, StopSignals
 
 # The modules that train import torch and stable-baselines3 (the `rl` extra): imported when a run
 # starts, after the check that names the extra, so that --help and a missing extra need neither.
@@ -240,8 +242,6 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     """Command-line entry point; returns the exit status (2 for bad flags or files, and for a
     file that cannot be written; 130 / 143 for a run stopped by SIGINT / SIGTERM). ``prog``
     names the command in messages and in the run's recorded command (``deepboot train``)."""
-    from deepboot_env.stops import Stopped, StopSignals
-
     with StopSignals():  # a signal before the run folder exists stops at once
         parser = build_parser(prog)
         args = parser.parse_args(argv)
@@ -250,8 +250,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
             require_extra("rl", prog)
         except MissingExtraError as exc:
             parser.error(str(exc))
-        from agents.evolution import EsConfigError
-        from agents.interrupt import TrainingInterrupted
+        from agents.evolution import EsConfigError  # lazy: the trainers load after the extra's check (above)
 
         try:
             dispatch(args)
@@ -297,14 +296,14 @@ def dispatch(args: argparse.Namespace) -> Path:
     if folder.exists() and not folder.is_dir():
         raise ConfigError(f"-f/--log-folder {folder}: is a file, not a folder")
     if settings.algo == "es":
-        from agents.evolution import train_es  # lazy: --help and a missing extra need none of the trainers
+        from agents.evolution import train_es  # lazy: the trainers load after the extra's check (above)
 
         return train_es(settings)
     if settings.tune:
-        from agents.sweep import sweep  # lazy: as train_es
+        from agents.sweep import sweep  # lazy: the trainers load after the extra's check (above)
 
         return sweep(settings)
-    from agents.training_run import train  # lazy: SB3 and torch are slow to import (and the rl extra)
+    from agents.training_run import train  # lazy: the trainers load after the extra's check (above)
 
     return train(settings)
 

@@ -20,27 +20,33 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
 import tempfile
 import time
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
 
+from agents.policy_adapter import METADATA_FILE
 from deepboot_env.atomic import append_csv, atomic_write
 from deepboot_env.config import EnvConfig
 from deepboot_env.evaluation import run_episode
+from deepboot_env.policy import make_policy
 from deepboot_env.sim.metrics import EpisodeMetrics, censored_jct_mean
 from deepboot_env.sim.scenario import Scenario
 from deepboot_env.sim.simulator import SimConfig
 from deepboot_env.sim.workload import Workload
-from deepboot_env.stops import StopSignals
-from deepboot_env.workers import available_cpus, process_pool, stop_pool
+from deepboot_env.stops import StopSignals, stop_requested
+from deepboot_env.workers import available_cpus, process_pool, run_pool, stop_pool
+from deepboot_env.workloads import load_scenarios
+from traces.families import cached_scenario
 
 SCHED_KEYS: tuple[str, ...] = (
     "train_jct_mean",
@@ -123,9 +129,6 @@ def reference_jct_mean(policy: str, scenario_key: Mapping[str, Any], config: Env
     """``policy``'s mean JCT on the scenario an env's ``episode_scenario`` names (a family's seed,
     or a named workload), under the simulation settings of ``config`` (the scenario's cluster and
     restart model applied): the reference of a training episode's ratio."""
-    from deepboot_env.workloads import load_scenarios
-    from traces.families import cached_scenario
-
     family = str(scenario_key.get("family") or "")
     if family:
         scenario = cached_scenario(family, int(scenario_key["seed"]))
@@ -158,8 +161,6 @@ class TrainingRatios:
         key = (str(scenario_key.get("family") or ""), int(scenario_key.get("seed", -1)), str(scenario_key["workload"]))
         if key not in self._references:
             if self._pool is None:
-                import multiprocessing
-
                 self._pool = process_pool(1, multiprocessing.get_context("spawn"))
             self._references[key] = self._pool.submit(
                 reference_jct_mean, self.reference, dict(scenario_key), self.config
@@ -181,10 +182,6 @@ class TrainingRatios:
     def finish(self, timeout_s: float = 120.0) -> list[float]:
         """The ratios still owed, waiting up to ``timeout_s`` for their references (not after a
         SIGINT or SIGTERM: :func:`deepboot_env.stops.stop_requested`); then stop."""
-        from concurrent.futures import wait
-
-        from deepboot_env.stops import stop_requested
-
         if not stop_requested():
             wait([self._references[key] for key, _ in self._queued], timeout=timeout_s)
         out = self.ready()
@@ -319,8 +316,6 @@ class EvalEpisode:
 def run_eval_episode(episode: EvalEpisode) -> tuple[EpisodeMetrics, int]:
     """Run one :class:`EvalEpisode` (a worker's job): its metrics without the timeline, and the
     GPUs the policy's action decoding repaired (0 for a heuristic)."""
-    from deepboot_env.policy import make_policy
-
     policy = make_policy(episode.policy)
     metrics = run_episode(
         policy, episode.workload, episode.config, seed=episode.seed, max_decisions=episode.max_decisions
@@ -458,8 +453,6 @@ class WorkloadEvalCallback(BaseCallback):
 
     def _snapshot(self, folder: Path) -> str:
         """Save the model to ``folder`` for the workers; its ``ppo:`` policy name."""
-        from agents.policy_adapter import METADATA_FILE
-
         path = folder / "model.zip"
         save_model(self.model, path)
         with zipfile.ZipFile(path, "a") as zf:
@@ -469,10 +462,6 @@ class WorkloadEvalCallback(BaseCallback):
     def evaluate(self) -> list[dict[str, Any]]:
         """Run the evaluation episodes now (and the reference's, the first time each is
         needed); returns the rows (also logged and written)."""
-        import torch
-
-        from deepboot_env.workers import run_pool
-
         start = time.perf_counter()
         episodes = self._episodes()
         for episode in [e for e in episodes if e in self._prefetched and e not in self._reference_jct]:

@@ -46,6 +46,9 @@ import numpy as np
 from agents.errors import ConfigError
 from agents.factory import algo_class, policy_class
 from agents.hyperparameters import HYPERPARAM_RANGES, check_hyperparam_range, policy_kwargs_from_mapping
+from deepboot_env.config import EnvConfig
+from deepboot_env.env.codec import ScoreCodec, make_codec, mode_of_nvec
+from deepboot_env.env.deepboot_env import spaces_for
 from deepboot_env.limits import MAX_ZIP_DATA_BYTES, MAX_ZIP_ENTRY_BYTES, parse_json, read_stream, shown
 
 SERIALIZED = ":serialized:"
@@ -130,14 +133,16 @@ def _algo_classes(algo: str, arch: str = "mlp", described: bool = False) -> tupl
     architecture ``arch`` (``mlp``: SB3's multi-input policy, or with ``described`` the one of
     :mod:`agents.described_policy` that keeps its env arguments; ``set``: :mod:`agents.set_policy`)."""
     if algo == "maskable_ppo":
-        from sb3_contrib.common.maskable.buffers import MaskableDictRolloutBuffer
-        from sb3_contrib.common.maskable.policies import MaskableMultiInputActorCriticPolicy
+        from sb3_contrib.common.maskable.buffers import MaskableDictRolloutBuffer  # lazy: SB3 is slow to import
+        from sb3_contrib.common.maskable.policies import (  # lazy: SB3 is slow to import
+            MaskableMultiInputActorCriticPolicy,
+        )
 
         buffer: type = MaskableDictRolloutBuffer
         policy: type = MaskableMultiInputActorCriticPolicy
     else:
-        from stable_baselines3.common.buffers import DictRolloutBuffer
-        from stable_baselines3.common.policies import MultiInputActorCriticPolicy
+        from stable_baselines3.common.buffers import DictRolloutBuffer  # lazy: SB3 is slow to import
+        from stable_baselines3.common.policies import MultiInputActorCriticPolicy  # lazy: SB3 is slow to import
 
         buffer, policy = DictRolloutBuffer, MultiInputActorCriticPolicy
     if arch == "set" or described:
@@ -199,7 +204,11 @@ _SB3_SCHEDULE = "<class 'stable_baselines3.common.utils.{}'>"
 def _schedule(path: Path, key: str, field: dict[str, Any]) -> Any:
     """The schedule a pickled ``FloatSchedule`` field describes in plain text, or a pickled bare
     ``ConstantSchedule`` / ``LinearSchedule`` (RL Zoo stores ``learning_rate`` so) by its fields."""
-    from stable_baselines3.common.utils import ConstantSchedule, FloatSchedule, LinearSchedule
+    from stable_baselines3.common.utils import (  # lazy: SB3 is slow to import
+        ConstantSchedule,
+        FloatSchedule,
+        LinearSchedule,
+    )
 
     text = str(field.get("value_schedule", ""))
     if m := _CONSTANT.match(text):
@@ -220,10 +229,6 @@ def _schedule(path: Path, key: str, field: dict[str, Any]) -> Any:
 
 def _spaces(path: Path, data: dict[str, Any]) -> tuple[Any, Any]:
     """Observation and action spaces rebuilt from the action space's sizes."""
-    from deepboot_env.config import EnvConfig
-    from deepboot_env.env.codec import ScoreCodec, make_codec, mode_of_nvec
-    from deepboot_env.env.deepboot_env import spaces_for
-
     field = data.get("action_space")
     field = field if isinstance(field, dict) else {}
     text = field.get("nvec", "")
@@ -251,7 +256,7 @@ def _spaces(path: Path, data: dict[str, Any]) -> tuple[Any, Any]:
 def _policy_kwargs(path: Path, field: dict[str, Any], described: bool) -> dict[str, Any]:
     """A pickled ``policy_kwargs`` rebuilt from its plain-text entries (whitelisted keys, and the
     env arguments of a project policy class)."""
-    from agents.described_policy import ENV_ARGUMENTS_KEY
+    from agents.described_policy import ENV_ARGUMENTS_KEY  # lazy: SB3 is slow to import
 
     entries = {k: v for k, v in field.items() if not k.startswith(":")}
     env_kwargs = _check_env_kwargs(path, entries, described)
@@ -271,7 +276,7 @@ def _check_env_kwargs(path: Path, policy_kwargs: dict[str, Any], described: bool
     Raises:
         CheckpointError: env arguments for a policy class that takes none, or bad ones.
     """
-    from agents.described_policy import ENV_ARGUMENTS_KEY
+    from agents.described_policy import ENV_ARGUMENTS_KEY  # lazy: SB3 is slow to import
 
     if ENV_ARGUMENTS_KEY not in policy_kwargs:
         return None
@@ -289,8 +294,6 @@ def saved_env_kwargs(path: Path, field: Any) -> dict[str, Any]:
     Raises:
         CheckpointError: not a dict of env options, bad options, or a base policy naming a file.
     """
-    from deepboot_env.config import EnvConfig
-
     value = field
     if isinstance(field, str):
         try:
@@ -418,7 +421,7 @@ def load_checkpoint(
         CheckpointError: not a PPO/MaskablePPO zip, a different algorithm than ``algo``, or a
             pickled field that cannot be rebuilt safely.
     """
-    from agents.distributions import use_padded_distribution
+    from agents.distributions import use_padded_distribution  # lazy: SB3 is slow to import
 
     path = Path(path)
     data = read_data(path)

@@ -38,6 +38,7 @@ import csv
 import functools
 import json
 import math
+import platform
 import shlex
 import time
 from collections.abc import Callable, Sequence
@@ -52,10 +53,14 @@ from agents.interrupt import TrainingInterrupted, command_words, resume_command
 from agents.priority import FEATURES, PriorityModel, PriorityPolicy, srpt_theta
 from agents.run_config import FAMILY_SEEDS, TrainSettings, load_conf
 from agents.run_folder import next_run_dir, write_config
+from baselines.ats import AtsPolicy
 from deepboot_env.atomic import append_csv, lock_folder, write_text
+from deepboot_env.config import sim_config
+from deepboot_env.evaluation import StalledEpisodeError, run_episode
 from deepboot_env.limits import MAX_ES_STATE_BYTES, names, parse_json, read_bounded, shown
 from deepboot_env.stops import Stopped, StopSignals
 from deepboot_env.workers import LOCAL, Backend, available_cpus, run_pool
+from traces.families import FAMILIES, FamilyError, cached_scenario, family_sampler, split_seeds
 
 DYNAMICS = "v1"
 """The simulation dynamics of training and validation episodes (the benchmark's)."""
@@ -148,11 +153,6 @@ def episode_jct(item: Item) -> float:
     """Mean training JCT of one episode: theta's priority policy (``ats`` for None) on scenario
     ``seed`` of ``family`` (a worker's job); infinite for an episode the watchdog stopped (no
     training progress for a week of simulated time: a candidate that thrashes ranks last)."""
-    from baselines.ats import AtsPolicy
-    from deepboot_env.config import sim_config
-    from deepboot_env.evaluation import StalledEpisodeError, run_episode
-    from traces.families import cached_scenario
-
     theta, family, seed = item
     scenario = cached_scenario(family, seed)
     policy = AtsPolicy() if theta is None else PriorityPolicy(theta)
@@ -224,7 +224,6 @@ def check_state(path: Path, doc: Any) -> dict[str, Any]:
     Raises:
         EsConfigError: one line naming the file and the field.
     """
-    from traces.families import FAMILIES, split_seeds
 
     def bad(name: str, want: str) -> EsConfigError:
         return EsConfigError(f"{path}: field {name!r} must be {want}, got {shown(doc.get(name))}")
@@ -342,7 +341,7 @@ class EsRun:
         command: str | None = None,
         log: Callable[[str], None] | None = print,
     ) -> None:
-        from torch.utils.tensorboard import SummaryWriter
+        from torch.utils.tensorboard import SummaryWriter  # lazy: torch is slow to import (for TensorBoard only)
 
         self.run_dir, self.families, self.val, self.settings = run_dir, list(families), list(val), settings
         self.state, self.jobs, self.backend, self.command, self.log = state, jobs, backend, command, log
@@ -415,8 +414,6 @@ class EsRun:
 
     def generation(self) -> None:
         """One generation: draw scenarios and directions, run the candidates, step theta."""
-        from traces.families import split_seeds
-
         st, cfg = self.state, self.settings
         train = split_seeds("train")
         draws = [(f, self.rng.integers(len(train))) for f in self.families for _ in range(cfg.seeds_per_family)]
@@ -503,8 +500,6 @@ def last_generation(path: Path) -> int | None:
 
 def machine() -> str:
     """The machine a run ran on, in words (CPUs and platform), for the models' info."""
-    import platform
-
     return f"{available_cpus()} CPUs, {platform.machine()}, {platform.system()}"
 
 
@@ -514,8 +509,6 @@ def family_names(values: Sequence[str], flag: str) -> list[str]:
     Raises:
         EsConfigError: for a value that is not a family, or an unknown family.
     """
-    from traces.families import FAMILIES, FamilyError, family_sampler
-
     names = []
     for value in values:
         try:
@@ -584,8 +577,6 @@ def es_scenarios(flags: TrainSettings) -> tuple[list[str], list[str], list[Scena
     Raises:
         EsConfigError: a workload that is not a family.
     """
-    from traces.families import FAMILIES, split_seeds
-
     families = family_names(flags.workload, "--workload")
     default_val = list(flags.eval_workload) == ["val"]
     evals = list(FAMILIES) if default_val else family_names(flags.eval_workload, "--eval-workload")

@@ -41,10 +41,10 @@ def algo_class(algo: str) -> type[PPO] | type[MaskablePPO]:
     """The SB3 class of ``algo`` (``PPO`` or sb3-contrib ``MaskablePPO``)."""
     check_algo(algo)
     if algo == "maskable_ppo":
-        from sb3_contrib import MaskablePPO
+        from sb3_contrib import MaskablePPO  # lazy: SB3 is slow to import
 
         return MaskablePPO
-    from stable_baselines3 import PPO
+    from stable_baselines3 import PPO  # lazy: SB3 is slow to import
 
     return PPO
 
@@ -58,7 +58,7 @@ def resolve_device(device: str) -> str:
     Raises:
         ConfigError: for a string torch does not know as a device.
     """
-    from stable_baselines3.common.utils import get_device
+    from stable_baselines3.common.utils import get_device  # lazy: SB3 is slow to import
 
     try:
         resolved = str(get_device(device))

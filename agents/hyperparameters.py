@@ -121,7 +121,7 @@ def parse_kv(items: Sequence[str] | None, what: str = "--hyperparams") -> dict[s
 
 def linear_schedule(initial: float) -> Any:
     """Linear decay from ``initial`` (start of training) to 0 (end), as SB3 schedules."""
-    from stable_baselines3.common.utils import LinearSchedule
+    from stable_baselines3.common.utils import LinearSchedule  # lazy: SB3 is slow to import
 
     return LinearSchedule(float(initial), 0.0, 1.0)
 
@@ -195,7 +195,7 @@ def _check_policy_kwarg(key: str, value: Any) -> Any:
         name = m.group(1) if m else ""
         if name not in ACTIVATIONS:
             raise ConfigError(f"policy_kwargs: activation_fn {shown(value)} is not {POLICY_KWARGS_KEYS[key]}")
-        import torch as th
+        import torch as th  # lazy: torch is slow to import
 
         return getattr(th.nn, name)
     elif key == "log_std_init":

@@ -36,6 +36,11 @@ from typing import Any, cast
 import numpy as np
 from gymnasium import spaces
 
+from agents.policy_adapter import uses_masks
+from deepboot_env.env import DeepBootEnv
+from deepboot_env.policy import make_policy
+from deepboot_env.workers import run_pool
+
 
 @dataclass
 class Demonstrations:
@@ -81,9 +86,6 @@ class DemoEpisode:
 
 def run_demo_episode(episode: DemoEpisode) -> Demonstrations:
     """The transitions of one :class:`DemoEpisode` (a worker's job)."""
-    from deepboot_env.env import DeepBootEnv
-    from deepboot_env.policy import make_policy
-
     rng = np.random.default_rng((episode.seed, episode.index))
     policy = make_policy(episode.expert)
     env = DeepBootEnv(workload=[episode.workload], **episode.env_kwargs)
@@ -132,9 +134,6 @@ def collect_demonstrations(
     Raises:
         ValueError: unknown expert, or a noise level outside [0, 1).
     """
-    from deepboot_env.policy import make_policy
-    from deepboot_env.workers import run_pool
-
     for p in noise:
         if not 0.0 <= p < 1.0:
             raise ValueError(f"demonstration noise must lie in [0, 1), got {p}")
@@ -185,8 +184,6 @@ def pretrain(
     afterwards) so PPO sees values in reward units.
     """
     import torch  # lazy: torch is slow to import (the demonstration workers need none)
-
-    from agents.policy_adapter import uses_masks
 
     if epochs < 0 or batch_size < 1:
         raise ValueError(f"pretrain needs epochs >= 0 and batch_size >= 1, got {epochs}, {batch_size}")
@@ -272,7 +269,7 @@ def init_residual_policy(model: Any, neutral_action: np.ndarray, neutral_prob: f
     Raises:
         ValueError: if ``neutral_prob`` is not in (0, 1) or the action does not fit the model.
     """
-    import torch
+    import torch  # lazy: torch is slow to import (the demonstration workers need none)
 
     if not 0.0 < neutral_prob < 1.0:
         raise ValueError(f"neutral_prob must lie in (0, 1), got {neutral_prob}")

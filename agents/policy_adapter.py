@@ -24,13 +24,27 @@ the zip (older exports), else ``config.yml``'s ``env_kwargs``, else it is ``ats`
 
 from __future__ import annotations
 
+import functools
 import zipfile
 from pathlib import Path
 from typing import Any
 
+import gymnasium
 import numpy as np
 
+from agents.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    read_data,
+    read_entry,
+    refuse_named_files,
+    saved_algo,
+    saved_env_kwargs,
+)
 from agents.env_shape import env_shape_of
+from agents.factory import resolve_device
+from agents.shipped import SUFFIXES, resolve_shipped
+from agents.threads import use_torch_threads
 from deepboot_env.env.codec import SCORE_SCALE, make_codec
 from deepboot_env.env.encoding import OutlookEncoder, agent_observation, encode_observation
 from deepboot_env.extras import require_extra
@@ -64,7 +78,7 @@ METADATA_FILE = "deepboot_env.json"
 def uses_masks(model: Any) -> bool:
     """Whether ``model`` is an sb3-contrib MaskablePPO (which takes ``action_masks``)."""
     try:
-        from sb3_contrib import MaskablePPO
+        from sb3_contrib import MaskablePPO  # lazy: SB3 is slow to import
     except ImportError:  # pragma: no cover - sb3-contrib is a dependency
         return False
     return isinstance(model, MaskablePPO)
@@ -120,7 +134,7 @@ class AgentPolicy(BasePolicy):
         self.repaired_gpus = 0
         self._device: Any = None
         if self.deterministic:  # most_likely reads the one-tensor distribution (same parameters, same law)
-            from agents.distributions import use_padded_distribution
+            from agents.distributions import use_padded_distribution  # lazy: SB3 is slow to import
 
             use_padded_distribution(model.policy)
 
@@ -133,7 +147,7 @@ class AgentPolicy(BasePolicy):
         if self.outlook is not None:
             self.outlook.reset()
         if seed is not None and not self.deterministic:
-            import torch
+            import torch  # lazy: torch is slow to import
 
             torch.manual_seed(int(seed))
 
@@ -155,8 +169,8 @@ class AgentPolicy(BasePolicy):
         deterministic=True)`` returns (with ``action_masks=mask`` for MaskablePPO), from one
         forward pass of the actor and the mode of the policy's padded distribution
         (:mod:`agents.distributions`), without SB3's per-call checks and conversions."""
-        import torch
-        from stable_baselines3.common.policies import BaseModel
+        import torch  # lazy: torch is slow to import
+        from stable_baselines3.common.policies import BaseModel  # lazy: SB3 is slow to import
 
         policy = self.model.policy
         if policy.training:  # SB3's predict sets it at every call; a module walk costs ~0.15 ms
@@ -199,8 +213,6 @@ def resolve_model_path(path: str | Path) -> Path:
     Raises:
         FileNotFoundError: naming what was looked for.
     """
-    from agents.shipped import SUFFIXES, resolve_shipped
-
     p = resolve_shipped(path, SUFFIXES["ppo"])
     if p.is_dir():
         for name in MODEL_FILES:
@@ -230,8 +242,6 @@ def run_config(path: str | Path) -> dict[str, Any]:
 def model_env_kwargs(path: str | Path) -> dict[str, Any]:
     """The env arguments a saved model was trained with: the zip's :data:`METADATA_FILE`, else
     ``config.yml``'s ``env_kwargs`` ({} if neither)."""
-    from agents.checkpoint import CheckpointError, read_entry, refuse_named_files, saved_env_kwargs
-
     try:
         with zipfile.ZipFile(path) as zf:
             has_metadata = METADATA_FILE in zf.namelist()
@@ -273,8 +283,6 @@ def saved_dynamics(path: str | Path) -> str:
         FileNotFoundError: no model at ``path``.
         agents.checkpoint.CheckpointError: a file that is not a model zip.
     """
-    from agents.checkpoint import read_data
-
     model_path = resolve_model_path(path)
     kept = read_data(model_path).get("policy_kwargs")
     env_kwargs = kept.get("env_kwargs") if isinstance(kept, dict) else None
@@ -290,8 +298,6 @@ def detect_algo(path: str | Path) -> str:
     Raises:
         agents.checkpoint.CheckpointError: if the file is not a PPO / MaskablePPO zip.
     """
-    from agents.checkpoint import read_data, saved_algo
-
     p = Path(path)
     algo = run_config(p).get("algo")
     if algo in ("ppo", "maskable_ppo"):
@@ -320,10 +326,6 @@ def load_model(
             loaded safely (the message names the field).
     """
     require_extra("rl", "a saved PPO model (ppo:<path>, agents.load_agent)")
-    from agents.checkpoint import load_checkpoint
-    from agents.factory import resolve_device
-    from agents.threads import use_torch_threads
-
     use_torch_threads(num_threads)
     return load_checkpoint(resolve_model_path(path), algo=algo, device=resolve_device(device), trust=trust)
 
@@ -384,12 +386,7 @@ def load_agent(
         agents.checkpoint.CheckpointError: a file that is not such a model or cannot be loaded safely.
         ValueError: a model whose spaces are not those of a DeepBoot env.
     """
-    import functools
-
-    import gymnasium
-
-    import deepboot_env  # noqa: F401 - registers the env ids
-    from agents.described_policy import env_spec
+    from agents.described_policy import env_spec  # lazy: SB3 is slow to import
 
     model_path = resolve_model_path(path)
     model = load_model(model_path, device=device, trust=trust, num_threads=num_threads)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agents.checkpoint import CheckpointError
 from agents.errors import ConfigError
 from agents.hyperparameters import (
     ALGOS,
@@ -31,9 +32,11 @@ from agents.hyperparameters import (
     resolve_hyperparams,
     switch_arch,
 )
+from agents.policy_adapter import saved_dynamics
 from deepboot_env import FRONT_END_DYNAMICS
 from deepboot_env.config import DYNAMICS, EnvConfig
 from deepboot_env.limits import MAX_CONFIG_BYTES, names, parse_yaml, plain, read_bounded, shown
+from deepboot_env.policy import available_policies
 
 DEFAULT_CONF = Path(__file__).resolve().parent / "conf" / "deepboot.yml"
 """Configuration read when ``--conf-file`` is not given: package data, so that a wheel trains with
@@ -223,9 +226,6 @@ def default_dynamics(resume: str | Path | None) -> str:
     so that ``config.yml``, TensorBoard's config and the saved model name it."""
     if resume is None:
         return FRONT_END_DYNAMICS
-    from agents.checkpoint import CheckpointError
-    from agents.policy_adapter import saved_dynamics
-
     try:
         return saved_dynamics(resume)
     except (OSError, CheckpointError):  # the resume itself reports the bad file
@@ -300,8 +300,6 @@ def resolve_eval_reference(flags: TrainSettings, conf: dict[str, Any]) -> str | 
     Raises:
         ConfigError: an unknown policy name.
     """
-    from deepboot_env.policy import available_policies
-
     value = conf.pop("eval_reference", DEFAULT_EVAL_REFERENCE)
     if flags.eval_reference is not None:
         value = flags.eval_reference
@@ -319,8 +317,6 @@ def resolve_pretrain(flags: TrainSettings, conf: dict[str, Any]) -> dict[str, An
     Raises:
         ConfigError: an unknown expert policy, negative epochs or a noise level outside [0, 1).
     """
-    from deepboot_env.policy import available_policies
-
     out: dict[str, Any] = {}
     for key, default in PRETRAIN_KEYS.items():
         value = conf.pop(key, default)

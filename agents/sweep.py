@@ -270,7 +270,7 @@ def fit(
     try:
         with ray_session(address, available_cpus()):
             from ray import tune  # lazy: Ray is an optional extra
-            from ray.tune.schedulers import ASHAScheduler
+            from ray.tune.schedulers import ASHAScheduler  # lazy: Ray is an optional extra
 
             scheduler = ASHAScheduler(
                 time_attr="timesteps",

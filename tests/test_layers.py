@@ -10,6 +10,9 @@ top-level package, linked by every import that can run (module-level, inside a f
 ``"module:attr"`` string; not ``if TYPE_CHECKING:`` blocks), form no cycle. A package's
 ``__init__`` naming its own submodules (a facade registering them) is not an edge: Python imports
 a package before any of its submodules anyway.
+
+An import inside a function of ``agents/`` or ``train_policy.py`` says why it is there with a
+``# lazy: <why>`` comment (torch or SB3 is slow to import, Ray is an optional extra, ...).
 """
 
 from __future__ import annotations
@@ -221,3 +224,39 @@ def test_the_checker_sees_lazy_and_string_imports(tmp_path: Path) -> None:
     found = {target for _, target in imports_of(path)}
     assert found == {"agents.factory", "baselines.ats"}
     assert layer_of("deepboot_env.sim.simulator") == 0 and layer_of("deepboot_env.env.codec") == 1
+
+
+LAZY_LABEL = re.compile(r"#\s*lazy: \S")
+"""The comment that says why an import is inside a function."""
+
+
+def unlabelled_lazy_imports(path: Path) -> list[str]:
+    """``file:line`` of each import inside a function of ``path`` without a ``# lazy:`` comment on
+    its lines."""
+    text = path.read_text()
+    lines = text.splitlines()
+    bad = []
+    for node in ast.walk(ast.parse(text, filename=str(path))):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.Import | ast.ImportFrom):
+                source = "\n".join(lines[inner.lineno - 1 : inner.end_lineno or inner.lineno])
+                if not LAZY_LABEL.search(source):
+                    bad.append(f"{path.name}:{inner.lineno}: {lines[inner.lineno - 1].strip()}")
+    return sorted(set(bad))
+
+
+def test_every_lazy_import_of_agents_says_why() -> None:
+    files = [ROOT / "train_policy.py", *sorted((ROOT / "agents").rglob("*.py"))]
+    bad = [line for path in files for line in unlabelled_lazy_imports(path)]
+    assert not bad, "imports inside functions without a '# lazy: <why>' comment:\n" + "\n".join(bad)
+
+
+def test_the_label_checker_reads_multi_line_imports(tmp_path: Path) -> None:
+    path = tmp_path / "mod.py"
+    path.write_text(
+        "def f():\n    import torch  # lazy: torch is slow to import\n"
+        "    from a import (  # lazy: a cycle\n        b,\n    )\n    import os\n"
+    )
+    assert unlabelled_lazy_imports(path) == ["mod.py:6: import os"]

@@ -331,16 +331,16 @@ def test_tune_without_ray_says_in_one_line_how_to_install_it(tiny_csv, tmp_path,
 def test_reference_episodes_run_beside_training(tiny_csv, tmp_path, monkeypatch) -> None:
     """With worker processes, the reference's episodes start in the background at training start
     (none goes through the evaluation's pool) and score the model exactly as in-process ones."""
-    import deepboot_env.workers as workers
+    import agents.callbacks
 
     pooled: list[str] = []
-    real = workers.run_pool
+    real = agents.callbacks.run_pool
 
     def spy(fn, items, *args, **kwargs):
         pooled.extend(getattr(item, "policy", "") for item in items)
         return real(fn, items, *args, **kwargs)
 
-    monkeypatch.setattr(workers, "run_pool", spy)
+    monkeypatch.setattr(agents.callbacks, "run_pool", spy)  # the evaluation's pool
     argv = ["--n-timesteps", "256", "--n-envs", "2", "--eval-freq", "256", "--eval-episodes", "2"]
     rows = {}
     for jobs in ("2", "1"):
