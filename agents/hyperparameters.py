@@ -1,4 +1,4 @@
-"""Hyperparameters of a PPO / MaskablePPO run: defaults, ``k:v`` parsing and checks (no torch, no SB3).
+"""Hyperparameters of a PPO / MaskablePPO run: defaults, ``k:v`` parsing and checks.
 
 * :data:`DEFAULT_HYPERPARAMS` per algorithm (:data:`ALGOS`), overridden in turn by a preset and
   the command line (:func:`resolve_hyperparams`), then made constructor arguments
@@ -13,7 +13,9 @@
 * The policy architectures (:data:`POLICY_ARCHS`: ``mlp``, ``set``) and the ``policy_kwargs``
   keys each takes (:func:`check_policy_kwargs_arch`, :func:`switch_arch`).
 
-Every bad value is a :class:`~agents.errors.ConfigError` (one line naming the key).
+Every bad value is a :class:`~agents.errors.ConfigError` (one line naming the key). Importing the
+module loads neither torch nor SB3 (``train_policy.py --help`` reads its tables); they are imported
+where a linear schedule or an activation function is built.
 """
 
 from __future__ import annotations

@@ -9,8 +9,9 @@ steps, each a function of this module:
    architecture);
 2. :func:`build_env`: the training workloads (or family), the validation workloads and the
    vectorised env;
-3. in the run folder ``<log-folder>/<algo>_<n>/`` (:func:`~agents.run_folder.next_run_dir`, locked while the run
-   lasts): :func:`start_model`, a new model or the resumed one, logging to the run folder and to
+3. in the run folder ``<log-folder>/<algo>_<n>/`` (:func:`~agents.run_folder.next_run_dir`,
+   locked while the run lasts; :func:`run_record`: what ``config.yml`` records of it):
+   :func:`start_model`, a new model or the resumed one, logging to the run folder and to
    TensorBoard;
 4. :func:`warm_start`: a new model optionally clones an expert first (:func:`clone_expert`) and
    a residual policy starts at its base policy;
@@ -18,11 +19,12 @@ steps, each a function of this module:
    checkpoints;
 6. :func:`learn`: ``model.learn``, with torch's distribution checks off unless
    ``--distribution-checks`` (:func:`agents.distributions.distribution_checks`);
-7. :func:`finish`: the final model and the run's results.
+7. :func:`finish`: the final model and the run's results; a run stopped by SIGINT or SIGTERM
+   then raises the :class:`~agents.interrupt.TrainingInterrupted` of :func:`interrupted`.
 
-``config.yml`` (:func:`~agents.run_folder.write_config`, atomic) is written twice: when learning starts, with the
-settings and the warm start (a run that never reaches its end, a Ray Tune trial stopped early, a
-crash or a kill, still says what it was), and at the end with the results. The run folder also
+``config.yml`` (:func:`~agents.run_folder.write_config`, atomic) is written twice: when learning
+starts, with the settings and the warm start (a run that never reaches its end, a Ray Tune trial
+stopped early, a crash or a kill, still says what it was), and at the end with the results. The run folder also
 holds ``final_model.zip``, ``best_model.zip``, ``evaluations.csv``, ``progress.csv``,
 TensorBoard events (``tb/``) and ``checkpoints/``.
 """
