@@ -44,14 +44,19 @@ import argparse
 import shlex
 import sys
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 
 from agents.checkpoint import CheckpointError
-from agents.factory import ALGOS, DEVICES, POLICY_ARCHS, VEC_ENVS, ConfigError
-from agents.run_config import ENV_IDS, preset_descriptions
+from agents.errors import ConfigError
+from agents.factory import DEVICES, VEC_ENVS
+from agents.hyperparameters import ALGOS, POLICY_ARCHS
+from agents.interrupt import TrainingInterrupted
+from agents.run_config import ENV_IDS, TrainSettings, preset_descriptions
 from deepboot_env import FRONT_END_DYNAMICS
 from deepboot_env.argparsing import ArgumentParser
 from deepboot_env.extras import MissingExtraError, require_extra
+from deepboot_env.stops import Stopped, StopSignals
 
 # The modules that train import torch and stable-baselines3 (the `rl` extra): imported when a run
 # starts, after the check that names the extra, so that --help and a missing extra need neither.
@@ -61,7 +66,8 @@ PROG = "train_policy.py"
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
-    """The command-line parser (options default to None where a preset may set them)."""
+    """The command-line parser: one flag per field of :class:`~agents.run_config.TrainSettings`,
+    whose defaults it takes (None where a preset may set the value)."""
     presets = preset_descriptions()
     width = max(map(len, presets), default=0)
     p = ArgumentParser(
@@ -72,107 +78,114 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         + "".join(f"  {name:<{width}}  {text}\n" for name, text in presets.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    groups = (_algorithm_flags, _env_flags, _evaluation_flags, _output_flags, _config_flags, _resume_flags)
+    for add in (*groups, _warm_start_flags, _run_flags):  # in this order: --help's and config.yml's args
+        add(p)
+    p.set_defaults(**asdict(TrainSettings()))
+    return p
+
+
+def _algorithm_flags(p: argparse.ArgumentParser) -> None:
+    """What trains: the algorithm, for how long, the policy architecture, the seed."""
     p.add_argument(
         "--algo",
-        default=None,
         help=f"{' | '.join(ALGOS)} | es (default: ppo, or the --resume model's); es: evolution strategies "
         "for the learned priority of agents.priority (agents.evolution)",
     )
-    p.add_argument(
-        "-n",
-        "--n-timesteps",
-        type=int,
-        default=None,
-        help="timesteps to train (preset: 200000); --algo es: generations",
-    )
+    p.add_argument("-n", "--n-timesteps", type=int, help="timesteps to train (preset: 200000); --algo es: generations")
     p.add_argument(
         "--policy-arch",
         choices=tuple(POLICY_ARCHS),
-        default=None,
         help="mlp: SB3's MLP over the flattened job slots; set: one shared per-job encoder, attention pooling "
         "(agents.set_policy). Default: the preset's policy (mlp)",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of torch, numpy and env i (seed + i); default 0")
-    p.add_argument("--n-envs", type=int, default=None, help="parallel envs (preset: 4)")
+    p.add_argument("--seed", type=int, help="seed of torch, numpy and env i (seed + i); default 0")
+
+
+def _env_flags(p: argparse.ArgumentParser) -> None:
+    """Where it trains: the parallel envs, their kind and cluster, the device, torch's threads."""
+    p.add_argument("--n-envs", type=int, help="parallel envs (preset: 4)")
     p.add_argument(
         "--group-size",
         type=int,
-        default=None,
         help="envs per same-scenario group: with a workload family, the envs of a group play the same scenarios "
         "in the same order (common random numbers); must divide --n-envs (preset: 1)",
     )
     p.add_argument(
         "--vec-env",
         choices=VEC_ENVS,
-        default="dummy",
         help="VecEnv class (default dummy); ray: one Ray actor per env, spread over the cluster (the ray extra)",
     )
     p.add_argument(
         "--address",
-        default=None,
         metavar="ADDR",
         help="--vec-env ray, --tune: the Ray cluster to join (auto, HOST:PORT; default: a private local instance "
         "on 127.0.0.1)",
     )
     p.add_argument(
         "--device",
-        default="auto",
         help=f"{' | '.join(DEVICES)} (default auto: cuda where available, else cpu); cuda -> cpu if absent",
     )
-    p.add_argument("--num-threads", type=int, default=1, help="torch threads (default 1; <= 0: torch's default)")
+    p.add_argument("--num-threads", type=int, help="torch threads (default 1; <= 0: torch's default)")
+
+
+def _evaluation_flags(p: argparse.ArgumentParser) -> None:
+    """On what it trains and validates, and how the model is selected."""
     p.add_argument(
         "--workload",
         nargs="+",
-        default=["train"],
         help="split, name or CSV (default train), or one workload family family:<name> (a new train-seed scenario "
         "per episode)",
     )
     p.add_argument(
         "--eval-workload",
         nargs="+",
-        default=["val"],
         help="validation workloads (default val); family:<name> stands for the family's first 8 val seeds",
     )
-    p.add_argument("--eval-freq", type=int, default=None, help="evaluate every N timesteps; <= 0: never (preset)")
-    p.add_argument("--eval-episodes", type=int, default=None, help="episodes per evaluation (0: one per workload)")
+    p.add_argument("--eval-freq", type=int, help="evaluate every N timesteps; <= 0: never (preset)")
+    p.add_argument("--eval-episodes", type=int, help="episodes per evaluation (0: one per workload)")
     p.add_argument(
         "--eval-jobs",
         type=int,
-        default=None,
         help="worker processes for the validation episodes and the warm start's demonstrations (0, the default: "
         "one per CPU; 1: in the training process)",
     )
     p.add_argument(
         "--eval-reference",
-        default=None,
         metavar="POLICY",
         help="select the model by its mean JCT ratio to this policy on the val workloads (preset; default ats; "
         "none: by mean censored JCT)",
     )
-    p.add_argument(
-        "--save-freq", type=int, default=None, help="checkpoint every N timesteps (default 25000); <= 0: never"
-    )
-    p.add_argument("-f", "--log-folder", default="runs", help="runs go to <log-folder>/<algo>_<n>/ (default runs)")
-    p.add_argument("-tb", "--tensorboard-log", default="", help="TensorBoard root (default: <run>/tb)")
-    p.add_argument(
-        "-params", "--hyperparams", nargs="+", default=None, metavar="K:V", help="overrides, e.g. n_steps:128"
-    )
+
+
+def _output_flags(p: argparse.ArgumentParser) -> None:
+    """What the run writes where: checkpoints, the run folder, TensorBoard."""
+    p.add_argument("--save-freq", type=int, help="checkpoint every N timesteps (default 25000); <= 0: never")
+    p.add_argument("-f", "--log-folder", help="runs go to <log-folder>/<algo>_<n>/ (default runs)")
+    p.add_argument("-tb", "--tensorboard-log", help="TensorBoard root (default: <run>/tb)")
+
+
+def _config_flags(p: argparse.ArgumentParser) -> None:
+    """The hyperparameters, the env and the configuration preset."""
+    p.add_argument("-params", "--hyperparams", nargs="+", metavar="K:V", help="overrides, e.g. n_steps:128")
     p.add_argument(
         "--env",
-        default=None,
         metavar="ID",
         help=f"environment id: {' | '.join(ENV_IDS)} (sets the dynamics; default: the preset's, else the --resume "
         f"model's, else DeepBoot-{FRONT_END_DYNAMICS})",
     )
-    p.add_argument("--env-kwargs", nargs="+", default=None, metavar="K:V", help="DeepBootEnv args, e.g. max_jobs:16")
-    p.add_argument("-conf", "--conf-file", default=None, help="YAML of presets (default: the shipped ones)")
-    p.add_argument("--preset", default="default", help="preset of the configuration file (default: default)")
+    p.add_argument("--env-kwargs", nargs="+", metavar="K:V", help="DeepBootEnv args, e.g. max_jobs:16")
+    p.add_argument("-conf", "--conf-file", help="YAML of presets (default: the shipped ones)")
+    p.add_argument("--preset", help="preset of the configuration file (default: default)")
+
+
+def _resume_flags(p: argparse.ArgumentParser) -> None:
+    """Continuing a saved model."""
     p.add_argument(
         "-i",
         "--trained-agent",
         "--resume",
         dest="resume",
-        default=None,
         metavar="PATH",
         help="continue training a saved model (zip or run folder)",
     )
@@ -182,32 +195,36 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         help="--trained-agent: also unpickle the checkpoint's pickled fields (runs any code in the file; "
         "by default they are rebuilt from checked data)",
     )
+
+
+def _warm_start_flags(p: argparse.ArgumentParser) -> None:
+    """Cloning an expert before PPO, and the residual policy's start."""
     p.add_argument(
         "--pretrain-expert",
-        default=None,
         metavar="POLICY",
         help="clone this registered policy (e.g. ats) on the training workloads before PPO (preset; none: skip)",
     )
-    p.add_argument("--pretrain-epochs", type=int, default=None, help="behaviour-cloning epochs (preset: 15)")
+    p.add_argument("--pretrain-epochs", type=int, help="behaviour-cloning epochs (preset: 15)")
     p.add_argument(
         "--pretrain-noise",
         type=float,
         nargs="+",
-        default=None,
         metavar="P",
         help="one demonstration pass per noise level (DART-style action noise; preset: 0 0.05)",
     )
     p.add_argument(
         "--residual-neutral-prob",
         type=float,
-        default=None,
         metavar="P",
         help="residual env: after the warm start, each slot keeps the base policy's count with "
         "probability P (default 0.9; the residual and generalist presets set 0.95)",
     )
+
+
+def _run_flags(p: argparse.ArgumentParser) -> None:
+    """A sweep instead of one run, and what the run shows and checks."""
     p.add_argument(
         "--tune",
-        default=None,
         metavar="SPEC",
         help="sweep seeds and hyperparameters on Ray Tune (ASHA on the validation score) from this YAML search "
         "space; the other flags are every trial's (agents.sweep; the ray extra)",
@@ -218,16 +235,13 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         action="store_true",
         help="keep torch.distributions argument validation (off by default: ~40%% faster MaskablePPO)",
     )
-    p.add_argument("--verbose", type=int, default=1, help="0: quiet; 1 (default): log tables and evaluation lines")
-    return p
+    p.add_argument("--verbose", type=int, help="0: quiet; 1 (default): log tables and evaluation lines")
 
 
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     """Command-line entry point; returns the exit status (2 for bad flags or files, and for a
     file that cannot be written; 130 / 143 for a run stopped by SIGINT / SIGTERM). ``prog``
     names the command in messages and in the run's recorded command (``deepboot train``)."""
-    from deepboot_env.stops import Stopped, StopSignals
-
     with StopSignals():  # a signal before the run folder exists stops at once
         parser = build_parser(prog)
         args = parser.parse_args(argv)
@@ -236,8 +250,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
             require_extra("rl", prog)
         except MissingExtraError as exc:
             parser.error(str(exc))
-        from agents.evolution import EsConfigError
-        from agents.interrupt import TrainingInterrupted
+        from agents.evolution import EsConfigError  # lazy: the trainers load after the extra's check (above)
 
         try:
             dispatch(args)
@@ -272,25 +285,27 @@ def run(argv: Sequence[str]) -> Path:
 
 
 def dispatch(args: argparse.Namespace) -> Path:
-    """Run what ``args`` ask for: an ES run (``--algo es``), a sweep (``--tune``) or a PPO run.
+    """Run what ``args`` ask for (as :class:`~agents.run_config.TrainSettings`): an ES run
+    (``--algo es``), a sweep (``--tune``) or a PPO run.
 
     Raises:
         ConfigError: a ``--log-folder`` that is a file (checked before any work).
     """
-    folder = Path(args.log_folder)
+    settings = TrainSettings.from_args(args)
+    folder = Path(settings.log_folder)
     if folder.exists() and not folder.is_dir():
         raise ConfigError(f"-f/--log-folder {folder}: is a file, not a folder")
-    if args.algo == "es":
-        from agents.evolution import train_es
+    if settings.algo == "es":
+        from agents.evolution import train_es  # lazy: the trainers load after the extra's check (above)
 
-        return train_es(args)
-    if args.tune:
-        from agents.sweep import sweep
+        return train_es(settings)
+    if settings.tune:
+        from agents.sweep import sweep  # lazy: the trainers load after the extra's check (above)
 
-        return sweep(args)
-    from agents.training_run import train
+        return sweep(settings)
+    from agents.training_run import train  # lazy: the trainers load after the extra's check (above)
 
-    return train(args)
+    return train(settings)
 
 
 if __name__ == "__main__":

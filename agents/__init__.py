@@ -1,15 +1,18 @@
 """Learned agents for DeepBoot-v0: PPO / MaskablePPO construction, callbacks, policy adapter.
 
 * :mod:`agents.factory`: :func:`~agents.factory.make_vec_env_for`,
-  :func:`~agents.factory.build_model`, ``k:v`` hyperparameter parsing, device resolution.
+  :func:`~agents.factory.build_model`, device resolution.
+* :mod:`agents.hyperparameters`: defaults, ``k:v`` parsing and checks of the hyperparameters;
+  :mod:`agents.errors`: :class:`~agents.errors.ConfigError`, the error of every bad setting.
 * :mod:`agents.callbacks`: :class:`~agents.callbacks.SchedMetricsCallback` (``sched/*`` and
   ``reward/*`` TensorBoard scalars) and :class:`~agents.callbacks.WorkloadEvalCallback`
   (validation episodes, ``evaluations.csv``, ``best_model.zip``).
 * :mod:`agents.policy_adapter`: a saved model as a :class:`~deepboot_env.policy.Policy`
   (``make_policy("ppo:<path>")``); :func:`load_agent`: a saved model with a factory of its env.
-* :mod:`agents.run_config`: a training run's settings (presets of ``agents/conf/deepboot.yml`` < flags).
-* :mod:`agents.training_run`: one training run (:func:`~agents.training_run.train`) and its
-  run folder.
+* :mod:`agents.run_config`: a training run's settings (:class:`~agents.run_config.TrainSettings`;
+  presets of ``agents/conf/deepboot.yml`` < flags).
+* :mod:`agents.training_run`: one training run (:func:`~agents.training_run.train`) as a
+  sequence of steps; :mod:`agents.run_folder`: the run folder and its ``config.yml``.
 * :mod:`agents.priority`: a learned per-job priority inside ATS's knapsack
   (``make_policy("priority:<path>")``), trained by evolution strategies (:mod:`agents.evolution`,
   ``train_policy.py --algo es``).
@@ -18,7 +21,9 @@
 
 Training from the command line: ``deepboot train --help`` (``python train_policy.py --help`` in a
 clone). Importing this package is cheap (it registers the ``ppo:<path>`` and ``priority:<path>``
-policy prefixes); the submodules import stable-baselines3 / torch when used.
+policy prefixes); the submodules import stable-baselines3 / torch when used. Within the package
+the imports form no cycle, and an import inside a function says why (``# lazy: ...``;
+``tests/test_layers.py``).
 """
 
 from __future__ import annotations
@@ -45,6 +50,6 @@ def load_agent(
     small networks run several times faster on one (:mod:`agents.threads`). See
     :func:`agents.policy_adapter.load_agent` (stable-baselines3 is imported when called).
     """
-    from agents.policy_adapter import load_agent as load
+    from agents.policy_adapter import load_agent as load  # lazy: importing agents stays cheap
 
     return load(path, device=device, trust=trust, num_threads=num_threads)

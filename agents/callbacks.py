@@ -9,39 +9,44 @@
 * :class:`WorkloadEvalCallback` periodically runs the current model deterministically (with
   masks for MaskablePPO) through :func:`deepboot_env.evaluation.run_episode` on validation
   workloads, as ``ppo:<snapshot>``, i.e. exactly as ``deepboot compare`` runs it, in the same
-  worker pool (:func:`deepboot_env.workers.run_pool`, with a progress bar); it logs
+  worker pool (:func:`deepboot_env.pool.run_pool`, with a progress bar); it logs
   ``eval/*``, appends to ``evaluations.csv`` and saves ``best_model.zip`` when the selection
   score (mean ratio of censored JCT to a reference policy's) improves.
+* :class:`StopOnSignal` ends training at the next step once a SIGINT or SIGTERM came
+  (:mod:`agents.interrupt`); :class:`AtomicCheckpointCallback` saves checkpoints atomically.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
-import os
+import multiprocessing
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
 
-from deepboot_env.atomic import append_text, atomic_write
+from agents.policy_adapter import METADATA_FILE
+from deepboot_env.atomic import append_csv, atomic_write
 from deepboot_env.config import EnvConfig
 from deepboot_env.evaluation import run_episode
-from deepboot_env.limits import safe_cell
-from deepboot_env.pool import process_pool, stop_pool
-from deepboot_env.sim.metrics import EpisodeMetrics
+from deepboot_env.policy import make_policy
+from deepboot_env.pool import available_cpus, process_pool, run_pool, stop_pool
+from deepboot_env.sim.metrics import EpisodeMetrics, censored_jct_mean
 from deepboot_env.sim.scenario import Scenario
 from deepboot_env.sim.simulator import SimConfig
 from deepboot_env.sim.workload import Workload
+from deepboot_env.stops import StopSignals, stop_requested
+from deepboot_env.workload_sources import load_scenarios
+from traces.families import cached_scenario
 
 SCHED_KEYS: tuple[str, ...] = (
     "train_jct_mean",
@@ -124,9 +129,6 @@ def reference_jct_mean(policy: str, scenario_key: Mapping[str, Any], config: Env
     """``policy``'s mean JCT on the scenario an env's ``episode_scenario`` names (a family's seed,
     or a named workload), under the simulation settings of ``config`` (the scenario's cluster and
     restart model applied): the reference of a training episode's ratio."""
-    from deepboot_env.workload_sources import load_scenarios
-    from traces.families import cached_scenario
-
     family = str(scenario_key.get("family") or "")
     if family:
         scenario = cached_scenario(family, int(scenario_key["seed"]))
@@ -159,8 +161,6 @@ class TrainingRatios:
         key = (str(scenario_key.get("family") or ""), int(scenario_key.get("seed", -1)), str(scenario_key["workload"]))
         if key not in self._references:
             if self._pool is None:
-                import multiprocessing
-
                 self._pool = process_pool(1, multiprocessing.get_context("spawn"))
             self._references[key] = self._pool.submit(
                 reference_jct_mean, self.reference, dict(scenario_key), self.config
@@ -182,10 +182,6 @@ class TrainingRatios:
     def finish(self, timeout_s: float = 120.0) -> list[float]:
         """The ratios still owed, waiting up to ``timeout_s`` for their references (not after a
         SIGINT or SIGTERM: :func:`deepboot_env.stops.stop_requested`); then stop."""
-        from concurrent.futures import wait
-
-        from deepboot_env.stops import stop_requested
-
         if not stop_requested():
             wait([self._references[key] for key, _ in self._queued], timeout=timeout_s)
         out = self.ready()
@@ -320,38 +316,11 @@ class EvalEpisode:
 def run_eval_episode(episode: EvalEpisode) -> tuple[EpisodeMetrics, int]:
     """Run one :class:`EvalEpisode` (a worker's job): its metrics without the timeline, and the
     GPUs the policy's action decoding repaired (0 for a heuristic)."""
-    from deepboot_env.policy import make_policy
-
     policy = make_policy(episode.policy)
     metrics = run_episode(
         policy, episode.workload, episode.config, seed=episode.seed, max_decisions=episode.max_decisions
     )
     return replace(metrics, timeline=[]), int(policy.repaired_gpus)
-
-
-def censored_jct_mean(workload: Workload, metrics: Any) -> float:
-    """Mean JCT where unfinished jobs count (end of simulation - arrival): a lower bound of the
-    true mean that penalises runs cut by the time limit; equals ``train_jct_mean`` when all
-    jobs finished."""
-    if not workload.jobs:
-        return float("nan")
-    done = metrics.jcts
-    end = float(metrics.sim_end)
-    total = sum(done[j.name] if j.name in done else max(end - j.arrival, 0.0) for j in workload.jobs)
-    return total / len(workload.jobs)
-
-
-def append_csv(path: Path, columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> None:
-    """Append ``rows`` (dicts over ``columns``) to the CSV file at ``path``, with the header
-    first if the file is new (``evaluations.csv`` and the like, written as a run goes): whole rows
-    or nothing (:func:`deepboot_env.atomic.append_text`), text cells that a spreadsheet would read
-    as a formula neutralised (:func:`~deepboot_env.limits.safe_cell`)."""
-    text = io.StringIO()
-    writer = csv.DictWriter(text, fieldnames=list(columns), lineterminator="\r\n")
-    if not path.exists() or path.stat().st_size == 0:
-        writer.writeheader()
-    writer.writerows({key: safe_cell(value) for key, value in row.items()} for row in rows)
-    append_text(path, text.getvalue())
 
 
 def save_model(model: Any, path: str | Path) -> Path:
@@ -371,14 +340,6 @@ class AtomicCheckpointCallback(CheckpointCallback):
         if self.n_calls % self.save_freq == 0:
             save_model(self.model, self._checkpoint_path(extension="zip"))
         return True
-
-
-def available_cpus() -> int:
-    """CPUs this process may run on (the default number of evaluation workers)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not on Linux
-        return os.cpu_count() or 1
 
 
 class WorkloadEvalCallback(BaseCallback):
@@ -411,7 +372,7 @@ class WorkloadEvalCallback(BaseCallback):
 
     The model runs as ``ppo:<snapshot>`` (a copy saved for the evaluation, with the env's base
     policy), deterministically, through the pool ``deepboot compare`` uses
-    (:func:`deepboot_env.workers.run_pool`). Each episode is cut where the env's ``max_rounds``
+    (:func:`deepboot_env.pool.run_pool`). Each episode is cut where the env's ``max_rounds``
     (the registered ``max_episode_steps``) cuts training episodes, after ``max_rounds``
     decisions, but never before the last job has arrived, so that every job counts in the
     censored JCT (its metrics then say ``truncated``; the log line counts them).
@@ -492,8 +453,6 @@ class WorkloadEvalCallback(BaseCallback):
 
     def _snapshot(self, folder: Path) -> str:
         """Save the model to ``folder`` for the workers; its ``ppo:`` policy name."""
-        from agents.policy_adapter import METADATA_FILE
-
         path = folder / "model.zip"
         save_model(self.model, path)
         with zipfile.ZipFile(path, "a") as zf:
@@ -503,10 +462,6 @@ class WorkloadEvalCallback(BaseCallback):
     def evaluate(self) -> list[dict[str, Any]]:
         """Run the evaluation episodes now (and the reference's, the first time each is
         needed); returns the rows (also logged and written)."""
-        import torch
-
-        from deepboot_env.pool import run_pool
-
         start = time.perf_counter()
         episodes = self._episodes()
         for episode in [e for e in episodes if e in self._prefetched and e not in self._reference_jct]:
@@ -671,3 +626,30 @@ class WorkloadEvalCallback(BaseCallback):
             stop_pool(self._prefetcher)
             self._prefetcher = None
             self._prefetched.clear()
+
+
+class StopOnSignal(BaseCallback):
+    """Ends ``model.learn`` at the next step once ``stops`` has recorded a signal.
+
+    Args:
+        stops: the run's :class:`~deepboot_env.stops.StopSignals` (entered by the caller).
+        on_stop: called once when training stops on a signal (e.g. to skip a final evaluation).
+    """
+
+    def __init__(self, stops: StopSignals, on_stop: Callable[[], None] | None = None) -> None:
+        super().__init__(verbose=0)
+        self.stops = stops
+        self._on_stop = on_stop
+
+    @property
+    def signum(self) -> int | None:
+        """The first signal received, or None."""
+        return self.stops.signum
+
+    def _on_step(self) -> bool:
+        if self.stops.signum is None:
+            return True
+        if self._on_stop is not None:
+            self._on_stop()
+            self._on_stop = None
+        return False

@@ -18,7 +18,7 @@ nothing is unpickled:
 * ``lr_schedule`` / ``clip_range`` / ``clip_range_vf`` (and ``learning_rate``, which RL Zoo
   saves as a schedule object): the constant or linear schedule their plain-text description or
   fields name (parsed, never evaluated);
-* ``policy_kwargs``: keys from a whitelist (:data:`agents.factory.POLICY_KWARGS_KEYS`), activation
+* ``policy_kwargs``: keys from a whitelist (:data:`agents.hyperparameters.POLICY_KWARGS_KEYS`), activation
   functions by name, and a project policy's ``env_kwargs`` (a literal dict of env options);
 * ``_last_obs``, ``_last_episode_starts``, ``ep_info_buffer``, ``ep_success_buffer``: dropped
   (SB3 recreates them when training resumes).
@@ -43,6 +43,12 @@ from typing import Any
 
 import numpy as np
 
+from agents.errors import ConfigError
+from agents.factory import algo_class, policy_class
+from agents.hyperparameters import HYPERPARAM_RANGES, check_hyperparam_range, policy_kwargs_from_mapping
+from deepboot_env.config import EnvConfig
+from deepboot_env.env.action import ScoreCodec, make_codec, mode_of_nvec
+from deepboot_env.env.deepboot_env import spaces_for
 from deepboot_env.limits import MAX_ZIP_DATA_BYTES, MAX_ZIP_ENTRY_BYTES, parse_json, read_stream, shown
 
 SERIALIZED = ":serialized:"
@@ -127,24 +133,20 @@ def _algo_classes(algo: str, arch: str = "mlp", described: bool = False) -> tupl
     architecture ``arch`` (``mlp``: SB3's multi-input policy, or with ``described`` the one of
     :mod:`agents.described_policy` that keeps its env arguments; ``set``: :mod:`agents.set_policy`)."""
     if algo == "maskable_ppo":
-        from sb3_contrib.common.maskable.buffers import MaskableDictRolloutBuffer
-        from sb3_contrib.common.maskable.policies import MaskableMultiInputActorCriticPolicy
+        from sb3_contrib.common.maskable.buffers import MaskableDictRolloutBuffer  # lazy: SB3 is slow to import
+        from sb3_contrib.common.maskable.policies import (  # lazy: SB3 is slow to import
+            MaskableMultiInputActorCriticPolicy,
+        )
 
         buffer: type = MaskableDictRolloutBuffer
         policy: type = MaskableMultiInputActorCriticPolicy
     else:
-        from stable_baselines3.common.buffers import DictRolloutBuffer
-        from stable_baselines3.common.policies import MultiInputActorCriticPolicy
+        from stable_baselines3.common.buffers import DictRolloutBuffer  # lazy: SB3 is slow to import
+        from stable_baselines3.common.policies import MultiInputActorCriticPolicy  # lazy: SB3 is slow to import
 
         buffer, policy = DictRolloutBuffer, MultiInputActorCriticPolicy
-    if arch == "set":
-        from agents.set_policy import set_policy_class
-
-        policy = set_policy_class(algo)
-    elif described:
-        from agents.described_policy import described_policy_class
-
-        policy = described_policy_class(algo)
+    if arch == "set" or described:
+        policy = policy_class(algo, arch)
     return policy, buffer
 
 
@@ -202,7 +204,11 @@ _SB3_SCHEDULE = "<class 'stable_baselines3.common.utils.{}'>"
 def _schedule(path: Path, key: str, field: dict[str, Any]) -> Any:
     """The schedule a pickled ``FloatSchedule`` field describes in plain text, or a pickled bare
     ``ConstantSchedule`` / ``LinearSchedule`` (RL Zoo stores ``learning_rate`` so) by its fields."""
-    from stable_baselines3.common.utils import ConstantSchedule, FloatSchedule, LinearSchedule
+    from stable_baselines3.common.utils import (  # lazy: SB3 is slow to import
+        ConstantSchedule,
+        FloatSchedule,
+        LinearSchedule,
+    )
 
     text = str(field.get("value_schedule", ""))
     if m := _CONSTANT.match(text):
@@ -223,10 +229,6 @@ def _schedule(path: Path, key: str, field: dict[str, Any]) -> Any:
 
 def _spaces(path: Path, data: dict[str, Any]) -> tuple[Any, Any]:
     """Observation and action spaces rebuilt from the action space's sizes."""
-    from deepboot_env.config import EnvConfig
-    from deepboot_env.env.action import ScoreCodec, make_codec, mode_of_nvec
-    from deepboot_env.env.deepboot_env import spaces_for
-
     field = data.get("action_space")
     field = field if isinstance(field, dict) else {}
     text = field.get("nvec", "")
@@ -254,8 +256,7 @@ def _spaces(path: Path, data: dict[str, Any]) -> tuple[Any, Any]:
 def _policy_kwargs(path: Path, field: dict[str, Any], described: bool) -> dict[str, Any]:
     """A pickled ``policy_kwargs`` rebuilt from its plain-text entries (whitelisted keys, and the
     env arguments of a project policy class)."""
-    from agents.described_policy import ENV_ARGUMENTS_KEY
-    from agents.factory import ConfigError, policy_kwargs_from_mapping
+    from agents.described_policy import ENV_ARGUMENTS_KEY  # lazy: SB3 is slow to import
 
     entries = {k: v for k, v in field.items() if not k.startswith(":")}
     env_kwargs = _check_env_kwargs(path, entries, described)
@@ -275,7 +276,7 @@ def _check_env_kwargs(path: Path, policy_kwargs: dict[str, Any], described: bool
     Raises:
         CheckpointError: env arguments for a policy class that takes none, or bad ones.
     """
-    from agents.described_policy import ENV_ARGUMENTS_KEY
+    from agents.described_policy import ENV_ARGUMENTS_KEY  # lazy: SB3 is slow to import
 
     if ENV_ARGUMENTS_KEY not in policy_kwargs:
         return None
@@ -293,8 +294,6 @@ def saved_env_kwargs(path: Path, field: Any) -> dict[str, Any]:
     Raises:
         CheckpointError: not a dict of env options, bad options, or a base policy naming a file.
     """
-    from deepboot_env.config import EnvConfig
-
     value = field
     if isinstance(field, str):
         try:
@@ -380,13 +379,11 @@ def safe_custom_objects(path: Path, data: dict[str, Any], algo: str) -> dict[str
 def check_saved_hyperparams(path: Path, data: dict[str, Any], custom: dict[str, Any]) -> None:
     """Refuse a checkpoint whose hyperparameters are out of range, NaN or infinite (``gamma``,
     ``learning_rate``, the rebuilt schedules at the start and the end of training, ...): the
-    ranges of :data:`agents.factory.HYPERPARAM_RANGES`.
+    ranges of :data:`agents.hyperparameters.HYPERPARAM_RANGES`.
 
     Raises:
         CheckpointError: naming the file and the hyperparameter.
     """
-    from agents.factory import HYPERPARAM_RANGES, ConfigError, check_hyperparam_range
-
     for key in (*HYPERPARAM_RANGES, "lr_schedule"):
         value = custom.get(key, data.get(key))
         if value is None or isinstance(value, dict):
@@ -424,8 +421,7 @@ def load_checkpoint(
         CheckpointError: not a PPO/MaskablePPO zip, a different algorithm than ``algo``, or a
             pickled field that cannot be rebuilt safely.
     """
-    from agents.distributions import use_padded_distribution
-    from agents.factory import algo_class
+    from agents.distributions import use_padded_distribution  # lazy: SB3 is slow to import
 
     path = Path(path)
     data = read_data(path)

@@ -29,6 +29,8 @@ import numpy as np
 from sb3_contrib.common.maskable.policies import MaskableMultiInputActorCriticPolicy
 from stable_baselines3.common.policies import MultiInputActorCriticPolicy
 
+from agents.env_shape import spaces_env_shape
+
 ENV_ARGUMENTS_KEY = "env_kwargs"
 """The policy keyword argument (and ``policy_kwargs`` entry) holding the env arguments."""
 
@@ -40,8 +42,6 @@ class EnvMismatchError(ValueError):
 def env_arguments(observation_space: Any, action_space: Any, env_kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """The env arguments of a model: ``env_kwargs`` completed with what its spaces say
     (``action_mode``, ``max_jobs``, ``lend_levels``, ``outlook``)."""
-    from agents.policy_adapter import spaces_env_shape
-
     try:
         shape = spaces_env_shape(observation_space, action_space)
     except ValueError:

@@ -21,10 +21,15 @@ each operation in a few batched tensor calls:
 :func:`use_padded_distribution` installs it on a policy (SB3 ``PPO`` and ``MaskablePPO`` policies,
 the MLP and the set architectures); :func:`agents.factory.build_model` and the project's checkpoint
 loader do so for every model they make.
+
+:func:`distribution_checks` turns torch's validation of distribution arguments on or off for a
+block (training runs without it unless ``--distribution-checks``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import numpy as np
@@ -169,3 +174,19 @@ def use_padded_distribution(policy: Any) -> None:
         policy.action_dist = MaskablePaddedMultiCategorical(dims)
     elif isinstance(policy.action_dist, MultiCategoricalDistribution):
         policy.action_dist = PaddedMultiCategorical(dims)
+
+
+@contextmanager
+def distribution_checks(enabled: bool) -> Iterator[None]:
+    """torch's validation of distribution arguments on (``enabled``) or off for the block, then as
+    it was (torch keeps one default for every ``Distribution`` of the process).
+
+    MaskablePPO built one ``Categorical`` per action dimension (33 by default) at every step;
+    validating their arguments cost ~30% of the training time and checks nothing the env's
+    actions need, so training runs with it off unless ``--distribution-checks``."""
+    before = th.distributions.Distribution._validate_args
+    th.distributions.Distribution.set_default_validate_args(bool(enabled))
+    try:
+        yield
+    finally:
+        th.distributions.Distribution.set_default_validate_args(before)

@@ -29,7 +29,7 @@ generator, the cached ATS JCTs: what ``--resume`` continues from) and TensorBoar
 ``tb/``: ``sched/val_jct_ratio``, ``sched/train_jct_ratio``, ``es/*`` and ``theta/*``. SIGINT or
 SIGTERM stops the generation in progress at once (its worker processes stopped) and saves the run
 at the last finished one, as at a normal end; the run folder is locked while it runs. Episodes run in
-worker processes or on Ray (:func:`deepboot_env.workers.run_pool`).
+worker processes or on Ray (:func:`deepboot_env.pool.run_pool`).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ import csv
 import functools
 import json
 import math
+import platform
 import shlex
 import time
 from collections.abc import Callable, Sequence
@@ -47,12 +48,19 @@ from typing import Any
 
 import numpy as np
 
-from agents.callbacks import append_csv, available_cpus
+from agents.hyperparameters import parse_kv
+from agents.interrupt import TrainingInterrupted, command_words, resume_command
 from agents.priority import FEATURES, PriorityModel, PriorityPolicy, srpt_theta
-from deepboot_env.atomic import lock_folder, write_text
+from agents.run_config import FAMILY_SEEDS, TrainSettings, load_conf
+from agents.run_folder import next_run_dir, write_config
+from baselines.ats import AtsPolicy
+from deepboot_env.atomic import append_csv, lock_folder, write_text
+from deepboot_env.config import sim_config
+from deepboot_env.evaluation import StalledEpisodeError, run_episode
 from deepboot_env.limits import MAX_ES_STATE_BYTES, names, parse_json, read_bounded, shown
-from deepboot_env.pool import LOCAL, Backend, run_pool
+from deepboot_env.pool import LOCAL, Backend, available_cpus, run_pool
 from deepboot_env.stops import Stopped, StopSignals
+from traces.families import FAMILIES, FamilyError, cached_scenario, family_sampler, split_seeds
 
 DYNAMICS = "v1"
 """The simulation dynamics of training and validation episodes (the benchmark's)."""
@@ -145,11 +153,6 @@ def episode_jct(item: Item) -> float:
     """Mean training JCT of one episode: theta's priority policy (``ats`` for None) on scenario
     ``seed`` of ``family`` (a worker's job); infinite for an episode the watchdog stopped (no
     training progress for a week of simulated time: a candidate that thrashes ranks last)."""
-    from baselines.ats import AtsPolicy
-    from deepboot_env.config import sim_config
-    from deepboot_env.evaluation import StalledEpisodeError, run_episode
-    from traces.families import cached_scenario
-
     theta, family, seed = item
     scenario = cached_scenario(family, seed)
     policy = AtsPolicy() if theta is None else PriorityPolicy(theta)
@@ -221,7 +224,6 @@ def check_state(path: Path, doc: Any) -> dict[str, Any]:
     Raises:
         EsConfigError: one line naming the file and the field.
     """
-    from traces.families import FAMILIES, split_seeds
 
     def bad(name: str, want: str) -> EsConfigError:
         return EsConfigError(f"{path}: field {name!r} must be {want}, got {shown(doc.get(name))}")
@@ -339,7 +341,7 @@ class EsRun:
         command: str | None = None,
         log: Callable[[str], None] | None = print,
     ) -> None:
-        from torch.utils.tensorboard import SummaryWriter
+        from torch.utils.tensorboard import SummaryWriter  # lazy: torch is slow to import (for TensorBoard only)
 
         self.run_dir, self.families, self.val, self.settings = run_dir, list(families), list(val), settings
         self.state, self.jobs, self.backend, self.command, self.log = state, jobs, backend, command, log
@@ -412,8 +414,6 @@ class EsRun:
 
     def generation(self) -> None:
         """One generation: draw scenarios and directions, run the candidates, step theta."""
-        from traces.families import split_seeds
-
         st, cfg = self.state, self.settings
         train = split_seeds("train")
         draws = [(f, self.rng.integers(len(train))) for f in self.families for _ in range(cfg.seeds_per_family)]
@@ -500,8 +500,6 @@ def last_generation(path: Path) -> int | None:
 
 def machine() -> str:
     """The machine a run ran on, in words (CPUs and platform), for the models' info."""
-    import platform
-
     return f"{available_cpus()} CPUs, {platform.machine()}, {platform.system()}"
 
 
@@ -511,8 +509,6 @@ def family_names(values: Sequence[str], flag: str) -> list[str]:
     Raises:
         EsConfigError: for a value that is not a family, or an unknown family.
     """
-    from traces.families import FAMILIES, FamilyError, family_sampler
-
     names = []
     for value in values:
         try:
@@ -525,8 +521,8 @@ def family_names(values: Sequence[str], flag: str) -> list[str]:
     return names
 
 
-def train_es(args: Any) -> Path:
-    """``train_policy.py --algo es``: an ES run as ``args`` say; returns the run folder.
+def train_es(flags: TrainSettings) -> Path:
+    """``train_policy.py --algo es``: an ES run as ``flags`` say; returns the run folder.
 
     ``--workload family:<name> ...``: the training families (train seeds); ``--eval-workload``:
     validation families (their first ``--eval-episodes`` val seeds, default 8; the default ``val``
@@ -539,57 +535,29 @@ def train_es(args: Any) -> Path:
     Raises:
         EsConfigError: bad flags or settings; TrainingInterrupted: stopped by SIGINT/SIGTERM (saved).
     """
-    from agents.factory import parse_kv
-    from agents.interrupt import TrainingInterrupted, command_words, resume_command
-    from agents.run_config import load_conf
-    from agents.training_run import FAMILY_SEEDS, next_run_dir, write_config
-    from traces.families import FAMILIES, split_seeds
-
-    families = family_names(args.workload, "--workload")
-    default_val = list(args.eval_workload) == ["val"]
-    evals = list(FAMILIES) if default_val else family_names(args.eval_workload, "--eval-workload")
-    per_family = args.eval_episodes or FAMILY_SEEDS
-    val = [(f, s) for f in evals for s in split_seeds("val")[:per_family]]
-    preset = load_conf(args.conf_file, args.preset, "es", common=False)
-    values = {k: v for k, v in preset.items() if k in EsSettings.__dataclass_fields__}
-    values.update(parse_kv(args.hyperparams, "-params"))
-    if args.eval_freq is not None:
-        values["eval_freq"] = args.eval_freq
-    if args.resume:
-        run_dir = Path(args.resume)
-        run_dir = run_dir if run_dir.is_dir() else run_dir.parent
-        if not run_dir.is_dir():
-            raise EsConfigError(f"--resume {args.resume}: no such run folder")
-    else:
-        if args.n_timesteps is not None:
-            values["generations"] = args.n_timesteps
-        EsSettings.of(values)  # checked before a run folder is made
-        run_dir = next_run_dir(args.log_folder, "es")
-    with lock_folder(run_dir, "--resume" if args.resume else "--log-folder"), StopSignals(interruptible=False) as stops:
-        state = EsState.load(run_dir / "state.json") if args.resume else None
-        if state is not None:
-            verify_cache(run_dir / "state.json", state)
-        if state is not None and args.n_timesteps is not None:
-            values["generations"] = state.generation + args.n_timesteps
-        settings = EsSettings.of(values)
-        state = state or EsState.start(settings, args.seed)
-        jobs = args.eval_jobs or available_cpus()
-        backend = Backend("ray", args.address) if args.vec_env == "ray" else LOCAL
+    families, evals, val = es_scenarios(flags)
+    values = es_values(flags)
+    run_dir = es_run_folder(flags, values)
+    folder_flag = "--resume" if flags.resume else "--log-folder"
+    with lock_folder(run_dir, folder_flag), StopSignals(interruptible=False) as stops:
+        settings, state = es_state(flags, run_dir, values)
+        jobs = flags.eval_jobs or available_cpus()
+        backend = Backend("ray", flags.address) if flags.vec_env == "ray" else LOCAL
         backend.check()
-        command = args.command or shlex.join(command_words(None))
+        command = flags.command or shlex.join(command_words(None))
         config = {
             "algo": "es",
             "command": command,
             "workload": families,
             "eval_workload": evals,
-            "seed": args.seed,
+            "seed": flags.seed,
             "settings": asdict(settings),
             "jobs": jobs,
             "backend": backend.kind,
             "machine": machine(),
         }
         write_config(run_dir / "config.yml", config)
-        log = functools.partial(print, flush=True) if args.verbose else None
+        log = functools.partial(print, flush=True) if flags.verbose else None
         run = EsRun(run_dir, families, val, settings, state, jobs, backend, command, log)
         final = run.train(stop=lambda: stops.signum is not None)
     if stops.signum is not None:
@@ -599,3 +567,64 @@ def train_es(args: Any) -> Path:
         done = f"{state.generation} generations, {state.episodes} episodes, {state.wall_seconds:.0f} s"
         log(f"run folder: {run_dir}  ({done})")
     return run_dir
+
+
+def es_scenarios(flags: TrainSettings) -> tuple[list[str], list[str], list[Scenario]]:
+    """The training families (``--workload``), the validation families (``--eval-workload``;
+    ``val``: every family) and the validation scenarios: each validation family's first
+    ``--eval-episodes`` val seeds (default :data:`~agents.run_config.FAMILY_SEEDS`).
+
+    Raises:
+        EsConfigError: a workload that is not a family.
+    """
+    families = family_names(flags.workload, "--workload")
+    default_val = list(flags.eval_workload) == ["val"]
+    evals = list(FAMILIES) if default_val else family_names(flags.eval_workload, "--eval-workload")
+    per_family = flags.eval_episodes or FAMILY_SEEDS
+    return families, evals, [(f, s) for f in evals for s in split_seeds("val")[:per_family]]
+
+
+def es_values(flags: TrainSettings) -> dict[str, Any]:
+    """The :class:`EsSettings` values the flags give (not checked yet): the preset's ``es``
+    section, ``-params`` and ``--eval-freq``."""
+    preset = load_conf(flags.conf_file, flags.preset, "es", common=False)
+    values = {k: v for k, v in preset.items() if k in EsSettings.__dataclass_fields__}
+    values.update(parse_kv(flags.hyperparams, "-params"))
+    if flags.eval_freq is not None:
+        values["eval_freq"] = flags.eval_freq
+    return values
+
+
+def es_run_folder(flags: TrainSettings, values: dict[str, Any]) -> Path:
+    """The run folder: the ``--resume`` one, or a new ``<log-folder>/es_<n>`` once ``values``
+    (``-n`` as ``generations``) are checked.
+
+    Raises:
+        EsConfigError: no such folder to resume, or bad settings.
+    """
+    if flags.resume:
+        run_dir = Path(flags.resume)
+        run_dir = run_dir if run_dir.is_dir() else run_dir.parent
+        if not run_dir.is_dir():
+            raise EsConfigError(f"--resume {flags.resume}: no such run folder")
+        return run_dir
+    if flags.n_timesteps is not None:
+        values["generations"] = flags.n_timesteps
+    EsSettings.of(values)  # checked before a run folder is made
+    return next_run_dir(flags.log_folder, "es")
+
+
+def es_state(flags: TrainSettings, run_dir: Path, values: dict[str, Any]) -> tuple[EsSettings, EsState]:
+    """The run's settings and state: those ``--resume`` saved in ``run_dir`` (the cached ATS
+    JCTs verified; ``-n`` more generations) or a new start from ``values``.
+
+    Raises:
+        EsConfigError: bad settings, or a saved state that does not fit them.
+    """
+    state = EsState.load(run_dir / "state.json") if flags.resume else None
+    if state is not None:
+        verify_cache(run_dir / "state.json", state)
+    if state is not None and flags.n_timesteps is not None:
+        values["generations"] = state.generation + flags.n_timesteps
+    settings = EsSettings.of(values)
+    return settings, state or EsState.start(settings, flags.seed)

@@ -19,20 +19,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from agents.callbacks import save_model
+from agents.described_policy import ENV_ARGUMENTS_KEY
+from agents.factory import policy_class
+from agents.policy_adapter import agent_env_kwargs, load_model, resolve_model_path, uses_masks
 from deepboot_env.argparsing import ArgumentParser
 
 
 def described(model: Any, env_kwargs: dict[str, Any]) -> Any:
     """``model`` with a new policy of the project's class of its architecture that keeps
     ``env_kwargs`` (:mod:`agents.described_policy`), the same weights and a fresh optimizer."""
-    from agents.described_policy import ENV_ARGUMENTS_KEY, described_policy_class
-    from agents.policy_adapter import uses_masks
-    from agents.set_policy import set_policy_class
-
     algo = "maskable_ppo" if uses_masks(model) else "ppo"
-    set_arch = getattr(model.policy, "deepboot_arch", "mlp") == "set"
+    arch = "set" if getattr(model.policy, "deepboot_arch", "mlp") == "set" else "mlp"
     state = model.policy.state_dict()
-    model.policy_class = set_policy_class(algo) if set_arch else described_policy_class(algo)
+    model.policy_class = policy_class(algo, arch)
     model.policy_kwargs = {**model.policy_kwargs, ENV_ARGUMENTS_KEY: dict(env_kwargs)}
     model.policy = model.policy_class(
         model.observation_space, model.action_space, model.lr_schedule, **model.policy_kwargs
@@ -44,9 +44,6 @@ def described(model: Any, env_kwargs: dict[str, Any]) -> Any:
 def export_model(src: str | Path, dst: str | Path) -> Path:
     """Write ``src`` to ``dst`` as a self-describing model with an empty optimizer state; returns
     ``dst``."""
-    from agents.callbacks import save_model
-    from agents.policy_adapter import agent_env_kwargs, load_model, resolve_model_path
-
     src = resolve_model_path(src)
     model = load_model(src)
     model = described(model, agent_env_kwargs(model, src))

@@ -5,7 +5,7 @@ need, so ``train_policy.py --pretrain-expert ats`` first clones a heuristic (Dee
 default) and only then lets PPO improve on it, the usual warm start of RL schedulers.
 
 * The expert's label for each state is the env codec's
-  :meth:`~deepboot_env.env.codec.ActionCodec.expert_action`: in target mode each job's GPU count
+  :meth:`~deepboot_env.env.action.ActionCodec.expert_action`: in target mode each job's GPU count
   rounded *down* to a bucket and the smallest lending level that covers what the expert borrowed
   (on the validation workloads ATS passed through this encoding reaches within a few percent of
   ATS itself, both directions); in residual mode the expert must be the base policy, whose label
@@ -28,12 +28,18 @@ default) and only then lets PPO improve on it, the usual warm start of RL schedu
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
 
 import numpy as np
 from gymnasium import spaces
+
+from agents.policy_adapter import uses_masks
+from deepboot_env.env import DeepBootEnv
+from deepboot_env.policy import make_policy
+from deepboot_env.pool import run_pool
 
 
 @dataclass
@@ -80,9 +86,6 @@ class DemoEpisode:
 
 def run_demo_episode(episode: DemoEpisode) -> Demonstrations:
     """The transitions of one :class:`DemoEpisode` (a worker's job)."""
-    from deepboot_env.env import DeepBootEnv
-    from deepboot_env.policy import make_policy
-
     rng = np.random.default_rng((episode.seed, episode.index))
     policy = make_policy(episode.expert)
     env = DeepBootEnv(workload=[episode.workload], **episode.env_kwargs)
@@ -124,16 +127,13 @@ def collect_demonstrations(
 ) -> Demonstrations:
     """Run ``expert`` (a registry name) on every workload once per noise level, in ``jobs``
     worker processes (the pool of ``deepboot compare``,
-    :func:`deepboot_env.workers.run_pool`; a progress bar on stderr if
+    :func:`deepboot_env.pool.run_pool`; a progress bar on stderr if
     ``progress``). Episode i draws its perturbations from seed ``(seed, i)``, so the result does
     not depend on ``jobs``.
 
     Raises:
         ValueError: unknown expert, or a noise level outside [0, 1).
     """
-    from deepboot_env.policy import make_policy
-    from deepboot_env.pool import run_pool
-
     for p in noise:
         if not 0.0 <= p < 1.0:
             raise ValueError(f"demonstration noise must lie in [0, 1), got {p}")
@@ -183,9 +183,7 @@ def pretrain(
     have comparable magnitudes, and it is undone exactly (the head's last layer is rescaled
     afterwards) so PPO sees values in reward units.
     """
-    import torch
-
-    from agents.policy_adapter import uses_masks
+    import torch  # lazy: torch is slow to import (the demonstration workers need none)
 
     if epochs < 0 or batch_size < 1:
         raise ValueError(f"pretrain needs epochs >= 0 and batch_size >= 1, got {epochs}, {batch_size}")
@@ -197,47 +195,69 @@ def pretrain(
     mask_t = torch.as_tensor(demos.masks, device=device)
     scale = float(np.sqrt(np.mean(demos.returns.astype(np.float64) ** 2))) or 1.0
     ret_t = torch.as_tensor(demos.returns / scale, device=device)
-    value_layer = policy.value_net
-    with torch.no_grad():  # predict returns / scale during cloning
+    with _values_divided(policy.value_net, scale):  # predict returns / scale during cloning
+        optimizer = torch.optim.Adam(policy.parameters(), lr=learning_rate)
+        gen = torch.Generator().manual_seed(seed)
+        history: list[dict[str, float]] = []
+        policy.set_training_mode(True)
+        try:
+            for _ in range(epochs):
+                order = torch.randperm(len(demos), generator=gen).to(device)
+                sums = {"bc_loss": 0.0, "value_loss": 0.0, "mean_prob": 0.0}
+                for start in range(0, len(demos), batch_size):
+                    if should_stop is not None and should_stop():
+                        return history
+                    idx = order[start : start + batch_size]
+                    batch = ({k: v[idx] for k, v in obs_t.items()}, act_t[idx], mask_t[idx] if masked else None)
+                    _clone_batch(policy, optimizer, batch, ret_t[idx], vf_coef, sums)
+                history.append({k: v / len(demos) for k, v in sums.items()})
+                if on_epoch is not None:
+                    on_epoch(len(history), history[-1])
+        finally:
+            policy.set_training_mode(False)
+    return history
+
+
+@contextmanager
+def _values_divided(value_layer: Any, scale: float) -> Iterator[None]:
+    """The value head's last layer divided by ``scale`` for the block, then multiplied back."""
+    import torch  # lazy: torch is slow to import (the demonstration workers need none)
+
+    with torch.no_grad():
         value_layer.weight.div_(scale)
         value_layer.bias.div_(scale)
-    optimizer = torch.optim.Adam(policy.parameters(), lr=learning_rate)
-    gen = torch.Generator().manual_seed(seed)
-    history: list[dict[str, float]] = []
-    policy.set_training_mode(True)
     try:
-        for _ in range(epochs):
-            order = torch.randperm(len(demos), generator=gen).to(device)
-            sums = {"bc_loss": 0.0, "value_loss": 0.0, "mean_prob": 0.0}
-            for start in range(0, len(demos), batch_size):
-                if should_stop is not None and should_stop():
-                    return history
-                idx = order[start : start + batch_size]
-                batch_obs = {k: v[idx] for k, v in obs_t.items()}
-                if masked:
-                    values, log_prob, _ = policy.evaluate_actions(batch_obs, act_t[idx], action_masks=mask_t[idx])
-                else:
-                    values, log_prob, _ = policy.evaluate_actions(batch_obs, act_t[idx])
-                bc_loss = -log_prob.mean() / act_t.shape[1]
-                value_loss = torch.nn.functional.mse_loss(values.flatten(), ret_t[idx])
-                loss = bc_loss + vf_coef * value_loss
-                optimizer.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
-                optimizer.step()
-                n = len(idx)
-                sums["bc_loss"] += bc_loss.item() * n
-                sums["value_loss"] += value_loss.item() * n
-                sums["mean_prob"] += torch.exp(log_prob.detach() / act_t.shape[1]).sum().item()
-            history.append({k: v / len(demos) for k, v in sums.items()})
-            if on_epoch is not None:
-                on_epoch(len(history), history[-1])
+        yield
     finally:
-        policy.set_training_mode(False)
         with torch.no_grad():
             value_layer.weight.mul_(scale)
             value_layer.bias.mul_(scale)
-    return history
+
+
+def _clone_batch(
+    policy: Any, optimizer: Any, batch: tuple[Any, Any, Any], returns: Any, vf_coef: float, sums: dict[str, float]
+) -> None:
+    """One gradient step of cloning on ``batch`` (observations, expert actions, masks or None)
+    and the scaled ``returns``; adds the batch's losses (times its size) and mean probability of
+    the expert's choices to ``sums``."""
+    import torch  # lazy: torch is slow to import (the demonstration workers need none)
+
+    obs, actions, masks = batch
+    if masks is not None:
+        values, log_prob, _ = policy.evaluate_actions(obs, actions, action_masks=masks)
+    else:
+        values, log_prob, _ = policy.evaluate_actions(obs, actions)
+    bc_loss = -log_prob.mean() / actions.shape[1]
+    value_loss = torch.nn.functional.mse_loss(values.flatten(), returns)
+    loss = bc_loss + vf_coef * value_loss
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+    optimizer.step()
+    n = len(actions)
+    sums["bc_loss"] += bc_loss.item() * n
+    sums["value_loss"] += value_loss.item() * n
+    sums["mean_prob"] += torch.exp(log_prob.detach() / actions.shape[1]).sum().item()
 
 
 def init_residual_policy(model: Any, neutral_action: np.ndarray, neutral_prob: float = 0.9) -> None:
@@ -249,7 +269,7 @@ def init_residual_policy(model: Any, neutral_action: np.ndarray, neutral_prob: f
     Raises:
         ValueError: if ``neutral_prob`` is not in (0, 1) or the action does not fit the model.
     """
-    import torch
+    import torch  # lazy: torch is slow to import (the demonstration workers need none)
 
     if not 0.0 < neutral_prob < 1.0:
         raise ValueError(f"neutral_prob must lie in (0, 1), got {neutral_prob}")

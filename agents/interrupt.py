@@ -1,8 +1,8 @@
 """Training that survives SIGINT and SIGTERM: stop at the next safe point, keep the model, say how to resume.
 
 Training uses the project's one stop mechanism, :class:`deepboot_env.stops.StopSignals`: while a
-run trains, the first SIGINT or SIGTERM is recorded and :class:`StopOnSignal`, an SB3 callback,
-ends ``model.learn`` at the next environment step (SB3 stops when a callback returns False); a
+run trains, the first SIGINT or SIGTERM is recorded and :class:`agents.callbacks.StopOnSignal`, an
+SB3 callback, ends ``model.learn`` at the next environment step (SB3 stops when a callback returns False); a
 pool of worker processes in progress (the warm start's demonstrations, an evaluation, an ES
 generation) is stopped at once (:func:`deepboot_env.stops.interruptible`). The caller saves the
 model and its config as after a normal end and raises :class:`TrainingInterrupted`, which the
@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import shlex
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-from stable_baselines3.common.callbacks import BaseCallback
-
-from deepboot_env.stops import StopSignals, signal_name
+from deepboot_env.stops import signal_name
 
 
 class TrainingInterrupted(Exception):
@@ -81,30 +79,3 @@ def resume_command(command: Sequence[str], resume: str | Path, more: int) -> str
             continue
         out.append(word)
     return shlex.join([*out, "--resume", str(resume), "-n", str(max(int(more), 1))])
-
-
-class StopOnSignal(BaseCallback):
-    """Ends ``model.learn`` at the next step once ``stops`` has recorded a signal.
-
-    Args:
-        stops: the run's :class:`~deepboot_env.stops.StopSignals` (entered by the caller).
-        on_stop: called once when training stops on a signal (e.g. to skip a final evaluation).
-    """
-
-    def __init__(self, stops: StopSignals, on_stop: Callable[[], None] | None = None) -> None:
-        super().__init__(verbose=0)
-        self.stops = stops
-        self._on_stop = on_stop
-
-    @property
-    def signum(self) -> int | None:
-        """The first signal received, or None."""
-        return self.stops.signum
-
-    def _on_step(self) -> bool:
-        if self.stops.signum is None:
-            return True
-        if self._on_stop is not None:
-            self._on_stop()
-            self._on_stop = None
-        return False

@@ -5,8 +5,8 @@
 :func:`~deepboot_env.evaluation.run_episode` loop as the heuristics.
 
 At each decision :meth:`AgentPolicy.decide` encodes the :class:`ClusterState` with the env's own
-:func:`~deepboot_env.env.encoding.agent_observation` (the one encoder: ``DeepBootEnv`` calls it
-too) and the env's action codec (:mod:`deepboot_env.env.codec`: its extra observation and mask),
+:func:`~deepboot_env.env.observation.agent_observation` (the one encoder: ``DeepBootEnv`` calls it
+too) and the env's action codec (:mod:`deepboot_env.env.action`: its extra observation and mask),
 asks the model for a deterministic action (with the mask for MaskablePPO) and decodes it with the
 same codec, which repairs targets that do not fit. The deterministic action is SB3's
 ``predict(deterministic=True)``, computed by one actor pass and the mode of the one-tensor action
@@ -14,8 +14,8 @@ distribution (:mod:`agents.distributions`, installed on the model: same paramete
 Reclaim (ATS-I) and adaptive batch sizes are those of the env.
 
 The env arguments the model depends on (``max_jobs``, ``lend_levels``, the action mode) are read
-from the model's spaces; a ``config.yml`` next to the model (written by ``train_policy.py``) names
-the algorithm, otherwise it is read from the saved policy class. A codec that corrects a base
+from the model's spaces (:mod:`agents.env_shape`); a ``config.yml`` next to the model (written by
+``train_policy.py``) names the algorithm, otherwise it is read from the saved policy class. A codec that corrects a base
 policy (residual mode) reads the base policy's name from :func:`agent_env_kwargs`: the env
 arguments the policy keeps (:mod:`agents.described_policy`), else ``deepboot_env.json`` inside
 the zip (older exports), else ``config.yml``'s ``env_kwargs``, else it is ``ats``.
@@ -24,22 +24,29 @@ the zip (older exports), else ``config.yml``'s ``env_kwargs``, else it is ``ats`
 
 from __future__ import annotations
 
+import functools
 import zipfile
 from pathlib import Path
 from typing import Any
 
+import gymnasium
 import numpy as np
 
-from deepboot_env.config import EnvConfig
-from deepboot_env.env.action import SCORE_SCALE, ScoreCodec, make_codec, mode_of_nvec
-from deepboot_env.env.observation import (
-    CLUSTER_FEATURES,
-    JOB_FEATURES,
-    OUTLOOK_FEATURES,
-    OutlookEncoder,
-    agent_observation,
-    encode_observation,
+from agents.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    read_data,
+    read_entry,
+    refuse_named_files,
+    saved_algo,
+    saved_env_kwargs,
 )
+from agents.env_shape import env_shape_of
+from agents.factory import resolve_device
+from agents.shipped import SUFFIXES, resolve_shipped
+from agents.threads import use_torch_threads
+from deepboot_env.env.action import SCORE_SCALE, make_codec
+from deepboot_env.env.observation import OutlookEncoder, agent_observation, encode_observation
 from deepboot_env.extras import require_extra
 from deepboot_env.limits import MAX_CONFIG_BYTES, MAX_JSON_BYTES, parse_json, parse_yaml, read_bounded
 from deepboot_env.policy import Allocation, BasePolicy, ClusterState
@@ -51,14 +58,12 @@ __all__ = [
     "agent_env_kwargs",
     "detect_algo",
     "encode_observation",
-    "env_shape_of",
     "load_agent",
     "load_agent_policy",
     "load_model",
     "model_env_kwargs",
     "resolve_model_path",
     "saved_dynamics",
-    "spaces_env_shape",
     "uses_masks",
 ]
 
@@ -70,51 +75,10 @@ METADATA_FILE = "deepboot_env.json"
 (newer exports keep them in the policy: :mod:`agents.described_policy`)."""
 
 
-def env_shape_of(model: Any) -> dict[str, Any]:
-    """``max_jobs``, ``lend_levels`` and ``action_mode`` of the env ``model`` was trained on (from
-    its spaces), and ``outlook: True`` if its observation has the outlook entry.
-
-    Raises:
-        ValueError: if the spaces are not those of ``DeepBoot-v0``.
-    """
-    return spaces_env_shape(model.observation_space, model.action_space)
-
-
-def spaces_env_shape(observation_space: Any, action_space: Any) -> dict[str, Any]:
-    """:func:`env_shape_of` for a model's observation and action spaces.
-
-    Raises:
-        ValueError: if the spaces are not those of ``DeepBoot-v0``.
-    """
-    nvec = np.asarray(getattr(action_space, "nvec", []), dtype=np.int64).reshape(-1)
-    box = getattr(action_space, "nvec", None) is None and len(getattr(action_space, "shape", None) or ()) == 1
-    try:
-        mode = ScoreCodec.mode if box else mode_of_nvec(nvec)
-    except ValueError:
-        raise ValueError(f"model action space {action_space} is not a DeepBoot-v0 action space") from None
-    if box:  # score mode: one score per slot, then the lending share (no lending levels)
-        max_jobs, lend_levels = int(action_space.shape[0]) - 1, EnvConfig.defaults()["lend_levels"]
-    else:
-        max_jobs, lend_levels = int(nvec.size - 1), int(nvec[-1])
-    spaces = getattr(observation_space, "spaces", {})
-    outlook = "outlook" in spaces
-    expected = {"jobs": (max_jobs * len(JOB_FEATURES),), "cluster": (len(CLUSTER_FEATURES),)}
-    if outlook:
-        expected["outlook"] = (len(OUTLOOK_FEATURES),)
-    # the codec's extra entries; a codec with a base policy is built only to read its shapes
-    expected.update({k: (n,) for k, n in make_codec(mode, max_jobs, lend_levels).extra_observation().items()})
-    if {k: getattr(v, "shape", None) for k, v in spaces.items()} != expected:
-        raise ValueError(f"model observation space {observation_space} does not match DeepBoot-v0")
-    shape: dict[str, Any] = {"max_jobs": max_jobs, "lend_levels": lend_levels, "action_mode": mode}
-    if outlook:
-        shape["outlook"] = True
-    return shape
-
-
 def uses_masks(model: Any) -> bool:
     """Whether ``model`` is an sb3-contrib MaskablePPO (which takes ``action_masks``)."""
     try:
-        from sb3_contrib import MaskablePPO
+        from sb3_contrib import MaskablePPO  # lazy: SB3 is slow to import
     except ImportError:  # pragma: no cover - sb3-contrib is a dependency
         return False
     return isinstance(model, MaskablePPO)
@@ -170,7 +134,7 @@ class AgentPolicy(BasePolicy):
         self.repaired_gpus = 0
         self._device: Any = None
         if self.deterministic:  # most_likely reads the one-tensor distribution (same parameters, same law)
-            from agents.distributions import use_padded_distribution
+            from agents.distributions import use_padded_distribution  # lazy: SB3 is slow to import
 
             use_padded_distribution(model.policy)
 
@@ -183,7 +147,7 @@ class AgentPolicy(BasePolicy):
         if self.outlook is not None:
             self.outlook.reset()
         if seed is not None and not self.deterministic:
-            import torch
+            import torch  # lazy: torch is slow to import
 
             torch.manual_seed(int(seed))
 
@@ -205,8 +169,8 @@ class AgentPolicy(BasePolicy):
         deterministic=True)`` returns (with ``action_masks=mask`` for MaskablePPO), from one
         forward pass of the actor and the mode of the policy's padded distribution
         (:mod:`agents.distributions`), without SB3's per-call checks and conversions."""
-        import torch
-        from stable_baselines3.common.policies import BaseModel
+        import torch  # lazy: torch is slow to import
+        from stable_baselines3.common.policies import BaseModel  # lazy: SB3 is slow to import
 
         policy = self.model.policy
         if policy.training:  # SB3's predict sets it at every call; a module walk costs ~0.15 ms
@@ -249,8 +213,6 @@ def resolve_model_path(path: str | Path) -> Path:
     Raises:
         FileNotFoundError: naming what was looked for.
     """
-    from agents.shipped import SUFFIXES, resolve_shipped
-
     p = resolve_shipped(path, SUFFIXES["ppo"])
     if p.is_dir():
         for name in MODEL_FILES:
@@ -280,8 +242,6 @@ def run_config(path: str | Path) -> dict[str, Any]:
 def model_env_kwargs(path: str | Path) -> dict[str, Any]:
     """The env arguments a saved model was trained with: the zip's :data:`METADATA_FILE`, else
     ``config.yml``'s ``env_kwargs`` ({} if neither)."""
-    from agents.checkpoint import CheckpointError, read_entry, refuse_named_files, saved_env_kwargs
-
     try:
         with zipfile.ZipFile(path) as zf:
             has_metadata = METADATA_FILE in zf.namelist()
@@ -301,7 +261,7 @@ def model_env_kwargs(path: str | Path) -> dict[str, Any]:
 
 def agent_env_kwargs(model: Any, path: str | Path | None = None) -> dict[str, Any]:
     """The env arguments ``model`` needs, later sources winning: its spaces
-    (:func:`env_shape_of`: ``action_mode``, ``max_jobs``, ``lend_levels``, ``outlook``), those
+    (:func:`~agents.env_shape.env_shape_of`: ``action_mode``, ``max_jobs``, ``lend_levels``, ``outlook``), those
     saved with it (:func:`model_env_kwargs` of ``path``: older exports and run folders), those its
     policy keeps (:mod:`agents.described_policy`).
 
@@ -323,8 +283,6 @@ def saved_dynamics(path: str | Path) -> str:
         FileNotFoundError: no model at ``path``.
         agents.checkpoint.CheckpointError: a file that is not a model zip.
     """
-    from agents.checkpoint import read_data
-
     model_path = resolve_model_path(path)
     kept = read_data(model_path).get("policy_kwargs")
     env_kwargs = kept.get("env_kwargs") if isinstance(kept, dict) else None
@@ -340,8 +298,6 @@ def detect_algo(path: str | Path) -> str:
     Raises:
         agents.checkpoint.CheckpointError: if the file is not a PPO / MaskablePPO zip.
     """
-    from agents.checkpoint import read_data, saved_algo
-
     p = Path(path)
     algo = run_config(p).get("algo")
     if algo in ("ppo", "maskable_ppo"):
@@ -370,10 +326,6 @@ def load_model(
             loaded safely (the message names the field).
     """
     require_extra("rl", "a saved PPO model (ppo:<path>, agents.load_agent)")
-    from agents.checkpoint import load_checkpoint
-    from agents.factory import resolve_device
-    from agents.threads import use_torch_threads
-
     use_torch_threads(num_threads)
     return load_checkpoint(resolve_model_path(path), algo=algo, device=resolve_device(device), trust=trust)
 
@@ -434,12 +386,7 @@ def load_agent(
         agents.checkpoint.CheckpointError: a file that is not such a model or cannot be loaded safely.
         ValueError: a model whose spaces are not those of a DeepBoot env.
     """
-    import functools
-
-    import gymnasium
-
-    import deepboot_env  # noqa: F401 - registers the env ids
-    from agents.described_policy import env_spec
+    from agents.described_policy import env_spec  # lazy: SB3 is slow to import
 
     model_path = resolve_model_path(path)
     model = load_model(model_path, device=device, trust=trust, num_threads=num_threads)

@@ -24,7 +24,9 @@ from typing import Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
+from stable_baselines3.common.env_util import is_wrapped
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
+from stable_baselines3.common.vec_env.patch_gym import _patch_env
 from stable_baselines3.common.vec_env.subproc_vec_env import _stack_obs
 
 from deepboot_env.ray_pool import RayBackendError, check_ray, ray_session
@@ -37,8 +39,6 @@ class EnvWorker:
     """One sub-env inside a Ray actor: the commands of SB3's ``SubprocVecEnv`` worker, as methods."""
 
     def __init__(self, env_fn: Callable[[], gym.Env]) -> None:
-        from stable_baselines3.common.vec_env.patch_gym import _patch_env
-
         self.env = _patch_env(env_fn())
         self.reset_info: dict[str, Any] = {}
 
@@ -85,8 +85,6 @@ class EnvWorker:
 
     def is_wrapped(self, wrapper_class: type[gym.Wrapper]) -> bool:
         """Whether the env is wrapped in ``wrapper_class``."""
-        from stable_baselines3.common.env_util import is_wrapped
-
         return is_wrapped(self.env, wrapper_class)
 
     def render(self) -> Any:

@@ -1,11 +1,14 @@
 """Settings of a training run: configuration presets, command-line flags, env options.
 
-``train_policy.py`` resolves every setting as built-in default < configuration preset (a YAML
+:class:`TrainSettings` is what a run is asked for: one field per flag of ``train_policy.py``
+(whose parser takes its defaults from it) and the command line; the library functions
+(:func:`agents.training_run.train`, :func:`agents.sweep.sweep`, :func:`agents.evolution.train_es`)
+take it. Every setting resolves as built-in default < configuration preset (a YAML
 file, the shipped ``agents/conf/deepboot.yml`` unless ``--conf-file`` says otherwise) < flag:
 :func:`load_conf` reads a preset, :func:`resolve_settings` merges the run settings
 (:data:`RUN_KEYS`), the model-selection reference (:func:`resolve_eval_reference`), the
 behaviour-cloning warm start (:data:`PRETRAIN_KEYS`, :func:`resolve_pretrain`), the env options
-(checked by :func:`env_config`) and the hyperparameters; every bad value is a :class:`~agents.factory.ConfigError`.
+(checked by :func:`env_config`) and the hyperparameters; every bad value is a :class:`~agents.errors.ConfigError`.
 """
 
 from __future__ import annotations
@@ -13,12 +16,14 @@ from __future__ import annotations
 import argparse
 import copy
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.factory import (
+from agents.checkpoint import CheckpointError
+from agents.errors import ConfigError
+from agents.hyperparameters import (
     ALGOS,
-    ConfigError,
     check_hyperparams,
     check_policy_kwargs_arch,
     parse_kv,
@@ -27,9 +32,11 @@ from agents.factory import (
     resolve_hyperparams,
     switch_arch,
 )
+from agents.policy_adapter import saved_dynamics
 from deepboot_env import FRONT_END_DYNAMICS
 from deepboot_env.config import DYNAMICS, EnvConfig
 from deepboot_env.limits import MAX_CONFIG_BYTES, names, parse_yaml, plain, read_bounded, shown
+from deepboot_env.policy import available_policies
 
 DEFAULT_CONF = Path(__file__).resolve().parent / "conf" / "deepboot.yml"
 """Configuration read when ``--conf-file`` is not given: package data, so that a wheel trains with
@@ -57,11 +64,67 @@ PRETRAIN_KEYS: dict[str, Any] = {
 }
 """Behaviour-cloning warm start (:mod:`agents.imitation`) settings and their defaults."""
 
+FAMILY_SEEDS = 8
+"""Scenarios of a workload family that stand for it where a fixed list is needed: the first 8 val
+seeds in evaluations (``--eval-workload family:<name>``), the first 8 train seeds for cloning."""
+
 ENV_IDS: dict[str, str] = {f"DeepBoot-{version}": version for version in DYNAMICS}
 """``--env``: the Gymnasium id of each env version and the ``dynamics`` env argument it stands for."""
 
 FIXED_ENV_KWARGS = ("workload", "render_mode")
 """Env arguments that ``--env-kwargs`` may not set (``workload`` comes from ``--workload``)."""
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """What one training run (or sweep, or ES run) is asked for: the flags of ``train_policy.py``,
+    in its order (``--help`` says what each means), and the command line. None leaves a setting to
+    the preset, then to the built-in default (:func:`resolve_settings`). ``config.yml`` records
+    every field under ``args``."""
+
+    algo: str | None = None
+    n_timesteps: int | None = None
+    policy_arch: str | None = None
+    seed: int = 0
+    n_envs: int | None = None
+    group_size: int | None = None
+    vec_env: str = "dummy"
+    address: str | None = None
+    device: str = "auto"
+    num_threads: int = 1
+    workload: list[str] = field(default_factory=lambda: ["train"])
+    eval_workload: list[str] = field(default_factory=lambda: ["val"])
+    eval_freq: int | None = None
+    eval_episodes: int | None = None
+    eval_jobs: int | None = None
+    eval_reference: str | None = None
+    save_freq: int | None = None
+    log_folder: str = "runs"
+    tensorboard_log: str = ""
+    hyperparams: list[str] | None = None
+    env: str | None = None
+    env_kwargs: list[str] | None = None
+    conf_file: str | None = None
+    preset: str = "default"
+    resume: str | None = None
+    trust_checkpoint: bool = False
+    pretrain_expert: str | None = None
+    pretrain_epochs: int | None = None
+    pretrain_noise: list[float] | None = None
+    residual_neutral_prob: float | None = None
+    tune: str | None = None
+    no_progress: bool = False
+    distribution_checks: bool = False
+    verbose: int = 1
+    command: str | None = None
+    """The command line (shell syntax) the run records and its resume command repeats (None: this
+    process's own)."""
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> TrainSettings:
+        """The settings ``train_policy.py``'s parser read (``args``: every field, ``command``
+        optional)."""
+        return cls(**vars(args))
 
 
 def read_yaml(path: Path, flag: str) -> Any:
@@ -163,9 +226,6 @@ def default_dynamics(resume: str | Path | None) -> str:
     so that ``config.yml``, TensorBoard's config and the saved model name it."""
     if resume is None:
         return FRONT_END_DYNAMICS
-    from agents.checkpoint import CheckpointError
-    from agents.policy_adapter import saved_dynamics
-
     try:
         return saved_dynamics(resume)
     except (OSError, CheckpointError):  # the resume itself reports the bad file
@@ -188,14 +248,14 @@ def env_config(env_kwargs: Mapping[str, Any]) -> EnvConfig:
         raise ConfigError(f"--env-kwargs: {exc}") from None
 
 
-def resolve_settings(args: argparse.Namespace, algo: str) -> dict[str, Any]:
+def resolve_settings(flags: TrainSettings, algo: str) -> dict[str, Any]:
     """Run settings, env kwargs and raw hyperparameters: built-in < config preset < flags."""
-    conf = load_conf(args.conf_file, args.preset, algo)
+    conf = load_conf(flags.conf_file, flags.preset, algo)
     settings: dict[str, Any] = {}
     for key, default in RUN_KEYS.items():
         value = conf.pop(key, default)
-        if getattr(args, key) is not None:
-            value = getattr(args, key)
+        if getattr(flags, key) is not None:
+            value = getattr(flags, key)
         if not isinstance(value, int) or isinstance(value, bool):
             raise ConfigError(f"{key} must be an integer, got {shown(value)}")
         settings[key] = value
@@ -210,21 +270,21 @@ def resolve_settings(args: argparse.Namespace, algo: str) -> dict[str, Any]:
     for key in ("eval_episodes", "eval_jobs"):
         if settings[key] < 0:
             raise ConfigError(f"--{key.replace('_', '-')} must be >= 0, got {shown(settings[key])}")
-    settings["eval_reference"] = resolve_eval_reference(args, conf)
-    settings.update(resolve_pretrain(args, conf))
+    settings["eval_reference"] = resolve_eval_reference(flags, conf)
+    settings.update(resolve_pretrain(flags, conf))
     env_kwargs = dict(conf.pop("env_kwargs", {}) or {})
-    flag_kwargs = parse_kv(args.env_kwargs, "--env-kwargs")
-    resolve_env_id(getattr(args, "env", None), env_kwargs, flag_kwargs)
+    flag_kwargs = parse_kv(flags.env_kwargs, "--env-kwargs")
+    resolve_env_id(flags.env, env_kwargs, flag_kwargs)
     env_kwargs.update(flag_kwargs)
-    env_kwargs.setdefault("dynamics", default_dynamics(getattr(args, "resume", None)))
+    env_kwargs.setdefault("dynamics", default_dynamics(flags.resume))
     env_config(env_kwargs)
-    cli = parse_kv(args.hyperparams, "--hyperparams")
+    cli = parse_kv(flags.hyperparams, "--hyperparams")
     check_hyperparams(cli)
     settings["env_kwargs"] = env_kwargs
     settings["cli_hyperparams"] = cli
     hyperparams = resolve_hyperparams(algo, conf, cli)
-    if getattr(args, "policy_arch", None) is not None:
-        switch_arch(hyperparams, args.policy_arch, keep_policy_kwargs="policy_kwargs" in cli)
+    if flags.policy_arch is not None:
+        switch_arch(hyperparams, flags.policy_arch, keep_policy_kwargs="policy_kwargs" in cli)
     check_policy_kwargs_arch(
         policy_arch(hyperparams["policy"]), policy_kwargs_from_mapping(hyperparams.get("policy_kwargs") or {})
     )
@@ -232,7 +292,7 @@ def resolve_settings(args: argparse.Namespace, algo: str) -> dict[str, Any]:
     return settings
 
 
-def resolve_eval_reference(args: argparse.Namespace, conf: dict[str, Any]) -> str | None:
+def resolve_eval_reference(flags: TrainSettings, conf: dict[str, Any]) -> str | None:
     """The policy every evaluation divides the model's JCT by, for model selection (the ``conf``
     entry ``eval_reference`` is consumed): built-in ``ats`` < preset < ``--eval-reference``;
     None for ``none``.
@@ -240,11 +300,9 @@ def resolve_eval_reference(args: argparse.Namespace, conf: dict[str, Any]) -> st
     Raises:
         ConfigError: an unknown policy name.
     """
-    from deepboot_env.policy import available_policies
-
     value = conf.pop("eval_reference", DEFAULT_EVAL_REFERENCE)
-    if getattr(args, "eval_reference", None) is not None:
-        value = args.eval_reference
+    if flags.eval_reference is not None:
+        value = flags.eval_reference
     if value in ("", "none", None):
         return None
     if value not in available_policies():
@@ -253,19 +311,17 @@ def resolve_eval_reference(args: argparse.Namespace, conf: dict[str, Any]) -> st
     return str(value)
 
 
-def resolve_pretrain(args: argparse.Namespace, conf: dict[str, Any]) -> dict[str, Any]:
+def resolve_pretrain(flags: TrainSettings, conf: dict[str, Any]) -> dict[str, Any]:
     """The behaviour-cloning settings (``conf`` entries are consumed): built-in < preset < flags.
 
     Raises:
         ConfigError: an unknown expert policy, negative epochs or a noise level outside [0, 1).
     """
-    from deepboot_env.policy import available_policies
-
     out: dict[str, Any] = {}
     for key, default in PRETRAIN_KEYS.items():
         value = conf.pop(key, default)
-        if getattr(args, key) is not None:
-            value = getattr(args, key)
+        if getattr(flags, key) is not None:
+            value = getattr(flags, key)
         out[key] = value
     expert = out["pretrain_expert"]
     if expert in ("", "none", None):

@@ -14,7 +14,7 @@ active jobs as a *set*, as Decima (Mao et al., SIGCOMM 2019) treats a job DAG's 
   level's logits from the summary; the **critic** reads the summary alone.
 
 Permuting the job slots therefore permutes the per-slot action distributions and leaves the
-lending distribution and the value unchanged (``tests/test_set_policy.py``). Empty slots are
+lending distribution and the value unchanged (``tests/agents/test_set_policy.py``). Empty slots are
 masked out of attention and pooling; MaskablePPO also masks their actions.
 
 The network is SB3's ``mlp_extractor``: its policy latent *is* the flat vector of logits (per
@@ -39,7 +39,7 @@ from stable_baselines3.common.policies import MultiInputActorCriticPolicy
 from torch import nn
 
 from agents.described_policy import DescribedPolicyMixin
-from agents.factory import SET_SIZE_MINIMUMS
+from agents.hyperparameters import SET_POLICY_KWARGS, SET_SIZE_MINIMUMS
 
 SLOT_KEYS: tuple[str, ...] = ("jobs", "base", "prior")
 """Observation entries that hold one row per job slot (``jobs``: the slot matrix; ``base``: the
@@ -49,9 +49,6 @@ first feature of a ``jobs`` row is ``present``."""
 NOISE_KEY = "noise"
 """The score mode's exploration codes (uniform per slot, held per job, then the lending code):
 read by the sampler of :class:`SetActorCriticPolicy`, never by the network."""
-
-SET_POLICY_KWARGS: dict[str, int] = {"embed_dim": 64, "attention_heads": 4, "attention_layers": 1}
-"""Default sizes of the set network (``policy_kwargs`` of ``--policy-arch set``)."""
 
 
 class _AttentionBlock(nn.Module):
@@ -92,9 +89,9 @@ class SetNetwork(nn.Module):
         slots: int,
         slot_choices: int,
         lend_levels: int,
-        embed_dim: int = 64,
-        attention_heads: int = 4,
-        attention_layers: int = 1,
+        embed_dim: int = SET_POLICY_KWARGS["embed_dim"],
+        attention_heads: int = SET_POLICY_KWARGS["attention_heads"],
+        attention_layers: int = SET_POLICY_KWARGS["attention_layers"],
         activation: type[nn.Module] = nn.ReLU,
     ) -> None:
         super().__init__()
@@ -197,9 +194,9 @@ class _SetPolicyMixin(DescribedPolicyMixin):
     def __init__(
         self,
         *args: Any,
-        embed_dim: int = 64,
-        attention_heads: int = 4,
-        attention_layers: int = 1,
+        embed_dim: int = SET_POLICY_KWARGS["embed_dim"],
+        attention_heads: int = SET_POLICY_KWARGS["attention_heads"],
+        attention_layers: int = SET_POLICY_KWARGS["attention_layers"],
         **kwargs: Any,
     ) -> None:
         self._set_sizes(embed_dim, attention_heads, attention_layers)

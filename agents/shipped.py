@@ -48,7 +48,7 @@ def load_priority_policy(path: str, **kwargs: object) -> PriorityPolicy:
     """The ``priority:<path>`` factory: :func:`agents.priority.load_priority_policy` of the file a
     shipped name or a path names, labelled ``priority:<path>`` as the user wrote it (a short name
     stays short in tables and plots)."""
-    from agents.priority import load_priority_policy as load
+    from agents.priority import load_priority_policy as load  # lazy: a name resolves without ATS (baselines)
 
     policy = load(str(resolve_shipped(path, SUFFIXES["priority"])), **kwargs)
     policy.name = f"priority:{path}"

@@ -31,17 +31,23 @@ through :func:`deepboot_env.ray_pool.ray_session` (``--address``, or a private l
 
 from __future__ import annotations
 
-import argparse
 import csv
 import functools
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from agents.factory import HYPERPARAM_TYPES, ConfigError, check_hyperparams, resolve_device
+from agents.errors import ConfigError
+from agents.factory import resolve_device
+from agents.hyperparameters import HYPERPARAM_TYPES, check_hyperparams
+from agents.run_config import TrainSettings, read_yaml, resolve_settings
+from agents.run_folder import next_run_dir
 from deepboot_env.atomic import atomic_write
 from deepboot_env.limits import safe_cell
+from deepboot_env.pool import available_cpus
+from deepboot_env.ray_pool import RayBackendError, check_ray, ray_session
 
 METRIC = "val_score"
 """What each trial reports after a validation: the selection score (lower is better)."""
@@ -139,14 +145,12 @@ def load_spec(path: str | Path) -> tuple[dict[str, Any], int, dict[str, float]]:
     Raises:
         ConfigError: for a missing or unreadable file, or a bad spec.
     """
-    from agents.run_config import read_yaml
-
     return parse_space(read_yaml(Path(path), "--tune"))
 
 
 def tune_space(space: Mapping[str, Any]) -> dict[str, Any]:
     """Ray Tune's search space for :func:`parse_space`'s."""
-    from ray import tune
+    from ray import tune  # lazy: Ray is an optional extra
 
     forms: dict[str, Callable[..., Any]] = {
         "grid": tune.grid_search,
@@ -163,94 +167,70 @@ def _absolute(value: str) -> str:
     return str(Path(value).resolve()) if value and Path(value).exists() else value
 
 
-def trial(config: Mapping[str, Any], base: Mapping[str, Any]) -> None:
+def trial(config: Mapping[str, Any], base: TrainSettings) -> None:
     """One Tune trial: :func:`~agents.training_run.train` with ``base`` (the command line's
-    arguments) and the trial's ``config`` (seed, hyperparameters) in ``<log_folder>/<trial>``,
-    reporting :data:`METRIC` after each validation."""
-    from ray import tune
+    settings, :func:`trial_settings`) and the trial's ``config`` (seed, hyperparameters) in
+    ``<log_folder>/<trial>``, reporting :data:`METRIC` after each validation."""
+    from ray import tune  # lazy: Ray is an optional extra
 
-    from agents.training_run import train
+    from agents.training_run import train  # lazy: SB3 and torch are slow to import
 
-    args = argparse.Namespace(**base)
-    trial_dir = Path(args.log_folder) / tune.get_context().get_trial_id()
-    args.log_folder = str(trial_dir)
-    args.seed = int(config.get("seed", args.seed))
-    args.hyperparams = [*(args.hyperparams or []), *(f"{k}:{v!r}" for k, v in config.items() if k != "seed")]
+    settings = replace(
+        base,
+        log_folder=str(Path(base.log_folder) / tune.get_context().get_trial_id()),
+        seed=int(config.get("seed", base.seed)),
+        hyperparams=[*(base.hyperparams or []), *(f"{k}:{v!r}" for k, v in config.items() if k != "seed")],
+    )
 
     def report(timesteps: int, score: float) -> None:
         tune.report({METRIC: score if math.isfinite(score) else math.inf, "timesteps": timesteps})
 
-    train(args, on_evaluation=report)
+    train(settings, on_evaluation=report)
 
 
-def sweep(args: argparse.Namespace) -> Path:
-    """Run the sweep ``args.tune`` names (see the module); returns the sweep folder.
+def trial_settings(settings: TrainSettings, algo: str, sweep_dir: Path) -> TrainSettings:
+    """What every trial of a sweep in ``sweep_dir`` is asked for: the command line's settings with
+    ``algo``, no sweep, no Ray address and no progress bar (the trials run inside the sweep's Ray
+    session), runs under the sweep folder, and paths made absolute (a trial runs in another folder)."""
+    return replace(
+        settings,
+        algo=algo,
+        tune=None,
+        address=None,
+        no_progress=True,
+        log_folder=str(sweep_dir),
+        workload=[_absolute(v) for v in settings.workload],
+        eval_workload=[_absolute(v) for v in settings.eval_workload],
+        conf_file=_absolute(settings.conf_file or "") or None,
+        tensorboard_log=_absolute(settings.tensorboard_log),
+    )
+
+
+def sweep(settings: TrainSettings) -> Path:
+    """Run the sweep ``settings.tune`` names (see the module); returns the sweep folder.
 
     Raises:
         ConfigError: bad spec or flags, Ray missing or unreachable, or no trial that reported.
     """
-    from agents.callbacks import available_cpus
-    from agents.export import export_model
-    from agents.run_config import resolve_settings
-    from agents.training_run import next_run_dir
-    from deepboot_env.ray_pool import RayBackendError, check_ray, ray_session
+    from agents.export import export_model  # lazy: SB3 and torch are slow to import
 
-    space, samples, asha = load_spec(args.tune)
-    if args.resume:
+    assert settings.tune is not None, "a sweep needs its --tune spec"
+    space, samples, asha = load_spec(settings.tune)
+    if settings.resume:
         raise ConfigError("--tune starts new runs; it does not take --resume")
     try:
         check_ray()
     except RayBackendError:
         raise ConfigError(INSTALL_HINT) from None
-    algo = args.algo or "ppo"
-    settings = resolve_settings(args, algo)
-    if settings["eval_freq"] <= 0:
+    algo = settings.algo or "ppo"
+    resolved = resolve_settings(settings, algo)
+    if resolved["eval_freq"] <= 0:
         raise ConfigError("--tune selects on validation scores: give --eval-freq > 0")
-    sweep_dir = next_run_dir(args.log_folder, "sweep").resolve()
-    base = {**vars(args), "algo": algo, "tune": None, "address": None, "no_progress": True}
-    base["log_folder"] = str(sweep_dir)
-    base["workload"] = [_absolute(v) for v in args.workload]
-    base["eval_workload"] = [_absolute(v) for v in args.eval_workload]
-    base["conf_file"] = _absolute(args.conf_file or "") or None
-    base["tensorboard_log"] = _absolute(args.tensorboard_log)
-    gpus = 1 if resolve_device(args.device).startswith("cuda") else 0
-    try:
-        with ray_session(args.address, available_cpus()):
-            from ray import tune
-            from ray.tune.schedulers import ASHAScheduler
-
-            scheduler = ASHAScheduler(
-                time_attr="timesteps",
-                max_t=settings["n_timesteps"],
-                grace_period=asha.get("grace_period", settings["eval_freq"]),
-                reduction_factor=asha.get("reduction_factor", 2),
-            )
-            tuner = tune.Tuner(
-                tune.with_resources(functools.partial(trial, base=base), {"cpu": 1, "gpu": gpus}),
-                param_space=tune_space(space),
-                tune_config=tune.TuneConfig(metric=METRIC, mode="min", scheduler=scheduler, num_samples=samples),
-                run_config=tune.RunConfig(name="tune", storage_path=str(sweep_dir), verbose=0),
-            )
-            results = tuner.fit()
-    except RayBackendError as exc:
-        raise ConfigError(f"--tune: {exc}") from None
-    rows = []
-    for result in (results[i] for i in range(len(results))):
-        folder = sweep_dir / str((result.metrics or {}).get("trial_id", ""))  # "": it never reported
-        history = result.metrics_dataframe
-        reported = history is not None and METRIC in history
-        scores: list[float] = [float(v) for v in history[METRIC]] if history is not None and reported else []
-        steps = [int(v) for v in history["timesteps"]] if history is not None and reported else []
-        rows.append(
-            {
-                "trial": folder.name,
-                **(result.config or {}),
-                "best_score": min(scores, default=math.inf),
-                "timesteps": max(steps, default=0),
-                "error": "" if result.error is None else type(result.error).__name__,
-                "run_dir": str(folder / f"{algo}_1"),
-            }
-        )
+    sweep_dir = next_run_dir(settings.log_folder, "sweep").resolve()
+    base = trial_settings(settings, algo, sweep_dir)
+    gpus = 1 if resolve_device(settings.device).startswith("cuda") else 0
+    results = fit(space, samples, asha, resolved, base, settings.address, gpus)
+    rows = [trial_row(results[i], sweep_dir, algo) for i in range(len(results))]
     with atomic_write(sweep_dir / "trials.csv") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["trial"])
         writer.writeheader()
@@ -261,9 +241,67 @@ def sweep(args: argparse.Namespace) -> Path:
         raise ConfigError(f"--tune: no trial reported a validation score ({len(errors)} of {len(rows)} failed)")
     best = min(scored, key=lambda r: r["best_score"])
     out = export_model(Path(best["run_dir"]) / "best_model.zip", sweep_dir / "best_model.zip")
-    if args.verbose >= 1:
-        print(
-            f"sweep folder: {sweep_dir} ({len(rows)} trials); best: {best['trial']} {METRIC} {best['best_score']:.4f}"
-        )
+    if settings.verbose >= 1:
+        score = f"{METRIC} {best['best_score']:.4f}"
+        print(f"sweep folder: {sweep_dir} ({len(rows)} trials); best: {best['trial']} {score}")
         print(f"best model: {out} (deepboot compare --policies ats ppo:{out})")
     return sweep_dir
+
+
+def fit(
+    space: Mapping[str, Any],
+    samples: int,
+    asha: Mapping[str, float],
+    resolved: Mapping[str, Any],
+    base: TrainSettings,
+    address: str | None,
+    gpus: int,
+) -> Any:
+    """Ray Tune's results of the trials of ``space`` (``samples`` draws per grid point), each
+    ``base`` with its seed and hyperparameters, on one CPU (and ``gpus`` GPUs), stopped early by
+    ASHA on :data:`METRIC` (``asha``: the spec's ``grace_period``, default ``--eval-freq``, and
+    ``reduction_factor``, default 2; the run's ``n_timesteps`` of ``resolved`` at most), in the Ray
+    session of ``address`` (None: a private local instance); Tune's records go to
+    ``<base.log_folder>/tune``.
+
+    Raises:
+        ConfigError: Ray unreachable.
+    """
+    try:
+        with ray_session(address, available_cpus()):
+            from ray import tune  # lazy: Ray is an optional extra
+            from ray.tune.schedulers import ASHAScheduler  # lazy: Ray is an optional extra
+
+            scheduler = ASHAScheduler(
+                time_attr="timesteps",
+                max_t=resolved["n_timesteps"],
+                grace_period=asha.get("grace_period", resolved["eval_freq"]),
+                reduction_factor=asha.get("reduction_factor", 2),
+            )
+            tuner = tune.Tuner(
+                tune.with_resources(functools.partial(trial, base=base), {"cpu": 1, "gpu": gpus}),
+                param_space=tune_space(space),
+                tune_config=tune.TuneConfig(metric=METRIC, mode="min", scheduler=scheduler, num_samples=samples),
+                run_config=tune.RunConfig(name="tune", storage_path=str(base.log_folder), verbose=0),
+            )
+            return tuner.fit()
+    except RayBackendError as exc:
+        raise ConfigError(f"--tune: {exc}") from None
+
+
+def trial_row(result: Any, sweep_dir: Path, algo: str) -> dict[str, Any]:
+    """A trial's row of ``trials.csv``: its parameters, best reported score, timesteps, error
+    and run folder (``<sweep_dir>/<trial id>/<algo>_1``)."""
+    folder = sweep_dir / str((result.metrics or {}).get("trial_id", ""))  # "": it never reported
+    history = result.metrics_dataframe
+    reported = history is not None and METRIC in history
+    scores: list[float] = [float(v) for v in history[METRIC]] if history is not None and reported else []
+    steps = [int(v) for v in history["timesteps"]] if history is not None and reported else []
+    return {
+        "trial": folder.name,
+        **(result.config or {}),
+        "best_score": min(scores, default=math.inf),
+        "timesteps": max(steps, default=0),
+        "error": "" if result.error is None else type(result.error).__name__,
+        "run_dir": str(folder / f"{algo}_1"),
+    }

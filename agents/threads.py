@@ -29,7 +29,7 @@ def use_torch_threads(num_threads: int | None = None) -> None:
     (then torch is left as it is). Process-wide, as torch's setting is."""
     if num_threads is None and threads_chosen_by_user():
         return
-    import torch
+    import torch  # lazy: torch is slow to import
 
     wanted = 1 if num_threads is None else int(num_threads)
     if torch.get_num_threads() != wanted:

@@ -1,42 +1,367 @@
 """One training run of ``train_policy.py``: build or resume the model, train it, record the run.
 
-:func:`train` resolves the settings (:mod:`agents.run_config`), loads the workloads, builds the
-vectorised env and the model (or loads ``--resume``), optionally clones an expert first
-(:func:`warm_start`) and starts a residual policy at its base policy, trains with the
-``sched/*`` and evaluation callbacks, and writes the run folder ``<log-folder>/<algo>_<n>/``
-(:func:`next_run_dir`): ``config.yml`` (:func:`write_config`), ``final_model.zip``,
-``best_model.zip``, ``evaluations.csv``, ``progress.csv``, TensorBoard events and checkpoints.
+:func:`train` takes the run's :class:`~agents.run_config.TrainSettings` through a sequence of
+steps, each a function of this module:
+
+1. :func:`plan_run`: the algorithm, the device and the settings resolved from built-in defaults,
+   preset and flags (:func:`~agents.run_config.resolve_settings`); :func:`check_resume`: for
+   ``--resume``, that the saved model fits them (its env shape, fixed hyperparameters and
+   architecture);
+2. :func:`build_env`: the training workloads (or family), the validation workloads and the
+   vectorised env;
+3. in the run folder ``<log-folder>/<algo>_<n>/`` (:func:`~agents.run_folder.next_run_dir`,
+   locked while the run lasts; :func:`run_record`: what ``config.yml`` records of it):
+   :func:`start_model`, a new model or the resumed one, logging to the run folder and to
+   TensorBoard;
+4. :func:`warm_start`: a new model optionally clones an expert first (:func:`clone_expert`) and
+   a residual policy starts at its base policy;
+5. :func:`callbacks`: the stop on a signal, the ``sched/*`` metrics, the evaluations and the
+   checkpoints;
+6. :func:`learn`: ``model.learn``, with torch's distribution checks off unless
+   ``--distribution-checks`` (:func:`agents.distributions.distribution_checks`);
+7. :func:`finish`: the final model and the run's results; a run stopped by SIGINT or SIGTERM
+   then raises the :class:`~agents.interrupt.TrainingInterrupted` of :func:`interrupted`.
+
+``config.yml`` (:func:`~agents.run_folder.write_config`, atomic) is written twice: when learning
+starts, with the settings and the warm start (a run that never reaches its end, a Ray Tune trial
+stopped early, a crash or a kill, still says what it was), and at the end with the results. The run folder also
+holds ``final_model.zip``, ``best_model.zip``, ``evaluations.csv``, ``progress.csv``,
+TensorBoard events (``tb/``) and ``checkpoints/``.
 """
 
 from __future__ import annotations
 
-import argparse
-import re
 import shlex
 import signal
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+import sb3_contrib
+import torch
+from stable_baselines3 import get_system_info
+from stable_baselines3.common.callbacks import BaseCallback, CallbackList
+from stable_baselines3.common.logger import Logger, TensorBoardOutputFormat, make_output_format
+from torch.utils.tensorboard import SummaryWriter
+from torch.utils.tensorboard.summary import hparams
 
-from agents.factory import (
-    ConfigError,
-    build_model,
-    check_algo,
-    make_vec_env_for,
-    model_kwargs,
-    resolve_device,
+import deepboot_env
+from agents.callbacks import (
+    AtomicCheckpointCallback,
+    SchedMetricsCallback,
+    StopOnSignal,
+    WorkloadEvalCallback,
+    save_model,
 )
-from agents.interrupt import StopOnSignal, TrainingInterrupted, command_words, resume_command
-from agents.run_config import DEFAULT_CONF, PRETRAIN_KEYS, RUN_KEYS, env_config, resolve_settings
-from deepboot_env.atomic import lock_folder, write_text
+from agents.checkpoint import load_checkpoint, read_data, saved_arch
+from agents.distributions import distribution_checks
+from agents.env_shape import env_shape_of
+from agents.errors import ConfigError
+from agents.factory import build_model, make_vec_env_for, resolve_device
+from agents.hyperparameters import check_algo, model_kwargs
+from agents.imitation import collect_demonstrations, init_residual_policy, pretrain
+from agents.interrupt import TrainingInterrupted, command_words, resume_command
+from agents.policy_adapter import detect_algo, resolve_model_path
+from agents.run_config import (
+    DEFAULT_CONF,
+    FAMILY_SEEDS,
+    PRETRAIN_KEYS,
+    RUN_KEYS,
+    TrainSettings,
+    env_config,
+    resolve_settings,
+)
+from agents.run_folder import config_text, next_run_dir, write_config, yaml_safe
+from deepboot_env.atomic import lock_folder
+from deepboot_env.config import EnvConfig
+from deepboot_env.pool import available_cpus
 from deepboot_env.sim.scenario import Scenario
 from deepboot_env.stops import Stopped, StopSignals, stop_requested
+from deepboot_env.workload_sources import FAMILY_PREFIX, scenario_sampler
+from traces.loaders import expand_workload_sources, load_workload
 
 
-def warm_start(
+@dataclass
+class RunPlan:
+    """What a run resolved before anything is built (:func:`plan_run`).
+
+    Attributes:
+        settings: what the run was asked for.
+        algo: ``ppo`` or ``maskable_ppo`` (``--algo``, else the ``--resume`` model's, else ``ppo``).
+        device: the torch device (:func:`~agents.factory.resolve_device`).
+        resume: the model zip to continue, or None.
+        resolved: run settings, env arguments and hyperparameters
+            (:func:`~agents.run_config.resolve_settings`; :func:`check_resume` completes
+            ``env_kwargs`` from the resumed model's spaces).
+    """
+
+    settings: TrainSettings
+    algo: str
+    device: str
+    resume: Path | None
+    resolved: dict[str, Any]
+
+
+@dataclass
+class TrainingEnv:
+    """What a run trains and validates on (:func:`build_env`).
+
+    Attributes:
+        source: the training envs' workloads: a family name (a new scenario per reset) or a list
+            of :class:`~deepboot_env.sim.scenario.Scenario`.
+        eval_workloads: ``(label, Scenario)`` of the validation episodes ([] without evaluations).
+        vec_env: the vectorised training env.
+    """
+
+    source: Any
+    eval_workloads: list[tuple[str, Scenario]]
+    vec_env: Any
+
+
+@dataclass
+class Run:
+    """A run in its folder: the steps from :func:`start_model` on share it.
+
+    Attributes:
+        plan, env: from :func:`plan_run` and :func:`build_env`.
+        run_dir: the run folder; tb_dir: its TensorBoard run.
+        record: what ``config.yml`` records (:func:`run_record`; the steps add to it).
+        stops: the run's signal handling (a signal stops the run with its model saved).
+    """
+
+    plan: RunPlan
+    env: TrainingEnv
+    run_dir: Path
+    tb_dir: Path
+    record: dict[str, Any]
+    stops: StopSignals
+
+
+@dataclass
+class RunCallbacks:
+    """The callbacks of a run's ``model.learn`` (:func:`callbacks`), and the two whose results
+    the run records."""
+
+    sched: SchedMetricsCallback
+    evaluator: WorkloadEvalCallback | None
+    all: list[BaseCallback]
+
+    def skip_final_evaluation(self) -> None:
+        """No evaluation when training ends (it stopped on a signal)."""
+        if self.evaluator is not None:
+            self.evaluator.eval_at_end = False
+
+
+# ---------------------------------------------------------------------------------- training
+def train(settings: TrainSettings, on_evaluation: Callable[[int, float], None] | None = None) -> Path:
+    """Train as ``settings`` say (the steps of the module docstring); returns the run folder.
+    ``on_evaluation(timesteps, score)`` is called after each validation (see
+    :class:`~agents.callbacks.WorkloadEvalCallback`).
+
+    Raises:
+        ConfigError, FileNotFoundError, ValueError: bad flags, files or env arguments.
+        TrainingInterrupted: stopped by SIGINT or SIGTERM, the model and config saved.
+    """
+    plan = plan_run(settings)
+    check_resume(plan)
+    env = build_env(plan)
+    run_dir = next_run_dir(settings.log_folder, plan.algo)
+    # one writer per run folder; from here on a signal stops the run with its model saved
+    with lock_folder(run_dir, "--log-folder"), StopSignals(interruptible=False) as stops:
+        tb_dir = Path(settings.tensorboard_log) / run_dir.name if settings.tensorboard_log else run_dir / "tb"
+        run = Run(plan, env, run_dir, tb_dir, run_record(plan, run_dir, tb_dir), stops)
+        model = start_model(run)
+        started_at_a_policy = warm_start(run, model)
+        write_config(run_dir / "config.yml", run.record)  # again by finish(), with the results
+        cbs = callbacks(run, env_config(plan.resolved["env_kwargs"]), started_at_a_policy, on_evaluation)
+        start_steps = model.num_timesteps
+        with distribution_checks(settings.distribution_checks):
+            t0 = time.perf_counter()
+            learn(run, model, cbs)
+            final = finish(run, model, cbs, start_steps, t0)
+        if stops.signum is not None:
+            raise interrupted(run, model, final, start_steps)
+        return run_dir
+
+
+def plan_run(settings: TrainSettings) -> RunPlan:
+    """The run's algorithm (checked against the ``--resume`` model's), torch's thread count
+    (``--num-threads`` > 0), the device and the resolved settings.
+
+    Raises:
+        ConfigError: an unknown algorithm or one the resumed model does not have, bad settings.
+        FileNotFoundError: no model where ``--resume`` points.
+    """
+    resume = resolve_model_path(settings.resume) if settings.resume else None
+    algo = settings.algo or (detect_algo(resume) if resume else "ppo")
+    check_algo(algo)
+    if resume is not None and detect_algo(resume) != algo:
+        raise ConfigError(f"--resume {resume} holds a {detect_algo(resume)} model, not {algo}")
+    if settings.num_threads > 0:
+        torch.set_num_threads(settings.num_threads)
+    device = resolve_device(settings.device)
+    return RunPlan(settings, algo, device, resume, resolve_settings(settings, algo))
+
+
+def check_resume(plan: RunPlan) -> None:
+    """For ``--resume``: the env arguments the saved model's spaces fix (``max_jobs``,
+    ``lend_levels``, ``action_mode``, ``outlook``) go into ``env_kwargs``, and flags that would
+    change them, its ``policy`` / ``policy_kwargs`` or its architecture are refused.
+
+    Raises:
+        ConfigError: naming the flag and the saved model's value.
+    """
+    if plan.resume is None:
+        return
+    settings, resolved = plan.settings, plan.resolved
+    env_kwargs = resolved["env_kwargs"]
+    saved_shape = env_shape_of(load_checkpoint(plan.resume, plan.algo, device="cpu", trust=settings.trust_checkpoint))
+    for key, value in saved_shape.items():
+        if key in env_kwargs and type(value)(env_kwargs[key]) != value:
+            raise ConfigError(f"--resume model was trained with {key}={value}, not {env_kwargs[key]}")
+        env_kwargs[key] = value
+    for key in ("policy", "policy_kwargs"):
+        if key in resolved["cli_hyperparams"]:
+            raise ConfigError(f"--hyperparams {key} cannot change when resuming")
+    arch = saved_arch(read_data(Path(plan.resume)))
+    if settings.policy_arch not in (None, arch):
+        raise ConfigError(f"--resume model has the {arch} policy architecture, not {settings.policy_arch}")
+
+
+def build_env(plan: RunPlan) -> TrainingEnv:
+    """The training source (:func:`training_source`), the validation workloads (none without
+    evaluations) and the vectorised env (:func:`~agents.factory.make_vec_env_for`).
+
+    Raises:
+        ConfigError: bad workloads, env arguments or ``--address`` without ``--vec-env ray``.
+    """
+    settings, resolved = plan.settings, plan.resolved
+    try:
+        source = training_source(settings.workload)
+        eval_workloads = load_workloads(settings.eval_workload, "val") if resolved["eval_freq"] > 0 else []
+        if settings.address is not None and settings.vec_env != "ray":
+            raise ConfigError("--address is for --vec-env ray and --tune")
+        vec_env = make_vec_env_for(
+            source,
+            resolved["n_envs"],
+            settings.seed,
+            resolved["env_kwargs"],
+            vec_env=settings.vec_env,
+            address=settings.address,
+            group_size=resolved["group_size"],
+            antithetic=bool(resolved["hyperparams"].get("group_advantage")),
+        )
+    except (ValueError, TypeError) as exc:  # bad workload files or env argument values
+        raise ConfigError(str(exc).splitlines()[0]) from None
+    return TrainingEnv(source, eval_workloads, vec_env)
+
+
+def run_record(plan: RunPlan, run_dir: Path, tb_dir: Path) -> dict[str, Any]:
+    """What ``config.yml`` records of a run before it trains: where it writes, its resolved
+    settings (a resumed run: the flags' hyperparameters), its arguments and command line, the
+    versions."""
+    settings, resolved, resume = plan.settings, plan.resolved, plan.resume
+    return {
+        "algo": plan.algo,
+        "run_dir": str(run_dir),
+        "tensorboard_dir": str(tb_dir),
+        "device": plan.device,
+        "seed": settings.seed,
+        "workload": list(settings.workload),
+        "eval_workload": list(settings.eval_workload),
+        **{k: resolved[k] for k in RUN_KEYS},
+        "eval_reference": resolved["eval_reference"],
+        "env_kwargs": resolved["env_kwargs"],
+        "hyperparams": resolved["cli_hyperparams"] if resume else resolved["hyperparams"],
+        "resumed_from": str(resume) if resume else None,
+        **{k: resolved[k] for k in PRETRAIN_KEYS},
+        "conf_file": str(settings.conf_file or (DEFAULT_CONF if DEFAULT_CONF.is_file() else "")),
+        "preset": settings.preset,
+        "args": asdict(settings),
+        "command": shlex.join(command_words(settings.command)),
+        "versions": _versions(),
+    }
+
+
+def start_model(run: Run) -> Any:
+    """A new model (:func:`agents.factory.build_model`) or the ``--resume`` one with the flags'
+    hyperparameters and ``--seed``, logging ``progress.csv`` and TensorBoard events (and, with
+    ``--verbose`` >= 1, log tables) to the run, its settings written to TensorBoard
+    (:func:`log_run_config`).
+
+    Raises:
+        agents.checkpoint.CheckpointError: a resumed model that cannot be loaded.
+    """
+    plan, settings, resolved = run.plan, run.plan.settings, run.plan.resolved
+    if plan.resume is None:
+        model = build_model(
+            plan.algo,
+            run.env.vec_env,
+            device=plan.device,
+            seed=settings.seed,
+            hyperparams=resolved["hyperparams"],
+            env_kwargs=resolved["env_kwargs"],
+            group_size=resolved["group_size"],
+        )
+    else:
+        overrides = model_kwargs(resolved["cli_hyperparams"])
+        model = load_checkpoint(
+            plan.resume,
+            plan.algo,
+            device=plan.device,
+            env=run.env.vec_env,
+            trust=settings.trust_checkpoint,
+            **overrides,
+        )
+        model.set_random_seed(settings.seed)
+    formats = [make_output_format("csv", str(run.run_dir)), make_output_format("tensorboard", str(run.tb_dir))]
+    if settings.verbose >= 1:
+        formats.append(make_output_format("stdout", str(run.run_dir)))
+    model.set_logger(Logger(str(run.run_dir), formats))
+    log_run_config(model.logger, run.record)
+    return model
+
+
+def warm_start(run: Run, model: Any) -> bool:
+    """Start a new model at a policy: clone ``--pretrain-expert`` (:func:`clone_expert`, recorded
+    as ``pretrain``), then start a residual policy at its base policy (after cloning, whose critic
+    it keeps; a score policy starts at its prior by construction: zero means, see
+    :mod:`agents.set_policy`). Returns whether the model starts at a policy (then evaluated
+    before the first update, so that ``best_model.zip`` is never worse than the start).
+
+    Raises:
+        ConfigError: ``--pretrain-expert`` with a continuous action mode (``score``).
+    """
+    plan, settings, resolved = run.plan, run.plan.settings, run.plan.resolved
+    pretrained = plan.resume is None and resolved["pretrain_expert"] is not None
+    if pretrained and env_config(resolved["env_kwargs"]).make_codec().continuous:
+        raise ConfigError("--pretrain-expert clones discrete actions; action_mode 'score' starts at its prior already")
+    if pretrained:
+        source = run.env.source
+        demo_scenarios = source if isinstance(source, list) else [s for _, s in load_workloads(settings.workload)]
+        run.record["pretrain"] = clone_expert(
+            model,
+            resolved,
+            demo_scenarios,
+            settings.seed,
+            tb_dir=run.tb_dir,
+            jobs=resolved["eval_jobs"] or available_cpus(),
+            progress=not settings.no_progress,
+            verbose=settings.verbose,
+        )
+    codec = env_config(resolved["env_kwargs"]).make_codec()
+    neutral = codec.neutral_action()
+    residual_start = plan.resume is None and neutral is not None
+    if residual_start and neutral is not None and not codec.continuous:
+        init_residual_policy(model, neutral, float(resolved["residual_neutral_prob"]))
+        run.record["residual_neutral_prob"] = resolved["residual_neutral_prob"]
+    return pretrained or residual_start
+
+
+def clone_expert(
     model: Any,
     settings: Mapping[str, Any],
     workloads: Sequence[Any],
@@ -49,12 +374,10 @@ def warm_start(
     """Clone ``settings["pretrain_expert"]`` into ``model`` (see :mod:`agents.imitation`): the
     demonstrations run in ``jobs`` worker processes with a progress bar (``progress``), each
     epoch prints a line (``verbose`` >= 1) and writes ``pretrain/*`` scalars to the TensorBoard
-    run ``<tb_dir>/pretrain`` with the epoch (from 1) as step, apart from the training's
-    timestep axis. A SIGINT or SIGTERM stops the demonstrations at once (nothing is cloned) or the
-    cloning after the batch in progress (:func:`deepboot_env.stops.stop_requested`); the record
-    then says so (``interrupted``). Returns what to record in ``config.yml``."""
-    from agents.imitation import collect_demonstrations, pretrain
-
+    run ``<tb_dir>/pretrain`` (:func:`_epoch_log`). A SIGINT or SIGTERM stops the demonstrations
+    at once (nothing is cloned) or the cloning after the batch in progress
+    (:func:`deepboot_env.stops.stop_requested`); the record then says so (``interrupted``).
+    Returns what to record in ``config.yml``."""
     t0 = time.perf_counter()
     expert, epochs = settings["pretrain_expert"], settings["pretrain_epochs"]
     if verbose >= 1:
@@ -75,25 +398,8 @@ def warm_start(
     except Stopped:  # the pool is stopped; nothing is cloned
         info.update(interrupted="stopped before the demonstrations were done, nothing cloned")
         return {**info, "epochs_done": 0, "seconds": round(time.perf_counter() - t0, 1)}
-    writer = None
-    if tb_dir is not None:
-        from torch.utils.tensorboard import SummaryWriter
-
-        writer = SummaryWriter(str(tb_dir / "pretrain"))
-
-    def on_epoch(epoch: int, losses: Mapping[str, float]) -> None:
-        if writer is not None:
-            for key, value in losses.items():
-                writer.add_scalar(f"pretrain/{key}", value, epoch)
-        if verbose >= 1:
-            values = ", ".join(f"{k} {v:.4f}" for k, v in losses.items())
-            print(f"warm start: epoch {epoch}/{epochs}: {values} ({time.perf_counter() - t0:.0f} s)")
-
-    try:
+    with _epoch_log(tb_dir, epochs, verbose, t0) as on_epoch:
         history = pretrain(model, demos, epochs=epochs, seed=seed, on_epoch=on_epoch, should_stop=stop_requested)
-    finally:
-        if writer is not None:
-            writer.close()
     if len(history) < epochs and stop_requested():
         info["interrupted"] = f"stopped after {len(history)} of {epochs} cloning epochs"
     return {
@@ -106,6 +412,140 @@ def warm_start(
     }
 
 
+@contextmanager
+def _epoch_log(
+    tb_dir: Path | None, epochs: int, verbose: int, t0: float
+) -> Iterator[Callable[[int, Mapping[str, float]], None]]:
+    """The ``on_epoch`` of :func:`~agents.imitation.pretrain`: each epoch's losses as
+    ``pretrain/*`` scalars of the TensorBoard run ``<tb_dir>/pretrain`` (the epoch, from 1, as
+    step: apart from the training's timestep axis) and, with ``verbose`` >= 1, a printed line."""
+    writer = SummaryWriter(str(tb_dir / "pretrain")) if tb_dir is not None else None
+
+    def on_epoch(epoch: int, losses: Mapping[str, float]) -> None:
+        if writer is not None:
+            for key, value in losses.items():
+                writer.add_scalar(f"pretrain/{key}", value, epoch)
+        if verbose >= 1:
+            values = ", ".join(f"{k} {v:.4f}" for k, v in losses.items())
+            print(f"warm start: epoch {epoch}/{epochs}: {values} ({time.perf_counter() - t0:.0f} s)")
+
+    try:
+        yield on_epoch
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def callbacks(
+    run: Run, config: EnvConfig, eval_at_start: bool, on_evaluation: Callable[[int, float], None] | None
+) -> RunCallbacks:
+    """The run's callbacks, in order: the stop on a signal (:class:`~agents.callbacks.StopOnSignal`,
+    which skips the final evaluation), the ``sched/*`` metrics, the validation every
+    ``--eval-freq`` steps (before the first update too with ``eval_at_start``) and a checkpoint
+    every ``--save-freq`` steps; ``config`` is the training env's settings."""
+    plan, settings, resolved = run.plan, run.plan.settings, run.plan.resolved
+    sched = SchedMetricsCallback(config=config, reference=resolved["eval_reference"] or "ats")
+    evaluator = None
+    if resolved["eval_freq"] > 0:
+        evaluator = WorkloadEvalCallback(
+            run.env.eval_workloads,
+            config,
+            eval_freq=resolved["eval_freq"],
+            n_episodes=resolved["eval_episodes"],
+            log_dir=run.run_dir,
+            eval_at_start=eval_at_start,
+            reference=resolved["eval_reference"],
+            jobs=resolved["eval_jobs"],
+            progress=not settings.no_progress,
+            verbose=settings.verbose,
+            on_evaluation=on_evaluation,
+        )
+    out = RunCallbacks(sched, evaluator, [sched] if evaluator is None else [sched, evaluator])
+    if resolved["save_freq"] > 0:
+        out.all.append(
+            AtomicCheckpointCallback(
+                save_freq=max(resolved["save_freq"] // resolved["n_envs"], 1),
+                save_path=str(run.run_dir / "checkpoints"),
+                name_prefix=plan.algo,
+            )
+        )
+    out.all.insert(0, StopOnSignal(run.stops, on_stop=out.skip_final_evaluation))
+    return out
+
+
+def learn(run: Run, model: Any, cbs: RunCallbacks) -> None:
+    """``model.learn`` for ``--n-timesteps`` more steps (a new model counts from 0), unless a
+    signal came before (during the warm start). A signal during an evaluation (its pool stops at
+    once: :class:`~deepboot_env.stops.Stopped`) ends it too: no final evaluation, then the
+    callbacks' training end (their background workers stopped)."""
+    if run.stops.signum is not None:
+        return
+    callback = CallbackList(cbs.all)
+    try:
+        model.learn(
+            total_timesteps=run.plan.resolved["n_timesteps"],
+            callback=callback,
+            reset_num_timesteps=run.plan.resume is None,
+            progress_bar=not run.plan.settings.no_progress,
+        )
+    except Stopped:
+        cbs.skip_final_evaluation()
+        callback.on_training_end()
+
+
+def finish(run: Run, model: Any, cbs: RunCallbacks, start_steps: int, t0: float) -> Path:
+    """Save the final model and the run's results in ``config.yml`` (``interrupted``: the signal
+    that stopped the run, or None); returns the model's path."""
+    wall = time.perf_counter() - t0
+    if model.logger.name_to_value:  # flush the last update's train/* values (nothing to flush: no warning)
+        model.logger.dump(model.num_timesteps)
+    final = save_model(model, run.run_dir / "final_model.zip")
+    run.env.vec_env.close()
+
+    steps = model.num_timesteps - start_steps
+    evaluator, signum = cbs.evaluator, run.stops.signum
+    eval_s = evaluator.eval_seconds if evaluator is not None else 0.0
+    run.record["results"] = {
+        "timesteps": steps,
+        "total_timesteps": model.num_timesteps,
+        "wall_seconds": round(wall, 2),
+        "eval_seconds": round(eval_s, 2),
+        "steps_per_second": round(steps / max(wall - eval_s, 1e-9), 1),
+        "train_episodes": cbs.sched.episodes,
+        "best_val_score": evaluator.best_score if evaluator is not None else None,
+        "selected_by": evaluator.selected_by if evaluator is not None else None,
+        "eval_share": round(eval_s / wall, 3) if wall > 0 else None,
+        "evaluations": [list(h) for h in evaluator.history] if evaluator is not None else [],
+        "interrupted": None if signum is None else signal.Signals(signum).name,
+    }
+    write_config(run.run_dir / "config.yml", run.record)
+    if run.plan.settings.verbose >= 1:
+        r = run.record["results"]
+        print(
+            f"run folder: {run.run_dir}  ({steps} steps in {wall:.1f} s, "
+            f"{r['steps_per_second']} steps/s excluding {eval_s:.1f} s of evaluation, {r['eval_share'] or 0:.0%})"
+        )
+    return final
+
+
+def interrupted(run: Run, model: Any, final: Path, start_steps: int) -> TrainingInterrupted:
+    """What a run stopped by a signal raises: the command that resumes it for the steps left,
+    and what the stop cut short of the warm start."""
+    assert run.stops.signum is not None
+    left = run.plan.resolved["n_timesteps"] - (model.num_timesteps - start_steps)
+    command = resume_command(command_words(run.plan.settings.command), final, left)
+    note = _warm_start_note(run.record.get("pretrain"))
+    return TrainingInterrupted(run.stops.signum, run.run_dir, final, command, note)
+
+
+def _warm_start_note(pretrain: Mapping[str, Any] | None) -> str:
+    """What a stop during the warm start left out, in words ("" if it finished or did not run)."""
+    if not pretrain or not pretrain.get("interrupted"):
+        return ""
+    return f"during the warm start: {pretrain['interrupted']}; PPO starts from the model as saved"
+
+
+# ------------------------------------------------------------------------------- run records
 def hparams_of(config: Mapping[str, Any]) -> dict[str, bool | str | float | int]:
     """The run's settings as flat TensorBoard ``hparams``: run settings, ``hyperparams.*`` and
     ``env_kwargs.*`` (lists and mappings as text, None as ``none``)."""
@@ -121,7 +561,7 @@ def hparams_of(config: Mapping[str, Any]) -> dict[str, bool | str | float | int]
             return "none"
         if isinstance(value, bool | int | float | str):
             return value
-        return str(_plain(value))
+        return str(yaml_safe(value))
 
     return {k: scalar(v) for k, v in flat.items()}
 
@@ -129,13 +569,10 @@ def hparams_of(config: Mapping[str, Any]) -> dict[str, bool | str | float | int]
 def log_run_config(logger: Any, config: Mapping[str, Any]) -> None:
     """Write the run's configuration to the logger's TensorBoard run: as ``hparams`` (the
     HPARAMS tab, :func:`hparams_of`, against ``eval/best_score`` and ``reward/step_jct``) and as
-    the text ``config`` (``config.yml`` as written so far), both at step 0."""
-    from stable_baselines3.common.logger import TensorBoardOutputFormat
-    from torch.utils.tensorboard.summary import hparams
-
+    the text ``config`` (what ``config.yml`` records before the warm start), both at step 0."""
     for fmt in logger.output_formats:
         if isinstance(fmt, TensorBoardOutputFormat):
-            text = yaml.safe_dump(_plain(dict(config)), sort_keys=False)
+            text = config_text(config)
             fmt.writer.add_text("config", "    " + text.replace("\n", "\n    "), 0)  # indented: preformatted
             metrics = {"eval/best_score": 0.0, "reward/step_jct": 0.0}
             writer = fmt.writer.file_writer
@@ -145,33 +582,16 @@ def log_run_config(logger: Any, config: Mapping[str, Any]) -> None:
             fmt.writer.flush()
 
 
-def next_run_dir(log_folder: str | Path, algo: str) -> Path:
-    """``<log_folder>/<algo>_<n>`` with n one more than the largest existing (from 1)."""
-    root = Path(log_folder)
-    pattern = re.compile(rf"^{re.escape(algo)}_(\d+)$")
-    taken = [int(m.group(1)) for d in root.glob(f"{algo}_*") if (m := pattern.match(d.name)) and d.is_dir()]
-    run = root / f"{algo}_{max(taken, default=0) + 1}"
-    run.mkdir(parents=True, exist_ok=False)
-    return run
-
-
-FAMILY_SEEDS = 8
-"""Scenarios of a workload family that stand for it where a fixed list is needed: the first 8 val
-seeds in evaluations (``--eval-workload family:<name>``), the first 8 train seeds for cloning."""
-
-
 def load_workloads(values: Sequence[str], family_split: str = "train") -> list[tuple[str, Scenario]]:
     """``(label, Scenario)`` for every workload named: splits ``train``/``val``/``test`` expanded,
-    a family ``family:<name>[:<split>[:<n>]]`` as its first ``n`` (default :data:`FAMILY_SEEDS`)
+    a family ``family:<name>[:<split>[:<n>]]`` as its first ``n`` (default
+    :data:`~agents.run_config.FAMILY_SEEDS`)
     seeds of the split (``family_split`` when it names none). Validation that can see a 0.5 %
     difference needs 32 or more (``family:mixed:val:32``).
 
     Raises:
         ConfigError: for a seed count that is not a whole number >= 1.
     """
-    from deepboot_env.workload_sources import FAMILY_PREFIX, scenario_sampler
-    from traces.loaders import expand_workload_sources, load_workload
-
     out: list[tuple[str, Scenario]] = []
     files = [v for v in values if not v.startswith(FAMILY_PREFIX)]
     for source in expand_workload_sources(files) if files else []:
@@ -197,298 +617,15 @@ def training_source(values: Sequence[str]) -> Any:
     Raises:
         ConfigError: for a family mixed with other workloads.
     """
-    from deepboot_env.workload_sources import FAMILY_PREFIX
-
     families = [v for v in values if v.startswith(FAMILY_PREFIX)]
     if families and len(values) > 1:
         raise ConfigError(f"--workload: give one workload family or a list of workloads, not {' '.join(values)}")
     return families[0] if families else [s for _, s in load_workloads(values)]
 
 
-def _plain(value: Any) -> Any:
-    """YAML-safe copy of ``value``."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if value is None or isinstance(value, bool):
-        return value
-    for kind in (int, float, str):  # also numpy scalars and str subclasses (torch's version)
-        if isinstance(value, kind):
-            return kind(value)
-    return str(value)
-
-
-def write_config(path: Path, config: Mapping[str, Any]) -> None:
-    """Write ``config.yml`` (atomically: :func:`deepboot_env.atomic.write_text`)."""
-    write_text(path, yaml.safe_dump(_plain(dict(config)), sort_keys=False))
-
-
 def _versions() -> dict[str, Any]:
-    from stable_baselines3 import get_system_info
-
-    import deepboot_env
-
+    """The versions ``config.yml`` records: SB3's system info, sb3-contrib's and this project's."""
     info, _ = get_system_info(print_info=False)
-    try:
-        import sb3_contrib
-
-        info["sb3-contrib"] = sb3_contrib.__version__
-    except ImportError:  # pragma: no cover
-        pass
+    info["sb3-contrib"] = sb3_contrib.__version__
     info["deepboot-env"] = deepboot_env.__version__
     return info
-
-
-# ---------------------------------------------------------------------------------- training
-def train(args: argparse.Namespace, on_evaluation: Callable[[int, float], None] | None = None) -> Path:
-    """Train as ``args`` say; returns the run folder. ``on_evaluation(timesteps, score)`` is
-    called after each validation (see :class:`~agents.callbacks.WorkloadEvalCallback`).
-
-    Raises:
-        ConfigError, FileNotFoundError, ValueError: bad flags, files or env arguments.
-    """
-    import torch
-    from stable_baselines3.common.callbacks import CallbackList
-    from stable_baselines3.common.logger import Logger, make_output_format
-    from torch.distributions import Distribution
-
-    from agents.callbacks import AtomicCheckpointCallback, SchedMetricsCallback, WorkloadEvalCallback, available_cpus
-    from agents.checkpoint import load_checkpoint, read_data, saved_arch
-    from agents.policy_adapter import detect_algo, env_shape_of, resolve_model_path
-
-    resume = resolve_model_path(args.resume) if args.resume else None
-    algo = args.algo or (detect_algo(resume) if resume else "ppo")
-    check_algo(algo)
-    if resume is not None and detect_algo(resume) != algo:
-        raise ConfigError(f"--resume {resume} holds a {detect_algo(resume)} model, not {algo}")
-    if args.num_threads > 0:
-        torch.set_num_threads(args.num_threads)
-    device = resolve_device(args.device)
-    settings = resolve_settings(args, algo)
-    env_kwargs = settings["env_kwargs"]
-    saved_shape: dict[str, Any] = {}
-    if resume is not None:
-        saved_shape = env_shape_of(load_checkpoint(resume, algo, device="cpu", trust=args.trust_checkpoint))
-        for key, value in saved_shape.items():
-            if key in env_kwargs and type(value)(env_kwargs[key]) != value:
-                raise ConfigError(f"--resume model was trained with {key}={value}, not {env_kwargs[key]}")
-            env_kwargs[key] = value
-        for key in ("policy", "policy_kwargs"):
-            if key in settings["cli_hyperparams"]:
-                raise ConfigError(f"--hyperparams {key} cannot change when resuming")
-        arch = saved_arch(read_data(Path(resume)))
-        if getattr(args, "policy_arch", None) not in (None, arch):
-            raise ConfigError(f"--resume model has the {arch} policy architecture, not {args.policy_arch}")
-
-    try:
-        train_source = training_source(args.workload)
-        eval_workloads = load_workloads(args.eval_workload, "val") if settings["eval_freq"] > 0 else []
-        address = getattr(args, "address", None)
-        if address is not None and args.vec_env != "ray":
-            raise ConfigError("--address is for --vec-env ray and --tune")
-        vec_env = make_vec_env_for(
-            train_source,
-            settings["n_envs"],
-            args.seed,
-            env_kwargs,
-            vec_env=args.vec_env,
-            address=address,
-            group_size=settings["group_size"],
-            antithetic=bool(settings["hyperparams"].get("group_advantage")),
-        )
-    except (ValueError, TypeError) as exc:  # bad workload files or env argument values
-        raise ConfigError(str(exc).splitlines()[0]) from None
-    run_dir = next_run_dir(args.log_folder, algo)
-    # one writer per run folder; from here on a signal stops the run with its model saved
-    with lock_folder(run_dir, "--log-folder"), StopSignals(interruptible=False) as stops:
-        tb_dir = Path(args.tensorboard_log) / run_dir.name if args.tensorboard_log else run_dir / "tb"
-        config: dict[str, Any] = {
-            "algo": algo,
-            "run_dir": str(run_dir),
-            "tensorboard_dir": str(tb_dir),
-            "device": device,
-            "seed": args.seed,
-            "workload": list(args.workload),
-            "eval_workload": list(args.eval_workload),
-            **{k: settings[k] for k in RUN_KEYS},
-            "eval_reference": settings["eval_reference"],
-            "env_kwargs": env_kwargs,
-            "hyperparams": settings["cli_hyperparams"] if resume else settings["hyperparams"],
-            "resumed_from": str(resume) if resume else None,
-            **{k: settings[k] for k in PRETRAIN_KEYS},
-            "conf_file": str(args.conf_file or (DEFAULT_CONF if DEFAULT_CONF.is_file() else "")),
-            "preset": args.preset,
-            "args": vars(args),
-            "command": shlex.join(command_words(args.command)),
-            "versions": _versions(),
-        }
-        write_config(run_dir / "config.yml", config)
-
-        if resume is None:
-            model = build_model(
-                algo,
-                vec_env,
-                device=device,
-                seed=args.seed,
-                hyperparams=settings["hyperparams"],
-                env_kwargs=env_kwargs,
-                group_size=settings["group_size"],
-            )
-        else:
-            overrides = model_kwargs(settings["cli_hyperparams"])
-            model = load_checkpoint(resume, algo, device=device, env=vec_env, trust=args.trust_checkpoint, **overrides)
-            model.set_random_seed(args.seed)
-        formats = [make_output_format("csv", str(run_dir)), make_output_format("tensorboard", str(tb_dir))]
-        if args.verbose >= 1:
-            formats.append(make_output_format("stdout", str(run_dir)))
-        model.set_logger(Logger(str(run_dir), formats))
-        log_run_config(model.logger, config)
-        pretrained = resume is None and settings["pretrain_expert"] is not None
-        if pretrained and env_config(env_kwargs).make_codec().continuous:
-            raise ConfigError(
-                "--pretrain-expert clones discrete actions; action_mode 'score' starts at its prior already"
-            )
-        if pretrained:
-            demo_scenarios = (
-                train_source if isinstance(train_source, list) else [s for _, s in load_workloads(args.workload)]
-            )
-            config["pretrain"] = warm_start(
-                model,
-                settings,
-                demo_scenarios,
-                args.seed,
-                tb_dir=tb_dir,
-                jobs=settings["eval_jobs"] or available_cpus(),
-                progress=not args.no_progress,
-                verbose=args.verbose,
-            )
-        cfg = env_config(env_kwargs)
-        codec = cfg.make_codec()
-        neutral = codec.neutral_action()
-        residual_start = resume is None and neutral is not None
-        # start at the base policy (after cloning, whose critic it keeps); a score policy starts at
-        # its prior by construction (zero means: agents.set_policy)
-        if residual_start and neutral is not None and not codec.continuous:
-            from agents.imitation import init_residual_policy
-
-            init_residual_policy(model, neutral, float(settings["residual_neutral_prob"]))
-            config["residual_neutral_prob"] = settings["residual_neutral_prob"]
-        if pretrained or residual_start:
-            write_config(run_dir / "config.yml", config)
-
-        sched = SchedMetricsCallback(config=cfg, reference=settings["eval_reference"] or "ats")
-        callbacks: list[Any] = [sched]
-        evaluator = None
-        if settings["eval_freq"] > 0:
-            evaluator = WorkloadEvalCallback(
-                eval_workloads,
-                cfg,
-                eval_freq=settings["eval_freq"],
-                n_episodes=settings["eval_episodes"],
-                log_dir=run_dir,
-                eval_at_start=pretrained or residual_start,
-                reference=settings["eval_reference"],
-                jobs=settings["eval_jobs"],
-                progress=not args.no_progress,
-                verbose=args.verbose,
-                on_evaluation=on_evaluation,
-            )
-            callbacks.append(evaluator)
-        if settings["save_freq"] > 0:
-            callbacks.append(
-                AtomicCheckpointCallback(
-                    save_freq=max(settings["save_freq"] // settings["n_envs"], 1),
-                    save_path=str(run_dir / "checkpoints"),
-                    name_prefix=algo,
-                )
-            )
-
-        def skip_final_evaluation() -> None:
-            if evaluator is not None:
-                evaluator.eval_at_end = False
-
-        stopper = StopOnSignal(stops, on_stop=skip_final_evaluation)
-        callbacks.insert(0, stopper)
-        start_steps = model.num_timesteps
-        # MaskablePPO builds one Categorical per action dimension (33 by default) at every step;
-        # validating their arguments costs ~30% of the training time and checks nothing we need.
-        validate_before = Distribution._validate_args
-        Distribution.set_default_validate_args(bool(args.distribution_checks))
-        t0 = time.perf_counter()
-        try:
-            if stops.signum is None:  # not stopped before learning (during the warm start)
-                steps, progress = settings["n_timesteps"], not args.no_progress
-                _learn(model, steps, CallbackList(callbacks), resume is None, progress, skip_final_evaluation)
-            final = _finish_run(model, vec_env, run_dir, config, sched, evaluator, start_steps, t0, stops.signum)
-        finally:
-            Distribution.set_default_validate_args(validate_before)
-        if stops.signum is not None:
-            left = settings["n_timesteps"] - (model.num_timesteps - start_steps)
-            command = resume_command(command_words(args.command), final, left)
-            raise TrainingInterrupted(stops.signum, run_dir, final, command, _warm_start_note(config.get("pretrain")))
-        return run_dir
-
-
-def _learn(model: Any, steps: int, callback: Any, reset: bool, progress: bool, on_stop: Callable[[], None]) -> None:
-    """``model.learn``; a signal during an evaluation (its pool stops at once:
-    :class:`~deepboot_env.stops.Stopped`) ends it too: ``on_stop()`` (no final evaluation), then
-    the callbacks' training end (their background workers stopped)."""
-    try:
-        model.learn(total_timesteps=steps, callback=callback, reset_num_timesteps=reset, progress_bar=progress)
-    except Stopped:
-        on_stop()
-        callback.on_training_end()
-
-
-def _warm_start_note(pretrain: Mapping[str, Any] | None) -> str:
-    """What a stop during the warm start left out, in words ("" if it finished or did not run)."""
-    if not pretrain or not pretrain.get("interrupted"):
-        return ""
-    return f"during the warm start: {pretrain['interrupted']}; PPO starts from the model as saved"
-
-
-def _finish_run(
-    model: Any,
-    vec_env: Any,
-    run_dir: Path,
-    config: dict[str, Any],
-    sched: Any,
-    evaluator: Any,
-    start_steps: int,
-    t0: float,
-    signum: int | None,
-) -> Path:
-    """Save the final model and the run's results in ``config.yml`` (``interrupted``: the signal
-    that stopped the run, or None); returns the model's path."""
-    wall = time.perf_counter() - t0
-    if model.logger.name_to_value:  # flush the last update's train/* values (nothing to flush: no warning)
-        model.logger.dump(model.num_timesteps)
-    from agents.callbacks import save_model
-
-    final = save_model(model, run_dir / "final_model.zip")
-    vec_env.close()
-
-    steps = model.num_timesteps - start_steps
-    eval_s = evaluator.eval_seconds if evaluator is not None else 0.0
-    config["results"] = {
-        "timesteps": steps,
-        "total_timesteps": model.num_timesteps,
-        "wall_seconds": round(wall, 2),
-        "eval_seconds": round(eval_s, 2),
-        "steps_per_second": round(steps / max(wall - eval_s, 1e-9), 1),
-        "train_episodes": sched.episodes,
-        "best_val_score": evaluator.best_score if evaluator is not None else None,
-        "selected_by": evaluator.selected_by if evaluator is not None else None,
-        "eval_share": round(eval_s / wall, 3) if wall > 0 else None,
-        "evaluations": [list(h) for h in evaluator.history] if evaluator is not None else [],
-        "interrupted": None if signum is None else signal.Signals(signum).name,
-    }
-    write_config(run_dir / "config.yml", config)
-    if config["args"].get("verbose", 1) >= 1:
-        r = config["results"]
-        print(
-            f"run folder: {run_dir}  ({steps} steps in {wall:.1f} s, "
-            f"{r['steps_per_second']} steps/s excluding {eval_s:.1f} s of evaluation, {r['eval_share'] or 0:.0%})"
-        )
-    return final

@@ -39,7 +39,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from agents.factory import ALGOS, POLICY_ARCHS, build_model, make_vec_env_for, resolve_hyperparams, switch_arch
+from agents.factory import build_model, make_vec_env_for
+from agents.hyperparameters import ALGOS, POLICY_ARCHS, resolve_hyperparams, switch_arch
 from deepboot_env.argparsing import ArgumentParser
 from deepboot_env.env import DeepBootEnv
 
@@ -149,36 +150,37 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import torch
-    from torch.distributions import Distribution
+
+    from agents.distributions import distribution_checks
 
     torch.set_num_threads(args.threads)
-    Distribution.set_default_validate_args(False)
-    print(
-        f"learner benchmark: {args.n_envs} DummyVecEnv envs on {args.workload!r}, n_steps {args.n_steps}, "
-        f"{args.rollouts} timed rollouts, {args.threads} torch thread(s), networks on {args.device}; env steps "
-        "per CPU-second (wall: per second)"
-    )
-    header = f"{'algo':<13}{'mode':<9}{'arch':<5}{'rollout':>9}{'update':>8}{'overall':>9}{'wall':>8}  " + "".join(
-        f"{p:>8}" for p in PARTS
-    )
-    print(header + "   (us per collected step)")
-    env_step: dict[tuple[str, str, str], float] = {}
-    for algo in args.algos:
-        for arch in args.archs:
-            for mode in args.modes:
-                if mode == "score" and algo != "ppo":
-                    continue
-                r = measure(algo, mode, arch, args)
-                env_step[(algo, arch, mode)] = r["env"] + r["obs"] + r["mask"]
-                print(
-                    f"{algo:<13}{mode:<9}{arch:<5}{r['rollout']:>9,.0f}{r['update']:>8,.0f}{r['overall']:>9,.0f}"
-                    f"{r['wall']:>8,.0f}  " + "".join(f"{r[p]:>8.0f}" for p in PARTS),
-                    flush=True,
-                )
-            for mode in ("residual", "score"):
-                if (algo, arch, mode) in env_step and (algo, arch, "target") in env_step:
-                    ratio = env_step[(algo, arch, mode)] / env_step[(algo, arch, "target")]
-                    print(f"  {algo} {arch}: env step {mode}/target = {ratio:.2f}x")
+    with distribution_checks(False):  # as train_policy.py trains
+        print(
+            f"learner benchmark: {args.n_envs} DummyVecEnv envs on {args.workload!r}, n_steps {args.n_steps}, "
+            f"{args.rollouts} timed rollouts, {args.threads} torch thread(s), networks on {args.device}; env steps "
+            "per CPU-second (wall: per second)"
+        )
+        header = f"{'algo':<13}{'mode':<9}{'arch':<5}{'rollout':>9}{'update':>8}{'overall':>9}{'wall':>8}  " + "".join(
+            f"{p:>8}" for p in PARTS
+        )
+        print(header + "   (us per collected step)")
+        env_step: dict[tuple[str, str, str], float] = {}
+        for algo in args.algos:
+            for arch in args.archs:
+                for mode in args.modes:
+                    if mode == "score" and algo != "ppo":
+                        continue
+                    r = measure(algo, mode, arch, args)
+                    env_step[(algo, arch, mode)] = r["env"] + r["obs"] + r["mask"]
+                    print(
+                        f"{algo:<13}{mode:<9}{arch:<5}{r['rollout']:>9,.0f}{r['update']:>8,.0f}{r['overall']:>9,.0f}"
+                        f"{r['wall']:>8,.0f}  " + "".join(f"{r[p]:>8.0f}" for p in PARTS),
+                        flush=True,
+                    )
+                for mode in ("residual", "score"):
+                    if (algo, arch, mode) in env_step and (algo, arch, "target") in env_step:
+                        ratio = env_step[(algo, arch, mode)] / env_step[(algo, arch, "target")]
+                        print(f"  {algo} {arch}: env step {mode}/target = {ratio:.2f}x")
     return 0
 
 

@@ -7,7 +7,8 @@
   file is removed on failure.
 * :func:`append_text`: a log that grows as work finishes (``runs.jsonl``, ``evaluations.csv``)
   gets whole rows only: the rows are written at the end of the file and fsynced, and a write that
-  fails (a full disk) is cut back to the previous end.
+  fails (a full disk) is cut back to the previous end. :func:`append_csv` appends dict rows to a
+  CSV file so (the header first in a new file).
 * :func:`lock_folder`: a run folder has one writer. The lock is an ``fcntl.flock`` on
   :data:`LOCK_FILE` in the folder, held while the command runs and released by the system
   when the process ends, however it ends; a second command on the same folder is refused with
@@ -19,13 +20,15 @@ report them in one line.
 
 from __future__ import annotations
 
+import csv
+import io
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, Any
 
-from deepboot_env.limits import safe_frame
+from deepboot_env.limits import safe_cell, safe_frame
 
 LOCK_FILE = ".lock"
 """The lock file of a run folder (kept after the run; it holds the last holder's process id)."""
@@ -137,6 +140,20 @@ def append_text(path: str | Path, text: str, encoding: str = "utf-8") -> None:
             raise
     finally:
         os.close(fd)
+
+
+def append_csv(path: str | Path, columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> None:
+    """Append ``rows`` (dicts over ``columns``) to the CSV file at ``path``, with the header
+    first if the file is new (``evaluations.csv`` and the like, written as a run goes): whole rows
+    or nothing (:func:`append_text`), text cells that a spreadsheet would read
+    as a formula neutralised (:func:`~deepboot_env.limits.safe_cell`)."""
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=list(columns), lineterminator="\r\n")
+    target = Path(path)
+    if not target.exists() or target.stat().st_size == 0:
+        writer.writeheader()
+    writer.writerows({key: safe_cell(value) for key, value in row.items()} for row in rows)
+    append_text(target, text.getvalue())
 
 
 @contextmanager

@@ -15,7 +15,7 @@ neither exhaust memory nor escape as a traceback (docs/usage.md §7.1):
   advises for CSV injection.
 
 Each reader takes the error class of its caller (``error``), so that the caller's one-line error
-type (:class:`~agents.factory.ConfigError`, :class:`~traces.loaders.TraceError`, ...) is what
+type (:class:`~agents.errors.ConfigError`, :class:`~traces.loaders.TraceError`, ...) is what
 escapes. The simulation's own bounds (:data:`MIN_INTERVAL_S`) live in :mod:`deepboot_env.sim` and
 are re-exported here.
 """

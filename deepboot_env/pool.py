@@ -16,6 +16,7 @@ for the tasks in progress (:func:`stop_pool`).
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -123,6 +124,14 @@ def run_pool(
             raise
         executor.shutdown(wait=True)
     return cast(list[_R], results)
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (the default number of worker processes)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return os.cpu_count() or 1
 
 
 def process_pool(workers: int, context: Any = None) -> ProcessPoolExecutor:

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from builders import SHIPPED_MODEL
 
+from agents.errors import ConfigError
 from agents.evolution import EsConfigError, EsSettings, EsState
-from agents.factory import ConfigError, check_hyperparams
+from agents.hyperparameters import check_hyperparams
 from agents.priority import FEATURES, PriorityModel, PriorityModelError
 from agents.run_config import load_conf
 from deepboot_env.config import EnvConfig, EnvConfigError

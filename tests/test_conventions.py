@@ -3,19 +3,19 @@ of ``train_policy.py`` (``--env``, ``-i/--trained-agent``, ``--device auto``) an
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import importlib.util
 import re
 from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import pytest
 from builders import REPO
 
-from agents.factory import ConfigError
-from agents.run_config import ENV_IDS, preset_descriptions, resolve_settings
+from agents.errors import ConfigError
+from agents.run_config import ENV_IDS, TrainSettings, preset_descriptions, resolve_settings
 
 
 def _script_main(relative: str) -> Callable[[list[str]], Any]:
@@ -119,10 +119,20 @@ def test_the_reported_abbreviations_are_refused(
     assert err.count("\n") == 1 and f"unrecognized arguments: {abbreviation}" in err, err
 
 
-def _train_args(*argv: str) -> argparse.Namespace:
+def _train_args(*argv: str) -> TrainSettings:
     from train_policy import build_parser
 
-    return build_parser().parse_args(list(argv))
+    return TrainSettings.from_args(build_parser().parse_args(list(argv)))
+
+
+def test_the_parser_has_a_flag_per_train_setting_in_its_order() -> None:
+    """``config.yml`` records the settings under ``args`` in this order; ``--help`` lists the
+    flags in it; the parser's defaults are the dataclass's."""
+    from train_policy import build_parser
+
+    args = build_parser().parse_args([])
+    assert list(vars(args)) == [f.name for f in fields(TrainSettings)]
+    assert TrainSettings.from_args(args) == TrainSettings()
 
 
 def test_zoo_spellings_of_train_policy() -> None:

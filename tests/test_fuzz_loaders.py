@@ -26,8 +26,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agents.checkpoint import CheckpointError, check_saved_hyperparams, read_data, safe_custom_objects, saved_algo
+from agents.errors import ConfigError
 from agents.evolution import EsConfigError, EsSettings, EsState
-from agents.factory import ConfigError
 from agents.policy_adapter import METADATA_FILE, model_env_kwargs
 from agents.priority import FEATURES, FORMAT, PriorityModel, PriorityModelError
 from agents.run_config import load_conf

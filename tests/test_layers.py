@@ -1,15 +1,25 @@
-"""The packages form layers that point one way, and no module-level import circle exists.
+"""The packages form layers that point one way, and no import circle exists.
 
 Top to bottom: the harness (``deepboot_harness``, ``train_policy.py``, ``benchmarks/``); then
 ``agents``, ``baselines`` and ``traces``; then ``deepboot_env`` (policy contract, env, evaluation);
 then ``deepboot_env.sim``. A module may import from its own layer and those below, never above:
 not with ``import``, not inside a function, and not through a ``"module:attr"`` string.
+
+No circle of imports runs at import time, and none within a package at all: the modules of one
+top-level package, linked by every import that can run (module-level, inside a function, or a
+``"module:attr"`` string; not ``if TYPE_CHECKING:`` blocks), form no cycle. A package's
+``__init__`` naming its own submodules (a facade registering them) is not an edge: Python imports
+a package before any of its submodules anyway.
+
+An import inside a function of ``agents/`` or ``train_policy.py`` says why it is there with a
+``# lazy: <why>`` comment (torch or SB3 is slow to import, Ray is an optional extra, ...).
 """
 
 from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pytest
@@ -120,7 +130,40 @@ def test_no_import_cycles_at_module_level() -> None:
         name: {m for _, t in imports_of(path, top_level_only=True) if (m := _resolve(t, known)) and m != name}
         for name, path in files.items()
     }
-    # a package's __init__ importing its own submodules is not a circle through other files
+    assert not find_cycles(graph), find_cycles(graph)
+
+
+def _type_checking_lines(tree: ast.AST) -> set[int]:
+    """Lines inside ``if TYPE_CHECKING:`` blocks (imports for annotations only: they never run)."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            for stmt in node.body:
+                out.update(range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1))
+    return out
+
+
+def package_import_graph(files: dict[str, Path]) -> dict[str, dict[str, int]]:
+    """module -> {module of the same top-level package it imports: first line} over every import
+    that can run (see the module docstring), a package's ``__init__`` naming its submodules aside."""
+    known = set(files)
+    graph: dict[str, dict[str, int]] = {}
+    for name, path in files.items():
+        skip = _type_checking_lines(ast.parse(path.read_text(), filename=str(path)))
+        package = path.name == "__init__.py"
+        edges = graph[name] = {}
+        for line, target in sorted(imports_of(path)):
+            module = _resolve(target, known)
+            if module is None or module == name or line in skip:
+                continue
+            if module.split(".")[0] != name.split(".")[0] or (package and module.startswith(name + ".")):
+                continue
+            edges.setdefault(module, line)
+    return graph
+
+
+def find_cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
+    """One cycle (``[a, b, ..., a]``) per back edge of a depth-first search; [] if acyclic."""
     state: dict[str, int] = {}
     cycles: list[list[str]] = []
 
@@ -138,7 +181,35 @@ def test_no_import_cycles_at_module_level() -> None:
     for node in sorted(graph):
         if node not in state:
             visit(node, [])
-    assert not cycles, cycles
+    return cycles
+
+
+def test_no_import_cycles_within_a_package() -> None:
+    graph = package_import_graph({module_name(p): p for p in project_files()})
+    described = [
+        " -> ".join(f"{a} (line {graph[a][b]})" for a, b in zip(cycle, cycle[1:], strict=False)) + f" -> {cycle[-1]}"
+        for cycle in find_cycles(graph)
+    ]
+    assert not described, "import cycles (module (line of its import) -> module ...):\n" + "\n".join(described)
+
+
+def test_the_cycle_checker_sees_a_cycle_through_a_function(tmp_path: Path) -> None:
+    sources = {
+        "pkg": "import pkg.a\n",  # the facade: not an edge
+        "pkg.a": "from pkg.b import f\n",
+        "pkg.b": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.c import g\ndef f(): ...\n",
+        "pkg.c": "def g():\n    from pkg import a\n",
+    }
+    (tmp_path / "pkg").mkdir()
+    files = {name: tmp_path / "pkg" / f"{name.partition('.')[2] or '__init__'}.py" for name in sources}
+    for name, text in sources.items():
+        files[name].write_text(text)
+    graph = package_import_graph(files)
+    assert graph == {"pkg": {}, "pkg.a": {"pkg.b": 1}, "pkg.b": {}, "pkg.c": {"pkg": 2, "pkg.a": 2}}
+    assert find_cycles(graph) == []
+    files["pkg.b"].write_text("def f():\n    import pkg.c\n")  # the same import, run inside a function
+    graph = package_import_graph(files)
+    assert find_cycles(graph) == [["pkg.a", "pkg.b", "pkg.c", "pkg.a"]]
 
 
 def test_the_checker_sees_lazy_and_string_imports(tmp_path: Path) -> None:
@@ -152,3 +223,39 @@ def test_the_checker_sees_lazy_and_string_imports(tmp_path: Path) -> None:
     found = {target for _, target in imports_of(path)}
     assert found == {"agents.factory", "baselines.ats"}
     assert layer_of("deepboot_env.sim.simulator") == 0 and layer_of("deepboot_env.env.action") == 1
+
+
+LAZY_LABEL = re.compile(r"#\s*lazy: \S")
+"""The comment that says why an import is inside a function."""
+
+
+def unlabelled_lazy_imports(path: Path) -> list[str]:
+    """``file:line`` of each import inside a function of ``path`` without a ``# lazy:`` comment on
+    its lines."""
+    text = path.read_text()
+    lines = text.splitlines()
+    bad = []
+    for node in ast.walk(ast.parse(text, filename=str(path))):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.Import | ast.ImportFrom):
+                source = "\n".join(lines[inner.lineno - 1 : inner.end_lineno or inner.lineno])
+                if not LAZY_LABEL.search(source):
+                    bad.append(f"{path.name}:{inner.lineno}: {lines[inner.lineno - 1].strip()}")
+    return sorted(set(bad))
+
+
+def test_every_lazy_import_of_agents_says_why() -> None:
+    files = [REPO / "train_policy.py", *sorted((REPO / "agents").rglob("*.py"))]
+    bad = [line for path in files for line in unlabelled_lazy_imports(path)]
+    assert not bad, "imports inside functions without a '# lazy: <why>' comment:\n" + "\n".join(bad)
+
+
+def test_the_label_checker_reads_multi_line_imports(tmp_path: Path) -> None:
+    path = tmp_path / "mod.py"
+    path.write_text(
+        "def f():\n    import torch  # lazy: torch is slow to import\n"
+        "    from a import (  # lazy: a cycle\n        b,\n    )\n    import os\n"
+    )
+    assert unlabelled_lazy_imports(path) == ["mod.py:6: import os"]

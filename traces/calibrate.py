@@ -54,7 +54,6 @@ this module derives the constants, calibrates each application (:func:`calibrate
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from collections.abc import Mapping, Sequence
@@ -68,6 +67,7 @@ from deepboot_env.sim import apps as _apps_module
 from deepboot_env.sim.apps import APP_NAMES, AppProfile
 from deepboot_env.sim.goodput import sync_step_time
 from traces.app_traces import RawAppTraces, TimingTable, TraceFormatError, read_app_traces
+from traces.json_text import round_sig, table_json
 from traces.step_times import build_step_times, step_times_path_for, write_step_times
 from traces.throughput_fit import PARAM_NAMES, fit_throughput
 
@@ -98,17 +98,9 @@ REFERENCE_1GPU_STEP_S: dict[str, float] = {
 DEFAULT_OUT = Path(_apps_module.__file__).resolve().parent / _apps_module.DEFAULT_PROFILE_PATH
 """The shipped profile file."""
 
-SIGNIFICANT_DIGITS = 7
-
-
 # ----------------------------------------------------------------------------------------------
 # Derived constants and the calibration of one application
 # ----------------------------------------------------------------------------------------------
-
-
-def round_sig(value: float, digits: int = SIGNIFICANT_DIGITS) -> float:
-    """``value`` rounded to ``digits`` significant digits."""
-    return float(f"{float(value):.{digits}g}")
 
 
 def _as_int(value: float, what: str) -> int:
@@ -266,32 +258,6 @@ def calibrate(apps_dir: Path, apps: Sequence[str] = APP_NAMES) -> tuple[dict[str
 # ----------------------------------------------------------------------------------------------
 
 
-def _scalar(value: object) -> str:
-    """JSON text of a scalar; floats as 7 significant digits (``1.955907e+14``, ``7387.0``)."""
-    if isinstance(value, float) and not isinstance(value, bool):
-        if not math.isfinite(value):
-            raise ValueError(f"cannot write non-finite value {value} to apps.json")
-        text = f"{value:.{SIGNIFICANT_DIGITS}g}"
-        return text if any(c in text for c in ".e") else text + ".0"
-    return json.dumps(value)
-
-
-def _dump(obj: object, indent: int = 0) -> str:
-    """Deterministic JSON: objects indented, lists of scalars on one line."""
-    pad = "  " * (indent + 1)
-    if isinstance(obj, Mapping):
-        if not obj:
-            return "{}"
-        items = [f"{pad}{json.dumps(k)}: {_dump(v, indent + 1)}" for k, v in obj.items()]
-        return "{\n" + ",\n".join(items) + "\n" + "  " * indent + "}"
-    if isinstance(obj, list | tuple):
-        if all(not isinstance(v, Mapping | list | tuple) for v in obj):
-            return "[" + ", ".join(_scalar(v) for v in obj) + "]"
-        items = [f"{pad}{_dump(v, indent + 1)}" for v in obj]
-        return "[\n" + ",\n".join(items) + "\n" + "  " * indent + "]"
-    return _scalar(obj)
-
-
 def write_profiles(profiles: Mapping[str, AppProfile], report: Mapping[str, dict], path: Path) -> None:
     """Write ``apps.json``: ``{"version": 1, "source", "apps": {name: profile}, "fit_report"}``.
 
@@ -309,7 +275,7 @@ def write_profiles(profiles: Mapping[str, AppProfile], report: Mapping[str, dict
     }
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text(path, _dump(data) + "\n")
+    write_text(path, table_json(data) + "\n")
 
 
 def format_report(report: Mapping[str, dict]) -> str:

@@ -38,6 +38,7 @@ from deepboot_env.atomic import write_text
 from deepboot_env.sim import measured as _measured_module
 from deepboot_env.sim.apps import APP_NAMES
 from traces.app_traces import TimingTable, TraceFormatError, read_placements, read_scalability
+from traces.json_text import round_sig, table_json
 
 TRACE_SET_FILES: dict[str, str] = {"pollux": "origin_placements.csv", "deepboot": "placements.csv"}
 """Placement trace file of each trace set, in the order the sets are stored (pollux first)."""
@@ -48,14 +49,8 @@ STEP_TIMES_NAME = Path(_measured_module.STEP_TIMES_PATH).name
 DEFAULT_STEP_TIMES_OUT = Path(_measured_module.__file__).resolve().parent / _measured_module.STEP_TIMES_PATH
 """The shipped table."""
 
-SIGNIFICANT_DIGITS = 7
-
 Series = tuple[tuple[int, ...], tuple[float, ...], tuple[float, ...]]
 """(local batches ascending, step times, sync times) of one placement shape."""
-
-
-def _round(value: float) -> float:
-    return float(f"{float(value):.{SIGNIFICANT_DIGITS}g}")
 
 
 def _as_int(value: float, what: str) -> int:
@@ -74,7 +69,7 @@ def shape_series(ids: Sequence[str], table: TimingTable, path: Path) -> dict[str
     rows: dict[str, list[tuple[int, float, float]]] = {}
     for i, pid in enumerate(ids):
         m = _as_int(float(table.local_bsz[i]), f"{path}: local_bsz of placement {pid}")
-        rows.setdefault(pid, []).append((m, _round(table.step_time[i]), _round(table.sync_time[i])))
+        rows.setdefault(pid, []).append((m, round_sig(table.step_time[i]), round_sig(table.sync_time[i])))
     out: dict[str, Series] = {}
     for pid, group in rows.items():
         group.sort(key=lambda r: r[0])
@@ -88,7 +83,7 @@ def shape_series(ids: Sequence[str], table: TimingTable, path: Path) -> dict[str
 def scalability_rows(table: TimingTable) -> list[list[float | int]]:
     """``scalability.csv`` rows as [num_nodes, num_replicas, local_bsz, step_time, sync_time]."""
     return [
-        [int(n), int(k), int(m), _round(step), _round(sync)]
+        [int(n), int(k), int(m), round_sig(step), round_sig(sync)]
         for n, k, m, step, sync in zip(
             table.nodes, table.replicas, table.local_bsz, table.step_time, table.sync_time, strict=True
         )
@@ -167,11 +162,9 @@ def build_step_times(apps_dir: Path, apps: Sequence[str] = APP_NAMES) -> dict:
 
 def write_step_times(table: Mapping[str, object], path: Path) -> None:
     """Write the table with the deterministic layout of ``apps.json`` (diff-stable)."""
-    from traces.calibrate import _dump
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text(path, _dump(table) + "\n")
+    write_text(path, table_json(table) + "\n")
 
 
 def step_times_path_for(apps_json: Path | None) -> Path:

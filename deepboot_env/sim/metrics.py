@@ -8,7 +8,8 @@ boundary, no restart cost), a bound no policy can beat.
 
 :func:`episode_metrics` assembles an :class:`EpisodeMetrics` from the simulator's jobs, request
 records and counters (:meth:`Simulator.metrics <deepboot_env.sim.simulator.Simulator.metrics>`
-delegates to it).
+delegates to it). :func:`censored_jct_mean` is the mean JCT of an episode cut before every job
+finished, its unfinished jobs counted up to the cut (what ``train_policy.py``'s evaluations score).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from deepboot_env.sim.state import packed_counts
 if TYPE_CHECKING:
     from deepboot_env.sim.inference import RequestRecord
     from deepboot_env.sim.jobs import TrainingJob
+    from deepboot_env.sim.workload import Workload
 
 GPU_STATES: tuple[str, ...] = ("training", "lent", "inference-running", "protect", "sleep", "idle")
 """GPU states counted in ``gpu_seconds_by_state`` (``lent`` = training on inference GPUs)."""
@@ -95,6 +97,18 @@ class EpisodeMetrics:
         out = self.to_dict()
         out.pop("wall_seconds")
         return out
+
+
+def censored_jct_mean(workload: Workload, metrics: EpisodeMetrics) -> float:
+    """Mean JCT where unfinished jobs count (end of simulation - arrival): a lower bound of the
+    true mean that penalises runs cut by the time limit; equals ``train_jct_mean`` when all
+    jobs finished."""
+    if not workload.jobs:
+        return float("nan")
+    done = metrics.jcts
+    end = float(metrics.sim_end)
+    total = sum(done[j.name] if j.name in done else max(end - j.arrival, 0.0) for j in workload.jobs)
+    return total / len(workload.jobs)
 
 
 def _json_safe(value: object) -> object:

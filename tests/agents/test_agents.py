@@ -12,17 +12,11 @@ import yaml
 from builders import REPO, masked_random_action
 
 import deepboot_env  # noqa: F401  (registers DeepBoot-v0)
-from agents.factory import (
-    DEFAULT_HYPERPARAMS,
-    ConfigError,
-    build_model,
-    make_vec_env_for,
-    model_kwargs,
-    parse_kv,
-    resolve_device,
-    resolve_hyperparams,
-)
-from agents.policy_adapter import AgentPolicy, encode_observation, env_shape_of, resolve_model_path
+from agents.env_shape import env_shape_of
+from agents.errors import ConfigError
+from agents.factory import build_model, make_vec_env_for, resolve_device
+from agents.hyperparameters import DEFAULT_HYPERPARAMS, model_kwargs, parse_kv, resolve_hyperparams
+from agents.policy_adapter import AgentPolicy, encode_observation, resolve_model_path
 from deepboot_env.env import DeepBootEnv
 from deepboot_env.env.action import GPU_BUCKETS
 from deepboot_env.evaluation import run_episode
@@ -237,7 +231,7 @@ def test_adapter_gives_the_model_the_env_observation_and_mask(tiny) -> None:
     ],
 )
 def test_most_likely_action_is_sb3_predicts_deterministic_action(tiny, algo, env_kwargs, arch) -> None:
-    from agents.factory import switch_arch
+    from agents.hyperparameters import switch_arch
 
     env = make_vec_env_for(tiny, 1, 0, {"max_jobs": MAX_JOBS, **env_kwargs})
     hyperparams = resolve_hyperparams(algo, {}, SMALL_NET)

@@ -15,7 +15,8 @@ from builders import SHIPPED_MODEL
 
 import train_policy
 from agents.checkpoint import CheckpointError, load_checkpoint
-from agents.factory import ConfigError, policy_kwargs_from_mapping
+from agents.errors import ConfigError
+from agents.hyperparameters import policy_kwargs_from_mapping
 from agents.policy_adapter import load_agent_policy
 from deepboot_env.policy import make_policy
 from traces.generate import generate_workload, write_workload_csv

@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agents.factory import ConfigError, build_model, make_vec_env_for
+from agents.errors import ConfigError
+from agents.factory import build_model, make_vec_env_for
 from agents.group_ppo import Episode, GroupPPO, group_advantages
 from agents.policy_adapter import load_agent_policy
 from deepboot_env.env import DeepBootEnv

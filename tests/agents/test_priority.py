@@ -89,14 +89,14 @@ def test_weights_are_relative_to_the_heaviest_job_and_floored() -> None:
 
 def test_a_stalled_candidate_ranks_last(monkeypatch) -> None:
     """An episode the watchdog stops is an infinite JCT for ES, not an error that ends the run."""
-    import deepboot_env.evaluation as evaluation
-    from agents.evolution import episode_jct
+    import agents.evolution
+    from deepboot_env.evaluation import StalledEpisodeError
 
     def stall(*args, **kwargs):
-        raise evaluation.StalledEpisodeError("no progress")
+        raise StalledEpisodeError("no progress")
 
-    monkeypatch.setattr(evaluation, "run_episode", stall)
-    assert episode_jct((tuple(srpt_theta()), "short-period", 1_000_000)) == float("inf")
+    monkeypatch.setattr(agents.evolution, "run_episode", stall)
+    assert agents.evolution.episode_jct((tuple(srpt_theta()), "short-period", 1_000_000)) == float("inf")
 
 
 def test_bad_theta_is_refused() -> None:

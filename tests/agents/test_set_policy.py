@@ -13,7 +13,8 @@ from builders import REPO
 sys.path.insert(0, str(REPO))  # train_policy.py is a script at the repository root
 
 import train_policy  # noqa: E402
-from agents.factory import ConfigError, build_model, make_vec_env_for  # noqa: E402
+from agents.errors import ConfigError  # noqa: E402
+from agents.factory import build_model, make_vec_env_for  # noqa: E402
 from deepboot_env.env.observation import JOB_FEATURES  # noqa: E402
 from traces.generate import generate_workload, write_workload_csv  # noqa: E402
 

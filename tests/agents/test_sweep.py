@@ -15,7 +15,7 @@ from builders import REPO
 sys.path.insert(0, str(REPO))  # train_policy.py is a script at the repository root
 
 import train_policy  # noqa: E402
-from agents.factory import ConfigError  # noqa: E402
+from agents.errors import ConfigError  # noqa: E402
 from agents.sweep import parse_space  # noqa: E402
 from traces.generate import generate_workload, write_workload_csv  # noqa: E402
 

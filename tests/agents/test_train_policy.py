@@ -243,7 +243,7 @@ def test_training_on_a_family_selects_on_its_val_seeds(tmp_path) -> None:
 
 
 def test_a_family_is_trained_on_alone() -> None:
-    from agents.factory import ConfigError
+    from agents.errors import ConfigError
     from agents.training_run import load_workloads, training_source
 
     assert training_source(["family:mixed"]) == "family:mixed"
@@ -330,16 +330,16 @@ def test_tune_without_ray_says_in_one_line_how_to_install_it(tiny_csv, tmp_path,
 def test_reference_episodes_run_beside_training(tiny_csv, tmp_path, monkeypatch) -> None:
     """With worker processes, the reference's episodes start in the background at training start
     (none goes through the evaluation's pool) and score the model exactly as in-process ones."""
-    import deepboot_env.pool as pool
+    import agents.callbacks
 
     pooled: list[str] = []
-    real = pool.run_pool
+    real = agents.callbacks.run_pool
 
     def spy(fn, items, *args, **kwargs):
         pooled.extend(getattr(item, "policy", "") for item in items)
         return real(fn, items, *args, **kwargs)
 
-    monkeypatch.setattr(pool, "run_pool", spy)
+    monkeypatch.setattr(agents.callbacks, "run_pool", spy)  # the evaluation's pool
     argv = ["--n-timesteps", "256", "--n-envs", "2", "--eval-freq", "256", "--eval-episodes", "2"]
     rows = {}
     for jobs in ("2", "1"):
@@ -354,7 +354,7 @@ def test_reference_episodes_run_beside_training(tiny_csv, tmp_path, monkeypatch)
 
 
 def test_eval_family_takes_a_seed_count() -> None:
-    from agents.factory import ConfigError
+    from agents.errors import ConfigError
     from agents.training_run import load_workloads
 
     many = load_workloads(["family:mixed:val:32"])

@@ -14,7 +14,7 @@ pytest.importorskip("rl_zoo3")
 
 def test_rl_zoo3_trains_deepboot_v1_a_few_hundred_steps(tmp_path: Path) -> None:
     from agents.checkpoint import load_checkpoint
-    from agents.policy_adapter import env_shape_of
+    from agents.env_shape import env_shape_of
 
     argv = [
         sys.executable, "-m", "rl_zoo3.train", "--algo", "ppo", "--env", "DeepBoot-v1",

@@ -256,10 +256,10 @@ def test_outside_the_measurements_the_fitted_time_is_used() -> None:
 def test_shipped_table_is_what_calibration_computes(shipped) -> None:
     if not DATA_APPS.is_dir():
         pytest.skip(f"raw traces not available at {DATA_APPS}")
-    from traces.calibrate import _dump
+    from traces.json_text import table_json
     from traces.step_times import build_step_times
 
-    assert _dump(build_step_times(DATA_APPS)) + "\n" == SHIPPED.read_text()
+    assert table_json(build_step_times(DATA_APPS)) + "\n" == SHIPPED.read_text()
 
 
 # ---------------------------------------------------------------------------- options and runs
