@@ -184,6 +184,28 @@ def _grouped_env_fns(
     return [make(rank) for rank in range(n_envs)]
 
 
+def model_class(algo: str, kwargs: dict[str, Any], group_size: int) -> Any:
+    """The model class of ``algo``: :class:`agents.group_ppo.GroupPPO` with the hyperparameter
+    ``group_advantage: true`` (whose ``group_size`` and ``per_job_ratio`` it moves into
+    ``kwargs``), else SB3's.
+
+    Raises:
+        ConfigError: ``group_advantage`` without ``ppo`` and groups of at least two envs, or
+            ``per_job_ratio`` without ``group_advantage``.
+    """
+    per_job_ratio = kwargs.pop("per_job_ratio", False)
+    if not kwargs.pop("group_advantage", False):
+        if per_job_ratio:
+            raise ConfigError("per_job_ratio needs group_advantage: true (agents.group_ppo.GroupPPO)")
+        return algo_class(algo)
+    if algo != "ppo" or group_size < 2:
+        raise ConfigError(f"group_advantage needs --algo ppo and --group-size >= 2, got {algo} and {group_size}")
+    from agents.group_ppo import GroupPPO  # lazy: SB3 is slow to import
+
+    kwargs["group_size"], kwargs["per_job_ratio"] = group_size, per_job_ratio
+    return GroupPPO
+
+
 def build_model(
     algo: str,
     env: Any,
@@ -220,15 +242,8 @@ def build_model(
     from agents.described_policy import ENV_ARGUMENTS_KEY  # lazy: SB3 is slow to import
     from agents.distributions import use_padded_distribution  # lazy: SB3 is slow to import
 
-    cls = algo_class(algo)
-    raw = resolve_hyperparams(algo, hyperparams)
-    kwargs = model_kwargs(raw)
-    if kwargs.pop("group_advantage", False):
-        if algo != "ppo" or group_size < 2:
-            raise ConfigError(f"group_advantage needs --algo ppo and --group-size >= 2, got {algo} and {group_size}")
-        from agents.group_ppo import GroupPPO  # lazy: SB3 is slow to import
-
-        cls, kwargs["group_size"] = GroupPPO, group_size
+    kwargs = model_kwargs(resolve_hyperparams(algo, hyperparams))
+    cls = model_class(algo, kwargs, group_size)
     arch = policy_arch(kwargs.pop("policy"))
     check_policy_kwargs_arch(arch, kwargs.get("policy_kwargs") or {})
     kwargs["policy_kwargs"] = {**(kwargs.get("policy_kwargs") or {}), ENV_ARGUMENTS_KEY: dict(env_kwargs or {})}

@@ -84,21 +84,110 @@ def group_advantages(returns: Sequence[np.ndarray], times: Sequence[np.ndarray])
     return out
 
 
+def per_job_surrogate(
+    new: th.Tensor, old: th.Tensor, acting: th.Tensor, advantages: th.Tensor, clip: float
+) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
+    """PPO's clipped surrogate with one ratio per acting action entry (a job's score, the lending
+    share), each entry clipped on its own and the loss averaged over the acting entries.
+
+    The joint ratio of a decision is the product of some 30 jobs' ratios, so small moves of every
+    job's score add up to a joint ratio that the clip and the KL limit stop after the first
+    minibatch (runs 3-4 of docs/results.md §7); per entry, each job's score is one agent of a
+    team that shares the network and the return (as multi-agent PPO does with shared parameters).
+
+    Args:
+        new, old: log probabilities per entry (batch, entries) under the policy being updated
+            and the one that acted.
+        acting: 1 for the entries that acted, 0 for empty slots (batch, entries).
+        advantages: per decision (batch,).
+        clip: the clip range.
+
+    Returns:
+        (loss, approximate KL per acting entry, share of acting entries clipped).
+    """
+    log_ratio = new - old
+    ratio = th.exp(log_ratio)
+    gain = advantages.unsqueeze(1)
+    surrogate = th.min(ratio * gain, th.clamp(ratio, 1.0 - clip, 1.0 + clip) * gain)
+    count = acting.sum().clamp(min=1.0)
+    with th.no_grad():
+        kl = (((ratio - 1.0) - log_ratio) * acting).sum() / count
+        clipped = (((ratio - 1.0).abs() > clip).to(acting.dtype) * acting).sum() / count
+    return -(surrogate * acting).sum() / count, kl, clipped
+
+
 class GroupPPO(PPO):
     """:class:`stable_baselines3.PPO` with whole-episode rollouts and the group baseline of the
-    module docstring. ``group_size``: envs per group (>= 2, dividing the env count)."""
+    module docstring. ``group_size``: envs per group (>= 2, dividing the env count).
+    ``per_job_ratio``: update with :func:`per_job_surrogate` (the set policy in score mode only;
+    the value head is then not trained, since no advantage reads it)."""
 
-    def __init__(self, *args: Any, group_size: int = 2, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, group_size: int = 2, per_job_ratio: bool = False, **kwargs: Any) -> None:
         if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 2:
             raise ValueError(f"group_size must be an integer >= 2, got {group_size!r}")
         self.group_size = group_size
+        self.per_job_ratio = bool(per_job_ratio)
         super().__init__(*args, **kwargs)
+        if self.per_job_ratio and not hasattr(self.policy, "entry_log_probs"):
+            raise ValueError(f"per_job_ratio needs the set policy in score mode, got {type(self.policy).__name__}")
         if self.env is not None:
             self._check_env(self.env)
 
     def _excluded_save_params(self) -> list[str]:
-        """``group_size`` stays out of the saved model (a loaded model is a plain PPO policy)."""
-        return [*super()._excluded_save_params(), "group_size"]
+        """``group_size`` and ``per_job_ratio`` stay out of the saved model (a loaded model is a
+        plain PPO policy)."""
+        return [*super()._excluded_save_params(), "group_size", "per_job_ratio"]
+
+    def train(self) -> None:
+        """SB3's update, or with ``per_job_ratio`` the per-entry one (:meth:`_train_per_job`)."""
+        if self.per_job_ratio:
+            self._train_per_job()
+        else:
+            super().train()
+
+    def _train_per_job(self) -> None:
+        """``n_epochs`` passes of minibatch updates of :func:`per_job_surrogate` over the rollout,
+        the advantages scaled to unit deviation (the group baseline already centres them); a pass
+        stops when the approximate KL per entry exceeds 1.5 x ``target_kl``."""
+        policy: Any = self.policy
+        policy.set_training_mode(True)
+        self._update_learning_rate(policy.optimizer)
+        clip = float(self.clip_range(self._current_progress_remaining))
+        buffer = self.rollout_buffer
+        obs = {key: th.as_tensor(value[:, 0], device=self.device) for key, value in buffer.observations.items()}
+        actions = th.as_tensor(buffer.actions[:, 0], device=self.device)
+        advantages = th.as_tensor(buffer.advantages[:, 0], device=self.device).float()
+        advantages = advantages / (advantages.std() + 1e-8)
+        old, acting = self._entry_log_probs(obs, actions)
+        kls, clipped = [], []
+        for _ in range(self.n_epochs):
+            for idx in th.randperm(len(actions), device=self.device).split(self.batch_size):
+                new, _ = policy.entry_log_probs({key: value[idx] for key, value in obs.items()}, actions[idx])
+                loss, kl, share = per_job_surrogate(new, old[idx], acting[idx], advantages[idx], clip)
+                kls.append(float(kl))
+                clipped.append(float(share))
+                if self.target_kl is not None and kls[-1] > 1.5 * self.target_kl:
+                    break
+                policy.optimizer.zero_grad()
+                loss.backward()
+                th.nn.utils.clip_grad_norm_(policy.parameters(), self.max_grad_norm)
+                policy.optimizer.step()
+            else:
+                continue
+            break
+        self._n_updates += 1
+        self.logger.record("train/approx_kl", float(np.mean(kls)))
+        self.logger.record("train/clip_fraction", float(np.mean(clipped)))
+        self.logger.record("train/n_updates", self._n_updates)
+
+    def _entry_log_probs(self, obs: dict[str, th.Tensor], actions: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
+        """The acting policy's per-entry log probabilities and acting weights of the whole rollout."""
+        policy: Any = self.policy
+        parts = []
+        with th.no_grad():
+            for idx in th.arange(len(actions), device=self.device).split(4096):
+                parts.append(policy.entry_log_probs({key: value[idx] for key, value in obs.items()}, actions[idx]))
+        return th.cat([p[0] for p in parts]), th.cat([p[1] for p in parts])
 
     def _check_env(self, env: VecEnv) -> None:
         if not isinstance(env, DummyVecEnv):

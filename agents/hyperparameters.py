@@ -83,6 +83,7 @@ HYPERPARAM_TYPES: dict[str, type | tuple[type, ...]] = {
     "clip_range_vf": (float, str, type(None)),
     "policy_kwargs": (dict, str),
     "group_advantage": bool,
+    "per_job_ratio": bool,
 }
 """Hyperparameters accepted (and their raw types: schedules are ``lin_<x>`` strings)."""
 

@@ -305,10 +305,23 @@ class SetActorCriticPolicy(_SetPolicyMixin, MultiInputActorCriticPolicy):
         return th.special.ndtri(codes)
 
     @staticmethod
-    def _log_prob(mean: th.Tensor, std: th.Tensor, acting: th.Tensor, actions: th.Tensor) -> th.Tensor:
+    def _entry_log_prob(mean: th.Tensor, std: th.Tensor, actions: th.Tensor) -> th.Tensor:
+        """The Gaussian log density of every action entry (batch, slots + 1)."""
         z = (actions - mean) / std
-        per_entry = -0.5 * z * z - th.log(std) - 0.5 * math.log(2 * math.pi)
-        return (per_entry * acting).sum(dim=1)
+        return -0.5 * z * z - th.log(std) - 0.5 * math.log(2 * math.pi)
+
+    @classmethod
+    def _log_prob(cls, mean: th.Tensor, std: th.Tensor, acting: th.Tensor, actions: th.Tensor) -> th.Tensor:
+        return (cls._entry_log_prob(mean, std, actions) * acting).sum(dim=1)
+
+    def entry_log_probs(self, obs: Any, actions: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
+        """Score mode: the log probability of each entry of ``actions`` (batch, slots + 1) and the
+        acting weights (1 for a present job's slot and the lending share, 0 for an empty slot),
+        for an update that treats each job's score as its own decision
+        (:class:`agents.group_ppo.GroupPPO` with ``per_job_ratio``)."""
+        latent_pi, _ = self.mlp_extractor(self.extract_features(obs))
+        mean, std, acting = self._score_gaussian(obs, latent_pi)
+        return self._entry_log_prob(mean, std, actions), acting
 
     def forward(self, obs: Any, deterministic: bool = False) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
         """SB3's rollout call; in score mode, actions with noise held per job (class docstring)."""

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch as th
 
 from agents.errors import ConfigError
 from agents.factory import build_model, make_vec_env_for
-from agents.group_ppo import Episode, GroupPPO, group_advantages
+from agents.group_ppo import Episode, GroupPPO, group_advantages, per_job_surrogate
 from agents.policy_adapter import load_agent_policy
 from deepboot_env.env import DeepBootEnv
 
@@ -98,3 +99,39 @@ def test_group_advantage_needs_ppo_and_pairs() -> None:
         build_model("ppo", vec, hyperparams=SMALL_SET, env_kwargs=SCORE_ENV, group_size=1)
     with pytest.raises(ValueError, match="group_size must be an integer >= 2"):
         GroupPPO("MultiInputPolicy", vec, group_size=1)
+
+
+def test_per_job_surrogate_clips_each_job_and_ignores_empty_slots() -> None:
+    old = th.zeros(2, 3)
+    # decision 0: job 0 moved far (ratio e), job 1 not at all; slot 2 is empty in both decisions
+    new = th.tensor([[1.0, 0.0, 5.0], [0.1, -0.1, -5.0]])
+    acting = th.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]])
+    advantages = th.tensor([1.0, -1.0])
+    loss, kl, clipped = per_job_surrogate(new, old, acting, advantages, clip=0.2)
+    ratios = np.exp([[1.0, 0.0], [0.1, -0.1]])
+    # per entry: min(r A, clip(r) A); job 0 of decision 0 is clipped at 1.2 alone
+    expected = -np.mean([min(ratios[0, 0], 1.2), ratios[0, 1], -ratios[1, 0], -max(ratios[1, 1], 0.8)])
+    assert float(loss) == pytest.approx(expected, rel=1e-6)
+    assert float(clipped) == pytest.approx(0.25)  # one of four acting entries
+    assert float(kl) == pytest.approx(np.mean([(r - 1) - np.log(r) for r in ratios.ravel()]), rel=1e-5)
+    # the joint ratio of decision 0 (e) would clip the whole decision; per job, job 1 still learns
+    new.requires_grad_(True)
+    per_job_surrogate(new, old, acting, advantages, clip=0.2)[0].backward()
+    assert new.grad is not None and new.grad[0, 1] != 0 and new.grad[0, 0] == 0 and (new.grad[:, 2] == 0).all()
+
+
+def test_group_ppo_per_job_ratio_updates_the_score_policy() -> None:
+    env_kwargs = {**SCORE_ENV, "max_rounds": 40}
+    vec = make_vec_env_for("family:mixed", 2, 0, env_kwargs, group_size=2, antithetic=True)
+    wide = {**SMALL_SET["policy_kwargs"], "log_std_init": 0.0}  # scores that change the schedule
+    hyperparams = {**SMALL_SET, "per_job_ratio": True, "learning_rate": 1e-2, "policy_kwargs": wide}
+    model = build_model("ppo", vec, hyperparams=hyperparams, env_kwargs=env_kwargs, group_size=2)
+    assert isinstance(model, GroupPPO) and model.per_job_ratio
+    before = [p.detach().clone() for p in model.policy.parameters()]
+    model.learn(1)
+    assert np.abs(model.rollout_buffer.advantages).max() > 0  # the pair's episodes differ
+    moved = [not th.equal(a, b) for a, b in zip(before, model.policy.parameters(), strict=True)]
+    assert any(moved)
+    assert "per_job_ratio" not in model.get_parameters()  # a plain PPO policy to load
+    with pytest.raises(ConfigError, match="per_job_ratio needs group_advantage"):
+        build_model("ppo", vec, hyperparams={**SMALL_SET, "group_advantage": False, "per_job_ratio": True})
