@@ -152,8 +152,10 @@ class GroupPPO(PPO):
         policy: Any = self.policy
         policy.set_training_mode(True)
         self._update_learning_rate(policy.optimizer)
-        clip = float(self.clip_range(self._current_progress_remaining))
+        schedule: Any = self.clip_range  # SB3 turns the clip range into a schedule in _setup_model
+        clip = float(schedule(self._current_progress_remaining))
         buffer = self.rollout_buffer
+        assert isinstance(buffer, DictRolloutBuffer)
         obs = {key: th.as_tensor(value[:, 0], device=self.device) for key, value in buffer.observations.items()}
         actions = th.as_tensor(buffer.actions[:, 0], device=self.device)
         advantages = th.as_tensor(buffer.advantages[:, 0], device=self.device).float()
