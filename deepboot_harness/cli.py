@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
     from deepboot_harness.benchmark import BenchmarkSpec
 
-    Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+    Subparsers: TypeAlias = "argparse._SubParsersAction[ArgumentParser]"
     """What ``add_subparsers`` returns: each ``_<command>_parser`` adds its command to it."""
 
 DEFAULT_WORKLOAD = "test/test-01"
