@@ -52,7 +52,15 @@ from agents.errors import ConfigError
 from agents.factory import DEVICES, VEC_ENVS
 from agents.hyperparameters import ALGOS, POLICY_ARCHS
 from agents.interrupt import TrainingInterrupted
-from agents.run_config import ENV_IDS, TrainSettings, preset_descriptions
+from agents.run_config import (
+    DEFAULT_EVAL_REFERENCE,
+    ENV_IDS,
+    FAMILY_SEEDS,
+    PRETRAIN_KEYS,
+    RUN_KEYS,
+    TrainSettings,
+    preset_descriptions,
+)
 from deepboot_env import FRONT_END_DYNAMICS
 from deepboot_env.argparsing import ArgumentParser
 from deepboot_env.extras import MissingExtraError, require_extra
@@ -67,7 +75,8 @@ PROG = "train_policy.py"
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     """The command-line parser: one flag per field of :class:`~agents.run_config.TrainSettings`,
-    whose defaults it takes (None where a preset may set the value)."""
+    whose defaults it takes (None where a preset may set the value); the defaults its help names
+    come from the same place (:func:`_default`)."""
     presets = preset_descriptions()
     width = max(map(len, presets), default=0)
     p = ArgumentParser(
@@ -85,6 +94,19 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     return p
 
 
+def _default(name: str) -> str:
+    """The built-in default of the setting ``name`` as ``--help`` writes it: the field's of
+    :class:`~agents.run_config.TrainSettings`, or, where that is None (the preset decides), the one
+    a preset may override (:data:`~agents.run_config.RUN_KEYS`, :data:`~agents.run_config.PRETRAIN_KEYS`,
+    :data:`~agents.run_config.DEFAULT_EVAL_REFERENCE`). A default is written in one place; the
+    parser's defaults and its help follow it."""
+    value = getattr(TrainSettings(), name)
+    if value is None:
+        value = {**RUN_KEYS, **PRETRAIN_KEYS, "eval_reference": DEFAULT_EVAL_REFERENCE}[name]
+    items = value if isinstance(value, list) else [value]
+    return " ".join(f"{item:g}" if isinstance(item, float) else str(item) for item in items)
+
+
 def _algorithm_flags(p: argparse.ArgumentParser) -> None:
     """What trains: the algorithm, for how long, the policy architecture, the seed."""
     p.add_argument(
@@ -92,29 +114,35 @@ def _algorithm_flags(p: argparse.ArgumentParser) -> None:
         help=f"{' | '.join(ALGOS)} | es (default: ppo, or the --resume model's); es: evolution strategies "
         "for the learned priority of agents.priority (agents.evolution)",
     )
-    p.add_argument("-n", "--n-timesteps", type=int, help="timesteps to train (preset: 200000); --algo es: generations")
+    p.add_argument(
+        "-n",
+        "--n-timesteps",
+        type=int,
+        help=f"timesteps to train (preset: {_default('n_timesteps')}); --algo es: generations",
+    )
     p.add_argument(
         "--policy-arch",
         choices=tuple(POLICY_ARCHS),
         help="mlp: SB3's MLP over the flattened job slots; set: one shared per-job encoder, attention pooling "
         "(agents.set_policy). Default: the preset's policy (mlp)",
     )
-    p.add_argument("--seed", type=int, help="seed of torch, numpy and env i (seed + i); default 0")
+    p.add_argument("--seed", type=int, help=f"seed of torch, numpy and env i (seed + i); default {_default('seed')}")
 
 
 def _env_flags(p: argparse.ArgumentParser) -> None:
     """Where it trains: the parallel envs, their kind and cluster, the device, torch's threads."""
-    p.add_argument("--n-envs", type=int, help="parallel envs (preset: 4)")
+    p.add_argument("--n-envs", type=int, help=f"parallel envs (preset: {_default('n_envs')})")
     p.add_argument(
         "--group-size",
         type=int,
         help="envs per same-scenario group: with a workload family, the envs of a group play the same scenarios "
-        "in the same order (common random numbers); must divide --n-envs (preset: 1)",
+        f"in the same order (common random numbers); must divide --n-envs (preset: {_default('group_size')})",
     )
     p.add_argument(
         "--vec-env",
         choices=VEC_ENVS,
-        help="VecEnv class (default dummy); ray: one Ray actor per env, spread over the cluster (the ray extra)",
+        help=f"VecEnv class (default {_default('vec_env')}); ray: one Ray actor per env, spread over the cluster "
+        "(the ray extra)",
     )
     p.add_argument(
         "--address",
@@ -124,9 +152,12 @@ def _env_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--device",
-        help=f"{' | '.join(DEVICES)} (default auto: cuda where available, else cpu); cuda -> cpu if absent",
+        help=f"{' | '.join(DEVICES)} (default {_default('device')}: cuda where available, else cpu); "
+        "cuda -> cpu if absent",
     )
-    p.add_argument("--num-threads", type=int, help="torch threads (default 1; <= 0: torch's default)")
+    p.add_argument(
+        "--num-threads", type=int, help=f"torch threads (default {_default('num_threads')}; <= 0: torch's default)"
+    )
 
 
 def _evaluation_flags(p: argparse.ArgumentParser) -> None:
@@ -134,13 +165,14 @@ def _evaluation_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--workload",
         nargs="+",
-        help="split, name or CSV (default train), or one workload family family:<name> (a new train-seed scenario "
-        "per episode)",
+        help=f"split, name or CSV (default {_default('workload')}), or one workload family family:<name> "
+        "(a new train-seed scenario per episode)",
     )
     p.add_argument(
         "--eval-workload",
         nargs="+",
-        help="validation workloads (default val); family:<name> stands for the family's first 8 val seeds",
+        help=f"validation workloads (default {_default('eval_workload')}); family:<name> stands for the family's "
+        f"first {FAMILY_SEEDS} val seeds",
     )
     p.add_argument("--eval-freq", type=int, help="evaluate every N timesteps; <= 0: never (preset)")
     p.add_argument("--eval-episodes", type=int, help="episodes per evaluation (0: one per workload)")
@@ -153,15 +185,17 @@ def _evaluation_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--eval-reference",
         metavar="POLICY",
-        help="select the model by its mean JCT ratio to this policy on the val workloads (preset; default ats; "
-        "none: by mean censored JCT)",
+        help="select the model by its mean JCT ratio to this policy on the val workloads (preset; default "
+        f"{_default('eval_reference')}; none: by mean censored JCT)",
     )
 
 
 def _output_flags(p: argparse.ArgumentParser) -> None:
     """What the run writes where: checkpoints, the run folder, TensorBoard."""
-    p.add_argument("--save-freq", type=int, help="checkpoint every N timesteps (default 25000); <= 0: never")
-    p.add_argument("-f", "--log-folder", help="runs go to <log-folder>/<algo>_<n>/ (default runs)")
+    p.add_argument(
+        "--save-freq", type=int, help=f"checkpoint every N timesteps (default {_default('save_freq')}); <= 0: never"
+    )
+    p.add_argument("-f", "--log-folder", help=f"runs go to <log-folder>/<algo>_<n>/ (default {_default('log_folder')})")
     p.add_argument("-tb", "--tensorboard-log", help="TensorBoard root (default: <run>/tb)")
 
 
@@ -176,7 +210,7 @@ def _config_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--env-kwargs", nargs="+", metavar="K:V", help="DeepBootEnv args, e.g. max_jobs:16")
     p.add_argument("-conf", "--conf-file", help="YAML of presets (default: the shipped ones)")
-    p.add_argument("--preset", help="preset of the configuration file (default: default)")
+    p.add_argument("--preset", help=f"preset of the configuration file (default: {_default('preset')})")
 
 
 def _resume_flags(p: argparse.ArgumentParser) -> None:
@@ -204,20 +238,22 @@ def _warm_start_flags(p: argparse.ArgumentParser) -> None:
         metavar="POLICY",
         help="clone this registered policy (e.g. ats) on the training workloads before PPO (preset; none: skip)",
     )
-    p.add_argument("--pretrain-epochs", type=int, help="behaviour-cloning epochs (preset: 15)")
+    p.add_argument(
+        "--pretrain-epochs", type=int, help=f"behaviour-cloning epochs (preset: {_default('pretrain_epochs')})"
+    )
     p.add_argument(
         "--pretrain-noise",
         type=float,
         nargs="+",
         metavar="P",
-        help="one demonstration pass per noise level (DART-style action noise; preset: 0 0.05)",
+        help=f"one demonstration pass per noise level (DART-style action noise; preset: {_default('pretrain_noise')})",
     )
     p.add_argument(
         "--residual-neutral-prob",
         type=float,
         metavar="P",
         help="residual env: after the warm start, each slot keeps the base policy's count with "
-        "probability P (default 0.9; the residual and generalist presets set 0.95)",
+        f"probability P (default {_default('residual_neutral_prob')}; the residual and generalist presets set 0.95)",
     )
 
 
@@ -235,7 +271,9 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="keep torch.distributions argument validation (off by default: ~40%% faster MaskablePPO)",
     )
-    p.add_argument("--verbose", type=int, help="0: quiet; 1 (default): log tables and evaluation lines")
+    p.add_argument(
+        "--verbose", type=int, help=f"0: quiet; {_default('verbose')} (default): log tables and evaluation lines"
+    )
 
 
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:

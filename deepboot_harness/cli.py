@@ -47,7 +47,12 @@ from deepboot_env.stops import Stopped, StopSignals
 from deepboot_harness.dynamics import dynamics_name, dynamics_title, warn_trained_dynamics
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
     from deepboot_harness.benchmark import BenchmarkSpec
+
+    Subparsers: TypeAlias = "argparse._SubParsersAction[ArgumentParser]"
+    """What ``add_subparsers`` returns: each ``_<command>_parser`` adds its command to it."""
 
 DEFAULT_WORKLOAD = "test/test-01"
 """Shipped workload used when ``--workload`` is omitted (periodic inference, 160 jobs)."""
@@ -146,6 +151,16 @@ def config_title(config: SimConfig) -> str:
 def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags shared by ``simulate`` and ``compare``: cluster, restart model, protect scale,
     interval, interference, truth, inference placement and seed."""
+    _cluster_arguments(parser)
+    _dynamics_arguments(parser)
+    parser.add_argument("--seed", type=int, default=0, help="policy seed (default 0)")
+    parser.add_argument(
+        "--max-days", type=float, metavar="D", help="cut the episode at this simulated day (default 30)"
+    )
+
+
+def _cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """The cluster, restart model, protect scale, interval and interference flags of :func:`add_sim_arguments`."""
     parser.add_argument("--cluster", help="training+inference cluster, NxG+MxG (default 8x4+8x4)")
     parser.add_argument("--shared-pool", metavar="NxG", help="one shared pool with inference priority, e.g. 16x4")
     parser.add_argument("--restart", choices=RESTART_MODELS, default="afe", help="restart-cost model (default afe)")
@@ -162,6 +177,11 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="per-application-pair slowdowns (CSV/JSON, or 'default'); see deepboot_env/sim/interference.py",
     )
+
+
+def _dynamics_arguments(parser: argparse.ArgumentParser) -> None:
+    """The dynamics flags of :func:`add_sim_arguments`: the env version, what overrides it, the
+    inference placement."""
     parser.add_argument(
         "--dynamics",
         choices=tuple(DYNAMICS),
@@ -205,10 +225,6 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_const",
         const="aryl",
         help="shorthand for --inference-placement aryl",
-    )
-    parser.add_argument("--seed", type=int, default=0, help="policy seed (default 0)")
-    parser.add_argument(
-        "--max-days", type=float, metavar="D", help="cut the episode at this simulated day (default 30)"
     )
 
 
@@ -510,12 +526,24 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``deepboot`` argument parser."""
-    from traces.generate_cli import build_generate_parser
-
+    """The ``deepboot`` argument parser: one sub-parser per command, in ``--help``'s order."""
     parser = ArgumentParser(prog="deepboot", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    commands = (
+        _simulate_parser,
+        _compare_parser,
+        _benchmark_parser,
+        _train_parser,
+        _generate_parser,
+        _calibrate_parser,
+    )
+    for add in commands:
+        add(sub)
+    return parser
 
+
+def _simulate_parser(sub: Subparsers) -> None:
+    """``deepboot simulate``: one episode of a workload under a policy."""
     sim = sub.add_parser("simulate", help="run one episode of a workload under a policy")
     sim.add_argument(
         "--workload", default=DEFAULT_WORKLOAD, help="CSV path or shipped workload name (default %(default)s)"
@@ -526,6 +554,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--quiet", action="store_true", help="print nothing")
     sim.set_defaults(func=cmd_simulate)
 
+
+def _compare_parser(sub: Subparsers) -> None:
+    """``deepboot compare``: policies x workloads x seeds, with tables and plots."""
     cmp = sub.add_parser("compare", help="run policies x workloads x seeds; write results.csv, results.md, plots")
     cmp.add_argument(
         "--workloads",
@@ -538,6 +569,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_sim_arguments(cmp)
     cmp.add_argument("--seeds", nargs="+", type=int, metavar="S", help="policy seeds (default: --seed)")
     add_backend_arguments(cmp)
+    _compare_output_arguments(cmp)
+    cmp.set_defaults(func=cmd_compare)
+
+
+def _compare_output_arguments(cmp: argparse.ArgumentParser) -> None:
+    """``deepboot compare``'s plots, output folder, resume and quiet flags."""
     cmp.add_argument("--timeline-policy", metavar="P", help="policy of the run in timeline.png (default: the first)")
     cmp.add_argument(
         "--timeline-workload", metavar="W", help="workload of the run in timeline.png (default: the first)"
@@ -566,8 +603,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--resume", action="store_true", help="reuse the finished runs saved in --out (same policies, workloads, seeds)"
     )
     cmp.add_argument("--quiet", action="store_true", help="no progress bar or table")
-    cmp.set_defaults(func=cmd_compare)
 
+
+def _benchmark_parser(sub: Subparsers) -> None:
+    """``deepboot benchmark``: policies on the test seeds of workload families, and the leaderboard."""
     from deepboot_harness.benchmark import DEFAULT_POLICIES
     from traces.families import FAMILIES
 
@@ -602,17 +641,28 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--quiet", action="store_true", help="print nothing but errors")
     bench.set_defaults(func=cmd_benchmark)
 
-    # listed for --help only: main() hands `deepboot train ...` to train_policy.py's own parser
+
+def _train_parser(sub: Subparsers) -> None:
+    """``deepboot train``, listed for ``--help`` only: :func:`main` hands ``deepboot train ...`` to
+    ``train_policy.py``'s own parser."""
     sub.add_parser(
         "train",
         add_help=False,
         help="train a PPO agent or the learned priority: the flags of train_policy.py (deepboot train --help)",
     )
 
+
+def _generate_parser(sub: Subparsers) -> None:
+    """``deepboot generate``: the flags of :func:`traces.generate_cli.build_generate_parser`."""
+    from traces.generate_cli import build_generate_parser
+
     gen = sub.add_parser("generate", help="generate a workload CSV (Philly-derived jobs + periodic inference)")
     build_generate_parser(gen)
     gen.set_defaults(func=cmd_generate)
 
+
+def _calibrate_parser(sub: Subparsers) -> None:
+    """``deepboot calibrate``: refit the application profiles from raw traces."""
     cal = sub.add_parser(
         "calibrate", help="fit application profiles and tabulate measured step times from raw Pollux traces"
     )
@@ -622,7 +672,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="output apps.json; step_times.json is written beside it (default: the shipped deepboot_env/sim/data/)",
     )
     cal.set_defaults(func=cmd_calibrate)
-    return parser
 
 
 USER_ERRORS = (WorkloadError, ClusterConfigError, AllocationError, ValueError, OSError, KeyError, MissingExtraError)

@@ -7,7 +7,7 @@ import importlib
 import importlib.util
 import re
 from collections.abc import Callable
-from dataclasses import fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +133,32 @@ def test_the_parser_has_a_flag_per_train_setting_in_its_order() -> None:
     args = build_parser().parse_args([])
     assert list(vars(args)) == [f.name for f in fields(TrainSettings)]
     assert TrainSettings.from_args(args) == TrainSettings()
+
+
+def test_a_default_is_written_once_and_help_follows_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The built-in defaults live in :class:`TrainSettings` and (where a preset may override them)
+    ``RUN_KEYS`` / ``PRETRAIN_KEYS``: changed there, the parser and its ``--help`` both follow."""
+    import train_policy
+    from agents import run_config
+
+    @dataclass(frozen=True)
+    class Changed(TrainSettings):
+        seed: int = 5
+        vec_env: str = "subproc"
+        workload: list[str] = field(default_factory=lambda: ["tiny", "val"])
+
+    monkeypatch.setattr(train_policy, "TrainSettings", Changed)
+    monkeypatch.setitem(run_config.RUN_KEYS, "n_envs", 7)
+    monkeypatch.setitem(run_config.PRETRAIN_KEYS, "pretrain_noise", [0.0, 0.25])
+    parser = train_policy.build_parser()
+    args = parser.parse_args([])
+    assert (args.seed, args.vec_env, args.workload, args.n_envs) == (5, "subproc", ["tiny", "val"], None)
+    helps = {action.dest: action.help or "" for action in parser._actions}
+    assert helps["seed"].endswith("default 5"), helps["seed"]
+    assert "(default subproc)" in helps["vec_env"], helps["vec_env"]
+    assert "(default tiny val)" in helps["workload"], helps["workload"]
+    assert "(preset: 7)" in helps["n_envs"], helps["n_envs"]
+    assert "preset: 0 0.25)" in helps["pretrain_noise"], helps["pretrain_noise"]
 
 
 def test_zoo_spellings_of_train_policy() -> None:
