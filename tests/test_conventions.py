@@ -3,6 +3,7 @@ of ``train_policy.py`` (``--env``, ``-i/--trained-agent``, ``--device auto``) an
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
 import re
@@ -228,3 +229,41 @@ def test_help_lists_every_preset_in_one_line(capsys: pytest.CaptureFixture[str])
     assert len(listing) == len(presets)
     for line, (name, description) in zip(listing, presets.items(), strict=True):
         assert description and line.split(maxsplit=1) == [name, description]
+
+
+MAX_FUNCTION_LINES = 60
+"""The longest function a reader should have to hold in mind (issue 34)."""
+
+SHORT_FUNCTION_FILES = ("deepboot_env/sim", "agents", "train_policy.py", "deepboot_harness/cli.py")
+"""Where functions stay within :data:`MAX_FUNCTION_LINES`: the physics, the training library and
+the two command lines."""
+
+
+def long_functions(path: Path, root: Path = REPO) -> list[str]:
+    """``file:line name (N lines)`` of each function of ``path`` longer than MAX_FUNCTION_LINES
+    (the file named relative to ``root``)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            length = (node.end_lineno or node.lineno) - node.lineno + 1
+            if length > MAX_FUNCTION_LINES:
+                out.append(f"{path.relative_to(root)}:{node.lineno} {node.name} ({length} lines)")
+    return out
+
+
+def test_functions_of_the_core_stay_short() -> None:
+    files = []
+    for name in SHORT_FUNCTION_FILES:
+        target = REPO / name
+        files.extend(sorted(target.rglob("*.py")) if target.is_dir() else [target])
+    assert len(files) > 40
+    long = [line for path in files for line in long_functions(path)]
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(long)
+
+
+def test_the_length_check_counts_a_long_function(tmp_path: Path) -> None:
+    path = tmp_path / "probe.py"
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    path.write_text(f"def f():\n{body}\n\n\ndef g():\n{body[: body.rfind(chr(10))]}\n")
+    assert long_functions(path, tmp_path) == [f"probe.py:1 f ({MAX_FUNCTION_LINES + 1} lines)"]
