@@ -128,8 +128,13 @@ class GroupPPO(PPO):
         self.group_size = group_size
         self.per_job_ratio = bool(per_job_ratio)
         super().__init__(*args, **kwargs)
-        if self.per_job_ratio and not hasattr(self.policy, "entry_log_probs"):
-            raise ValueError(f"per_job_ratio needs the set policy in score mode, got {type(self.policy).__name__}")
+        if self.per_job_ratio and not (
+            hasattr(self.policy, "entry_log_probs") and isinstance(self.action_space, spaces.Box)
+        ):
+            raise ValueError(
+                f"per_job_ratio needs the set policy in score mode, got {type(self.policy).__name__} "
+                f"over {type(self.action_space).__name__} actions"
+            )
         if self.env is not None:
             self._check_env(self.env)
 
@@ -162,21 +167,22 @@ class GroupPPO(PPO):
         advantages = advantages / (advantages.std() + 1e-8)
         old, acting = self._entry_log_probs(obs, actions)
         kls, clipped = [], []
-        for _ in range(self.n_epochs):
-            for idx in th.randperm(len(actions), device=self.device).split(self.batch_size):
-                new, _ = policy.entry_log_probs({key: value[idx] for key, value in obs.items()}, actions[idx])
-                loss, kl, share = per_job_surrogate(new, old[idx], acting[idx], advantages[idx], clip)
-                kls.append(float(kl))
-                clipped.append(float(share))
-                if self.target_kl is not None and kls[-1] > 1.5 * self.target_kl:
-                    break
-                policy.optimizer.zero_grad()
-                loss.backward()
-                th.nn.utils.clip_grad_norm_(policy.parameters(), self.max_grad_norm)
-                policy.optimizer.step()
-            else:
-                continue
-            break
+        minibatches = (
+            idx
+            for _ in range(self.n_epochs)
+            for idx in th.randperm(len(actions), device=self.device).split(self.batch_size)
+        )
+        for idx in minibatches:
+            new, _ = policy.entry_log_probs({key: value[idx] for key, value in obs.items()}, actions[idx])
+            loss, kl, share = per_job_surrogate(new, old[idx], acting[idx], advantages[idx], clip)
+            kls.append(float(kl))
+            clipped.append(float(share))
+            if self.target_kl is not None and kls[-1] > 1.5 * self.target_kl:
+                break  # as SB3: the KL limit ends the whole update, not just the epoch
+            policy.optimizer.zero_grad()
+            loss.backward()
+            th.nn.utils.clip_grad_norm_(policy.parameters(), self.max_grad_norm)
+            policy.optimizer.step()
         self._n_updates += 1
         self.logger.record("train/approx_kl", float(np.mean(kls)))
         self.logger.record("train/clip_fraction", float(np.mean(clipped)))

@@ -135,3 +135,8 @@ def test_group_ppo_per_job_ratio_updates_the_score_policy() -> None:
     assert "per_job_ratio" not in model.get_parameters()  # a plain PPO policy to load
     with pytest.raises(ConfigError, match="per_job_ratio needs group_advantage"):
         build_model("ppo", vec, hyperparams={**SMALL_SET, "group_advantage": False, "per_job_ratio": True})
+    target_env = {"max_jobs": MAX_JOBS, "action_mode": "target"}
+    targets = make_vec_env_for("family:mixed", 2, 0, target_env, group_size=2)
+    with pytest.raises(ValueError, match="per_job_ratio needs the set policy in score mode.*MultiDiscrete"):
+        hyperparams = {**SMALL_SET, "per_job_ratio": True}
+        build_model("ppo", targets, hyperparams=hyperparams, env_kwargs=target_env, group_size=2)
