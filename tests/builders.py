@@ -93,6 +93,32 @@ def lending_workload(apps: Sequence[str]) -> Workload:
     return Workload(name="tiny-mixed", jobs=training_workload(apps, 6, gap=10.0).jobs, requests=lending_requests(12))
 
 
+def run_lending_twice(apps: Sequence[str], recorder: Callable[[], RecordingPolicy]) -> tuple[RecordingPolicy, object]:
+    """Run :func:`lending_workload` of ``apps`` on 1x4+1x4 (``afe``, policy seed 5) twice, each
+    time under a fresh ``recorder()``, and check what every lending policy must do there: all 6
+    jobs and 12 requests served, GPUs lent and reclaimed, the two runs identical. The first run's
+    recorder and metrics."""
+    import json
+
+    from deepboot_env.evaluation import run_episode
+    from deepboot_env.sim.cluster import ClusterConfig
+    from deepboot_env.sim.simulator import SimConfig
+
+    workload = lending_workload(apps)
+    config = SimConfig(cluster=ClusterConfig.parse("1x4+1x4"), restart="afe")
+    runs = []
+    for _ in range(2):
+        rec = recorder()
+        runs.append((rec, run_episode(rec, workload, config, seed=5)))
+    (rec, metrics), (_, again) = runs
+    assert metrics.train_jobs_done == 6 and metrics.infer_requests_done == 12
+    assert metrics.lent_gpu_seconds > 0 and metrics.reclaims > 0
+    assert json.dumps(metrics.deterministic_dict(), sort_keys=True) == json.dumps(
+        again.deterministic_dict(), sort_keys=True
+    )
+    return rec, metrics
+
+
 class RecordingPolicy(BasePolicy):
     """Wraps ``policy`` (its name, batch rule, reset and reclaim): ``decisions`` holds, per
     decision, the state, the validated allocation and then ``extra(policy)``."""

@@ -12,6 +12,7 @@ from builders import (
     cluster_state,
     job_view,
     lending_workload,
+    run_lending_twice,
     training_workload,
     warm_start_problem,
 )
@@ -113,22 +114,12 @@ def test_tiny_workload_golden_ish_against_tiresias():
 
 
 def test_lending_episode_with_inference_reclaims_and_stays_valid():
-    workload = lending_workload(APPS)
-    cfg = SimConfig(cluster=ClusterConfig.parse("1x4+1x4"), restart="afe")
-    runs = []
-    for _ in range(2):
-        rec = _recording(OnesPolicy(lend=True, **SMALL))
-        runs.append((rec, run_episode(rec, workload, cfg, seed=5)))
-    (rec, metrics), (_, again) = runs
-    assert metrics.train_jobs_done == 6 and metrics.infer_requests_done == 12
-    assert metrics.lent_gpu_seconds > 0 and metrics.reclaims > 0
-    assert json.dumps(metrics.deterministic_dict(), sort_keys=True) == json.dumps(
-        again.deterministic_dict(), sort_keys=True
-    )
+    rec, _ = run_lending_twice(APPS, lambda: _recording(OnesPolicy(lend=True, **SMALL)))
     for state, alloc, prob, best in rec.decisions:
         _check_decision(state, alloc, prob, best, lend=True)
     plain = _recording(OnesPolicy(lend=False, **SMALL))
-    assert run_episode(plain, workload, cfg, seed=5).lent_gpu_seconds == 0
+    cfg = SimConfig(cluster=ClusterConfig.parse("1x4+1x4"), restart="afe")
+    assert run_episode(plain, lending_workload(APPS), cfg, seed=5).lent_gpu_seconds == 0
     for state, alloc, prob, best in plain.decisions:
         _check_decision(state, alloc, prob, best, lend=False)
 

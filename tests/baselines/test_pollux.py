@@ -11,7 +11,7 @@ from builders import (
     check_within_capacity,
     cluster_state,
     job_view,
-    lending_workload,
+    run_lending_twice,
     training_workload,
     warm_start_problem,
 )
@@ -75,18 +75,7 @@ def test_same_seed_same_episode_and_valid_allocations():
 
 
 def test_lending_episode_with_inference_reclaims_and_stays_valid():
-    workload = lending_workload(APPS)
-    cfg = SimConfig(cluster=ClusterConfig.parse("1x4+1x4"), restart="afe")
-    runs = []
-    for _ in range(2):
-        rec = RecordingPolicy(PolluxPolicy(lend=True, **SMALL))
-        runs.append((rec, run_episode(rec, workload, cfg, seed=5)))
-    (rec, metrics), (_, again) = runs
-    assert metrics.train_jobs_done == 6 and metrics.infer_requests_done == 12
-    assert metrics.lent_gpu_seconds > 0 and metrics.reclaims > 0
-    assert json.dumps(metrics.deterministic_dict(), sort_keys=True) == json.dumps(
-        again.deterministic_dict(), sort_keys=True
-    )
+    rec, _ = run_lending_twice(APPS, lambda: RecordingPolicy(PolluxPolicy(lend=True, **SMALL)))
     for state, alloc in rec.decisions:
         _check_constraints(state, alloc, lend=True)
 
