@@ -319,7 +319,8 @@ class SetActorCriticPolicy(_SetPolicyMixin, MultiInputActorCriticPolicy):
         acting weights (1 for a present job's slot and the lending share, 0 for an empty slot),
         for an update that treats each job's score as its own decision
         (:class:`agents.group_ppo.GroupPPO` with ``per_job_ratio``)."""
-        latent_pi = self.mlp_extractor.forward_actor(self.extract_features(obs))
+        features = cast(th.Tensor, self.extract_features(obs))  # one shared extractor: a tensor
+        latent_pi = self.mlp_extractor.forward_actor(features)
         mean, std, acting = self._score_gaussian(obs, latent_pi)
         return self._entry_log_prob(mean, std, actions), acting
 
