@@ -14,8 +14,11 @@ active jobs as a *set*, as Decima (Mao et al., SIGCOMM 2019) treats a job DAG's 
   level's logits from the summary; the **critic** reads the summary alone.
 
 Permuting the job slots therefore permutes the per-slot action distributions and leaves the
-lending distribution and the value unchanged (``tests/agents/test_set_policy.py``). Empty slots are
-masked out of attention and pooling; MaskablePPO also masks their actions.
+lending distribution and the value unchanged (``tests/agents/test_set_policy.py``). The per-job
+layers run on the present jobs only, packed (a state holds 5-9 of 32 slots on average, so this is
+where the update's time goes); empty slots take no part in attention or pooling, and an empty slot's
+logits are the shared head of the empty row's embedding with the summary (MaskablePPO masks those
+actions; in the score mode they do not act).
 
 The network is SB3's ``mlp_extractor``: its policy latent *is* the flat vector of logits (per
 slot, then lending), so the policy's ``action_net`` is the identity and everything else (PPO and
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, NamedTuple, cast
 
 import numpy as np
 import torch as th
@@ -37,6 +40,7 @@ from gymnasium import spaces
 from sb3_contrib.common.maskable.policies import MaskableMultiInputActorCriticPolicy
 from stable_baselines3.common.policies import MultiInputActorCriticPolicy
 from torch import nn
+from torch.nn import functional as F
 
 from agents.described_policy import DescribedPolicyMixin
 from agents.hyperparameters import SET_POLICY_KWARGS, SET_SIZE_MINIMUMS
@@ -52,20 +56,50 @@ read by the sampler of :class:`SetActorCriticPolicy`, never by the network."""
 
 
 class _AttentionBlock(nn.Module):
-    """A pre-norm Transformer encoder block over the job embeddings, padding masked."""
+    """A pre-norm Transformer encoder block over the present jobs' embeddings.
+
+    The embeddings arrive *packed*, one row per present job (``(jobs, dim)``), so that the
+    per-job layers (norms, projections, feed-forward) cost what the jobs cost, not what 32 slots
+    cost (a state holds 5-9 jobs on average). Only the attention itself works on the padded
+    ``(batch, slots)`` layout. The weights are those of ``nn.MultiheadAttention`` (checkpoints
+    keep its parameter names); the call is functional because the module's own forward takes
+    padded input."""
 
     def __init__(self, dim: int, heads: int, activation: type[nn.Module]) -> None:
         super().__init__()
+        self.heads = heads
         self.norm1 = nn.LayerNorm(dim)
         self.attention = nn.MultiheadAttention(dim, heads, batch_first=True)
         self.norm2 = nn.LayerNorm(dim)
         self.feed_forward = nn.Sequential(nn.Linear(dim, 2 * dim), activation(), nn.Linear(2 * dim, dim))
 
-    def forward(self, x: th.Tensor, padding: th.Tensor) -> th.Tensor:
-        """``x`` (batch, slots, dim); ``padding`` (batch, slots), True where a slot is empty."""
-        y = self.norm1(x)
-        x = x + self.attention(y, y, y, key_padding_mask=padding, need_weights=False)[0]
-        return x + self.feed_forward(self.norm2(x))
+    def forward(self, h: th.Tensor, present: th.Tensor, attend: th.Tensor) -> th.Tensor:
+        """``h`` (jobs, dim), packed in ``present``'s row-major order; ``present`` (batch, slots);
+        ``attend`` (batch, 1, 1, slots): the keys each query may attend to."""
+        batch, slots = present.shape
+        dim = h.shape[1]
+        mha = self.attention
+        qkv = F.linear(self.norm1(h), mha.in_proj_weight, mha.in_proj_bias)
+        padded = qkv.new_zeros(batch, slots, 3 * dim)
+        padded[present] = qkv
+        q, k, v = padded.view(batch, slots, 3, self.heads, dim // self.heads).permute(2, 0, 3, 1, 4)
+        mixed = F.scaled_dot_product_attention(q, k, v, attn_mask=attend)
+        mixed = mixed.transpose(1, 2).reshape(batch, slots, dim)[present]
+        h = h + F.linear(mixed, mha.out_proj.weight, mha.out_proj.bias)
+        return h + self.feed_forward(self.norm2(h))
+
+
+class _Encoded(NamedTuple):
+    """What :meth:`SetNetwork.encode` makes of a batch of observations."""
+
+    jobs: th.Tensor
+    """(jobs, d): the present jobs' embeddings, packed in ``present``'s row-major order."""
+    present: th.Tensor
+    """(batch, slots) bool: where a job is."""
+    batch_index: th.Tensor
+    """(jobs,): the observation each packed job belongs to."""
+    summary: th.Tensor
+    """(batch, d): the permutation-invariant summary."""
 
 
 class SetNetwork(nn.Module):
@@ -121,7 +155,7 @@ class SetNetwork(nn.Module):
             offset += size
         if self._present_column < 0:
             raise ValueError("the observation has no 'jobs' entry")
-        job_width = sum(width for _, _, width in self.slot_parts)
+        job_width = self.job_width = sum(width for _, _, width in self.slot_parts)
         global_width = sum(size for _, size in self.global_parts)
         d = embed_dim
         self.job_encoder = nn.Sequential(nn.Linear(job_width, d), activation(), nn.Linear(d, d), activation())
@@ -138,48 +172,56 @@ class SetNetwork(nn.Module):
         """The last layers of the slot and lending heads (small-gain init, residual start)."""
         return self.slot_head[-1], self.lend_head[-1]  # type: ignore[return-value]
 
-    def encode(self, features: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
-        """Job embeddings (batch, slots, d) and the summary (batch, d) of flat ``features``."""
+    def encode(self, features: th.Tensor) -> _Encoded:
+        """The present jobs' embeddings and the summary of flat ``features``."""
         batch = features.shape[0]
         rows = th.cat(
             [features[:, off : off + size].reshape(batch, self.slots, width) for off, size, width in self.slot_parts],
             dim=2,
         )
         present = rows[:, :, self._present_column] > 0.5
-        # a state without jobs attends to its (empty) first slot instead of to nothing (no NaN)
-        padding = ~present
-        padding[:, 0] &= present.any(dim=1)
-        h = self.job_encoder(rows)
-        for block in self.blocks:
-            h = block(h, padding)
-        weight = present.unsqueeze(2).to(h.dtype)
-        count = weight.sum(dim=1).clamp(min=1.0)
-        mean = (h * weight).sum(dim=1) / count
-        peak = h.masked_fill(~present.unsqueeze(2), -1e9).max(dim=1).values
-        peak = th.where(present.any(dim=1, keepdim=True), peak, th.zeros_like(peak))
+        batch_index = present.nonzero()[:, 0]
+        h = self.job_encoder(rows[present])
+        if len(self.blocks):
+            # a state without jobs has no queries, but its keys must not all be masked (NaN)
+            attend = (present | ~present.any(dim=1, keepdim=True))[:, None, None, :]
+            for block in self.blocks:
+                h = block(h, present, attend)
+        count = present.sum(dim=1, keepdim=True).clamp(min=1).to(h.dtype)
+        mean = h.new_zeros(batch, h.shape[1]).index_add_(0, batch_index, h) / count
+        # a state without jobs keeps the zeros it starts with (include_self=False)
+        spread = batch_index.unsqueeze(1).expand_as(h)
+        peak = h.new_zeros(batch, h.shape[1]).scatter_reduce(0, spread, h, "amax", include_self=False)
         parts = [mean, peak]
         if self.global_encoder is not None:
             glob = th.cat([features[:, off : off + size] for off, size in self.global_parts], dim=1)
             parts.append(self.global_encoder(glob))
-        return h, self.summary(th.cat(parts, dim=1))
+        return _Encoded(h, present, batch_index, self.summary(th.cat(parts, dim=1)))
 
     def forward(self, features: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
         """(flat logits, summary) of ``features``."""
-        h, summary = self.encode(features)
-        return self._logits(h, summary), self.value_head(summary)
+        encoded = self.encode(features)
+        return self._logits(encoded), self.value_head(encoded.summary)
 
     def forward_actor(self, features: th.Tensor) -> th.Tensor:
         """The flat logits: per slot (shared weights), then the lending level."""
-        return self._logits(*self.encode(features))
+        return self._logits(self.encode(features))
 
     def forward_critic(self, features: th.Tensor) -> th.Tensor:
         """The critic's latent (from the summary only)."""
-        return self.value_head(self.encode(features)[1])
+        return self.value_head(self.encode(features).summary)
 
-    def _logits(self, h: th.Tensor, summary: th.Tensor) -> th.Tensor:
-        expanded = summary.unsqueeze(1).expand(-1, self.slots, -1)
-        per_slot = self.slot_head(th.cat([h, expanded], dim=2)).reshape(h.shape[0], -1)
-        return th.cat([per_slot, self.lend_head(summary)], dim=1)
+    def _logits(self, encoded: _Encoded) -> th.Tensor:
+        """Per slot, the shared head of ``[job embedding, summary]``; an empty slot's logits are
+        the head of the empty row's embedding (the job encoder of zeros, no attention) with the
+        summary: one row per observation, copied to its empty slots."""
+        jobs, present, batch_index, summary = encoded
+        batch, slots = present.shape
+        empty_row = summary.new_zeros(1, self.job_width)
+        empty = self.slot_head(th.cat([self.job_encoder(empty_row).expand(batch, -1), summary], dim=1))
+        per_slot = empty.unsqueeze(1).expand(batch, slots, self.slot_choices).clone()
+        per_slot[present] = self.slot_head(th.cat([jobs, summary[batch_index]], dim=1))
+        return th.cat([per_slot.reshape(batch, -1), self.lend_head(summary)], dim=1)
 
 
 class _SetPolicyMixin(DescribedPolicyMixin):

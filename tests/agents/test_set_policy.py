@@ -180,3 +180,61 @@ def test_policy_arch_set_trains_resumes_and_runs_as_a_policy(tiny_csv, tmp_path)
     assert (resumed / "final_model.zip").is_file()
     with pytest.raises(SystemExit):
         train_policy.main(["--resume", str(run / "final_model.zip"), "--policy-arch", "mlp", *common])
+
+
+def _padded_reference(network, features):
+    """The set network computed the plain way, over all slots padded (nn.MultiheadAttention with
+    a key padding mask): the present jobs' logits, the lending logits and the critic's latent."""
+    import torch
+
+    batch = features.shape[0]
+    rows = torch.cat(
+        [features[:, o : o + s].reshape(batch, network.slots, w) for o, s, w in network.slot_parts], dim=2
+    )
+    present = rows[:, :, 0] > 0.5
+    h = network.job_encoder(rows)
+    for block in network.blocks:
+        y = block.norm1(h)
+        h = h + block.attention(y, y, y, key_padding_mask=~present, need_weights=False)[0]
+        h = h + block.feed_forward(block.norm2(h))
+    weight = present.unsqueeze(2).float()
+    mean = (h * weight).sum(1) / weight.sum(1).clamp(min=1.0)
+    peak = h.masked_fill(~present.unsqueeze(2), -1e9).max(1).values
+    peak = torch.where(present.any(1, keepdim=True), peak, torch.zeros_like(peak))
+    glob = torch.cat([features[:, o : o + s] for o, s in network.global_parts], dim=1)
+    summary = network.summary(torch.cat([mean, peak, network.global_encoder(glob)], dim=1))
+    expanded = summary.unsqueeze(1).expand(-1, network.slots, -1)
+    per_slot = network.slot_head(torch.cat([h, expanded], dim=2))
+    return per_slot[present], network.lend_head(summary), network.value_head(summary), present
+
+
+@pytest.mark.parametrize("layers", [0, 1, 2])
+def test_packed_jobs_compute_what_the_padded_network_computes(layers, tiny_csv) -> None:
+    """The network runs its per-job layers on the present jobs only (packed); on jobs scattered
+    over the slots it gives the padded computation's logits and value, and an empty slot's
+    logits depend on the summary alone."""
+    import torch
+
+    model = _model("ppo", tiny_csv, attention_layers=layers)
+    network = model.policy.mlp_extractor
+    obs = _busy_observation(model)
+    rng = np.random.default_rng(3)
+    batch = [_permute(obs, rng.permutation(SLOTS)) for _ in range(5)]
+    for observation in batch:  # a summary of its own for every observation
+        observation["cluster"] = rng.uniform(size=obs["cluster"].shape).astype(np.float32)
+    with torch.no_grad():
+        features = torch.cat([model.policy.extract_features(model.policy.obs_to_tensor(o)[0]) for o in batch])
+        features = torch.cat([features, torch.zeros_like(features[:1])])  # and a state without jobs
+        logits, latent_vf = network(features)
+        want_jobs, want_lend, want_vf, present = _padded_reference(network, features)
+    k = network.slot_choices
+    per_slot = logits[:, : SLOTS * k].reshape(-1, SLOTS, k)
+    assert int(present.sum()) == 5 * int(present[0].sum()) >= 20
+    torch.testing.assert_close(per_slot[present], want_jobs, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(logits[:, SLOTS * k :], want_lend, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(latent_vf, want_vf, atol=1e-5, rtol=1e-5)
+    empty = per_slot[~present].reshape(-1, k)
+    assert torch.isfinite(logits).all() and len(empty) > SLOTS
+    for row in range(len(batch)):  # every empty slot of one observation holds the same logits
+        empty_rows = per_slot[row][~present[row]]
+        torch.testing.assert_close(empty_rows, empty_rows[:1].expand_as(empty_rows))
