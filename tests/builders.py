@@ -49,6 +49,32 @@ def interrupt_when(argv: Sequence[str], ready: Callable[[], bool], timeout: floa
     return proc.returncode, err
 
 
+WITHOUT_GYM_PRELUDE = (
+    "import sys\n"
+    "for m in ('gymnasium', 'stable_baselines3', 'sb3_contrib'): sys.modules[m] = None\n"
+    "from deepboot_env.sim.workload import TrainingJobSpec, Workload\n"
+    "from deepboot_env.sim.simulator import SimConfig, Simulator\n"
+    "from deepboot_env.sim.cluster import ClusterConfig\n"
+    "one_ncf_job = Workload('w', (TrainingJobSpec('a', 0.0, 'ncf', 1, 32768),))\n"
+    "one_gpu = SimConfig(cluster=ClusterConfig(1, 0, 1))\n"
+)
+"""What :func:`assert_runs_without_gym` runs first: gymnasium, SB3 and sb3-contrib made
+unimportable, then from the simulation core ``one_ncf_job`` (a workload of one 1-GPU ncf job) and
+``one_gpu`` (a ``SimConfig`` of one node with one GPU)."""
+
+
+def assert_runs_without_gym(code: str) -> None:
+    """Run :data:`WITHOUT_GYM_PRELUDE` and then ``code`` in a fresh interpreter in the repository,
+    and assert that it exits 0 (showing its stderr otherwise)."""
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT_GYM_PRELUDE + code], cwd=REPO, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+
+
 def masked_random_action(env, rng):
     """A random valid target-mode action of ``env`` (a ``DeepBootEnv``): in every slot and in the
     lending level, a uniform choice among those ``env.action_masks()`` allows."""
