@@ -19,19 +19,23 @@ price of not knowing it). A summary per policy ends the report (mean JCT relativ
 from __future__ import annotations
 
 import collections
-import time
 
 import numpy as np
 
-from baselines.lookahead import DEFAULT_CANDIDATES, DEFAULT_EVERY, DEFAULT_HORIZON_S, LookaheadSettings
 from baselines.mpc import MpcPolicy
 from baselines.oracle_lookahead import OracleLookaheadPolicy
 from deepboot_env.argparsing import ArgumentParser
 from deepboot_env.config import EnvConfig
-from deepboot_env.evaluation import run_episode
 from deepboot_env.policy import Policy, make_policy
 from deepboot_env.sim.metrics import EpisodeMetrics
 from deepboot_env.sim.scenario import Scenario
+from deepboot_harness.lookahead_bench import (
+    add_switching_arguments,
+    followed_and_ties,
+    report_row,
+    switching_settings,
+    timed_episode,
+)
 from traces.families import SPLIT_SEEDS, sample_scenario
 
 DEFAULT_FAMILIES = ("philly-periodic", "heavy-inference", "mixed")
@@ -40,17 +44,7 @@ DEFAULT_FAMILIES = ("philly-periodic", "heavy-inference", "mixed")
 def timed(policy: Policy, scenario: Scenario, seed: int) -> tuple[EpisodeMetrics, float]:
     """One episode's metrics and CPU seconds."""
     config = scenario.configure(EnvConfig.from_options(dynamics="v1").sim)
-    t0 = time.process_time()
-    metrics = run_episode(policy, scenario.workload, config, seed)
-    return metrics, time.process_time() - t0
-
-
-def row(label: str, metrics: EpisodeMetrics, cpu: float, note: str = "") -> str:
-    """One line of the report."""
-    return (
-        f"  {label:<12} JCT {metrics.train_jct_mean:9,.1f} s  inference latency {metrics.infer_latency_mean:6.2f} s  "
-        f"restarts {metrics.restarts:5d}  CPU {cpu:7.1f} s{note}"
-    )
+    return timed_episode(policy, scenario.workload, config, seed)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,10 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", nargs="+", default=list(DEFAULT_FAMILIES))
     parser.add_argument("--seeds", type=int, default=3, help="val seeds per family (default 3)")
-    parser.add_argument("--every", type=int, default=DEFAULT_EVERY)
-    parser.add_argument("--horizon", type=float, default=DEFAULT_HORIZON_S, help="seconds played ahead")
-    parser.add_argument("--candidates", nargs="+", default=list(DEFAULT_CANDIDATES))
-    parser.add_argument("--infer-weight", type=float, default=1.0)
+    add_switching_arguments(parser)
     parser.add_argument("--baselines", nargs="*", default=["ats", "ones-lend"])
     parser.add_argument("--policy-seed", type=int, default=0)
     parser.add_argument("--oracle", action="store_true", help="also the clairvoyant switching (hindsight=False)")
@@ -70,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         f"mpc: every {args.every} boundaries, horizon {args.horizon:g} s, candidates {', '.join(args.candidates)}, "
         f"infer_weight {args.infer_weight:g}; dynamics v1, policy seed {args.policy_seed}"
     )
-    settings = LookaheadSettings(tuple(args.candidates), args.every, args.horizon, args.infer_weight)
+    settings = switching_settings(args)
     ratios: dict[str, list[float]] = collections.defaultdict(list)
     cpus: dict[str, list[float]] = collections.defaultdict(list)
     for family in args.families:
@@ -80,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             results: dict[str, EpisodeMetrics] = {}
             for baseline in args.baselines:
                 metrics, cpu = timed(make_policy(baseline), scenario, args.policy_seed)
-                print(row(baseline, metrics, cpu), flush=True)
+                print(report_row(baseline, metrics, cpu), flush=True)
                 results[baseline], cpus[baseline] = metrics, [*cpus[baseline], cpu]
             mpc = MpcPolicy(settings)
             metrics, cpu = timed(mpc, scenario, args.policy_seed)
@@ -88,9 +79,8 @@ def main(argv: list[str] | None = None) -> int:
             reference = results.get("ats")
             ratio = None if reference is None else metrics.train_jct_mean / reference.train_jct_mean
             gain = "" if ratio is None else f"  ({ratio - 1:+.1%} vs ats)"
-            print(row("mpc", metrics, cpu, gain))
-            followed = collections.Counter(mpc.candidates[c.chosen].label for c in mpc.choices)
-            ties = sum(1 for c in mpc.choices if c.scores.count(min(c.scores)) > 1)
+            print(report_row("mpc", metrics, cpu, gain))
+            followed, ties = followed_and_ties(mpc)
             print(
                 f"    {len(mpc.choices)} choice points ({ties} ties), {np.mean(mpc.drawn or [0]):.0f} synthetic "
                 "requests per choice point; followed: " + ", ".join(f"{k} {followed[k]}" for k in args.candidates),
@@ -100,7 +90,10 @@ def main(argv: list[str] | None = None) -> int:
                 oracle = OracleLookaheadPolicy(settings, hindsight=False)
                 metrics, cpu = timed(oracle, scenario, args.policy_seed)
                 results["oracle"], cpus["oracle"] = metrics, [*cpus["oracle"], cpu]
-                print(row("oracle", metrics, cpu, "  (CLAIRVOYANT: the same switching on the true future)"), flush=True)
+                print(
+                    report_row("oracle", metrics, cpu, "  (CLAIRVOYANT: the same switching on the true future)"),
+                    flush=True,
+                )
             if reference is not None:
                 for label, result in results.items():
                     ratios[label].append(result.train_jct_mean / reference.train_jct_mean)

@@ -15,38 +15,27 @@ JCT relative to ``ats``.
 
 from __future__ import annotations
 
-import collections
-import time
-
-from baselines.oracle_lookahead import (
-    DEFAULT_CANDIDATES,
-    DEFAULT_EVERY,
-    DEFAULT_HORIZON_S,
-    LookaheadSettings,
-    OracleLookaheadPolicy,
-)
+from baselines.oracle_lookahead import OracleLookaheadPolicy
 from deepboot_env.argparsing import ArgumentParser
 from deepboot_env.config import sim_config
-from deepboot_env.evaluation import run_episode
 from deepboot_env.policy import Policy, make_policy
 from deepboot_env.sim.metrics import EpisodeMetrics
+from deepboot_harness.lookahead_bench import (
+    add_switching_arguments,
+    followed_and_ties,
+    report_row,
+    switching_settings,
+    timed_episode,
+)
 from traces.loaders import load_workload
+
+LABEL_WIDTH = 18
+"""Width of the policy column of the report (``oracle-lookahead`` fits)."""
 
 
 def timed(policy: Policy, workload_name: str, dynamics: str, seed: int) -> tuple[EpisodeMetrics, float]:
     """One episode's metrics and CPU seconds."""
-    workload = load_workload(workload_name)
-    t0 = time.process_time()
-    metrics = run_episode(policy, workload, sim_config(dynamics=dynamics), seed)
-    return metrics, time.process_time() - t0
-
-
-def row(label: str, metrics: EpisodeMetrics, cpu: float, note: str = "") -> str:
-    """One line of the report."""
-    return (
-        f"  {label:<18} JCT {metrics.train_jct_mean:9,.1f} s  inference latency {metrics.infer_latency_mean:6.2f} s  "
-        f"restarts {metrics.restarts:5d}  CPU {cpu:7.1f} s{note}"
-    )
+    return timed_episode(policy, load_workload(workload_name), sim_config(dynamics=dynamics), seed)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,10 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", nargs="+", default=["test-01"])
     parser.add_argument("--dynamics", choices=("v0", "v1"), default="v1")
-    parser.add_argument("--every", type=int, default=DEFAULT_EVERY)
-    parser.add_argument("--horizon", type=float, default=DEFAULT_HORIZON_S, help="seconds played ahead")
-    parser.add_argument("--candidates", nargs="+", default=list(DEFAULT_CANDIDATES))
-    parser.add_argument("--infer-weight", type=float, default=1.0)
+    add_switching_arguments(parser)
     parser.add_argument("--terminal-weight", type=float, default=0.0)
     parser.add_argument("--baselines", nargs="*", default=["ats", "ones-lend"])
     parser.add_argument("--seed", type=int, default=0)
@@ -67,21 +53,20 @@ def main(argv: list[str] | None = None) -> int:
         f"candidates {', '.join(args.candidates)}, infer_weight {args.infer_weight:g}, "
         f"terminal_weight {args.terminal_weight:g}; dynamics {args.dynamics}, seed {args.seed}"
     )
-    settings = LookaheadSettings(tuple(args.candidates), args.every, args.horizon, args.infer_weight)
+    settings = switching_settings(args)
     for name in args.workload:
         print(f"{name}:")
         reference: float | None = None
         for baseline in args.baselines:
             metrics, cpu = timed(make_policy(baseline), name, args.dynamics, args.seed)
-            print(row(baseline, metrics, cpu))
+            print(report_row(baseline, metrics, cpu, width=LABEL_WIDTH))
             if baseline == "ats":
                 reference = metrics.train_jct_mean
         oracle = OracleLookaheadPolicy(settings, terminal_weight=args.terminal_weight)
         metrics, cpu = timed(oracle, name, args.dynamics, args.seed)
         gain = "" if reference is None else f"  ({metrics.train_jct_mean / reference - 1:+.1%} vs ats)"
-        print(row("oracle-lookahead", metrics, cpu, gain))
-        followed = collections.Counter(oracle.candidates[c.chosen].label for c in oracle.choices)
-        ties = sum(1 for c in oracle.choices if c.scores.count(min(c.scores)) > 1)
+        print(report_row("oracle-lookahead", metrics, cpu, gain, width=LABEL_WIDTH))
+        followed, ties = followed_and_ties(oracle)
         print(
             f"    {len(oracle.choices)} choice points ({ties} ties, to the earlier candidate); followed: "
             + ", ".join(f"{label} {followed[label]}" for label in args.candidates)

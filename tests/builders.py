@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from deepboot_env.policy import BasePolicy
+from deepboot_env.sim.metrics import EpisodeMetrics
 from deepboot_env.sim.workload import InferenceRequestSpec, TrainingJobSpec, Workload
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,6 +48,32 @@ def interrupt_when(argv: Sequence[str], ready: Callable[[], bool], timeout: floa
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=timeout)
     return proc.returncode, err
+
+
+WITHOUT_GYM_PRELUDE = (
+    "import sys\n"
+    "for m in ('gymnasium', 'stable_baselines3', 'sb3_contrib'): sys.modules[m] = None\n"
+    "from deepboot_env.sim.workload import TrainingJobSpec, Workload\n"
+    "from deepboot_env.sim.simulator import SimConfig, Simulator\n"
+    "from deepboot_env.sim.cluster import ClusterConfig\n"
+    "one_ncf_job = Workload('w', (TrainingJobSpec('a', 0.0, 'ncf', 1, 32768),))\n"
+    "one_gpu = SimConfig(cluster=ClusterConfig(1, 0, 1))\n"
+)
+"""What :func:`assert_runs_without_gym` runs first: gymnasium, SB3 and sb3-contrib made
+unimportable, then from the simulation core ``one_ncf_job`` (a workload of one 1-GPU ncf job) and
+``one_gpu`` (a ``SimConfig`` of one node with one GPU)."""
+
+
+def assert_runs_without_gym(code: str) -> None:
+    """Run :data:`WITHOUT_GYM_PRELUDE` and then ``code`` in a fresh interpreter in the repository,
+    and assert that it exits 0 (showing its stderr otherwise)."""
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT_GYM_PRELUDE + code], cwd=REPO, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
 
 
 def masked_random_action(env, rng):
@@ -116,6 +143,41 @@ def run_lending_twice(apps: Sequence[str], recorder: Callable[[], RecordingPolic
     assert json.dumps(metrics.deterministic_dict(), sort_keys=True) == json.dumps(
         again.deterministic_dict(), sort_keys=True
     )
+    return rec, metrics
+
+
+def recorded_episode(
+    recorder: RecordingPolicy, apps: Sequence[str], cluster: str = "2x4", seed: int = 3, n: int = 8
+) -> tuple[RecordingPolicy, EpisodeMetrics]:
+    """``recorder``'s episode of :func:`training_workload` (``n`` jobs of ``apps``) on ``cluster``
+    (``pollux`` restarts, policy ``seed``): the recorder and the metrics."""
+    from deepboot_env.evaluation import run_episode
+    from deepboot_env.sim.cluster import ClusterConfig
+    from deepboot_env.sim.simulator import SimConfig
+
+    config = SimConfig(cluster=ClusterConfig.parse(cluster), restart="pollux")
+    return recorder, run_episode(recorder, training_workload(apps, n), config, seed=seed)
+
+
+def run_recorded_twice(
+    apps: Sequence[str], recorder: Callable[[], RecordingPolicy]
+) -> tuple[RecordingPolicy, EpisodeMetrics]:
+    """Run :func:`recorded_episode` of ``apps`` twice, each time under a fresh ``recorder()``, and
+    check what every population search must do there: all 8 jobs done, the two runs identical
+    (metrics, and the same jobs and GPUs at each of more than 5 decisions). The first run's
+    recorder and metrics."""
+    import json
+
+    import numpy as np
+
+    (rec, metrics), (again_rec, again) = recorded_episode(recorder(), apps), recorded_episode(recorder(), apps)
+    assert metrics.train_jobs_done == metrics.train_jobs == 8
+    assert json.dumps(metrics.deterministic_dict(), sort_keys=True) == json.dumps(
+        again.deterministic_dict(), sort_keys=True
+    )
+    assert len(rec.decisions) == len(again_rec.decisions) > 5
+    for (_, first, *_), (_, second, *_) in zip(rec.decisions, again_rec.decisions, strict=True):
+        assert first.keys() == second.keys() and all(np.array_equal(first[k], second[k]) for k in first)
     return rec, metrics
 
 

@@ -106,10 +106,7 @@ class Workload:
                     f"{where}: field 'application': unknown application {job.app!r}; "
                     f"expected one of {', '.join(APP_NAMES)}"
                 )
-            _check_time(where, "time", job.arrival)
-            if job.arrival < last:
-                raise WorkloadError(f"{where}: field 'time': rows are not sorted by arrival time")
-            last = job.arrival
+            last = _check_arrival(where, job.arrival, last)
             if job.num_replicas < 1:
                 raise WorkloadError(f"{where}: field 'num_replicas': must be >= 1, got {job.num_replicas}")
             if job.batch_size < 1:
@@ -131,10 +128,7 @@ class Workload:
                     f"{where}: field 'application': unknown inference model {req.app!r} "
                     f"in instance {req.instance!r}; expected one of {', '.join(APP_NAMES)}"
                 )
-            _check_time(where, "time", req.arrival)
-            if req.arrival < last:
-                raise WorkloadError(f"{where}: field 'time': rows are not sorted by arrival time")
-            last = req.arrival
+            last = _check_arrival(where, req.arrival, last)
             if not np.isfinite(req.duration) or req.duration <= 0:
                 raise WorkloadError(f"{where}: field 'duration': must be > 0, got {req.duration}")
         self._check_not_empty(src)
@@ -238,8 +232,13 @@ def _requests_valid(requests: tuple[InferenceRequestSpec, ...]) -> bool:
     )
 
 
-def _check_time(where: str, fieldname: str, value: float) -> None:
-    if not np.isfinite(value):
-        raise WorkloadError(f"{where}: field {fieldname!r}: not a finite number ({value!r})")
-    if value < 0:
-        raise WorkloadError(f"{where}: field {fieldname!r}: negative time {value}")
+def _check_arrival(where: str, arrival: float, previous: float) -> float:
+    """Check the arrival time of the row ``where`` (a finite time >= 0, not before ``previous``,
+    the arrival of the row before it of the same kind) and return it."""
+    if not np.isfinite(arrival):
+        raise WorkloadError(f"{where}: field 'time': not a finite number ({arrival!r})")
+    if arrival < 0:
+        raise WorkloadError(f"{where}: field 'time': negative time {arrival}")
+    if arrival < previous:
+        raise WorkloadError(f"{where}: field 'time': rows are not sorted by arrival time")
+    return arrival

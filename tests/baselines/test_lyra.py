@@ -17,7 +17,7 @@ from baselines.aryl import ArylDeepBootPolicy, aryl_values
 from baselines.lyra import LyraPolicy, extra_values, loanable_capacity
 from deepboot_env.config import EnvConfig
 from deepboot_env.evaluation import run_episode
-from deepboot_env.policy import available_policies, make_policy
+from deepboot_env.policy import Allocation, BasePolicy, available_policies, make_policy
 from deepboot_env.sim.aryl_mode import (
     ArylInferencePool,
     aryl_inference_nodes,
@@ -26,7 +26,7 @@ from deepboot_env.sim.aryl_mode import (
 )
 from deepboot_env.sim.cluster import ClusterConfig, ClusterLedger
 from deepboot_env.sim.simulator import SimConfig, Simulator
-from deepboot_env.sim.state import RequestView
+from deepboot_env.sim.state import ClusterState, RequestView
 from deepboot_env.sim.workload import InferenceRequestSpec, TrainingJobSpec, Workload
 from deepboot_harness.cli import build_parser, sim_config_from_args
 
@@ -148,6 +148,16 @@ def test_request_lands_on_server_and_evicts_all_its_training() -> None:
     assert sim.ledger.pod_counts() == [0, 0, 1, 0] and sim.reclaims == 4
 
 
+def _first_decision(
+    policy: BasePolicy, name: str, jobs: tuple[TrainingJobSpec, ...], pool: str
+) -> tuple[ClusterState, Allocation]:
+    """The first state of the workload ``name`` of training ``jobs`` in one shared pool ``pool``
+    (e.g. ``"1x4"``) and ``policy``'s decision on it."""
+    sim = Simulator(Workload(name, jobs), SimConfig(cluster=ClusterConfig.parse_shared(pool)), policy)
+    state = sim.observe()
+    return state, policy.decide(state)
+
+
 def test_aryl_deepboot_values_and_long_jobs_first() -> None:
     np.testing.assert_allclose(aryl_values(100.0, 3), [0.0, 50.0, 200.0 / 3, 75.0])
     np.testing.assert_allclose(aryl_values(100.0, 1), [0.0, 100.0])  # a 1-GPU job gets T
@@ -155,10 +165,7 @@ def test_aryl_deepboot_values_and_long_jobs_first() -> None:
         TrainingJobSpec("short", 0.0, "cifar10", 1, 2048),
         TrainingJobSpec("long", 0.0, "deepspeech2", 1, 320),
     )
-    policy = ArylDeepBootPolicy()
-    sim = Simulator(Workload("two", jobs), SimConfig(cluster=ClusterConfig.parse_shared("1x1")), policy)
-    state = sim.observe()
-    alloc = policy.decide(state)
+    _, alloc = _first_decision(ArylDeepBootPolicy(), "two", jobs, "1x1")
     # one GPU: the knapsack's value T favours the job with the longer remaining time
     assert alloc.replicas(1) == 1 and alloc.replicas(0) == 0
 
@@ -169,10 +176,7 @@ def test_lyra_base_demand_first_then_extra_by_jct_reduction() -> None:
         TrainingJobSpec("b", 0.0, "deepspeech2", 4, 320),
         TrainingJobSpec("c", 0.0, "ncf", 1, 32768),
     )
-    policy = LyraPolicy()
-    sim = Simulator(Workload("three", jobs), SimConfig(cluster=ClusterConfig.parse_shared("1x4")), policy)
-    state = sim.observe()
-    alloc = policy.decide(state)
+    state, alloc = _first_decision(LyraPolicy(), "three", jobs, "1x4")
     counts = [alloc.replicas(i) for i in range(3)]
     assert all(k >= 1 for k in counts) and sum(counts) == 4  # everyone's base, then the rest
     best = int(np.argmax([extra_values(state.job(i), 1, 4)[1] for i in range(2)]))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 from builders import (
@@ -12,7 +10,9 @@ from builders import (
     cluster_state,
     job_view,
     lending_workload,
+    recorded_episode,
     run_lending_twice,
+    run_recorded_twice,
     training_workload,
     warm_start_problem,
 )
@@ -72,13 +72,6 @@ def _check_decision(state, alloc, prob, best, lend: bool) -> None:
             assert app.min_local_bsz <= b / k <= app.max_local_bsz
 
 
-def _episode(policy_kw: dict, cluster: str = "2x4", seed: int = 3, n: int = 8):
-    rec = _recording(OnesPolicy(**policy_kw))
-    cfg = SimConfig(cluster=ClusterConfig.parse(cluster), restart="pollux")
-    metrics = run_episode(rec, training_workload(APPS, n), cfg, seed=seed)
-    return rec, metrics
-
-
 def test_registered_names():
     plain = make_policy("ones")
     assert plain.name == "ones" and not plain.lend and plain.adaptive_batch
@@ -87,24 +80,19 @@ def test_registered_names():
 
 
 def test_episode_completes_is_deterministic_and_valid():
-    rec1, m1 = _episode(dict(SMALL))
-    rec2, m2 = _episode(dict(SMALL))
-    assert m1.train_jobs_done == m1.train_jobs == 8
-    assert json.dumps(m1.deterministic_dict(), sort_keys=True) == json.dumps(m2.deterministic_dict(), sort_keys=True)
-    assert len(rec1.decisions) == len(rec2.decisions) > 5
-    for (s1, a1, p1, b1), (_, a2, _, _) in zip(rec1.decisions, rec2.decisions, strict=True):
-        assert a1.keys() == a2.keys() and all(np.array_equal(a1[k], a2[k]) for k in a1)
-        _check_decision(s1, a1, p1, b1, lend=False)
+    rec, _ = run_recorded_twice(APPS, lambda: _recording(OnesPolicy(**SMALL)))
+    for state, alloc, prob, best in rec.decisions:
+        _check_decision(state, alloc, prob, best, lend=False)
     # elastic: some job ran on more than one GPU
-    assert any(a.sum() > 1 for _, al, _, _ in rec1.decisions for a in al.values())
+    assert any(a.sum() > 1 for _, al, _, _ in rec.decisions for a in al.values())
     # a different seed is a different (still valid, still complete) run of the same search
-    _, m3 = _episode(dict(SMALL), seed=4)
+    _, m3 = recorded_episode(_recording(OnesPolicy(**SMALL)), APPS, seed=4)
     assert m3.train_jobs_done == 8
 
 
 def test_tiny_workload_golden_ish_against_tiresias():
     """ONES completes the tiny trace and beats gang-scheduled Tiresias on it."""
-    _, ones = _episode(dict(SMALL))
+    _, ones = recorded_episode(_recording(OnesPolicy(**SMALL)), APPS)
     tiresias = run_episode(
         "tiresias", training_workload(APPS, 8), SimConfig(cluster=ClusterConfig.parse("2x4"), restart="pollux"), seed=3
     )

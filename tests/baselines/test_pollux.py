@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 from builders import (
@@ -12,6 +10,7 @@ from builders import (
     cluster_state,
     job_view,
     run_lending_twice,
+    run_recorded_twice,
     training_workload,
     warm_start_problem,
 )
@@ -24,7 +23,6 @@ from baselines.pollux_ga import (
     power_mean,
     restart_factor,
 )
-from deepboot_env.evaluation import run_episode
 from deepboot_env.policy import make_policy
 from deepboot_env.sim.cluster import ClusterConfig
 from deepboot_env.sim.simulator import SimConfig, Simulator
@@ -47,13 +45,6 @@ def _check_constraints(state: ClusterState, alloc: dict[int, np.ndarray], lend: 
     assert np.all(distributed_per_node <= 1), "two distributed jobs share a node"
 
 
-def _episode(policy_kw: dict, cluster: str = "2x4", seed: int = 3, n: int = 8):
-    rec = RecordingPolicy(PolluxPolicy(**policy_kw))
-    cfg = SimConfig(cluster=ClusterConfig.parse(cluster), restart="pollux")
-    metrics = run_episode(rec, training_workload(APPS, n), cfg, seed=seed)
-    return rec, metrics
-
-
 def test_registered_names():
     assert make_policy("pollux").name == "pollux"
     lend = make_policy("pollux-lend", population=10, generations=2)
@@ -62,16 +53,11 @@ def test_registered_names():
 
 
 def test_same_seed_same_episode_and_valid_allocations():
-    rec1, m1 = _episode(dict(SMALL))
-    rec2, m2 = _episode(dict(SMALL))
-    assert m1.train_jobs_done == m1.train_jobs == 8
-    assert json.dumps(m1.deterministic_dict(), sort_keys=True) == json.dumps(m2.deterministic_dict(), sort_keys=True)
-    assert len(rec1.decisions) == len(rec2.decisions) > 5
-    for (s1, a1), (_, a2) in zip(rec1.decisions, rec2.decisions, strict=True):
-        assert a1.keys() == a2.keys() and all(np.array_equal(a1[k], a2[k]) for k in a1)
-        _check_constraints(s1, a1, lend=False)
+    rec, _ = run_recorded_twice(APPS, lambda: RecordingPolicy(PolluxPolicy(**SMALL)))
+    for state, alloc in rec.decisions:
+        _check_constraints(state, alloc, lend=False)
     # some job actually spans nodes at some point, so interference avoidance was exercised
-    assert any(np.count_nonzero(a) > 1 for _, al in rec1.decisions for a in al.values())
+    assert any(np.count_nonzero(a) > 1 for _, al in rec.decisions for a in al.values())
 
 
 def test_lending_episode_with_inference_reclaims_and_stays_valid():

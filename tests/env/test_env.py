@@ -8,7 +8,7 @@ import warnings
 import gymnasium as gym
 import numpy as np
 import pytest
-from builders import REPO, masked_random_action
+from builders import assert_runs_without_gym, masked_random_action
 
 import deepboot_env  # noqa: F401  (registers DeepBoot-v0)
 from deepboot_env.env import DeepBootEnv
@@ -268,20 +268,11 @@ def test_observation_equals_the_per_job_reference(small_workload, cluster) -> No
 def test_encoding_works_without_gymnasium() -> None:
     """encode_observation and the target codec need only the simulator (the policy adapter
     runs a saved model through them); importing them does not import gymnasium."""
-    import subprocess
-    import sys
-
-    code = (
-        "import sys\n"
-        "for m in ('gymnasium', 'stable_baselines3', 'sb3_contrib'): sys.modules[m] = None\n"
+    assert_runs_without_gym(
         "import numpy as np\n"
-        "from deepboot_env.sim.workload import TrainingJobSpec, Workload\n"
-        "from deepboot_env.sim.simulator import SimConfig, Simulator\n"
-        "from deepboot_env.sim.cluster import ClusterConfig\n"
         "from deepboot_env.env.action import TargetCodec\n"
         "from deepboot_env.env.observation import JOB_FEATURES, encode_observation\n"
-        "sim = Simulator(Workload('w', (TrainingJobSpec('a', 0.0, 'ncf', 1, 32768),)), "
-        "SimConfig(cluster=ClusterConfig(1, 0, 1)))\n"
+        "sim = Simulator(one_ncf_job, one_gpu)\n"
         "state = sim.observe()\n"
         "obs = encode_observation(state, 2)\n"
         "assert obs['jobs'].shape == (2 * len(JOB_FEATURES),) and obs['jobs'][0] == 1.0\n"
@@ -291,8 +282,6 @@ def test_encoding_works_without_gymnasium() -> None:
         "alloc, repaired = codec.decode_allocation(np.array([1, 0, 0]), state)\n"
         "assert alloc.gpus[0].tolist() == [1] and repaired == 0\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
 
 
 def _trim_one_gpu_at_a_time(targets: dict[int, int], jobs: dict, excess: int) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from builders import REPO
+from builders import REPO, assert_runs_without_gym
 
 from deepboot_env.evaluation import run_episode
 from deepboot_env.placement import best_fit
@@ -120,19 +120,11 @@ def test_same_metrics_in_a_fresh_process_with_another_hash_seed() -> None:
 
 def test_simulation_core_imports_no_gym_or_sb3() -> None:
     """With gymnasium and SB3 made unimportable, the core, fifo and the evaluation loop still run."""
-    code = (
-        "import sys\n"
-        "for m in ('gymnasium', 'stable_baselines3', 'sb3_contrib'): sys.modules[m] = None\n"
-        "from deepboot_env.sim.workload import TrainingJobSpec, Workload\n"
-        "from deepboot_env.sim.simulator import SimConfig\n"
-        "from deepboot_env.sim.cluster import ClusterConfig\n"
+    assert_runs_without_gym(
         "from deepboot_env.evaluation import run_episode\n"
-        "wl = Workload('w', (TrainingJobSpec('a', 0.0, 'ncf', 1, 32768),))\n"
-        "m = run_episode('fifo', wl, SimConfig(cluster=ClusterConfig(1, 0, 1)))\n"
+        "m = run_episode('fifo', one_ncf_job, one_gpu)\n"
         "assert m.train_jobs_done == 1\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
 
 
 def test_simulation_core_sources_import_no_gym_or_sb3() -> None:

@@ -12,6 +12,7 @@ from deepboot_env.evaluation import run_episode
 from deepboot_env.sim.apps import get_app
 from deepboot_env.sim.cluster import ClusterConfig
 from deepboot_env.sim.goodput import iteration_time, split_batch, statistical_gain
+from deepboot_env.sim.metrics import EpisodeMetrics
 from deepboot_env.sim.simulator import SimConfig
 from deepboot_env.sim.workload import TrainingJobSpec, Workload
 
@@ -39,16 +40,20 @@ def boundary_after(t: float, interval: float = 60.0) -> float:
     return math.ceil(t / interval) * interval
 
 
+def golden_run(
+    policy: str, app: str, batch: int, arrivals: dict[str, float], restart: str = "afe"
+) -> tuple[EpisodeMetrics, float, int]:
+    """``policy``'s episode of one-GPU ``app`` jobs with a total batch of ``batch``, arriving at
+    ``arrivals`` (name -> s), on one node with one GPU; with the application's full restart delay
+    and one job's :func:`work_seconds`."""
+    jobs = tuple(TrainingJobSpec(name, arrival, app, 1, batch) for name, arrival in arrivals.items())
+    config = SimConfig(cluster=ClusterConfig(train_nodes=1, infer_nodes=0, gpus_per_node=1), restart=restart)
+    metrics = run_episode(policy, Workload(f"golden-{policy}", jobs), config)
+    return metrics, get_app(app).full_restart_delay, work_seconds(app, 1, batch)
+
+
 def test_fifo_two_jobs_on_one_gpu_run_one_after_the_other() -> None:
-    jobs = (
-        TrainingJobSpec("a", 30.0, "cifar10", 1, 128),
-        TrainingJobSpec("b", 40.0, "cifar10", 1, 128),
-    )
-    wl = Workload("golden-fifo", jobs)
-    config = SimConfig(cluster=ClusterConfig(train_nodes=1, infer_nodes=0, gpus_per_node=1), restart="afe")
-    metrics = run_episode("fifo", wl, config)
-    delay = get_app("cifar10").full_restart_delay
-    work = work_seconds("cifar10", 1, 128)
+    metrics, delay, work = golden_run("fifo", "cifar10", 128, {"a": 30.0, "b": 40.0})
     end_a = 60.0 + delay + work
     start_b = boundary_after(end_a)
     end_b = start_b + delay + work
@@ -61,15 +66,7 @@ def test_ats_tie_rule_gives_the_gpu_to_the_later_job_first() -> None:
     """Two ncf jobs arrive together at a boundary on a 1-GPU cluster. Both are worth 0 (age 0), and
     ATS's trace-back takes the smallest w attaining the optimum for the *last* job in its order
     first, so the later job runs first; the other waits until the GPU is free at a boundary."""
-    jobs = (
-        TrainingJobSpec("first", 0.0, "ncf", 1, 32768),
-        TrainingJobSpec("second", 0.0, "ncf", 1, 32768),
-    )
-    wl = Workload("golden-ats", jobs)
-    config = SimConfig(cluster=ClusterConfig(train_nodes=1, infer_nodes=0, gpus_per_node=1), restart="afe")
-    metrics = run_episode("ats", wl, config)
-    delay = get_app("ncf").full_restart_delay
-    work = work_seconds("ncf", 1, 32768)
+    metrics, delay, work = golden_run("ats", "ncf", 32768, {"first": 0.0, "second": 0.0})
     end_second = 0.0 + delay + work
     assert work < 60, "the golden case assumes an ncf job shorter than one interval"
     start_first = boundary_after(end_second)
@@ -78,8 +75,6 @@ def test_ats_tie_rule_gives_the_gpu_to_the_later_job_first() -> None:
 
 @pytest.mark.parametrize("restart, stall", [("afe", "full"), ("full", "full"), ("pollux", 30.0)])
 def test_first_start_stall_per_restart_model(restart: str, stall: object) -> None:
-    wl = Workload("one", (TrainingJobSpec("j", 61.0, "cifar10", 1, 128),))
-    config = SimConfig(cluster=ClusterConfig(train_nodes=1, infer_nodes=0, gpus_per_node=1), restart=restart)
-    metrics = run_episode("fifo", wl, config)
-    delay = get_app("cifar10").full_restart_delay if stall == "full" else stall
-    assert metrics.jcts["j"] == 120.0 + delay + work_seconds("cifar10", 1, 128) - 61.0
+    metrics, full_delay, work = golden_run("fifo", "cifar10", 128, {"j": 61.0}, restart)
+    delay = full_delay if stall == "full" else stall
+    assert metrics.jcts["j"] == 120.0 + delay + work - 61.0

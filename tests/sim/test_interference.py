@@ -200,46 +200,43 @@ def test_matrix_rows_wildcards_and_precedence() -> None:
     assert model.network_array[b, c] == 0.0 and model.host_array[b, c] == 0.3
 
 
+BAD_CSV_MATRICES: list[tuple[str, str]] = [
+    ("app,neighbor,network,host\nbert,cifar100,0.1,0\n", r"line 2: field 'neighbor': unknown application"),
+    ("app,neighbor,network,host\nbert,ncf,abc,0\n", r"line 2: field 'network': expected a number, got 'abc'"),
+    ("app,neighbor,network,host\nbert,ncf,0.1,0\nncf,bert,1.5,0\n", r"line 3: field 'network': .*not in \[0, 1\)"),
+    ("app,neighbor,network,host\nbert,ncf,0.6,0.5\n", r"line 2: network \+ host"),
+    ("app,neighbor,network,host\nbert,ncf,0.1,0\nbert,ncf,0.2,0\n", r"line 3: pair bert,ncf repeats line 2"),
+    ("app,network,host\nbert,0.1,0\n", r"header has no 'neighbor' column"),
+    ("app,neighbor,speed\nbert,ncf,0.1\n", r"unknown column 'speed'"),
+    ("", r"empty file"),
+    ("app,neighbor,network,host\n", r"no rows"),
+    ("app,neighbor,network,host\nbert,ncf,0.1,0,7\n", r"line 2: more fields"),
+    ("app,neighbor,network,host\nbert,,0.1,0\n", r"line 2: field 'neighbor' is missing"),
+]
+"""Malformed CSV matrix files and the error each gets."""
+
+BAD_JSON_MATRICES: list[tuple[str, str]] = [
+    ("{not json", r"invalid JSON"),
+    ('{"rows": []}', r"'pairs' list"),
+    ('{"pairs": 3}', r"'pairs' must be a list"),
+    ('[{"app": "bert", "neighbor": "ncf", "network": true}]', r"pair 1: field 'network': expected a number"),
+    ('[{"app": "bert", "neighbor": "ncf", "latency": 1}]', r"pair 1: unknown field 'latency'"),
+    ("[3]", r"pair 1: expected an object"),
+]
+"""Malformed JSON matrix files and the error each gets."""
+
+
 @pytest.mark.parametrize(
-    "text, match",
-    [
-        ("app,neighbor,network,host\nbert,cifar100,0.1,0\n", r"line 2: field 'neighbor': unknown application"),
-        ("app,neighbor,network,host\nbert,ncf,abc,0\n", r"line 2: field 'network': expected a number, got 'abc'"),
-        ("app,neighbor,network,host\nbert,ncf,0.1,0\nncf,bert,1.5,0\n", r"line 3: field 'network': .*not in \[0, 1\)"),
-        ("app,neighbor,network,host\nbert,ncf,0.6,0.5\n", r"line 2: network \+ host"),
-        ("app,neighbor,network,host\nbert,ncf,0.1,0\nbert,ncf,0.2,0\n", r"line 3: pair bert,ncf repeats line 2"),
-        ("app,network,host\nbert,0.1,0\n", r"header has no 'neighbor' column"),
-        ("app,neighbor,speed\nbert,ncf,0.1\n", r"unknown column 'speed'"),
-        ("", r"empty file"),
-        ("app,neighbor,network,host\n", r"no rows"),
-        ("app,neighbor,network,host\nbert,ncf,0.1,0,7\n", r"line 2: more fields"),
-        ("app,neighbor,network,host\nbert,,0.1,0\n", r"line 2: field 'neighbor' is missing"),
-    ],
+    "filename, text, match",
+    [("m.csv", text, match) for text, match in BAD_CSV_MATRICES]
+    + [("m.json", text, match) for text, match in BAD_JSON_MATRICES],
 )
-def test_bad_csv_matrix_names_file_row_and_field(tmp_path: Path, text: str, match: str) -> None:
-    path = tmp_path / "m.csv"
+def test_bad_matrix_file_names_file_row_and_field(tmp_path: Path, filename: str, text: str, match: str) -> None:
+    path = tmp_path / filename
     path.write_text(text)
     with pytest.raises(InterferenceError, match=match) as err:
         InterferenceModel.from_file(path)
     assert str(path) in str(err.value)
-
-
-@pytest.mark.parametrize(
-    "content, match",
-    [
-        ("{not json", r"invalid JSON"),
-        ('{"rows": []}', r"'pairs' list"),
-        ('{"pairs": 3}', r"'pairs' must be a list"),
-        ('[{"app": "bert", "neighbor": "ncf", "network": true}]', r"pair 1: field 'network': expected a number"),
-        ('[{"app": "bert", "neighbor": "ncf", "latency": 1}]', r"pair 1: unknown field 'latency'"),
-        ("[3]", r"pair 1: expected an object"),
-    ],
-)
-def test_bad_json_matrix(tmp_path: Path, content: str, match: str) -> None:
-    path = tmp_path / "m.json"
-    path.write_text(content)
-    with pytest.raises(InterferenceError, match=match):
-        InterferenceModel.from_file(path)
 
 
 def test_matrix_file_formats_and_missing_file(tmp_path: Path) -> None:
