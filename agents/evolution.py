@@ -50,7 +50,7 @@ import numpy as np
 
 from agents.hyperparameters import parse_kv
 from agents.interrupt import TrainingInterrupted, command_words, resume_command
-from agents.priority import FEATURES, PriorityModel, PriorityPolicy, srpt_theta
+from agents.priority import FEATURES, KNOWN_FEATURES, PriorityModel, PriorityPolicy, srpt_theta
 from agents.run_config import FAMILY_SEEDS, TrainSettings, load_conf
 from agents.run_folder import next_run_dir, write_config
 from baselines.ats import AtsPolicy
@@ -59,6 +59,7 @@ from deepboot_env.config import sim_config
 from deepboot_env.evaluation import StalledEpisodeError, run_episode
 from deepboot_env.limits import MAX_ES_STATE_BYTES, names, parse_json, read_bounded, shown
 from deepboot_env.pool import LOCAL, Backend, available_cpus, run_pool
+from deepboot_env.sim.apps import APP_NAMES
 from deepboot_env.stops import Stopped, StopSignals
 from traces.families import FAMILIES, FamilyError, cached_scenario, family_sampler, split_seeds
 
@@ -67,12 +68,12 @@ DYNAMICS = "v1"
 
 Scenario = tuple[str, int]
 """(family, seed)."""
-Item = tuple[tuple[float, ...] | None, str, int]
-"""One episode to run: theta (None: ``ats``), family, seed."""
+Item = tuple[tuple[float, ...] | None, str, int, tuple[str, ...]]
+"""One episode to run: theta (None: ``ats``), family, seed, theta's features."""
 EVAL_COLUMNS = ("timesteps", "generation", "workload", "train_jct_mean", "jct_ratio")
 """Columns of ``evaluations.csv`` (``timesteps``: training episodes so far)."""
-GENERATION_COLUMNS = ("generation", "episodes", "train_jct_ratio", "candidate_mean", "candidate_best", *FEATURES)
-"""Columns of ``generations.csv``."""
+GENERATION_COLUMNS = ("generation", "episodes", "train_jct_ratio", "candidate_mean", "candidate_best")
+"""The first columns of ``generations.csv``; theta follows, one column per feature."""
 
 
 class EsConfigError(ValueError):
@@ -91,6 +92,9 @@ class EsSettings:
         learning_rate: Adam's step size on theta.
         eval_freq: validate every this many generations (and at generation 0).
         srpt_power: the warm start, ``ats-srpt``'s power.
+        arrival_tilt: > 0 adds the ``arrival_rank`` feature, starting at this coefficient (0.15:
+            the warm start is ``ats-srpt-fcfs``).
+        app_features: 1 adds one ``app_<name>`` feature per application, starting at 0.
     """
 
     generations: int = 24
@@ -100,6 +104,15 @@ class EsSettings:
     learning_rate: float = 0.02
     eval_freq: int = 2
     srpt_power: float = 0.25
+    arrival_tilt: float = 0.0
+    app_features: int = 0
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        """The features theta weighs: :data:`~agents.priority.FEATURES` and the extras asked for."""
+        extras = ("arrival_rank",) if self.arrival_tilt > 0 else ()
+        apps = tuple(f"app_{name}" for name in APP_NAMES) if self.app_features else ()
+        return FEATURES + extras + apps
 
     @classmethod
     def of(cls, values: dict[str, Any]) -> EsSettings:
@@ -122,8 +135,11 @@ class EsSettings:
         for name in ("sigma", "learning_rate"):
             if not (0 < getattr(settings, name) < math.inf):
                 raise EsConfigError(f"ES setting {name} must be > 0 and finite, got {getattr(settings, name)}")
-        if not (0 <= settings.srpt_power < math.inf):
-            raise EsConfigError(f"ES setting srpt_power must be >= 0 and finite, got {settings.srpt_power}")
+        for name in ("srpt_power", "arrival_tilt"):
+            if not (0 <= getattr(settings, name) < math.inf):
+                raise EsConfigError(f"ES setting {name} must be >= 0 and finite, got {getattr(settings, name)}")
+        if settings.app_features not in (0, 1):
+            raise EsConfigError(f"ES setting app_features must be 0 or 1, got {settings.app_features}")
         return settings
 
 
@@ -153,9 +169,9 @@ def episode_jct(item: Item) -> float:
     """Mean training JCT of one episode: theta's priority policy (``ats`` for None) on scenario
     ``seed`` of ``family`` (a worker's job); infinite for an episode the watchdog stopped (no
     training progress for a week of simulated time: a candidate that thrashes ranks last)."""
-    theta, family, seed = item
+    theta, family, seed, features = item
     scenario = cached_scenario(family, seed)
-    policy = AtsPolicy() if theta is None else PriorityPolicy(theta)
+    policy = AtsPolicy() if theta is None else PriorityPolicy(theta, features=features)
     config = scenario.configure(sim_config(dynamics=DYNAMICS))
     try:
         return float(run_episode(policy, scenario.workload, config).train_jct_mean)
@@ -180,10 +196,13 @@ class EsState:
 
     @classmethod
     def start(cls, settings: EsSettings, seed: int) -> EsState:
-        """A new run's state: ``ats-srpt``'s theta, Adam at rest, the generator seeded by ``seed``."""
-        zeros = [0.0] * len(FEATURES)
+        """A new run's state: the warm start's theta (``ats-srpt``, or ``ats-srpt-fcfs`` with
+        ``arrival_tilt`` 0.15), Adam at rest, the generator seeded by ``seed``."""
+        features = settings.features
+        zeros = [0.0] * len(features)
         rng = dict(np.random.default_rng(seed).bit_generator.state)
-        return cls(srpt_theta(settings.srpt_power).tolist(), zeros, list(zeros), rng=rng)
+        theta = srpt_theta(settings.srpt_power, features, settings.arrival_tilt)
+        return cls(theta.tolist(), zeros, list(zeros), rng=rng)
 
     @classmethod
     def load(cls, path: Path) -> EsState:
@@ -233,10 +252,13 @@ def check_state(path: Path, doc: Any) -> dict[str, Any]:
     odd = sorted(set(doc) - set(STATE_FIELDS), key=str)
     if odd or not {"theta", "m", "v"} <= set(doc):
         raise EsConfigError(f"{path}: expected the fields {', '.join(STATE_FIELDS)}; unknown or missing: {shown(odd)}")
+    sizes = range(len(FEATURES), len(KNOWN_FEATURES) + 1)
     for name in ("theta", "m", "v"):
         value = doc[name]
-        if not (isinstance(value, list) and len(value) == len(FEATURES) and all(map(_is_number, value))):
-            raise bad(name, f"{len(FEATURES)} finite numbers")
+        if not (isinstance(value, list) and len(value) in sizes and all(map(_is_number, value))):
+            raise bad(name, f"{len(FEATURES)} to {len(KNOWN_FEATURES)} finite numbers")
+        if len(value) != len(doc["theta"]):
+            raise bad(name, f"as many numbers as theta ({len(doc['theta'])})")
     if any(x < 0 for x in doc["v"]):
         raise bad("v", "non-negative (Adam's second moments)")
     for name in ("generation", "episodes"):
@@ -281,7 +303,7 @@ def verify_cache(path: Path, state: EsState, checks: int = 2) -> None:
     picks = [keys[0], keys[-1]][:checks] if keys else []
     for key in dict.fromkeys(picks):
         family, _, seed = key.partition("/")
-        jct = episode_jct((None, family, int(seed)))
+        jct = episode_jct((None, family, int(seed), ()))
         saved = state.ats_jct[key]
         if not math.isclose(jct, saved, rel_tol=1e-9):
             raise EsConfigError(
@@ -356,17 +378,19 @@ class EsRun:
     def _run(self, items: Sequence[Item], label: str) -> list[float]:
         """JCTs of the items (ATS results cached in the state)."""
         cache = self.state.ats_jct
-        needed = sorted({(f, s) for _, f, s in items if f"{f}/{s}" not in cache})
-        todo = [(None, f, s) for f, s in needed] + [it for it in items if it[0] is not None]
+        needed = sorted({(f, s) for _, f, s, _ in items if f"{f}/{s}" not in cache})
+        todo = [(None, f, s, ()) for f, s in needed] + [it for it in items if it[0] is not None]
         results = run_pool(episode_jct, todo, self.jobs, False, label, backend=self.backend)
         for (f, s), jct in zip(needed, results, strict=False):
             cache[f"{f}/{s}"] = jct
         out = iter(results[len(needed) :])
-        return [cache[f"{f}/{s}"] if theta is None else next(out) for theta, f, s in items]
+        return [cache[f"{f}/{s}"] if theta is None else next(out) for theta, f, s, _ in items]
 
     def ratios(self, thetas: Sequence[tuple[float, ...]], scenarios: Sequence[Scenario], label: str) -> np.ndarray:
         """``(len(thetas), len(scenarios))`` JCT ratios to ``ats``."""
-        items: list[Item] = [(None, f, s) for f, s in scenarios] + [(t, f, s) for t in thetas for f, s in scenarios]
+        features = self.settings.features
+        items: list[Item] = [(None, f, s, ()) for f, s in scenarios]
+        items += [(t, f, s, features) for t in thetas for f, s in scenarios]
         jcts = np.asarray(self._run(items, label), dtype=float)
         ats, rest = jcts[: len(scenarios)], jcts[len(scenarios) :]
         return rest.reshape(len(thetas), len(scenarios)) / ats
@@ -410,7 +434,7 @@ class EsRun:
             "machine": machine(),
             "settings": asdict(self.settings),
         }
-        return PriorityModel(tuple(self.state.theta), info=info)
+        return PriorityModel(tuple(self.state.theta), self.settings.features, info=info)
 
     def generation(self) -> None:
         """One generation: draw scenarios and directions, run the candidates, step theta."""
@@ -418,7 +442,7 @@ class EsRun:
         train = split_seeds("train")
         draws = [(f, self.rng.integers(len(train))) for f in self.families for _ in range(cfg.seeds_per_family)]
         batch = [(f, int(train[i])) for f, i in draws]
-        eps = self.rng.standard_normal((cfg.pairs, len(FEATURES)))
+        eps = self.rng.standard_normal((cfg.pairs, len(st.theta)))
         theta = np.asarray(st.theta)
         cands = [theta, *(theta + cfg.sigma * eps), *(theta - cfg.sigma * eps)]
         ratios = self.ratios([tuple(c.tolist()) for c in cands], batch, f"generation {st.generation}")
@@ -435,12 +459,12 @@ class EsRun:
         w.add_scalar("es/candidate_best", float(fitness.min()), st.generation)
         w.add_scalar("es/gradient_norm", float(np.linalg.norm(grad)), st.generation)
         w.add_scalar("es/episodes", st.episodes, st.generation)
-        for name, value in zip(FEATURES, st.theta, strict=True):
+        features = cfg.features
+        for name, value in zip(features, st.theta, strict=True):
             w.add_scalar(f"theta/{name}", value, st.generation)
         values = [st.generation, st.episodes, fitness[0], fitness.mean(), fitness.min(), *st.theta]
-        append_csv(
-            self.run_dir / "generations.csv", GENERATION_COLUMNS, [dict(zip(GENERATION_COLUMNS, values, strict=True))]
-        )
+        columns = GENERATION_COLUMNS + features
+        append_csv(self.run_dir / "generations.csv", columns, [dict(zip(columns, values, strict=True))])
         if self.log:
             spread = f"{fitness.min():.4f}-{fitness.max():.4f}"
             self.log(f"generation {st.generation}: train JCT ratio {fitness[0]:.4f} (candidates {spread})")
@@ -627,4 +651,9 @@ def es_state(flags: TrainSettings, run_dir: Path, values: dict[str, Any]) -> tup
     if state is not None and flags.n_timesteps is not None:
         values["generations"] = state.generation + flags.n_timesteps
     settings = EsSettings.of(values)
+    if state is not None and len(state.theta) != len(settings.features):
+        raise EsConfigError(
+            f"{run_dir / 'state.json'}: theta has {len(state.theta)} coefficients, the settings' features "
+            f"{len(settings.features)} ({', '.join(settings.features)})"
+        )
     return settings, state or EsState.start(settings, flags.seed)

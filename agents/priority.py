@@ -13,7 +13,9 @@ scorer is one linear map shared by every job, so the policy is permutation-equiv
 like the set policy of :mod:`agents.set_policy`, and a job's weight never depends on its slot.
 The knapsack keeps what makes ATS robust (its restart factor, caps and best-fit placement), the
 learned part decides who is worth GPUs. ``theta = (-0.25, 0, ...)`` is ``ats-srpt`` (up to a
-common factor, which does not change the knapsack's choice), the warm start of training.
+common factor, which does not change the knapsack's choice), the warm start of training. A model
+may add :data:`EXTRA_FEATURES` after the seven: the arrival rank (``ats-srpt-fcfs``'s tilt) and
+one indicator per application.
 
 A model is a small JSON file (:class:`PriorityModel`): the feature names, theta, and how it was
 made. Loading reads JSON only (nothing in the file can run code) and checks every field; a bad
@@ -35,6 +37,7 @@ from baselines.ats import AtsPolicy, epochs_left_work
 from deepboot_env.atomic import write_text
 from deepboot_env.limits import MAX_JSON_BYTES, parse_json, read_bounded, shown
 from deepboot_env.policy import JobView
+from deepboot_env.sim.apps import APP_NAMES
 from deepboot_env.sim.reclaim import fair_share_base
 
 FORMAT = "deepboot-priority/1"
@@ -65,6 +68,20 @@ FEATURES: tuple[str, ...] = (
 * ``untrained``: 1 if the job has not trained yet (no throughput observed).
 """
 
+EXTRA_FEATURES: tuple[str, ...] = ("arrival_rank", *(f"app_{name}" for name in APP_NAMES))
+"""Features a model may add after :data:`FEATURES` (its file names them):
+
+* ``arrival_rank``: +1 for the earliest arrival among the active jobs to -1 for the latest
+  (ties by job id; 0 for a job alone): with coefficient 0.15 beside ``log_remaining`` at -0.25,
+  the weights of ``ats-srpt-fcfs`` (its arrival tilt, docs/policies.md §8.7);
+* ``app_<name>``: 1 for a job of that application, else 0: how much an application is worth to
+  the knapsack beyond its remaining time, something a learner can find from experience where
+  the fitted speedup model the knapsack reads is off (docs/results.md §7).
+"""
+
+KNOWN_FEATURES: tuple[str, ...] = FEATURES + EXTRA_FEATURES
+"""Every feature a model may name, :data:`FEATURES` first."""
+
 HOUR_S = 3600.0
 PRESSURE_RANGE = (-3.0, 1.0)
 """The queue pressure is clipped to this range (from 1 job per 20 GPUs to 2.7 jobs per GPU)."""
@@ -79,9 +96,34 @@ class PriorityModelError(ValueError):
     """A priority model file cannot be used; the message names the file and the field."""
 
 
-def job_features(jobs: Sequence[JobView], fair: int, capacity: int) -> np.ndarray:
-    """The ``(len(jobs), len(FEATURES))`` feature matrix of ``jobs`` (see :data:`FEATURES`) at
-    fair share ``fair`` GPUs with ``capacity`` GPUs for training."""
+def job_features(jobs: Sequence[JobView], fair: int, capacity: int, features: Sequence[str] = FEATURES) -> np.ndarray:
+    """The ``(len(jobs), len(features))`` feature matrix of ``jobs`` at fair share ``fair`` GPUs
+    with ``capacity`` GPUs for training: :data:`FEATURES` (always computed), then any of
+    :data:`EXTRA_FEATURES` that ``features`` names, in the order ``features`` gives."""
+    rows = _base_features(jobs, fair, capacity)
+    if tuple(features) == FEATURES:
+        return rows
+    columns = dict(zip(FEATURES, rows.T, strict=True))
+    if "arrival_rank" in features:
+        columns["arrival_rank"] = arrival_ranks(jobs)
+    for name in APP_NAMES:
+        if f"app_{name}" in features:
+            columns[f"app_{name}"] = np.array([1.0 if job.app == name else 0.0 for job in jobs])
+    return np.stack([columns[name] for name in features], axis=1) if len(jobs) else np.empty((0, len(features)))
+
+
+def arrival_ranks(jobs: Sequence[JobView]) -> np.ndarray:
+    """Each job's ``arrival_rank``: +1 for the earliest arrival to -1 for the latest (ties by
+    id), 0 for a job alone (as ``AtsPolicy.job_weights`` tilts by arrival)."""
+    ranks = np.zeros(len(jobs))
+    if len(jobs) > 1:
+        order = sorted(range(len(jobs)), key=lambda i: (jobs[i].arrival, jobs[i].id))
+        ranks[order] = 1.0 - 2.0 * np.arange(len(jobs)) / (len(jobs) - 1)
+    return ranks
+
+
+def _base_features(jobs: Sequence[JobView], fair: int, capacity: int) -> np.ndarray:
+    """The :data:`FEATURES` columns of :func:`job_features`."""
     low, high = PRESSURE_RANGE
     pressure = min(max(math.log(max(len(jobs), 1) / max(capacity, 1)), low), high)
     rows = np.empty((len(jobs), len(FEATURES)))
@@ -103,36 +145,62 @@ def job_features(jobs: Sequence[JobView], fair: int, capacity: int) -> np.ndarra
     return rows
 
 
-def srpt_theta(power: float = 0.25) -> np.ndarray:
-    """The theta of ``ats-srpt`` with SRPT power ``power`` (the warm start of training)."""
-    theta = np.zeros(len(FEATURES))
-    theta[FEATURES.index("log_remaining")] = -power
+def srpt_theta(power: float = 0.25, features: Sequence[str] = FEATURES, arrival_tilt: float = 0.0) -> np.ndarray:
+    """The theta over ``features`` of ``ats-srpt`` with SRPT power ``power`` (the warm start of
+    training), and with ``arrival_tilt`` on ``arrival_rank`` (0.15: ``ats-srpt-fcfs``)."""
+    features = tuple(features)
+    theta = np.zeros(len(features))
+    theta[features.index("log_remaining")] = -power
+    if arrival_tilt:
+        theta[features.index("arrival_rank")] = arrival_tilt
     return theta
+
+
+def check_features(features: Sequence[str]) -> tuple[str, ...]:
+    """``features`` as a tuple, checked: :data:`FEATURES` first, then distinct names of
+    :data:`EXTRA_FEATURES` in their order.
+
+    Raises:
+        ValueError: naming what is wrong.
+    """
+    names = tuple(features)
+    extras = names[len(FEATURES) :]
+    if names[: len(FEATURES)] != FEATURES or list(extras) != [name for name in EXTRA_FEATURES if name in extras]:
+        raise ValueError(
+            f"features must be {', '.join(FEATURES)}, then distinct names of {', '.join(EXTRA_FEATURES)} in that "
+            f"order; got {shown(list(names))}"
+        )
+    return names
 
 
 class PriorityPolicy(AtsPolicy):
     """ATS whose knapsack weights each job by ``exp(theta . phi_j)`` (module docstring).
 
     Args:
-        theta: one coefficient per feature of :data:`FEATURES`.
+        theta: one coefficient per feature of ``features``.
         label: the policy's name in results.
+        features: :data:`FEATURES`, then any of :data:`EXTRA_FEATURES` (:func:`check_features`).
 
     Raises:
-        ValueError: if theta has the wrong length or a value that is not finite.
+        ValueError: if theta has the wrong length or a value that is not finite, or the
+            features are not valid.
     """
 
-    def __init__(self, theta: Sequence[float] | np.ndarray, label: str = "priority") -> None:
+    def __init__(
+        self, theta: Sequence[float] | np.ndarray, label: str = "priority", features: Sequence[str] = FEATURES
+    ) -> None:
+        self.features = check_features(features)
         values = np.asarray(theta, dtype=float)
-        if values.shape != (len(FEATURES),) or not np.isfinite(values).all():
+        if values.shape != (len(self.features),) or not np.isfinite(values).all():
             raise ValueError(
-                f"theta must be {len(FEATURES)} finite numbers ({', '.join(FEATURES)}), got {shown(theta)}"
+                f"theta must be {len(self.features)} finite numbers ({', '.join(self.features)}), got {shown(theta)}"
             )
         super().__init__(lend=True, label=label)
         self.theta = values
 
     def job_weights(self, jobs: Sequence[JobView], fair: int, capacity: int) -> np.ndarray:
         """``exp(theta . phi_j)`` per job over the heaviest job's, at least e^-:data:`MAX_SPREAD`."""
-        scores = job_features(jobs, fair, capacity) @ self.theta
+        scores = job_features(jobs, fair, capacity, self.features) @ self.theta
         return np.exp(np.maximum(scores - scores.max(), -MAX_SPREAD))
 
 
@@ -142,7 +210,7 @@ class PriorityModel:
 
     Attributes:
         theta: one coefficient per feature, in the order of ``features``.
-        features: the feature names (must be :data:`FEATURES`).
+        features: the feature names: :data:`FEATURES`, then any of :data:`EXTRA_FEATURES`.
         info: provenance, plain JSON (command, budget, validation score, ...).
     """
 
@@ -152,7 +220,7 @@ class PriorityModel:
 
     def policy(self, label: str = "priority") -> PriorityPolicy:
         """The policy this model defines."""
-        return PriorityPolicy(self.theta, label=label)
+        return PriorityPolicy(self.theta, label=label, features=self.features)
 
     def save(self, path: Path) -> None:
         """Write the model as JSON to ``path`` (its folder is created; atomically:
@@ -180,16 +248,20 @@ class PriorityModel:
         if doc.get("format") != FORMAT:
             raise PriorityModelError(f"{path}: field 'format' must be {FORMAT!r}, got {shown(doc.get('format'))}")
         features = doc.get("features")
-        if features != list(FEATURES):
-            raise PriorityModelError(f"{path}: field 'features' must be {list(FEATURES)}, got {shown(features)}")
+        if not (isinstance(features, list) and all(isinstance(name, str) for name in features)):
+            raise PriorityModelError(f"{path}: field 'features' must be a list of feature names, got {shown(features)}")
+        try:
+            check_features(features)
+        except ValueError as exc:
+            raise PriorityModelError(f"{path}: field 'features': {exc}") from None
         theta = doc.get("theta")
         if not (
             isinstance(theta, list)
-            and len(theta) == len(FEATURES)
+            and len(theta) == len(features)
             and all(isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in theta)
         ):
             raise PriorityModelError(
-                f"{path}: field 'theta' must be {len(FEATURES)} finite numbers, got {shown(theta)}"
+                f"{path}: field 'theta' must be {len(features)} finite numbers, got {shown(theta)}"
             )
         info = doc.get("info", {})
         if not isinstance(info, dict):

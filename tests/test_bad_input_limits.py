@@ -493,7 +493,7 @@ def test_a_poisoned_but_plausible_ats_cache_is_caught_on_resume(tmp_path: Path, 
     from agents.evolution import episode_jct, verify_cache
 
     seed = _train_seed()
-    true = episode_jct((None, "bursty", seed))
+    true = episode_jct((None, "bursty", seed, ()))
     run = tmp_path / "es_1"
     run.mkdir()
     path = _state(run, ats_jct={f"bursty/{seed}": true})

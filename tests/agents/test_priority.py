@@ -12,7 +12,15 @@ from builders import REPO, job_view
 
 import train_policy
 from agents.evolution import EsSettings, EsState, adam_step, antithetic_gradient, centered_ranks
-from agents.priority import FEATURES, PriorityModel, PriorityModelError, PriorityPolicy, job_features, srpt_theta
+from agents.priority import (
+    FEATURES,
+    KNOWN_FEATURES,
+    PriorityModel,
+    PriorityModelError,
+    PriorityPolicy,
+    job_features,
+    srpt_theta,
+)
 from deepboot_env.config import sim_config
 from deepboot_env.evaluation import run_episode
 from deepboot_env.policy import make_policy
@@ -51,6 +59,61 @@ def test_the_warm_start_is_ats_srpt() -> None:
     a = run_episode(PriorityPolicy(srpt_theta()), workload, config)
     b = run_episode(make_policy("ats-srpt"), workload, config)
     assert a.train_jct_mean == pytest.approx(b.train_jct_mean, rel=1e-9)
+
+
+def test_arrival_rank_at_015_is_ats_srpt_fcfs() -> None:
+    """The warm start with ``arrival_tilt`` 0.15 weights the jobs as ``ats-srpt-fcfs`` does (up to
+    a common factor) and plays the same episode."""
+    jobs = [dataclasses.replace(j, arrival=a) for j, a in zip(_jobs(), [300.0, 0.0, 300.0, 100.0], strict=True)]
+    features = (*FEATURES, "arrival_rank")
+    theta = srpt_theta(0.25, features, arrival_tilt=0.15)
+    ours = PriorityPolicy(theta, features=features).job_weights(jobs, 2, 8)
+    theirs = make_policy("ats-srpt-fcfs").job_weights(jobs, 2, 8)
+    assert theirs is not None
+    np.testing.assert_allclose(ours / ours[0], theirs / theirs[0], rtol=1e-12)
+    ranks = job_features(jobs, 2, 8, features)[:, -1]
+    np.testing.assert_allclose(ranks, [-1 / 3, 1, -1, 1 / 3])  # by arrival; the id breaks the tie at 300 s
+    workload, config = _short_period()
+    a = run_episode(PriorityPolicy(theta, features=features), workload, config)
+    b = run_episode(make_policy("ats-srpt-fcfs"), workload, config)
+    assert a.train_jct_mean == pytest.approx(b.train_jct_mean, rel=1e-9)
+
+
+def test_an_application_feature_scales_that_applications_jobs_only() -> None:
+    jobs = _jobs()
+    features = (*FEATURES, "app_bert", "app_ncf")
+    base = srpt_theta(0.25, features)
+    lifted = base.copy()
+    lifted[features.index("app_bert")] = 0.5
+    before = PriorityPolicy(base, features=features).job_weights(jobs, 2, 8)
+    after = PriorityPolicy(lifted, features=features).job_weights(jobs, 2, 8)
+    ratio = (after / after[0]) / (before / before[0])  # relative to cifar10's job 0
+    np.testing.assert_allclose(ratio, [1.0, np.exp(0.5), 1.0, 1.0], rtol=1e-12)
+    phi = job_features(jobs, 2, 8, features)
+    np.testing.assert_array_equal(phi[:, : len(FEATURES)], job_features(jobs, 2, 8))
+    np.testing.assert_array_equal(phi[:, -2:], [[0, 0], [1, 0], [0, 1], [0, 0]])
+
+
+@pytest.mark.parametrize(
+    "features",
+    [
+        FEATURES[:-1],
+        (*FEATURES, "app_nope"),
+        (*FEATURES, "app_ncf", "app_bert"),
+        (*FEATURES, "app_bert", "app_bert"),
+        ("arrival_rank", *FEATURES),
+    ],
+)
+def test_bad_feature_lists_are_refused(features, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="features must be"):
+        PriorityPolicy([0.0] * len(features), features=features)
+    path = tmp_path / "m.json"
+    path.write_text(
+        json.dumps({"format": "deepboot-priority/1", "features": list(features), "theta": [0.0] * len(features)})
+    )
+    with pytest.raises(PriorityModelError, match="field 'features'") as err:
+        PriorityModel.load(path)
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
 
 
 def test_features_ignore_the_oracle_and_follow_the_jobs_when_permuted() -> None:
@@ -96,7 +159,7 @@ def test_a_stalled_candidate_ranks_last(monkeypatch) -> None:
         raise StalledEpisodeError("no progress")
 
     monkeypatch.setattr(agents.evolution, "run_episode", stall)
-    assert agents.evolution.episode_jct((tuple(srpt_theta()), "short-period", 1_000_000)) == float("inf")
+    assert agents.evolution.episode_jct((tuple(srpt_theta()), "short-period", 1_000_000, FEATURES)) == float("inf")
 
 
 def test_bad_theta_is_refused() -> None:
@@ -113,6 +176,10 @@ def test_a_model_round_trips_and_bad_files_fail_in_one_line(tmp_path: Path) -> N
     assert PriorityModel.load(path) == model
     policy = make_policy(f"priority:{path}")
     assert isinstance(policy, PriorityPolicy) and policy.name == f"priority:{path}"
+    wide = PriorityModel(tuple(np.linspace(-0.3, 0.2, len(KNOWN_FEATURES)).tolist()), KNOWN_FEATURES)
+    wide.save(tmp_path / "wide.json")
+    assert PriorityModel.load(tmp_path / "wide.json") == wide
+    assert make_policy(f"priority:{tmp_path / 'wide.json'}").features == KNOWN_FEATURES  # type: ignore[attr-defined]
     good = json.loads(path.read_text())
     cases = {
         "not json": ("{", "not a JSON priority model"),
@@ -136,12 +203,18 @@ def test_a_model_round_trips_and_bad_files_fail_in_one_line(tmp_path: Path) -> N
 
 def test_es_settings_are_checked() -> None:
     assert EsSettings.of({"pairs": 3, "sigma": 0.1}).pairs == 3
+    assert EsSettings().features == FEATURES
+    assert EsSettings.of({"arrival_tilt": 0.15, "app_features": 1}).features == KNOWN_FEATURES
+    start = EsState.start(EsSettings(arrival_tilt=0.15, app_features=1), seed=0)
+    assert start.theta == srpt_theta(0.25, KNOWN_FEATURES, 0.15).tolist() and len(start.m) == len(KNOWN_FEATURES)
     for values, message in [
         ({"pair": 3}, "unknown ES settings"),
         ({"pairs": 0}, "pairs must be >= 1"),
         ({"pairs": 2.5}, "whole"),
         ({"sigma": -1.0}, "sigma must be > 0"),
         ({"learning_rate": "fast"}, "must be a number"),
+        ({"arrival_tilt": -0.1}, "arrival_tilt must be >= 0"),
+        ({"app_features": 2}, "app_features must be 0 or 1"),
     ]:
         with pytest.raises(ValueError, match=message):
             EsSettings.of(values)
@@ -201,6 +274,18 @@ def test_es_smoke_run_selects_on_val_and_resumes_where_it_stopped(tmp_path: Path
     best = PriorityModel.load(whole / "best_model.json")
     assert best.info["val_jct_ratio_to_ats"] == min(float(r.split(",")[-1]) for r in rows[1:])
     assert list((whole / "tb").iterdir())
+
+
+def test_es_with_extra_features_writes_them_and_resumes_only_with_them(tmp_path: Path, capsys) -> None:
+    extra = ["-params", "pairs:1", "seeds_per_family:1", "eval_freq:1", "arrival_tilt:0.15", "app_features:1"]
+    run = train_policy.run(_es_argv(tmp_path, "-n", "1", *extra))
+    header = (run / "generations.csv").read_text().splitlines()[0].split(",")
+    assert header[-len(KNOWN_FEATURES) :] == list(KNOWN_FEATURES)
+    model = PriorityModel.load(run / "final_model.json")
+    assert model.features == KNOWN_FEATURES and len(model.theta) == len(KNOWN_FEATURES)
+    with pytest.raises(SystemExit):
+        train_policy.main(_es_argv(tmp_path, "--resume", str(run), "-n", "1"))
+    assert "theta has 14 coefficients, the settings' features 7" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
