@@ -157,6 +157,7 @@ POLICY_KWARGS_KEYS: dict[str, str] = {
     "embed_dim": "an integer >= 1 (set policy)",
     "attention_heads": "an integer >= 1 dividing embed_dim (set policy)",
     "attention_layers": "an integer >= 0 (set policy)",
+    "application_scores": "0 or 1 (set policy; 1: one learned score per application)",
 }
 """The ``policy_kwargs`` keys a config or a checkpoint may set, and what each takes."""
 
@@ -164,11 +165,24 @@ POLICY_ARCHS: dict[str, str] = {"mlp": "MultiInputPolicy", "set": "SetPolicy"}
 """``--policy-arch`` -> the ``policy`` hyperparameter: SB3's multi-input MLP over the flattened
 slots, or the set-based actor-critic of :mod:`agents.set_policy`."""
 
-SET_POLICY_KWARGS: dict[str, int] = {"embed_dim": 64, "attention_heads": 4, "attention_layers": 1}
+SET_POLICY_KWARGS: dict[str, int] = {
+    "embed_dim": 64,
+    "attention_heads": 4,
+    "attention_layers": 1,
+    "application_scores": 0,
+}
 """Default sizes of the set network (``policy_kwargs`` of ``--policy-arch set``, :mod:`agents.set_policy`)."""
 
-SET_SIZE_MINIMUMS: dict[str, int] = {"embed_dim": 1, "attention_heads": 1, "attention_layers": 0}
+SET_SIZE_MINIMUMS: dict[str, int] = {
+    "embed_dim": 1,
+    "attention_heads": 1,
+    "attention_layers": 0,
+    "application_scores": 0,
+}
 """The set policy's size arguments and their smallest values (checked here and by the policy)."""
+
+SET_SIZE_MAXIMUMS: dict[str, int] = {"application_scores": 1}
+"""The set policy's arguments that also have a largest value."""
 
 ARCH_ONLY_KEYS: dict[str, tuple[str, ...]] = {
     "mlp": ("net_arch", "share_features_extractor"),
@@ -204,7 +218,8 @@ def _check_policy_kwarg(key: str, value: Any) -> Any:
     elif key == "log_std_init":
         ok = isinstance(value, int | float) and not isinstance(value, bool)
     elif key in ARCH_ONLY_KEYS["set"]:
-        ok = isinstance(value, int) and not isinstance(value, bool) and value >= SET_SIZE_MINIMUMS[key]
+        high = SET_SIZE_MAXIMUMS.get(key, value)
+        ok = isinstance(value, int) and not isinstance(value, bool) and SET_SIZE_MINIMUMS[key] <= value <= high
     else:
         ok = isinstance(value, bool)
     if not ok:

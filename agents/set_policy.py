@@ -43,7 +43,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from agents.described_policy import DescribedPolicyMixin
-from agents.hyperparameters import SET_POLICY_KWARGS, SET_SIZE_MINIMUMS
+from agents.hyperparameters import SET_POLICY_KWARGS, SET_SIZE_MAXIMUMS, SET_SIZE_MINIMUMS
+from deepboot_env.sim.apps import APP_NAMES
 
 SLOT_KEYS: tuple[str, ...] = ("jobs", "base", "prior")
 """Observation entries that hold one row per job slot (``jobs``: the slot matrix; ``base``: the
@@ -100,6 +101,8 @@ class _Encoded(NamedTuple):
     """(jobs,): the observation each packed job belongs to."""
     summary: th.Tensor
     """(batch, d): the permutation-invariant summary."""
+    job_rows: th.Tensor
+    """(jobs, features): the present jobs' observed rows, packed as ``jobs``."""
 
 
 class SetNetwork(nn.Module):
@@ -110,6 +113,10 @@ class SetNetwork(nn.Module):
         slots: job slots (the action's dimensions but the last).
         slot_choices: choices per slot; lend_levels: choices of the last action dimension.
         embed_dim, attention_heads, attention_layers: network sizes.
+        application_scores: 1: a job's logits are one learned row per application (a table
+            over the ``jobs`` rows' application one-hot), the same in every state; the lending
+            logits and the critic still read the whole state. 0: the slot head over the job's
+            embedding and the summary.
         activation: the hidden layers' activation.
 
     ``forward`` takes the features SB3's ``CombinedExtractor`` makes of a Dict observation (each
@@ -126,6 +133,7 @@ class SetNetwork(nn.Module):
         embed_dim: int = SET_POLICY_KWARGS["embed_dim"],
         attention_heads: int = SET_POLICY_KWARGS["attention_heads"],
         attention_layers: int = SET_POLICY_KWARGS["attention_layers"],
+        application_scores: int = SET_POLICY_KWARGS["application_scores"],
         activation: type[nn.Module] = nn.ReLU,
     ) -> None:
         super().__init__()
@@ -155,7 +163,11 @@ class SetNetwork(nn.Module):
             offset += size
         if self._present_column < 0:
             raise ValueError("the observation has no 'jobs' entry")
-        job_width = self.job_width = sum(width for _, _, width in self.slot_parts)
+        self._app_columns = slice(self._present_column + 1, self._present_column + 1 + len(APP_NAMES))
+        """The ``jobs`` rows' application one-hot (``JOB_FEATURES``: present, then the one-hot)."""
+        job_width = sum(width for _, _, width in self.slot_parts)
+        self.job_width = job_width
+        """Features of one job row (every slot entry's, side by side)."""
         global_width = sum(size for _, size in self.global_parts)
         d = embed_dim
         self.job_encoder = nn.Sequential(nn.Linear(job_width, d), activation(), nn.Linear(d, d), activation())
@@ -164,13 +176,17 @@ class SetNetwork(nn.Module):
         self.summary = nn.Sequential(nn.Linear(3 * d if global_width else 2 * d, d), activation())
         self.slot_head = nn.Sequential(nn.Linear(2 * d, d), activation(), nn.Linear(d, slot_choices))
         self.lend_head = nn.Sequential(nn.Linear(d, d), activation(), nn.Linear(d, lend_levels))
+        self.application_table = nn.Linear(len(APP_NAMES), slot_choices) if application_scores else None
+        """With ``application_scores``: the per-application logits (read through the one-hot)."""
         self.value_head = nn.Sequential(nn.Linear(d, d), activation())
         self.latent_dim_pi = slots * slot_choices + lend_levels
         self.latent_dim_vf = d
 
     def output_layers(self) -> tuple[nn.Linear, nn.Linear]:
-        """The last layers of the slot and lending heads (small-gain init, residual start)."""
-        return self.slot_head[-1], self.lend_head[-1]  # type: ignore[return-value]
+        """The last layers of the slot (or application table) and lending heads (small-gain
+        init, residual start)."""
+        slot_layer = self.application_table if self.application_table is not None else self.slot_head[-1]
+        return slot_layer, self.lend_head[-1]  # type: ignore[return-value]
 
     def encode(self, features: th.Tensor) -> _Encoded:
         """The present jobs' embeddings and the summary of flat ``features``."""
@@ -181,7 +197,8 @@ class SetNetwork(nn.Module):
         )
         present = rows[:, :, self._present_column] > 0.5
         batch_index = present.nonzero()[:, 0]
-        h = self.job_encoder(rows[present])
+        job_rows = rows[present]
+        h = self.job_encoder(job_rows)
         if len(self.blocks):
             # a state without jobs has no queries, but its keys must not all be masked (NaN)
             attend = (present | ~present.any(dim=1, keepdim=True))[:, None, None, :]
@@ -196,7 +213,7 @@ class SetNetwork(nn.Module):
         if self.global_encoder is not None:
             glob = th.cat([features[:, off : off + size] for off, size in self.global_parts], dim=1)
             parts.append(self.global_encoder(glob))
-        return _Encoded(h, present, batch_index, self.summary(th.cat(parts, dim=1)))
+        return _Encoded(h, present, batch_index, self.summary(th.cat(parts, dim=1)), job_rows)
 
     def forward(self, features: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
         """(flat logits, summary) of ``features``."""
@@ -215,12 +232,18 @@ class SetNetwork(nn.Module):
         """Per slot, the shared head of ``[job embedding, summary]``; an empty slot's logits are
         the head of the empty row's embedding (the job encoder of zeros, no attention) with the
         summary: one row per observation, copied to its empty slots."""
-        jobs, present, batch_index, summary = encoded
+        jobs, present, batch_index, summary, job_rows = encoded
         batch, slots = present.shape
+        table = self.application_table
         empty_row = summary.new_zeros(1, self.job_width)
-        empty = self.slot_head(th.cat([self.job_encoder(empty_row).expand(batch, -1), summary], dim=1))
+        if table is not None:  # an empty row has no application: the table's bias
+            empty = table(empty_row[:, self._app_columns]).expand(batch, -1)
+            present_logits = table(job_rows[:, self._app_columns])
+        else:
+            empty = self.slot_head(th.cat([self.job_encoder(empty_row).expand(batch, -1), summary], dim=1))
+            present_logits = self.slot_head(th.cat([jobs, summary[batch_index]], dim=1))
         per_slot = empty.unsqueeze(1).expand(batch, slots, self.slot_choices).clone()
-        per_slot[present] = self.slot_head(th.cat([jobs, summary[batch_index]], dim=1))
+        per_slot[present] = present_logits
         return th.cat([per_slot.reshape(batch, -1), self.lend_head(summary)], dim=1)
 
 
@@ -239,18 +262,30 @@ class _SetPolicyMixin(DescribedPolicyMixin):
         embed_dim: int = SET_POLICY_KWARGS["embed_dim"],
         attention_heads: int = SET_POLICY_KWARGS["attention_heads"],
         attention_layers: int = SET_POLICY_KWARGS["attention_layers"],
+        application_scores: int = SET_POLICY_KWARGS["application_scores"],
         **kwargs: Any,
     ) -> None:
-        self._set_sizes(embed_dim, attention_heads, attention_layers)
+        self._set_sizes(embed_dim, attention_heads, attention_layers, application_scores)
         kwargs.setdefault("activation_fn", nn.ReLU)
         super().__init__(*args, **kwargs)
 
-    def _set_sizes(self, embed_dim: int, attention_heads: int, attention_layers: int) -> None:
-        sizes = {"embed_dim": embed_dim, "attention_heads": attention_heads, "attention_layers": attention_layers}
+    def _set_sizes(self, embed_dim: int, attention_heads: int, attention_layers: int, application_scores: int) -> None:
+        sizes = {
+            "embed_dim": embed_dim,
+            "attention_heads": attention_heads,
+            "attention_layers": attention_layers,
+            "application_scores": application_scores,
+        }
         for name, value in sizes.items():
-            low = SET_SIZE_MINIMUMS[name]
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+            low, high = SET_SIZE_MINIMUMS[name], SET_SIZE_MAXIMUMS.get(name)
+            if (
+                not isinstance(value, int)
+                or isinstance(value, bool)
+                or value < low
+                or (high is not None and value > high)
+            ):
+                span = f">= {low}" if high is None else f"{low} to {high}"
+                raise ValueError(f"{name} must be an integer {span}, got {value!r}")
         self.set_sizes = sizes
 
     def _build_mlp_extractor(self) -> None:

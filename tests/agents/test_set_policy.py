@@ -16,6 +16,7 @@ import train_policy  # noqa: E402
 from agents.errors import ConfigError  # noqa: E402
 from agents.factory import build_model, make_vec_env_for  # noqa: E402
 from deepboot_env.env.observation import JOB_FEATURES  # noqa: E402
+from deepboot_env.sim.apps import APP_NAMES  # noqa: E402
 from traces.generate import generate_workload, write_workload_csv  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
@@ -151,6 +152,7 @@ def test_residual_start_reproduces_the_base_policy(tiny_csv) -> None:
         ({"policy_kwargs": {"embed_dim": 32}}, "embed_dim is for --policy-arch set"),
         ({"policy": "SetPolicy", "policy_kwargs": {"embed_dim": 30}}, "multiple of attention_heads"),
         ({"policy": "SetPolicy", "policy_kwargs": {"attention_layers": -1}}, "attention_layers must be"),
+        ({"policy": "SetPolicy", "policy_kwargs": {"application_scores": 2}}, "application_scores must be 0 or 1"),
         ({"policy": "GraphPolicy"}, "unknown policy 'GraphPolicy'"),
     ],
 )
@@ -238,3 +240,34 @@ def test_packed_jobs_compute_what_the_padded_network_computes(layers, tiny_csv) 
     for row in range(len(batch)):  # every empty slot of one observation holds the same logits
         empty_rows = per_slot[row][~present[row]]
         torch.testing.assert_close(empty_rows, empty_rows[:1].expand_as(empty_rows))
+
+
+def test_application_scores_give_each_application_one_score_in_every_state(tiny_csv, tmp_path) -> None:
+    """With ``application_scores: 1`` a present job's score mean is its application's row of a
+    table (whatever the state, the slot or the other jobs), starting at exactly 0 (the prior);
+    the setting survives a save and load."""
+    import torch
+
+    from agents.checkpoint import load_checkpoint
+
+    model = _model("ppo", tiny_csv, action_mode="score", application_scores=1)
+    network = model.policy.mlp_extractor
+    table = network.application_table
+    assert table is not None and not table.weight.any()
+    with torch.no_grad():
+        table.weight.copy_(torch.arange(1.0, len(APP_NAMES) + 1).unsqueeze(0))
+    env = model.get_env()
+    obs = env.reset()
+    seen: dict[int, set[float]] = {}
+    for _ in range(60):
+        logits, _ = _logits_and_value(model, obs)
+        rows = obs["jobs"].reshape(SLOTS, len(JOB_FEATURES))
+        for slot in np.flatnonzero(rows[:, 0] > 0.5):
+            app = int(np.argmax(rows[slot, 1 : 1 + len(APP_NAMES)]))
+            seen.setdefault(app, set()).add(round(float(logits[slot]), 5))
+        obs, *_ = env.step(np.zeros((1, SLOTS + 1), dtype=np.float32))
+    assert len(seen) >= 2 and all(values == {float(app + 1)} for app, values in seen.items())
+    model.save(tmp_path / "table.zip")
+    loaded = load_checkpoint(tmp_path / "table.zip")
+    assert loaded.policy.mlp_extractor.application_table is not None
+    np.testing.assert_allclose(_logits_and_value(loaded, obs)[0], _logits_and_value(model, obs)[0], atol=1e-6)
