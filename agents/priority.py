@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from baselines.ats import AtsPolicy, epochs_left_work
+from baselines.ats import AtsPolicy, arrival_ranks, epochs_left_work
 from deepboot_env.atomic import write_text
 from deepboot_env.limits import MAX_JSON_BYTES, parse_json, read_bounded, shown
 from deepboot_env.policy import JobView
@@ -110,16 +110,6 @@ def job_features(jobs: Sequence[JobView], fair: int, capacity: int, features: Se
         if f"app_{name}" in features:
             columns[f"app_{name}"] = np.array([1.0 if job.app == name else 0.0 for job in jobs])
     return np.stack([columns[name] for name in features], axis=1) if len(jobs) else np.empty((0, len(features)))
-
-
-def arrival_ranks(jobs: Sequence[JobView]) -> np.ndarray:
-    """Each job's ``arrival_rank``: +1 for the earliest arrival to -1 for the latest (ties by
-    id), 0 for a job alone (as ``AtsPolicy.job_weights`` tilts by arrival)."""
-    ranks = np.zeros(len(jobs))
-    if len(jobs) > 1:
-        order = sorted(range(len(jobs)), key=lambda i: (jobs[i].arrival, jobs[i].id))
-        ranks[order] = 1.0 - 2.0 * np.arange(len(jobs)) / (len(jobs) - 1)
-    return ranks
 
 
 def _base_features(jobs: Sequence[JobView], fair: int, capacity: int) -> np.ndarray:

@@ -235,11 +235,11 @@ class SetNetwork(nn.Module):
         jobs, present, batch_index, summary, job_rows = encoded
         batch, slots = present.shape
         table = self.application_table
-        empty_row = summary.new_zeros(1, self.job_width)
         if table is not None:  # an empty row has no application: the table's bias
-            empty = table(empty_row[:, self._app_columns]).expand(batch, -1)
+            empty = table.bias.expand(batch, -1)
             present_logits = table(job_rows[:, self._app_columns])
         else:
+            empty_row = summary.new_zeros(1, self.job_width)
             empty = self.slot_head(th.cat([self.job_encoder(empty_row).expand(batch, -1), summary], dim=1))
             present_logits = self.slot_head(th.cat([jobs, summary[batch_index]], dim=1))
         per_slot = empty.unsqueeze(1).expand(batch, slots, self.slot_choices).clone()

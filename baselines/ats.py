@@ -379,6 +379,16 @@ def knapsack_prefix(
     return max(within, min(covering, len(widths)))
 
 
+def arrival_ranks(jobs: Sequence[JobView]) -> np.ndarray:
+    """Each job's arrival rank among ``jobs``: +1 for the earliest arrival to -1 for the latest
+    (ties by id), 0 for a job alone (the ``u_j`` of :meth:`AtsPolicy.job_weights`' arrival tilt)."""
+    ranks = np.zeros(len(jobs))
+    if len(jobs) > 1:
+        order = sorted(range(len(jobs)), key=lambda i: (jobs[i].arrival, jobs[i].id))
+        ranks[order] = 1.0 - 2.0 * np.arange(len(jobs)) / (len(jobs) - 1)
+    return ranks
+
+
 def epochs_left_work(job: JobView) -> float:
     """The progress of the epochs ``job`` has not completed (its application's target less the
     progress at the end of its last completed epoch): what a scheduler that knows the
@@ -554,10 +564,7 @@ class AtsPolicy(BasePolicy):
             remaining = np.array([epochs_left_work(job) / fair_share_base(job, fair) for job in jobs])
             weights = np.maximum(remaining, 1.0) ** -power
         if tilt != 0.0 and len(jobs) > 1:
-            order = sorted(range(len(jobs)), key=lambda i: (jobs[i].arrival, jobs[i].id))
-            ranks = np.empty(len(jobs))
-            ranks[order] = np.arange(len(jobs))
-            factors = np.exp(tilt * (1.0 - 2.0 * ranks / (len(jobs) - 1)))
+            factors = np.exp(tilt * arrival_ranks(jobs))
             weights = factors if weights is None else weights * factors
         return weights
 
