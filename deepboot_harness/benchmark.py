@@ -41,6 +41,7 @@ DEFAULT_POLICIES: tuple[str, ...] = (
     "ones-lend",
     "pollux-lend",
     "ppo:deepboot-v0",
+    "ppo:deepboot-score-v1",
     "oracle-lookahead",
 )
 """The policies of the README's leaderboard."""

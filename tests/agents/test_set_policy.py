@@ -190,9 +190,7 @@ def _padded_reference(network, features):
     import torch
 
     batch = features.shape[0]
-    rows = torch.cat(
-        [features[:, o : o + s].reshape(batch, network.slots, w) for o, s, w in network.slot_parts], dim=2
-    )
+    rows = torch.cat([features[:, o : o + s].reshape(batch, network.slots, w) for o, s, w in network.slot_parts], dim=2)
     present = rows[:, :, 0] > 0.5
     h = network.job_encoder(rows)
     for block in network.blocks:
