@@ -115,7 +115,9 @@ def write_csv(frame: Any, path: str | Path) -> Path:
 
 def append_text(path: str | Path, text: str, encoding: str = "utf-8") -> None:
     """Add ``text`` (whole rows) at the end of ``path`` (created if missing) and fsync it; on
-    any failure the file is cut back to its previous end, so it never ends in a partial row.
+    any failure the file is cut back to its previous end, so it never ends in a partial row. An
+    interruption (Ctrl-C) once every byte is written keeps the rows: they are whole, and a caller
+    that saw them in the file may count them saved.
 
     Raises:
         OSError: a write failure (disk full, permission), naming ``path``.
@@ -133,8 +135,9 @@ def append_text(path: str | Path, text: str, encoding: str = "utf-8") -> None:
                 data = data[os.write(fd, data) :]
             os.fsync(fd)
         except BaseException as exc:
-            with suppress(OSError):
-                os.ftruncate(fd, end)
+            if data or isinstance(exc, OSError):  # a cut row, or rows the disk may not hold
+                with suppress(OSError):
+                    os.ftruncate(fd, end)
             if isinstance(exc, OSError):
                 raise _named(exc, target) from None
             raise

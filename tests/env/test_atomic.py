@@ -60,6 +60,33 @@ def test_append_text_never_leaves_a_cut_row(tmp_path, monkeypatch) -> None:
     assert [json.loads(line)["run"] for line in path.read_text().splitlines()] == [1, 2]
 
 
+@pytest.mark.parametrize("fails_at", ["write", "fsync"])
+def test_append_text_on_ctrl_c_keeps_whole_rows_only(tmp_path, monkeypatch, fails_at: str) -> None:
+    """Ctrl-C in the middle of the row takes it back; Ctrl-C in the fsync after the whole row is
+    written keeps it (a benchmark that saw the row counts that run as saved)."""
+    path = tmp_path / "runs.jsonl"
+    append_text(path, '{"run": 1}\n')
+    real_write = os.write
+
+    def part_then_interrupt(fd: int, data: bytes) -> int:
+        if len(data) > 4:
+            return real_write(fd, bytes(data[:4]))
+        raise KeyboardInterrupt
+
+    def interrupt(fd: int) -> None:
+        raise KeyboardInterrupt
+
+    if fails_at == "write":
+        monkeypatch.setattr(atomic.os, "write", part_then_interrupt)
+    else:
+        monkeypatch.setattr(atomic.os, "fsync", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        append_text(path, '{"run": 2}\n')
+    monkeypatch.undo()
+    runs = [json.loads(line)["run"] for line in path.read_text().splitlines()]
+    assert runs == ([1] if fails_at == "write" else [1, 2])
+
+
 def test_a_locked_folder_is_refused_naming_the_holder(tmp_path) -> None:
     with lock_folder(tmp_path / "bench") as held:
         assert (held / ".lock").read_text().strip() == str(os.getpid())
