@@ -18,13 +18,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import multiprocessing
+import random
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -97,6 +99,20 @@ EVAL_COLUMNS: tuple[str, ...] = (
 )
 """Columns of ``evaluations.csv`` (one row per evaluation episode); the last two are empty
 without a reference policy."""
+
+
+@contextlib.contextmanager
+def kept_global_generators() -> Iterator[None]:
+    """Python's, numpy's and torch's global generators (CUDA's where there is one) as they were
+    before the block: SB3 seeds them all when it loads a model, and training draws from them."""
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        try:
+            yield
+        finally:
+            random.setstate(python_state)
+            np.random.set_state(numpy_state)
 
 
 def _finite(value: Any) -> float | None:
@@ -468,7 +484,9 @@ class WorkloadEvalCallback(BaseCallback):
             self._keep_reference(episode, self._prefetched.pop(episode).result())  # ready unless training was short
         missing = sorted(set(episodes) - set(self._reference_jct)) if self.reference is not None else []
         threads = torch.get_num_threads()  # loading ppo:<path> in this process sets 1
-        with tempfile.TemporaryDirectory(prefix="deepboot-eval-") as tmp:
+        # ... and seeds the global generators with the run's seed: training goes on as if the
+        # episodes had run in workers, whatever --eval-jobs says
+        with tempfile.TemporaryDirectory(prefix="deepboot-eval-") as tmp, kept_global_generators():
             model = self._snapshot(Path(tmp))
             tasks = [self._task(model, e) for e in episodes] + [self._task(str(self.reference), e) for e in missing]
             try:

@@ -353,6 +353,35 @@ def test_reference_episodes_run_beside_training(tiny_csv, tmp_path, monkeypatch)
     assert rows["2"] == rows["1"] and all(float(v) > 0 for v in rows["1"])
 
 
+def test_an_in_process_evaluation_leaves_the_global_generators_alone(tiny_csv, tmp_path, monkeypatch) -> None:
+    """An in-process evaluation (--eval-jobs 1) loads the snapshot in the training process, and
+    SB3's load seeds the global generators with the run's seed: training must draw on as if the
+    episodes had run in workers (before the fix, a run's weights depended on --eval-jobs)."""
+    import random
+
+    import numpy as np
+    import torch
+
+    import agents.callbacks
+
+    def generators() -> tuple:
+        return random.getstate(), np.random.get_state()[1].tolist(), torch.get_rng_state().tolist()
+
+    real = agents.callbacks.WorkloadEvalCallback.evaluate
+    checked: list[bool] = []
+
+    def spy(self):
+        before = generators()
+        rows = real(self)
+        checked.append(generators() == before)
+        return rows
+
+    monkeypatch.setattr(agents.callbacks.WorkloadEvalCallback, "evaluate", spy)
+    argv = ["--n-timesteps", "256", "--n-envs", "2", "--eval-freq", "128", "--eval-episodes", "2", "--seed", "3"]
+    train_policy.run(argv + _common(tiny_csv, tmp_path) + ["--eval-jobs", "1", "-params", "n_steps:128"])
+    assert checked and all(checked), checked
+
+
 def test_eval_family_takes_a_seed_count() -> None:
     from agents.errors import ConfigError
     from agents.training_run import load_workloads
