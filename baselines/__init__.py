@@ -34,6 +34,16 @@ register_policy("ats-srpt", "baselines.ats:AtsPolicy", lend=True, srpt_power=0.2
 register_policy(
     "ats-srpt-fcfs", "baselines.ats:AtsPolicy", lend=True, srpt_power=0.25, arrival_tilt=0.15, label="ats-srpt-fcfs"
 )
+# ats-srpt-fcfs whose knapsack values a job split across nodes at its multi-node speedup (§8.8)
+register_policy(
+    "ats-srpt-fcfs-place",
+    "baselines.ats:AtsPolicy",
+    lend=True,
+    srpt_power=0.25,
+    arrival_tilt=0.15,
+    placement_aware=True,
+    label="ats-srpt-fcfs-place",
+)
 # the control a learned priority must beat: ats-srpt with persistent random per-job jitter
 register_policy("ats-srpt-jitter", "baselines.jitter:JitteredAtsPolicy", label="ats-srpt-jitter")
 register_policy(

@@ -40,6 +40,7 @@ DEFAULT_POLICIES: tuple[str, ...] = (
     "afs-lend",
     "ones-lend",
     "pollux-lend",
+    "ats-srpt-fcfs-place",
     "ppo:deepboot-v0",
     "ppo:deepboot-score-v1",
     "oracle-lookahead",
