@@ -57,6 +57,7 @@ from agents.callbacks import (
     save_model,
 )
 from agents.checkpoint import load_checkpoint, read_data, saved_arch
+from agents.described_policy import ENV_ARGUMENTS_KEY
 from agents.distributions import distribution_checks
 from agents.env_shape import env_shape_of
 from agents.errors import ConfigError
@@ -316,6 +317,7 @@ def start_model(run: Run) -> Any:
             trust=settings.trust_checkpoint,
             **overrides,
         )
+        adopt_env_kwargs(model, resolved["env_kwargs"])
         model.set_random_seed(settings.seed)
     formats = [make_output_format("csv", str(run.run_dir)), make_output_format("tensorboard", str(run.tb_dir))]
     if settings.verbose >= 1:
@@ -323,6 +325,16 @@ def start_model(run: Run) -> Any:
     model.set_logger(Logger(str(run.run_dir), formats))
     log_run_config(model.logger, run.record)
     return model
+
+
+def adopt_env_kwargs(model: Any, env_kwargs: Mapping[str, Any]) -> None:
+    """Give a resumed model the env arguments of the run that goes on training it (a new
+    ``base_policy`` or ``hold``: what its spaces do not fix), in its policy and in the
+    ``policy_kwargs`` it is saved with; otherwise ``ppo:<path>`` would play the saved model over
+    the env it was first trained in. Models without env arguments (plain SB3 policies) keep none."""
+    if ENV_ARGUMENTS_KEY in (model.policy_kwargs or {}):
+        model.policy_kwargs = {**model.policy_kwargs, ENV_ARGUMENTS_KEY: dict(env_kwargs)}
+        model.policy.env_kwargs = dict(env_kwargs)
 
 
 def warm_start(run: Run, model: Any) -> bool:

@@ -346,6 +346,29 @@ def test_train_policy_score_preset_starts_at_the_prior(tiny, tmp_path: Path) -> 
     assert ratios[0] == pytest.approx(prior.train_jct_mean / ats, rel=0.1)
 
 
+def test_a_resumed_score_model_keeps_the_prior_it_goes_on_training_over(tiny, tmp_path: Path) -> None:
+    """Resuming with ``--env-kwargs base_policy:<another prior>`` trains over that prior, and the
+    saved model runs over it: ``ppo:<path>`` reads the env arguments the policy was saved with."""
+    csv_path = write_workload_csv(tiny, tmp_path / "tiny.csv")
+    common = [
+        "-n", "64", "--workload", str(csv_path), "--eval-freq", "0", "--n-envs", "1", "--group-size", "1",
+        "--log-folder", str(tmp_path / "runs"), "--no-progress", "--verbose", "0",
+    ]  # fmt: skip
+    sizes = "policy_kwargs:dict(embed_dim=16,attention_heads=2,attention_layers=1,log_std_init=-2.3)"
+    first = train_policy.run(
+        ["--preset", "score", "--env-kwargs", f"max_jobs:{MAX_JOBS}", *common,
+         "--hyperparams", "n_steps:64", "batch_size:64", "n_epochs:1", sizes]
+    )  # fmt: skip
+    assert load_agent_policy(first / "final_model.zip").codec.base_name == "ats-srpt-fcfs"
+    resumed = train_policy.run(
+        ["--resume", str(first / "final_model.zip"), "--env-kwargs", "base_policy:ats-srpt-fcfs-place", *common]
+    )
+    config = yaml.safe_load((resumed / "config.yml").read_text())
+    assert config["env_kwargs"]["base_policy"] == "ats-srpt-fcfs-place"
+    assert load_agent_policy(resumed / "final_model.zip").codec.base_name == "ats-srpt-fcfs-place"
+    assert load_checkpoint(resumed / "final_model.zip").policy.env_kwargs["base_policy"] == "ats-srpt-fcfs-place"
+
+
 def test_env_groups_play_the_same_scenarios_with_their_own_noise() -> None:
     kwargs = {"action_mode": "score", "base_policy": "ats-srpt"}
     vec = make_vec_env_for("family:mixed", n_envs=4, seed=3, env_kwargs=kwargs, group_size=2)
