@@ -49,6 +49,13 @@ register_policy("ats-srpt-jitter", "baselines.jitter:JitteredAtsPolicy", label="
 register_policy(
     "ats-srpt-fcfs-jitter", "baselines.jitter:JitteredAtsPolicy", arrival_tilt=0.15, label="ats-srpt-fcfs-jitter"
 )
+register_policy(
+    "ats-srpt-fcfs-place-jitter",
+    "baselines.jitter:JitteredAtsPolicy",
+    arrival_tilt=0.15,
+    placement_aware=True,
+    label="ats-srpt-fcfs-place-jitter",
+)
 register_prefix("jitter", "baselines.jitter:jittered", arg="sigma")
 register_policy("pollux", "baselines.pollux:PolluxPolicy", lend=False)
 register_policy("pollux-lend", "baselines.pollux:PolluxPolicy", lend=True)

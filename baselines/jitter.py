@@ -6,7 +6,8 @@ the job is first seen and kept for its life (from a generator seeded by :meth:`r
 nothing: a learned priority or score policy whose gain over its prior is no larger than this
 control's has not shown that it learned anything (docs/results.md: persistent random jitter of
 sigma 0.05 alone scores below ``ats-srpt`` on the families). ``jitter:<sigma>`` builds one over
-``ats-srpt``; ``ats-srpt-fcfs-jitter`` is the control of the ``ats-srpt-fcfs`` prior.
+``ats-srpt``; ``ats-srpt-fcfs-jitter`` is the control of the ``ats-srpt-fcfs`` prior and
+``ats-srpt-fcfs-place-jitter`` that of ``ats-srpt-fcfs-place``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class JitteredAtsPolicy(AtsPolicy):
         srpt_power: the prior's SRPT power (``ats-srpt``: 0.25).
         label: the policy's name in results.
         arrival_tilt: the prior's arrival tilt (``ats-srpt-fcfs``: 0.15).
+        placement_aware: the prior's valuation (``ats-srpt-fcfs-place``: True).
 
     Raises:
         ValueError: for a sigma that is not a finite number >= 0.
@@ -42,11 +44,16 @@ class JitteredAtsPolicy(AtsPolicy):
         srpt_power: float = 0.25,
         label: str | None = None,
         arrival_tilt: float = 0.0,
+        placement_aware: bool = False,
     ) -> None:
         if isinstance(sigma, bool) or not (isinstance(sigma, int | float) and 0.0 <= sigma < math.inf):
             raise ValueError(f"jitter sigma must be a finite number >= 0, got {sigma!r}")
         super().__init__(
-            lend=True, srpt_power=srpt_power, label=label or f"jitter:{sigma:g}", arrival_tilt=arrival_tilt
+            lend=True,
+            srpt_power=srpt_power,
+            label=label or f"jitter:{sigma:g}",
+            arrival_tilt=arrival_tilt,
+            placement_aware=placement_aware,
         )
         self.sigma = float(sigma)
         self._draws: dict[int, float] = {}

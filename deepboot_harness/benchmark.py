@@ -43,6 +43,7 @@ DEFAULT_POLICIES: tuple[str, ...] = (
     "ats-srpt-fcfs-place",
     "ppo:deepboot-v0",
     "ppo:deepboot-score-v1",
+    "ppo:deepboot-score-v2",
     "oracle-lookahead",
 )
 """The policies of the README's leaderboard."""

@@ -20,6 +20,10 @@ GOLDEN_SCORE_JCT = 2210.3166666666666
 """Mean JCT of the shipped score model on the crowded workload of its test (seed 17, 60 jobs)."""
 GOLDEN_PRIOR_JCT = 2223.0
 """... and of its prior, ``ats-srpt-fcfs``, on the same workload."""
+GOLDEN_SCORE_V2_JCT = 2229.866666666667
+"""Mean JCT of ``deepboot-score-v2`` on the same workload ..."""
+GOLDEN_PLACE_JCT = 2223.6833333333334
+"""... and of its prior, ``ats-srpt-fcfs-place``."""
 
 
 @pytest.fixture
@@ -30,12 +34,18 @@ def elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_every_shipped_model_has_a_short_name() -> None:
-    assert shipped_names() == ["ppo:deepboot-score-v1", "ppo:deepboot-v0", "priority:deepboot-priority-v1"]
+    assert shipped_names() == [
+        "ppo:deepboot-score-v1",
+        "ppo:deepboot-score-v2",
+        "ppo:deepboot-v0",
+        "priority:deepboot-priority-v1",
+    ]
 
 
 def test_short_names_reach_the_shipped_files_from_any_folder(elsewhere: Path) -> None:
     assert resolve_model_path("deepboot-v0") == SHIPPED_PPO
     assert resolve_model_path("deepboot-score-v1") == SHIPPED_SCORE
+    assert resolve_model_path("deepboot-score-v2") == PRETRAINED_DIR / "deepboot-score-v2.zip"
     assert resolve_shipped("deepboot-priority-v1", ".json") == SHIPPED_PRIORITY
 
 
@@ -62,28 +72,54 @@ def test_ppo_short_name_loads_the_shipped_model(elsewhere: Path) -> None:
     assert model.policy.state_dict().keys() == policy.model.policy.state_dict().keys()
 
 
-def test_score_model_is_ppo_over_its_prior_with_one_score_per_application(elsewhere: Path) -> None:
-    """The shipped PPO scheduler (docs/results.md §7): score mode over ``ats-srpt-fcfs`` in its
-    own world, a table that ranks yolov3 lowest, and a schedule of its own on a crowded cluster."""
+def _crowded_jcts(*names: str) -> dict[str, float]:
+    """Mean JCT of each policy on the crowded workload of the score models' tests (60 jobs on
+    4x4+4x4, six hours of inference, seed 17; DeepBoot-v0)."""
     from deepboot_env.evaluation import run_episode
-    from deepboot_env.sim.apps import APP_NAMES
     from deepboot_env.sim.cluster import ClusterConfig
     from deepboot_env.sim.simulator import SimConfig
     from traces.generate import generate_workload
 
-    model, _ = agents.load_agent("deepboot-score-v1")
-    kwargs = model.policy.env_kwargs
-    assert (kwargs["action_mode"], kwargs["base_policy"], kwargs["dynamics"]) == ("score", "ats-srpt-fcfs", "v1")
-    table = model.policy.mlp_extractor.application_table
-    scores = dict(zip(APP_NAMES, (table.weight[0] + table.bias[0]).tolist(), strict=True))
-    assert min(scores, key=scores.__getitem__) == "yolov3" and scores["yolov3"] < -0.05
     workload = generate_workload(
         "crowded", 17, train={"num_jobs": 60}, inference={"horizon_s": 6 * 3600.0, "mean_gpus": 4.0}
     )
     config = SimConfig(cluster=ClusterConfig.parse("4x4+4x4"))
-    names = ("ppo:deepboot-score-v1", "ats-srpt-fcfs")
-    jct = {name: run_episode(name, workload, config, seed=1).train_jct_mean for name in names}
-    assert jct == {"ppo:deepboot-score-v1": GOLDEN_SCORE_JCT, "ats-srpt-fcfs": GOLDEN_PRIOR_JCT}
+    return {name: run_episode(name, workload, config, seed=1).train_jct_mean for name in names}
+
+
+def _application_scores(model) -> dict[str, float]:
+    from deepboot_env.sim.apps import APP_NAMES
+
+    table = model.policy.mlp_extractor.application_table
+    return dict(zip(APP_NAMES, (table.weight[0] + table.bias[0]).tolist(), strict=True))
+
+
+@pytest.mark.parametrize(
+    ("name", "prior", "golden"),
+    [
+        (
+            "deepboot-score-v1",
+            "ats-srpt-fcfs",
+            {"ppo:deepboot-score-v1": GOLDEN_SCORE_JCT, "ats-srpt-fcfs": GOLDEN_PRIOR_JCT},
+        ),
+        (
+            "deepboot-score-v2",
+            "ats-srpt-fcfs-place",
+            {"ppo:deepboot-score-v2": GOLDEN_SCORE_V2_JCT, "ats-srpt-fcfs-place": GOLDEN_PLACE_JCT},
+        ),
+    ],
+)
+def test_score_models_are_ppo_over_their_prior_with_one_score_per_application(
+    elsewhere: Path, name: str, prior: str, golden: dict[str, float]
+) -> None:
+    """The shipped PPO schedulers (docs/results.md §7): score mode over their prior in their own
+    world, a table that ranks yolov3 lowest, and a schedule of their own on a crowded cluster."""
+    model, _ = agents.load_agent(name)
+    kwargs = model.policy.env_kwargs
+    assert (kwargs["action_mode"], kwargs["base_policy"], kwargs["dynamics"]) == ("score", prior, "v1")
+    scores = _application_scores(model)
+    assert min(scores, key=scores.__getitem__) == "yolov3" and scores["yolov3"] < -0.05
+    assert _crowded_jcts(*golden) == golden
 
 
 def test_loading_a_model_sets_one_torch_thread_unless_the_user_chose(monkeypatch: pytest.MonkeyPatch) -> None:

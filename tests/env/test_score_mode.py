@@ -303,6 +303,9 @@ def test_jitter_control_is_ats_srpt_at_zero_and_persistent_per_job(busy) -> None
     fcfs_control = make_policy("ats-srpt-fcfs-jitter", sigma=0.0)
     fcfs = run_episode(make_policy("ats-srpt-fcfs"), busy, config, seed=0)
     _same_episode(run_episode(fcfs_control, busy, config, seed=0).to_dict(include_jcts=False), fcfs)
+    place_control = make_policy("ats-srpt-fcfs-place-jitter", sigma=0.0)
+    place = run_episode(make_policy("ats-srpt-fcfs-place"), busy, config, seed=0)
+    _same_episode(run_episode(place_control, busy, config, seed=0).to_dict(include_jcts=False), place)
     jitter = make_policy("jitter:0.5")
     first = run_episode(jitter, busy, config, seed=1)
     assert first.train_jct_mean != srpt.train_jct_mean
