@@ -225,6 +225,22 @@ def check_within_capacity(state, alloc, lend: bool) -> None:
         assert total[state.node_kinds == NODE_INFER].sum() == 0
 
 
+def check_best_allocation(values, caps: Sequence[int], capacity: int, chosen: Sequence[int]) -> None:
+    """The widths ``chosen`` (job i takes ``chosen[i]`` GPUs, value ``values[i][w]``) reach the
+    largest sum of values over every allocation of at most ``capacity`` GPUs, job i taking
+    0..caps[i] (exhaustive search, to a relative 1e-12)."""
+    import itertools
+
+    import pytest
+
+    best = max(
+        sum(values[i][w] for i, w in enumerate(ws))
+        for ws in itertools.product(*(range(c + 1) for c in caps))
+        if sum(ws) <= capacity
+    )
+    assert sum(values[i][w] for i, w in enumerate(chosen)) == pytest.approx(best, rel=1e-12)
+
+
 FIT_RTOL = 1e-2
 """Tolerance on predicted step times when a refit is compared with the shipped profiles: the
 seven throughput parameters are not all identifiable (scipy releases reach slightly different

@@ -3,12 +3,11 @@ speedup (docs/policies.md §8.8)."""
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
 import pytest
-from builders import cluster_state, job_view
+from builders import check_best_allocation, cluster_state, job_view
 
 from baselines.ats import AtsPolicy, Options, job_priority_key, placement_aware_options, speedup_values
 from deepboot_env.policy import make_policy
@@ -109,13 +108,7 @@ def test_the_placement_aware_knapsack_attains_the_best_sum_of_its_values(seed: i
         [_expected_value(job, w, fair, room, 4, weight) for w in range(cap + 1)]
         for job, cap, room, weight in zip(ordered, caps, rooms, weights, strict=True)
     ]
-    best = max(
-        sum(values[i][w] for i, w in enumerate(ws))
-        for ws in itertools.product(*(range(c + 1) for c in caps))
-        if sum(ws) <= capacity
-    )
-    chosen = sum(values[i][counts[job.id]] for i, job in enumerate(ordered))
-    assert chosen == pytest.approx(best, rel=1e-12)
+    check_best_allocation(values, caps, capacity, [counts[job.id] for job in ordered])
 
 
 def test_a_job_that_would_be_split_is_given_the_width_one_node_holds() -> None:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 
 import numpy as np
 import pytest
-from builders import cluster_state, job_view
+from builders import check_best_allocation, cluster_state, job_view
 
 from baselines.ats import AtsPolicy, epochs_left_work, job_priority_key, option_matrix
 from deepboot_env.policy import make_policy
@@ -72,13 +71,7 @@ def test_the_weighted_knapsack_attains_the_best_weighted_sum(seed: int) -> None:
     fair = math.ceil(capacity / len(ordered))
     caps = policy.job_caps(ordered, capacity, fair)
     values = option_matrix(ordered, fair, 4, caps, weights=policy.job_weights(ordered, fair, capacity))
-    best = max(
-        sum(values[i, w] for i, w in enumerate(ws))
-        for ws in itertools.product(*(range(c + 1) for c in caps))
-        if sum(ws) <= capacity
-    )
-    chosen = sum(values[i, counts[job.id]] for i, job in enumerate(ordered))
-    assert chosen == pytest.approx(best, rel=1e-12)
+    check_best_allocation(values, caps, capacity, [counts[job.id] for job in ordered])
 
 
 @pytest.mark.parametrize("bad", [-0.25, math.nan, math.inf, "0.25", True])
