@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import functools
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium
 import numpy as np
@@ -50,6 +51,10 @@ from deepboot_env.env.observation import OutlookEncoder, agent_observation, enco
 from deepboot_env.extras import require_extra
 from deepboot_env.limits import MAX_CONFIG_BYTES, MAX_JSON_BYTES, parse_json, parse_yaml, read_bounded
 from deepboot_env.policy import Allocation, BasePolicy, ClusterState
+from deepboot_env.sim.state import GpuRef, RequestView
+
+if TYPE_CHECKING:
+    from deepboot_env.sim.simulator import Simulator
 
 __all__ = [
     "METADATA_FILE",
@@ -105,8 +110,6 @@ class AgentPolicy(BasePolicy):
         repaired_gpus: GPUs the decoding repair removed so far in this episode.
     """
 
-    adaptive_batch = True
-
     def __init__(
         self,
         model: Any,
@@ -137,6 +140,28 @@ class AgentPolicy(BasePolicy):
             from agents.distributions import use_padded_distribution  # lazy: SB3 is slow to import
 
             use_padded_distribution(model.policy)
+
+    # The simulator's hooks are the codec's (as in the env): ATS-I for a target model, a residual
+    # model's base policy's or a score model's prior's own rules; bound methods keep their marks.
+    @property
+    def adaptive_batch(self) -> bool:  # type: ignore[override]
+        """The codec's hooks' choice (the env's world for this model)."""
+        return bool(self.codec.hooks.adaptive_batch)
+
+    @property
+    def choose_reclaim(self) -> Callable[[ClusterState, RequestView], GpuRef | None]:
+        """The codec's hooks' reclaim rule."""
+        return self.codec.hooks.choose_reclaim
+
+    @property
+    def choose_inference_server(self) -> Callable[[ClusterState, RequestView], int | None]:
+        """The codec's hooks' Aryl-mode server rule."""
+        return self.codec.hooks.choose_inference_server
+
+    @property
+    def bind_simulator(self) -> Callable[[Simulator], None]:
+        """The codec's hooks' binding (a base policy that looks into the simulator)."""
+        return self.codec.hooks.bind_simulator
 
     def reset(self, seed: int | None = None) -> None:
         """Forget the episode; seed torch's sampling when the policy is stochastic."""

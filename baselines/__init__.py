@@ -44,6 +44,17 @@ register_policy(
     placement_aware=True,
     label="ats-srpt-fcfs-place",
 )
+# ats-srpt-fcfs-place whose reclaims count the restart they cause (§8.9)
+register_policy(
+    "ats-srpt-fcfs-place-rr",
+    "baselines.ats:AtsPolicy",
+    lend=True,
+    srpt_power=0.25,
+    arrival_tilt=0.15,
+    placement_aware=True,
+    reclaim_horizon=300.0,
+    label="ats-srpt-fcfs-place-rr",
+)
 # the control a learned priority must beat: ats-srpt with persistent random per-job jitter
 register_policy("ats-srpt-jitter", "baselines.jitter:JitteredAtsPolicy", label="ats-srpt-jitter")
 register_policy(

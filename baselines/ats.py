@@ -59,7 +59,8 @@ import numpy as np
 from baselines.job_order import job_priority_key
 from deepboot_env.placement import place_counts
 from deepboot_env.policy import Allocation, BasePolicy, ClusterState, JobView
-from deepboot_env.sim.reclaim import fair_share_base
+from deepboot_env.sim.reclaim import fair_share_base, restart_aware_victim
+from deepboot_env.sim.state import GpuRef, RequestView
 
 RESTART_PENALTY_S = 10.0
 """Seconds per restart in ATS's restart factor (the original's constant)."""
@@ -472,6 +473,10 @@ class AtsPolicy(BasePolicy):
             node has room for them now (:func:`placement_aware_options`; ``ats-srpt-fcfs-place``,
             docs/policies.md §8.8); False: ATS's one-node valuation.
         label: the policy's name in results (default ``ats`` or ``ats-nolend``).
+        reclaim_horizon: seconds > 0: inference takes back the lent GPU whose loss costs the
+            fewest speedup-seconds over that horizon, the restart it causes included
+            (:func:`~deepboot_env.sim.reclaim.restart_aware_victim`; ``ats-srpt-fcfs-place-rr``,
+            docs/policies.md §8.9); 0: DeepBoot's ATS-I.
     """
 
     name = "ats"
@@ -486,8 +491,13 @@ class AtsPolicy(BasePolicy):
         label: str | None = None,
         arrival_tilt: float = 0.0,
         placement_aware: bool = False,
+        reclaim_horizon: float = 0.0,
     ) -> None:
-        for name, value in (("srpt_power", srpt_power), ("arrival_tilt", arrival_tilt)):
+        for name, value in (
+            ("srpt_power", srpt_power),
+            ("arrival_tilt", arrival_tilt),
+            ("reclaim_horizon", reclaim_horizon),
+        ):
             if isinstance(value, bool) or not (isinstance(value, int | float) and 0.0 <= value < math.inf):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
         self.lend = lend
@@ -496,7 +506,20 @@ class AtsPolicy(BasePolicy):
         self.srpt_power = float(srpt_power)
         self.arrival_tilt = float(arrival_tilt)
         self.placement_aware = bool(placement_aware)
+        self.reclaim_horizon = float(reclaim_horizon)
         self.name = label or ("ats" if lend else "ats-nolend")
+
+    @property
+    def choose_reclaim(self) -> Callable[[ClusterState, RequestView], GpuRef | None]:
+        """The reclaim hook: the restart-aware rule with a ``reclaim_horizon``, else the default
+        ATS-I hook itself (its mark lets the simulator compute it without a whole state)."""
+        if self.reclaim_horizon:
+            return self._restart_aware_reclaim
+        return super().choose_reclaim
+
+    def _restart_aware_reclaim(self, state: ClusterState, request: RequestView) -> GpuRef | None:
+        """The lent GPU :func:`~deepboot_env.sim.reclaim.restart_aware_victim` takes (any request)."""
+        return restart_aware_victim(state, self.reclaim_horizon)
 
     def decide(self, state: ClusterState) -> Allocation:
         """Knapsack over job GPU counts, then best-fit placement."""

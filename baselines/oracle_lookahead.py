@@ -88,6 +88,7 @@ from deepboot_env.policy import (
     Policy,
     RequestView,
 )
+from deepboot_env.sim.reclaim import is_ats_i_rule
 from deepboot_env.sim.simulator import Simulator
 
 __all__ = [
@@ -268,8 +269,9 @@ class _Recording(BasePolicy):
 
 
 def _custom_reclaim(policy: Policy) -> bool:
-    """Whether ``policy`` takes GPUs back by a rule of its own instead of the default ATS-I."""
-    return getattr(type(policy), "choose_reclaim", BasePolicy.choose_reclaim) is not BasePolicy.choose_reclaim
+    """Whether ``policy`` takes GPUs back by a rule of its own instead of the default ATS-I (its
+    hook is not the marked ATS-I rule: ``AtsPolicy`` with a reclaim horizon, a wrapper of others)."""
+    return not is_ats_i_rule(policy.choose_reclaim)
 
 
 def _episode_jct(sim: Simulator) -> float:

@@ -39,6 +39,7 @@ from deepboot_env.env.observation import slot_jobs
 from deepboot_env.placement import place_count_lists, placement_order
 from deepboot_env.policy import CountProposer, Policy, ScoredProposer, make_policy
 from deepboot_env.sim.cluster import node_layout
+from deepboot_env.sim.hooks import DefaultHooks, SimulatorHooks
 from deepboot_env.sim.state import Allocation, ClusterState, JobView, validate_allocation
 
 GPU_BUCKETS: tuple[int, ...] = (0, 1, 2, 4, 8, 16, 32)
@@ -138,6 +139,10 @@ class ActionCodec(ABC):
     def __init__(self, max_jobs: int, lend_levels: int) -> None:
         self.max_jobs = max_jobs
         self.lend_levels = lend_levels
+        self.hooks: SimulatorHooks = DefaultHooks()
+        """What the episode's simulator calls back (reclaims, batch sizes): the base policy's or
+        prior's own hooks for a codec that corrects one, so that its neutral action plays in the
+        base policy's world; the defaults (ATS-I reclaims, adaptive batches) otherwise."""
 
     @property
     def nvec(self) -> list[int]:
@@ -313,7 +318,7 @@ class ResidualCodec(ActionCodec):
     def __init__(self, max_jobs: int, lend_levels: int, base: str = "ats") -> None:
         super().__init__(max_jobs, lend_levels)
         self.base_name = base
-        self.base = make_policy(base)
+        self.base = self.hooks = make_policy(base)
         self._proposer = self.base if isinstance(self.base, CountProposer) else None
         self.proposal: Counts | None = None
         self._proposed: dict[int, int] | None = None
@@ -468,6 +473,7 @@ class ScoreCodec(ActionCodec):
             )
         self.base_name = base
         self.prior: ScoredProposer = prior
+        self.hooks = prior
         self.score_scale = float(score_scale)
         self.held: dict[int, float] = {}
         """Job id -> log-weight change of the latest decision (what :meth:`redecode` applies)."""

@@ -21,7 +21,6 @@ from deepboot_env.env.observation import (
 )
 from deepboot_env.env.reference import ReferenceEpisode, reference_curve
 from deepboot_env.limits import shown
-from deepboot_env.policy import BasePolicy
 from deepboot_env.sim.scenario import Scenario
 from deepboot_env.sim.simulator import Simulator
 from deepboot_env.sim.state import ClusterState
@@ -51,12 +50,6 @@ def spaces_for(codec: ActionCodec, outlook: bool = False) -> tuple[spaces.Dict, 
     return spaces.Dict(entries), spaces.MultiDiscrete(codec.nvec)
 
 
-class _EnvReclaim(BasePolicy):
-    """The environment's reclaim hook: DeepBoot's ATS-I rule, adaptive batch sizes."""
-
-    name = "env"
-
-
 class DeepBootEnv(gym.Env):
     """Allocate GPUs of a training cluster (and idle inference GPUs) to elastic training jobs.
 
@@ -64,8 +57,9 @@ class DeepBootEnv(gym.Env):
     One step is one scheduling boundary (60 s by default) of the DeepBoot/Pollux simulator
     (:mod:`deepboot_env.sim`): the agent sets a GPU target for each active training job and how
     much of the idle inference cluster training may borrow; the simulator then runs every event up
-    to the next boundary (inference arrivals, warm-pod lifecycle, reclaims by the ATS-I rule, job
-    completions). Jobs progress at their Pollux goodput; changes pay the restart model's cost.
+    to the next boundary (inference arrivals, warm-pod lifecycle, reclaims by the ATS-I rule, or by
+    the base policy's or prior's own rule in residual and score mode, job completions). Jobs
+    progress at their Pollux goodput; changes pay the restart model's cost.
 
     ## Observation Space
     ``Dict(jobs=Box(0, 1, (max_jobs * 21,)), cluster=Box(0, 1, (13,)))``, float32; ``jobs`` is the
@@ -250,7 +244,7 @@ class DeepBootEnv(gym.Env):
         self.scenario = scenario
         self.sim_config = scenario.configure(self.config.sim)
         saturates = observation_limits(scenario.workload, self.sim_config)
-        self.sim = Simulator(scenario.workload, self.sim_config, _EnvReclaim())
+        self.sim = Simulator(scenario.workload, self.sim_config, self.codec.hooks)
         self._reference = (
             reference_curve(self.config.base_policy, scenario, self.sim_config) if self.config.relative_reward else None
         )

@@ -25,6 +25,7 @@ from typing import TypeVar
 import numpy as np
 
 from deepboot_env.sim.cluster import NODE_TRAIN
+from deepboot_env.sim.restart import plan_change
 from deepboot_env.sim.state import ClusterState, GpuRef, JobView
 
 
@@ -61,6 +62,48 @@ def ats_i_choice(
     they are never candidates) of the ``num_jobs`` active jobs, the node kinds, the (train,
     running, protect, sleep) counts per node and the cluster's GPUs. The simulator reclaims
     with it directly for the default hook (:func:`ats_i_rule`), without a whole state."""
+    return _least_loss_victim(jobs, num_jobs, node_kinds, node_counts, total_gpus)
+
+
+def restart_aware_victim(state: ClusterState, horizon: float) -> GpuRef | None:
+    """The lent training GPU whose loss costs the fewest fair-share speedup-seconds over the
+    next ``horizon`` seconds, counting the restart the loss causes, or None if no training GPU is
+    reclaimable (docs/policies.md §8.9).
+
+    A candidate that leaves its job k - 1 >= 1 GPUs costs ``(before - after) * horizon + after *
+    extra``: the rate it loses over the horizon, plus the new rate lost during the restart
+    stall the shrink adds (the restart model's stall of the change less the stall already ahead
+    of the job). One that parks its job costs ``before * (horizon + full start)``: the job's whole
+    rate, and the full start it pays when it comes back. Speedups are over the fair share as in
+    ATS-I, whose ranking this is when restarts cost nothing; ties as ATS-I.
+
+    Raises:
+        ValueError: if ``horizon`` is not a finite number > 0.
+    """
+    if isinstance(horizon, bool) or not (isinstance(horizon, int | float) and 0 < horizon < math.inf):
+        raise ValueError(f"the reclaim horizon must be a finite number of seconds > 0, got {horizon!r}")
+    return _least_loss_victim(
+        state.jobs,
+        len(state.jobs),
+        state.node_kinds,
+        state.node_counts,
+        state.config.total_gpus,
+        float(horizon),
+        state.restart_model,
+    )
+
+
+def _least_loss_victim(
+    jobs: Iterable[JobView],
+    num_jobs: int,
+    node_kinds: np.ndarray,
+    node_counts: Sequence[Sequence[int]],
+    total_gpus: int,
+    horizon: float = 0.0,
+    restart_model: str = "",
+) -> GpuRef | None:
+    """The candidate (job, node) whose GPU costs least: ATS-I's speedup loss (``horizon`` 0) or
+    :func:`restart_aware_victim`'s speedup-seconds; the first of equal costs in ATS-I's order."""
     reclaimable = np.flatnonzero(node_kinds != NODE_TRAIN).tolist()
     _, running, protect, sleeping = node_counts
     pods = sum(running) + sum(protect) + sum(sleeping)
@@ -85,9 +128,25 @@ def ats_i_choice(
             n_after = n - 1 if counts[node] == 1 else n
             after = job.rates.rate(job.epoch, n_after > 1, k - 1)
             loss = (before - after) / base
+            if horizon:
+                loss = loss * horizon + _restart_loss(job, counts, node, after, restart_model) / base
             if best is None or loss < best[0] - 1e-12:
                 best = (loss, GpuRef(job.id, node))
     return None if best is None else best[1]
+
+
+def _restart_loss(job: JobView, counts: list[int], node: int, after: float, restart_model: str) -> float:
+    """Progress lost to the restart that taking one GPU of ``job`` on ``node`` causes: the new
+    rate over the stall the shrink adds, or, when it parks the job, its rate now over the full
+    start it pays when it comes back."""
+    app = job.rates.app
+    if after <= 0.0 or sum(counts) == 1:
+        return job.rates.rate(job.epoch, False, 1) * app.full_restart_delay
+    old = np.asarray(counts)
+    new = old.copy()
+    new[node] -= 1
+    stall = plan_change(restart_model, app, old, new, True).stall_seconds
+    return after * max(stall - job.stalled_seconds, 0.0)
 
 
 _Hook = TypeVar("_Hook", bound=Callable[..., object])

@@ -23,6 +23,7 @@ from deepboot_env.env.action import ScoreCodec
 from deepboot_env.env.reference import JobSecondsCurve, simulate_reference
 from deepboot_env.evaluation import run_episode
 from deepboot_env.policy import make_policy
+from deepboot_env.sim.reclaim import is_ats_i_rule
 from traces.generate import generate_workload, write_workload_csv
 
 sys.path.insert(0, str(REPO))
@@ -266,6 +267,24 @@ def test_score_checkpoint_loads_safely_and_runs_as_a_policy(tiny, tmp_path: Path
     metrics = run_episode(policy, tiny, env.sim_config)
     _same_episode(metrics.to_dict(include_jcts=False), run_episode(make_policy("ats-srpt"), tiny, env.sim_config))
     assert policy.last_action is not None and not policy.last_action.any()
+
+
+def test_the_env_and_a_score_model_reclaim_by_their_priors_rule(busy) -> None:
+    """Over a prior with its own reclaim rule (``-rr``: restart-aware, which changes this
+    episode), the env's zero action and an untrained model run by ``ppo:`` are that prior bit for
+    bit: both reclaim by the prior's rule, not ATS-I."""
+    prior_name = "ats-srpt-fcfs-place-rr"
+    env = _score_env(busy, base_policy=prior_name)
+    prior = run_episode(make_policy(prior_name), busy, env.sim_config, seed=0)
+    atsi = run_episode(make_policy("ats-srpt-fcfs-place"), busy, env.sim_config, seed=0)
+    assert prior.train_jct_mean != atsi.train_jct_mean and prior.reclaims > 0
+    _same_episode(_episode(env, lambda e: e.neutral_action())[0], prior)
+    model, _ = _score_model(busy, base_policy=prior_name)
+    policy = AgentPolicy(model, base_policy=prior_name)
+    assert not is_ats_i_rule(policy.choose_reclaim)
+    assert policy.choose_reclaim.__self__ is policy.codec.prior
+    _same_episode(run_episode(policy, busy, env.sim_config, seed=0).to_dict(include_jcts=False), prior)
+    assert is_ats_i_rule(AgentPolicy(model, base_policy="ats-srpt").choose_reclaim)  # the simulator's own ATS-I
 
 
 def test_score_checkpoint_runs_through_deepboot_simulate(tiny, tmp_path: Path) -> None:
