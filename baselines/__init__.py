@@ -67,6 +67,14 @@ register_policy(
     placement_aware=True,
     label="ats-srpt-fcfs-place-jitter",
 )
+register_policy(
+    "ats-srpt-fcfs-place-rr-jitter",
+    "baselines.jitter:JitteredAtsPolicy",
+    arrival_tilt=0.15,
+    placement_aware=True,
+    reclaim_horizon=300.0,
+    label="ats-srpt-fcfs-place-rr-jitter",
+)
 register_prefix("jitter", "baselines.jitter:jittered", arg="sigma")
 register_policy("pollux", "baselines.pollux:PolluxPolicy", lend=False)
 register_policy("pollux-lend", "baselines.pollux:PolluxPolicy", lend=True)

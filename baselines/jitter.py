@@ -7,7 +7,8 @@ nothing: a learned priority or score policy whose gain over its prior is no larg
 control's has not shown that it learned anything (docs/results.md: persistent random jitter of
 sigma 0.05 alone scores below ``ats-srpt`` on the families). ``jitter:<sigma>`` builds one over
 ``ats-srpt``; ``ats-srpt-fcfs-jitter`` is the control of the ``ats-srpt-fcfs`` prior and
-``ats-srpt-fcfs-place-jitter`` that of ``ats-srpt-fcfs-place``.
+``ats-srpt-fcfs-place-jitter`` that of ``ats-srpt-fcfs-place``, ``ats-srpt-fcfs-place-rr-jitter`` that
+of ``ats-srpt-fcfs-place-rr``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class JitteredAtsPolicy(AtsPolicy):
         label: the policy's name in results.
         arrival_tilt: the prior's arrival tilt (``ats-srpt-fcfs``: 0.15).
         placement_aware: the prior's valuation (``ats-srpt-fcfs-place``: True).
+        reclaim_horizon: the prior's reclaim rule (``ats-srpt-fcfs-place-rr``: 300 s).
 
     Raises:
         ValueError: for a sigma that is not a finite number >= 0.
@@ -45,6 +47,7 @@ class JitteredAtsPolicy(AtsPolicy):
         label: str | None = None,
         arrival_tilt: float = 0.0,
         placement_aware: bool = False,
+        reclaim_horizon: float = 0.0,
     ) -> None:
         if isinstance(sigma, bool) or not (isinstance(sigma, int | float) and 0.0 <= sigma < math.inf):
             raise ValueError(f"jitter sigma must be a finite number >= 0, got {sigma!r}")
@@ -54,6 +57,7 @@ class JitteredAtsPolicy(AtsPolicy):
             label=label or f"jitter:{sigma:g}",
             arrival_tilt=arrival_tilt,
             placement_aware=placement_aware,
+            reclaim_horizon=reclaim_horizon,
         )
         self.sigma = float(sigma)
         self._draws: dict[int, float] = {}

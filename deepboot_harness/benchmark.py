@@ -41,9 +41,11 @@ DEFAULT_POLICIES: tuple[str, ...] = (
     "ones-lend",
     "pollux-lend",
     "ats-srpt-fcfs-place",
+    "ats-srpt-fcfs-place-rr",
     "ppo:deepboot-v0",
     "ppo:deepboot-score-v1",
     "ppo:deepboot-score-v2",
+    "ppo:deepboot-score-v3",
     "oracle-lookahead",
 )
 """The policies of the README's leaderboard."""

@@ -134,7 +134,14 @@ def test_the_package_comes_from_the_venv_not_the_clone(installed: tuple[Path, Pa
 
 
 @pytest.mark.parametrize(
-    "model", ["ppo:deepboot-v0", "ppo:deepboot-score-v1", "ppo:deepboot-score-v2", "priority:deepboot-priority-v1"]
+    "model",
+    [
+        "ppo:deepboot-v0",
+        "ppo:deepboot-score-v1",
+        "ppo:deepboot-score-v2",
+        "ppo:deepboot-score-v3",
+        "priority:deepboot-priority-v1",
+    ],
 )
 def test_simulate_every_shipped_model_by_short_name(installed: tuple[Path, Path], model: str) -> None:
     out = installed[1] / f"{model.replace(':', '-')}.json"

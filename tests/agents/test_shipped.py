@@ -24,6 +24,10 @@ GOLDEN_SCORE_V2_JCT = 2229.866666666667
 """Mean JCT of ``deepboot-score-v2`` on the same workload ..."""
 GOLDEN_PLACE_JCT = 2223.6833333333334
 """... and of its prior, ``ats-srpt-fcfs-place``."""
+GOLDEN_SCORE_V3_JCT = 2240.133333333333
+"""Mean JCT of ``deepboot-score-v3`` on the same workload ..."""
+GOLDEN_RR_JCT = 2223.6666666666665
+"""... and of its prior, ``ats-srpt-fcfs-place-rr``."""
 
 
 @pytest.fixture
@@ -37,6 +41,7 @@ def test_every_shipped_model_has_a_short_name() -> None:
     assert shipped_names() == [
         "ppo:deepboot-score-v1",
         "ppo:deepboot-score-v2",
+        "ppo:deepboot-score-v3",
         "ppo:deepboot-v0",
         "priority:deepboot-priority-v1",
     ]
@@ -45,7 +50,8 @@ def test_every_shipped_model_has_a_short_name() -> None:
 def test_short_names_reach_the_shipped_files_from_any_folder(elsewhere: Path) -> None:
     assert resolve_model_path("deepboot-v0") == SHIPPED_PPO
     assert resolve_model_path("deepboot-score-v1") == SHIPPED_SCORE
-    assert resolve_model_path("deepboot-score-v2") == PRETRAINED_DIR / "deepboot-score-v2.zip"
+    for version in ("v2", "v3"):
+        assert resolve_model_path(f"deepboot-score-{version}") == PRETRAINED_DIR / f"deepboot-score-{version}.zip"
     assert resolve_shipped("deepboot-priority-v1", ".json") == SHIPPED_PRIORITY
 
 
@@ -106,6 +112,11 @@ def _application_scores(model) -> dict[str, float]:
             "deepboot-score-v2",
             "ats-srpt-fcfs-place",
             {"ppo:deepboot-score-v2": GOLDEN_SCORE_V2_JCT, "ats-srpt-fcfs-place": GOLDEN_PLACE_JCT},
+        ),
+        (
+            "deepboot-score-v3",
+            "ats-srpt-fcfs-place-rr",
+            {"ppo:deepboot-score-v3": GOLDEN_SCORE_V3_JCT, "ats-srpt-fcfs-place-rr": GOLDEN_RR_JCT},
         ),
     ],
 )

@@ -319,12 +319,11 @@ def test_jitter_control_is_ats_srpt_at_zero_and_persistent_per_job(busy) -> None
     srpt = run_episode(make_policy("ats-srpt"), busy, config, seed=0)
     _same_episode(run_episode(make_policy("jitter:0"), busy, config, seed=0).to_dict(include_jcts=False), srpt)
     assert make_policy("ats-srpt-jitter").name == "ats-srpt-jitter"
-    fcfs_control = make_policy("ats-srpt-fcfs-jitter", sigma=0.0)
-    fcfs = run_episode(make_policy("ats-srpt-fcfs"), busy, config, seed=0)
-    _same_episode(run_episode(fcfs_control, busy, config, seed=0).to_dict(include_jcts=False), fcfs)
-    place_control = make_policy("ats-srpt-fcfs-place-jitter", sigma=0.0)
-    place = run_episode(make_policy("ats-srpt-fcfs-place"), busy, config, seed=0)
-    _same_episode(run_episode(place_control, busy, config, seed=0).to_dict(include_jcts=False), place)
+    for prior in ("ats-srpt-fcfs", "ats-srpt-fcfs-place", "ats-srpt-fcfs-place-rr"):
+        control = make_policy(f"{prior}-jitter", sigma=0.0)
+        expected = run_episode(make_policy(prior), busy, config, seed=0)
+        _same_episode(run_episode(control, busy, config, seed=0).to_dict(include_jcts=False), expected)
+    assert make_policy("ats-srpt-fcfs-place-rr-jitter").reclaim_horizon == 300.0
     jitter = make_policy("jitter:0.5")
     first = run_episode(jitter, busy, config, seed=1)
     assert first.train_jct_mean != srpt.train_jct_mean
