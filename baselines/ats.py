@@ -59,7 +59,7 @@ import numpy as np
 from baselines.job_order import job_priority_key
 from deepboot_env.placement import place_counts
 from deepboot_env.policy import Allocation, BasePolicy, ClusterState, JobView
-from deepboot_env.sim.reclaim import fair_share_base, restart_aware_victim
+from deepboot_env.sim.reclaim import RestartAwareRule, fair_share_base
 from deepboot_env.sim.state import GpuRef, RequestView
 
 RESTART_PENALTY_S = 10.0
@@ -507,19 +507,17 @@ class AtsPolicy(BasePolicy):
         self.arrival_tilt = float(arrival_tilt)
         self.placement_aware = bool(placement_aware)
         self.reclaim_horizon = float(reclaim_horizon)
+        self._restart_aware = RestartAwareRule(self.reclaim_horizon) if self.reclaim_horizon else None
         self.name = label or ("ats" if lend else "ats-nolend")
 
     @property
     def choose_reclaim(self) -> Callable[[ClusterState, RequestView], GpuRef | None]:
         """The reclaim hook: the restart-aware rule with a ``reclaim_horizon``, else the default
-        ATS-I hook itself (its mark lets the simulator compute it without a whole state)."""
-        if self.reclaim_horizon:
-            return self._restart_aware_reclaim
+        ATS-I hook itself; the simulator computes either from its books
+        (:func:`~deepboot_env.sim.reclaim.least_loss_horizon`), without a whole state."""
+        if self._restart_aware is not None:
+            return self._restart_aware
         return super().choose_reclaim
-
-    def _restart_aware_reclaim(self, state: ClusterState, request: RequestView) -> GpuRef | None:
-        """The lent GPU :func:`~deepboot_env.sim.reclaim.restart_aware_victim` takes (any request)."""
-        return restart_aware_victim(state, self.reclaim_horizon)
 
     def decide(self, state: ClusterState) -> Allocation:
         """Knapsack over job GPU counts, then best-fit placement."""

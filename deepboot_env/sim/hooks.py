@@ -19,7 +19,8 @@ a bare run) uses :class:`DefaultHooks` itself.
 
 The two defaults that choose are marked (:func:`~deepboot_env.sim.reclaim.ats_i_rule`,
 :func:`~deepboot_env.sim.aryl_mode.aryl_server_rule`): the simulator makes a marked choice itself
-from its books, without building the whole state for the hook (the same choice).
+from its books, without building the whole state for the hook (the same choice); so it does for a
+:class:`~deepboot_env.sim.reclaim.RestartAwareRule` hook (:func:`~deepboot_env.sim.reclaim.least_loss_horizon`).
 """
 
 from __future__ import annotations

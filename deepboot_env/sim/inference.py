@@ -41,7 +41,7 @@ from deepboot_env.sim.apps import COLD_START_DELAY_S
 from deepboot_env.sim.cluster import NODE_INFER, NODE_TRAIN, ClusterLedger
 from deepboot_env.sim.events import EventKind, EventQueue
 from deepboot_env.sim.fork import clone_object, shallow_copy
-from deepboot_env.sim.reclaim import is_ats_i_rule
+from deepboot_env.sim.reclaim import least_loss_horizon
 from deepboot_env.sim.state import ClusterState, GpuRef, RequestView
 from deepboot_env.sim.workload import InferenceRequestSpec
 
@@ -125,9 +125,10 @@ class TrainingSide(Protocol):
         """The state at the current time, shown to the policy's reclaim hook."""
         ...
 
-    def ats_i_victim(self) -> GpuRef | None:
-        """:func:`~deepboot_env.sim.reclaim.ats_i_victim` of :meth:`observe` (computed without
-        the whole state where that is cheaper)."""
+    def least_loss_victim(self, horizon: float = 0.0) -> GpuRef | None:
+        """:func:`~deepboot_env.sim.reclaim.ats_i_victim` (``horizon`` 0) or the restart-aware
+        victim at ``horizon`` of :meth:`observe` (computed without the whole state where that is
+        cheaper)."""
         ...
 
     def take_training_gpu(self, ref: GpuRef) -> None:
@@ -506,8 +507,9 @@ class InferencePool:
         if training is None:
             raise ReferenceError("the training side of this inference pool is gone")
         chooser = self.policy.choose_reclaim
-        if is_ats_i_rule(chooser):  # ATS-I itself, made from the jobs that hold GPUs
-            ref = training.ats_i_victim()
+        horizon = least_loss_horizon(chooser)
+        if horizon is not None:  # ATS-I or the restart-aware rule, made from the jobs that hold GPUs
+            ref = training.least_loss_victim(horizon)
         else:
             spec = self._specs[idx]
             ref = chooser(training.observe(), RequestView(idx, spec.instance, spec.app, spec.arrival, spec.duration))

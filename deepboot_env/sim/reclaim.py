@@ -48,21 +48,7 @@ def ats_i_victim(state: ClusterState) -> GpuRef | None:
     Reclaimable GPUs are training GPUs on inference nodes (two clusters) or on any node (shared
     pool): training-cluster GPUs are never taken by inference.
     """
-    return ats_i_choice(state.jobs, len(state.jobs), state.node_kinds, state.node_counts, state.config.total_gpus)
-
-
-def ats_i_choice(
-    jobs: Iterable[JobView],
-    num_jobs: int,
-    node_kinds: np.ndarray,
-    node_counts: Sequence[Sequence[int]],
-    total_gpus: int,
-) -> GpuRef | None:
-    """:func:`ats_i_victim` from its parts: ``jobs`` (those that hold no GPU may be left out:
-    they are never candidates) of the ``num_jobs`` active jobs, the node kinds, the (train,
-    running, protect, sleep) counts per node and the cluster's GPUs. The simulator reclaims
-    with it directly for the default hook (:func:`ats_i_rule`), without a whole state."""
-    return _least_loss_victim(jobs, num_jobs, node_kinds, node_counts, total_gpus)
+    return least_loss_choice(state.jobs, len(state.jobs), state.node_kinds, state.node_counts, state.config.total_gpus)
 
 
 def restart_aware_victim(state: ClusterState, horizon: float) -> GpuRef | None:
@@ -80,20 +66,29 @@ def restart_aware_victim(state: ClusterState, horizon: float) -> GpuRef | None:
     Raises:
         ValueError: if ``horizon`` is not a finite number > 0.
     """
-    if isinstance(horizon, bool) or not (isinstance(horizon, int | float) and 0 < horizon < math.inf):
-        raise ValueError(f"the reclaim horizon must be a finite number of seconds > 0, got {horizon!r}")
-    return _least_loss_victim(
+    return least_loss_choice(
         state.jobs,
         len(state.jobs),
         state.node_kinds,
         state.node_counts,
         state.config.total_gpus,
-        float(horizon),
+        checked_horizon(horizon),
         state.restart_model,
     )
 
 
-def _least_loss_victim(
+def checked_horizon(horizon: float) -> float:
+    """``horizon`` as a float if it is a finite number of seconds > 0.
+
+    Raises:
+        ValueError: otherwise, in one line.
+    """
+    if isinstance(horizon, bool) or not (isinstance(horizon, int | float) and 0 < horizon < math.inf):
+        raise ValueError(f"the reclaim horizon must be a finite number of seconds > 0, got {horizon!r}")
+    return float(horizon)
+
+
+def least_loss_choice(
     jobs: Iterable[JobView],
     num_jobs: int,
     node_kinds: np.ndarray,
@@ -102,8 +97,12 @@ def _least_loss_victim(
     horizon: float = 0.0,
     restart_model: str = "",
 ) -> GpuRef | None:
-    """The candidate (job, node) whose GPU costs least: ATS-I's speedup loss (``horizon`` 0) or
-    :func:`restart_aware_victim`'s speedup-seconds; the first of equal costs in ATS-I's order."""
+    """:func:`ats_i_victim` (``horizon`` 0) or :func:`restart_aware_victim` (``horizon`` > 0, under
+    ``restart_model``) from their parts: ``jobs`` (those that hold no GPU may be left out: they
+    are never candidates) of the ``num_jobs`` active jobs, the node kinds, the (train, running,
+    protect, sleep) counts per node and the cluster's GPUs. The simulator reclaims with it
+    directly for the hooks :func:`least_loss_horizon` knows, without a whole state; the first of
+    equal costs in ATS-I's order."""
     reclaimable = np.flatnonzero(node_kinds != NODE_TRAIN).tolist()
     _, running, protect, sleeping = node_counts
     pods = sum(running) + sum(protect) + sum(sleeping)
@@ -154,7 +153,7 @@ _Hook = TypeVar("_Hook", bound=Callable[..., object])
 
 def ats_i_rule(hook: _Hook) -> _Hook:
     """Mark a ``choose_reclaim`` hook that is ATS-I itself (``ats_i_victim(state)``, whatever the
-    request): the simulator then reclaims by :func:`ats_i_choice` over the jobs that hold GPUs
+    request): the simulator then reclaims by :func:`least_loss_choice` over the jobs that hold GPUs
     instead of building the whole state for the hook (the same choice; a hook that overrides a
     marked one is not marked unless it says so)."""
     hook.ats_i = True  # type: ignore[attr-defined]
@@ -164,3 +163,31 @@ def ats_i_rule(hook: _Hook) -> _Hook:
 def is_ats_i_rule(hook: Callable[..., object]) -> bool:
     """Whether ``hook`` is marked :func:`ats_i_rule`."""
     return bool(getattr(hook, "ats_i", False))
+
+
+class RestartAwareRule:
+    """The restart-aware reclaim as a ``choose_reclaim`` hook: :func:`restart_aware_victim` at
+    ``horizon`` seconds, whatever the request (``AtsPolicy(reclaim_horizon=...)``). The simulator
+    computes it from the jobs that hold GPUs (:func:`least_loss_horizon`), as it does ATS-I.
+
+    Raises:
+        ValueError: if ``horizon`` is not a finite number of seconds > 0.
+    """
+
+    def __init__(self, horizon: float) -> None:
+        self.horizon = checked_horizon(horizon)
+
+    def __call__(self, state: ClusterState, request: object) -> GpuRef | None:
+        """The victim of :func:`restart_aware_victim` in ``state``."""
+        return restart_aware_victim(state, self.horizon)
+
+
+def least_loss_horizon(hook: Callable[..., object]) -> float | None:
+    """How the simulator may compute ``hook``'s choice from the jobs that hold GPUs
+    (:func:`least_loss_choice`): 0 for the marked ATS-I rule, the horizon of a
+    :class:`RestartAwareRule`, None for any other hook (it is called with the whole state)."""
+    if is_ats_i_rule(hook):
+        return 0.0
+    if isinstance(hook, RestartAwareRule):
+        return hook.horizon
+    return None

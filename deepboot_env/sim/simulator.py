@@ -63,7 +63,7 @@ from deepboot_env.sim.hooks import DefaultHooks, SimulatorHooks, checked_hooks
 from deepboot_env.sim.inference import InferencePool, Pod, RequestRecord
 from deepboot_env.sim.jobs import TrainingJob
 from deepboot_env.sim.metrics import EpisodeMetrics, episode_metrics
-from deepboot_env.sim.reclaim import ats_i_choice
+from deepboot_env.sim.reclaim import least_loss_choice
 from deepboot_env.sim.state import Allocation, ClusterState, GpuRef, checked_counts
 from deepboot_env.sim.state_builder import StateBuilder
 from deepboot_env.sim.training import TrainingJobs
@@ -491,19 +491,22 @@ class Simulator:
         """The read-only state at the current time (jobs holding GPUs advanced to now)."""
         return self._state_builder.build(self.now, self._active, len(self._pool.waiting), self._recent)
 
-    def ats_i_victim(self) -> GpuRef | None:
-        """:func:`~deepboot_env.sim.reclaim.ats_i_victim` of :meth:`observe`, from the views of
-        the jobs that hold GPUs only (the pool's reclaim with the default hook)."""
+    def least_loss_victim(self, horizon: float = 0.0) -> GpuRef | None:
+        """:func:`~deepboot_env.sim.reclaim.ats_i_victim` (``horizon`` 0) or
+        :func:`~deepboot_env.sim.reclaim.restart_aware_victim` at ``horizon`` of :meth:`observe`,
+        from the views of the jobs that hold GPUs only (the pool's reclaim with those hooks)."""
         jobs = self.jobs
         active = self._active
         ledger = self.ledger
         counts = ledger.counts
-        return ats_i_choice(
+        return least_loss_choice(
             self._state_builder.views(self.now, [index for index in active if jobs[index].replicas]),
             len(active),
             ledger.kinds,
             (counts["train"], counts["running"], counts["protect"], counts["sleep"]),
             self.config.cluster.total_gpus,
+            horizon,
+            self.config.restart,
         )
 
     def apply(self, allocation: Allocation, state: ClusterState | None = None) -> None:

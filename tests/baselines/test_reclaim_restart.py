@@ -11,7 +11,13 @@ from builders import cluster_state, job_view
 
 from baselines.ats import AtsPolicy
 from deepboot_env.policy import make_policy
-from deepboot_env.sim.reclaim import ats_i_victim, is_ats_i_rule, restart_aware_victim
+from deepboot_env.sim.reclaim import (
+    RestartAwareRule,
+    ats_i_victim,
+    is_ats_i_rule,
+    least_loss_horizon,
+    restart_aware_victim,
+)
 
 APPS = ("cifar10", "ncf", "yolov3", "imagenet", "deepspeech2", "bert")
 
@@ -94,11 +100,16 @@ def test_bad_horizons_are_one_line_errors(horizon) -> None:
 
 
 def test_only_a_horizon_replaces_the_marked_ats_i_hook() -> None:
-    """Without a horizon the hook keeps ATS-I's mark (the simulator computes it from its books)."""
+    """Without a horizon the hook keeps ATS-I's mark; the simulator computes either rule from its
+    books, and any other hook gets the whole state."""
     assert is_ats_i_rule(AtsPolicy().choose_reclaim)
-    assert is_ats_i_rule(make_policy("ats-srpt-fcfs-place").choose_reclaim)
+    assert least_loss_horizon(make_policy("ats-srpt-fcfs-place").choose_reclaim) == 0.0
     rr = make_policy("ats-srpt-fcfs-place-rr")
     assert not is_ats_i_rule(rr.choose_reclaim) and rr.reclaim_horizon == 300.0
+    assert least_loss_horizon(rr.choose_reclaim) == 300.0
+    assert least_loss_horizon(lambda state, request: None) is None
+    with pytest.raises(ValueError, match="reclaim horizon"):
+        RestartAwareRule(0.0)
 
 
 def test_golden_crowded_episode() -> None:

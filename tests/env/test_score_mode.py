@@ -282,7 +282,7 @@ def test_the_env_and_a_score_model_reclaim_by_their_priors_rule(busy) -> None:
     model, _ = _score_model(busy, base_policy=prior_name)
     policy = AgentPolicy(model, base_policy=prior_name)
     assert not is_ats_i_rule(policy.choose_reclaim)
-    assert policy.choose_reclaim.__self__ is policy.codec.prior
+    assert policy.choose_reclaim is policy.codec.prior.choose_reclaim
     _same_episode(run_episode(policy, busy, env.sim_config, seed=0).to_dict(include_jcts=False), prior)
     assert is_ats_i_rule(AgentPolicy(model, base_policy="ats-srpt").choose_reclaim)  # the simulator's own ATS-I
 

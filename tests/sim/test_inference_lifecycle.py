@@ -417,26 +417,29 @@ def test_plan_change_stopfree_phases() -> None:
     assert _plan("stopfree", "bert", [0, 0], [4, 0], started=False).phases == (Phase(103.0, 0, False),)
 
 
-def test_default_reclaim_hook_computed_without_the_whole_state_chooses_as_on_it(monkeypatch) -> None:
-    """With the default hook (ATS-I, marked ``ats_i_rule``) the simulator reclaims from the views
-    of the jobs that hold GPUs; at every reclaim of a busy lending episode that choice equals
-    ``ats_i_victim`` of the whole state, and the unmarked override of a subclass still gets the
-    whole state."""
+@pytest.mark.parametrize("horizon", [0.0, 300.0])
+def test_reclaim_hooks_computed_without_the_whole_state_choose_as_on_it(monkeypatch, horizon: float) -> None:
+    """With the default hook (ATS-I, marked ``ats_i_rule``) or the restart-aware rule
+    (``AtsPolicy(reclaim_horizon=...)``) the simulator reclaims from the views of the jobs that
+    hold GPUs; at every reclaim of a busy lending episode that choice equals the rule's on the
+    whole state, and the unmarked override of a subclass still gets the whole state."""
     from baselines.ats import AtsPolicy
-    from deepboot_env.sim.reclaim import ats_i_victim
+    from deepboot_env.sim.reclaim import ats_i_victim, restart_aware_victim
     from traces.loaders import load_workload
 
-    direct = Simulator.ats_i_victim
+    direct = Simulator.least_loss_victim
     checked = []
 
-    def both(self):
-        ref = direct(self)
-        assert ref == ats_i_victim(self.observe())
+    def both(self, horizon_seen=0.0):
+        ref = direct(self, horizon_seen)
+        state = self.observe()
+        assert horizon_seen == horizon
+        assert ref == (restart_aware_victim(state, horizon) if horizon else ats_i_victim(state))
         checked.append(ref)
         return ref
 
-    monkeypatch.setattr(Simulator, "ats_i_victim", both)
-    policy = AtsPolicy()
+    monkeypatch.setattr(Simulator, "least_loss_victim", both)
+    policy = AtsPolicy(reclaim_horizon=horizon)
     metrics = _episode(Simulator(load_workload("test/test-01"), SimConfig(), policy), policy)
     assert len(checked) >= metrics.reclaims > 400 and any(ref is not None for ref in checked)
 
