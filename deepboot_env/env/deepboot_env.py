@@ -244,11 +244,11 @@ class DeepBootEnv(gym.Env):
         self.scenario = scenario
         self.sim_config = scenario.configure(self.config.sim)
         saturates = observation_limits(scenario.workload, self.sim_config)
+        self.codec.reset(seed)  # first: a base policy's reset forgets the simulator it is bound to
         self.sim = Simulator(scenario.workload, self.sim_config, self.codec.hooks)
         self._reference = (
             reference_curve(self.config.base_policy, scenario, self.sim_config) if self.config.relative_reward else None
         )
-        self.codec.reset(seed)
         if self._noise_rng is not None:
             assert isinstance(self.codec, ScoreCodec)
             self.codec.pair_noise(int(self._noise_rng.integers(2**63)), self._antithetic)

@@ -60,6 +60,16 @@ def test_neutral_actions_reproduce_the_base_policy(tiny) -> None:
     assert neutral["restarts"] == ats.restarts and neutral["lent_gpu_seconds"] == ats.lent_gpu_seconds
 
 
+def test_a_base_policy_that_looks_into_the_simulator_is_bound_to_the_envs(tiny) -> None:
+    """``mpc`` forks the simulator it runs in (its ``bind_simulator`` hook): as a residual base,
+    the env binds it to the episode's simulator after resetting it, so the neutral action plays
+    ``mpc``'s episode (before, its reset came last and forgot the binding)."""
+    env = _residual_env(tiny, base_policy="mpc")
+    neutral = _episode(env, lambda e: e.neutral_action())
+    mpc = run_episode(make_policy("mpc"), tiny, env.sim_config, seed=0)
+    assert (neutral["train_jct_mean"], neutral["restarts"]) == (mpc.train_jct_mean, mpc.restarts)
+
+
 def test_random_masked_corrections_are_valid_and_change_the_outcome(tiny) -> None:
     env = _residual_env(tiny)
     rng = np.random.default_rng(1)
