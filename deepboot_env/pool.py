@@ -11,7 +11,7 @@ this pool's Ray side).
 Worker processes never outlive a stop: they ignore SIGINT (Ctrl-C reaches the whole process group,
 and the parent decides), die with the parent on Linux (``PR_SET_PDEATHSIG``), and a pool that ends
 on an error or a stop (:class:`deepboot_env.stops.Stopped`) kills its workers instead of waiting
-for the tasks in progress (:func:`stop_pool`).
+for the tasks in progress (:func:`stop_pool`, with SIGKILL).
 """
 
 from __future__ import annotations
@@ -157,11 +157,16 @@ def _start_worker() -> None:
 
 
 def stop_pool(executor: ProcessPoolExecutor) -> None:
-    """Shut ``executor`` down now: queued tasks cancelled, workers killed (SIGTERM) and reaped."""
+    """Shut ``executor`` down now: queued tasks cancelled, workers killed (SIGKILL) and reaped.
+
+    SIGKILL, not SIGTERM: a worker forked a moment ago may not have run :func:`_start_worker` yet
+    and still holds the parent's SIGTERM handler, which only records the signal; that worker would
+    live on, and the executor's shutdown waits for every worker. A worker holds nothing to save (its
+    result is dropped), so nothing is lost by not letting it run a handler."""
     workers = list((getattr(executor, "_processes", None) or {}).values())  # the standard library's pid -> Process
     for process in workers:
         if process.is_alive():
-            process.terminate()
+            process.kill()
     executor.shutdown(wait=True, cancel_futures=True)
     for process in workers:
         process.join(timeout=5)

@@ -48,7 +48,7 @@ def _start(argv: list[str], cwd: Path) -> tuple[subprocess.Popen[bytes], Path, P
             cwd=cwd,
             stdout=o,
             stderr=e,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"},
             start_new_session=True,
             preexec_fn=_as_from_a_terminal,
         )
@@ -63,13 +63,30 @@ def _stop_when(argv: list[str], cwd: Path, ready: Callable[[], bool], signum: in
     while not ready() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     assert proc.poll() is None, f"ended before the signal: {err.read_text()}"
+    was_ready = ready()
     if signum == signal.SIGINT:
         os.killpg(proc.pid, signum)
     else:
         proc.send_signal(signum)
-    code = proc.wait(timeout=120)
+    try:
+        code = proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        _fail_with_stacks(proc.pid, err, f"no exit 120 s after the signal (ready when sent: {was_ready})")
     _assert_group_gone(proc.pid)
     return code, out.read_text(), err.read_text()
+
+
+def _fail_with_stacks(pgid: int, err: Path, why: str) -> None:
+    """Fail with the Python stacks of every process of group ``pgid`` (SIGABRT: the commands run
+    with ``PYTHONFAULTHANDLER``), then kill the group."""
+    left = _group(pgid)
+    os.killpg(pgid, signal.SIGABRT)
+    time.sleep(2)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    pytest.fail(f"{why}; processes {left}; stderr:\n{err.read_text()[-12000:]}")
 
 
 def _group(pgid: int) -> list[str]:
