@@ -88,6 +88,19 @@ def checked_horizon(horizon: float) -> float:
     return float(horizon)
 
 
+_RECLAIMABLE: dict[bytes, list[int]] = {}
+
+
+def reclaimable_nodes(node_kinds: np.ndarray) -> list[int]:
+    """The nodes whose training GPUs inference may take back (every node but the training
+    cluster's), cached per layout (a reclaim asks at every cold request); never change the list."""
+    key = node_kinds.tobytes() + node_kinds.dtype.str.encode()
+    nodes = _RECLAIMABLE.get(key)
+    if nodes is None:
+        nodes = _RECLAIMABLE[key] = np.flatnonzero(node_kinds != NODE_TRAIN).tolist()
+    return nodes
+
+
 def least_loss_choice(
     jobs: Iterable[JobView],
     num_jobs: int,
@@ -103,7 +116,7 @@ def least_loss_choice(
     protect, sleep) counts per node and the cluster's GPUs. The simulator reclaims with it
     directly for the hooks :func:`least_loss_horizon` knows, without a whole state; the first of
     equal costs in ATS-I's order."""
-    reclaimable = np.flatnonzero(node_kinds != NODE_TRAIN).tolist()
+    reclaimable = reclaimable_nodes(node_kinds)
     _, running, protect, sleeping = node_counts
     pods = sum(running) + sum(protect) + sum(sleeping)
     j_all = max(num_jobs + pods, 1)
@@ -128,7 +141,12 @@ def least_loss_choice(
             after = job.rates.rate(job.epoch, n_after > 1, k - 1)
             loss = (before - after) / base
             if horizon:
-                loss = loss * horizon + _restart_loss(job, counts, node, after, restart_model) / base
+                loss *= horizon
+                # The restart term is >= 0, so a candidate whose rate loss alone reaches the best
+                # cannot win: skip its restart plan (most of this rule's cost), same choice.
+                if best is not None and loss >= best[0] - 1e-12:
+                    continue
+                loss += _restart_loss(job, counts, node, after, restart_model) / base
             if best is None or loss < best[0] - 1e-12:
                 best = (loss, GpuRef(job.id, node))
     return None if best is None else best[1]
