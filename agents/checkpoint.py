@@ -232,21 +232,28 @@ def _spaces(path: Path, data: dict[str, Any]) -> tuple[Any, Any]:
     field = data.get("action_space")
     field = field if isinstance(field, dict) else {}
     text = field.get("nvec", "")
+    described = data.get("observation_space", {})
+    described_spaces = str(described.get("spaces", "")) if isinstance(described, dict) else ""
     try:
         if "spaces.box.Box" in str(field.get(":type:", "")):  # score mode: scores per slot, then lending
             size = text = field.get("_shape")
             if not (isinstance(size, list) and len(size) == 1 and isinstance(size[0], int) and 2 <= size[0] <= 4097):
                 raise ValueError(size)
             mode = ScoreCodec.mode
-            codec = make_codec(mode, size[0] - 1, EnvConfig.defaults()["lend_levels"])
+            # the slots: the prior entry's length (width scores make the action longer than slots + 1)
+            prior = re.search(r"'prior': Box\([^()]*\((\d+),\)", described_spaces)
+            slots = int(prior.group(1)) if prior else size[0] - 1
+            widths = (size[0] - 1) // slots - 1 if slots > 0 else -1
+            if slots * (1 + widths) + 1 != size[0]:
+                raise ValueError(size)
+            codec = make_codec(mode, slots, EnvConfig.defaults()["lend_levels"], width_classes=widths)
         else:
             nvec = np.array([int(x) for x in str(text).strip("[]").split()], dtype=np.int64)
             mode = mode_of_nvec(nvec)
             codec = make_codec(mode, int(nvec.size - 1), int(nvec[-1]))
     except ValueError:
         raise CheckpointError(f"{path}: action_space is not a DeepBoot-v0 action space ({shown(text)})") from None
-    described = data.get("observation_space", {})
-    keys = re.findall(r"'(\w+)': Box", str(described.get("spaces", ""))) if isinstance(described, dict) else []
+    keys = re.findall(r"'(\w+)': Box", described_spaces)
     observation, action = spaces_for(codec, outlook="outlook" in keys)
     if sorted(keys) != sorted(observation.spaces):
         raise CheckpointError(f"{path}: observation_space {keys} does not match the {mode} action space's")

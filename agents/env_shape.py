@@ -17,11 +17,13 @@ import numpy as np
 from deepboot_env.config import EnvConfig
 from deepboot_env.env.action import ScoreCodec, make_codec, mode_of_nvec
 from deepboot_env.env.observation import CLUSTER_FEATURES, JOB_FEATURES, OUTLOOK_FEATURES
+from deepboot_env.policy import WIDTH_CLASSES
 
 
 def env_shape_of(model: Any) -> dict[str, Any]:
     """``max_jobs``, ``lend_levels`` and ``action_mode`` of the env ``model`` was trained on (from
-    its spaces), and ``outlook: True`` if its observation has the outlook entry.
+    its spaces), ``outlook: True`` if its observation has the outlook entry, and a score model's
+    ``width_classes`` where it has width scores.
 
     Raises:
         ValueError: if the spaces are not those of ``DeepBoot-v0``.
@@ -41,11 +43,16 @@ def spaces_env_shape(observation_space: Any, action_space: Any) -> dict[str, Any
         mode = ScoreCodec.mode if box else mode_of_nvec(nvec)
     except ValueError:
         raise ValueError(f"model action space {action_space} is not a DeepBoot-v0 action space") from None
-    if box:  # score mode: one score per slot, then the lending share (no lending levels)
-        max_jobs, lend_levels = int(action_space.shape[0]) - 1, EnvConfig.defaults()["lend_levels"]
+    spaces = getattr(observation_space, "spaces", {})
+    width_classes = 0
+    if box:  # score mode: per slot a score (and width scores), then the lending share (no levels)
+        max_jobs, lend_levels = score_slots(spaces, int(action_space.shape[0])), EnvConfig.defaults()["lend_levels"]
+        size = int(action_space.shape[0])
+        width_classes = (size - 1) // max_jobs - 1 if max_jobs > 0 else -1
+        if width_classes not in (0, WIDTH_CLASSES) or max_jobs * (1 + width_classes) + 1 != size:
+            raise ValueError(f"model action space {action_space} is not a DeepBoot-v0 action space")
     else:
         max_jobs, lend_levels = int(nvec.size - 1), int(nvec[-1])
-    spaces = getattr(observation_space, "spaces", {})
     outlook = "outlook" in spaces
     expected = {"jobs": (max_jobs * len(JOB_FEATURES),), "cluster": (len(CLUSTER_FEATURES),)}
     if outlook:
@@ -57,4 +64,14 @@ def spaces_env_shape(observation_space: Any, action_space: Any) -> dict[str, Any
     shape: dict[str, Any] = {"max_jobs": max_jobs, "lend_levels": lend_levels, "action_mode": mode}
     if outlook:
         shape["outlook"] = True
+    if width_classes:
+        shape["width_classes"] = width_classes
     return shape
+
+
+def score_slots(spaces: Any, action_size: int) -> int:
+    """A score model's job slots: the ``prior`` entry's length (one per slot), else the action's
+    entries less the lending share (a score per slot and no width scores)."""
+    prior = spaces.get("prior") if hasattr(spaces, "get") else None
+    shape = getattr(prior, "shape", None)
+    return int(shape[0]) if shape and len(shape) == 1 else action_size - 1

@@ -103,7 +103,8 @@ class AgentPolicy(BasePolicy):
             the policy decides earlier when a job arrives or finishes).
 
     Attributes:
-        max_jobs, lend_levels, action_mode: the env arguments read from the model's spaces.
+        max_jobs, lend_levels, action_mode: the env arguments read from the model's spaces
+            (with a score model's ``width_classes``).
         codec: the env's action codec for those arguments.
         masked: whether predictions pass action masks (MaskablePPO).
         last_action, last_mask: the latest raw action and mask (for inspection and tests).
@@ -126,7 +127,9 @@ class AgentPolicy(BasePolicy):
         self.max_jobs = shape["max_jobs"]
         self.lend_levels = shape["lend_levels"]
         self.action_mode = shape["action_mode"]
-        self.codec = make_codec(self.action_mode, self.max_jobs, self.lend_levels, base_policy, score_scale)
+        self.codec = make_codec(
+            self.action_mode, self.max_jobs, self.lend_levels, base_policy, score_scale, shape.get("width_classes", 0)
+        )
         self.hold = int(hold)
         self._held: tuple[list[int], int] = ([], 0)
         """The job ids of the latest decision and the boundaries its action was kept for."""

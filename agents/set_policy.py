@@ -292,6 +292,12 @@ class _SetPolicyMixin(DescribedPolicyMixin):
         policy: Any = self
         if isinstance(policy.action_space, spaces.Box):  # score mode: one mean per slot, then the lending share
             slots, slot_choices, lend_levels = int(policy.action_space.shape[0]) - 1, 1, 1
+            prior = policy.observation_space.spaces.get("prior")
+            if prior is not None and int(prior.shape[0]) != slots:
+                raise ValueError(
+                    "the set policy takes one score per slot: an env with width_classes (width scores per "
+                    "slot) needs policy MultiInputPolicy (--policy-arch mlp)"
+                )
         else:
             nvec = np.asarray(policy.action_space.nvec).reshape(-1)
             if nvec.size < 2 or len(set(nvec[:-1].tolist())) != 1:

@@ -58,7 +58,7 @@ import numpy as np
 
 from baselines.job_order import job_priority_key
 from deepboot_env.placement import place_counts
-from deepboot_env.policy import Allocation, BasePolicy, ClusterState, JobView
+from deepboot_env.policy import WIDTH_CLASSES, Allocation, BasePolicy, ClusterState, JobView
 from deepboot_env.sim.reclaim import RestartAwareRule, fair_share_base
 from deepboot_env.sim.state import GpuRef, RequestView
 
@@ -274,6 +274,62 @@ def placement_aware_options(
             room = int((free + job.alloc).max())
             if room < top:
                 row = _split_valued(row, job.rate_table(), room, top, fair)
+        rows.append(row)
+        offsets[i] = position
+        position += len(row)
+    speedups = np.concatenate(rows) if rows else np.zeros(1)
+    return Options(speedups, offsets, options.phi, options.held, options.weights)
+
+
+def width_class(width: int, gpus_per_node: int, room: int) -> int:
+    """The class of a ``width``-GPU option: 0 for one GPU, 1 for two on one node, 2 for three to
+    ``gpus_per_node`` on one node, 3 where it is split: more than a node holds, or more than
+    ``room``, the most GPUs one node could give the job now (best-fit then splits it)."""
+    if width <= 1:
+        return 0
+    if width > gpus_per_node or width > room:
+        return 3
+    return 1 if width == 2 else 2
+
+
+def width_scored_options(
+    options: Options,
+    jobs: Sequence[JobView],
+    caps: Sequence[int],
+    fair: int,
+    state: ClusterState,
+    lend: bool | float,
+    width_scores: Mapping[int, Sequence[float]],
+    linear_untrained: bool = False,
+) -> Options:
+    """``options`` with the options of each job in ``width_scores`` multiplied by
+    ``exp(v[class(w)] - v[class(f)])``: ``v = (0, *width_scores[job id])`` its log-multipliers of the
+    :data:`WIDTH_CLASSES` classes of :func:`width_class` (room as in
+    :func:`placement_aware_options`), ``f = min(fair, its most useful GPUs)`` on one node, the
+    fair-share width that normalises its speedups. The job's value at its fair share is unchanged:
+    the multipliers reshape its speedup curve (where the fitted one errs by width, split or
+    not) and leave its priority to the score. Jobs valued linearly (not trained, with
+    ``linear_untrained``) and jobs absent from ``width_scores`` keep their rows; the rows are copied.
+
+    Raises:
+        ValueError: if a job's multipliers are not :data:`WIDTH_CLASSES` finite numbers.
+    """
+    gpus_per_node = state.gpus_per_node
+    free = np.maximum(state.training_capacity(lend=lend) - state.train_used, 0)
+    rows: list[np.ndarray] = []
+    offsets = np.zeros(len(jobs), dtype=np.int64)
+    position = 0
+    for i, (job, cap, start) in enumerate(zip(jobs, caps, options.offsets.tolist(), strict=True)):
+        row = options.speedups[start : start + cap + 1]
+        scores = width_scores.get(job.id)
+        if scores is not None and cap >= 1 and not (linear_untrained and not job.trained):
+            if len(scores) != WIDTH_CLASSES or not all(math.isfinite(x) for x in scores):
+                raise ValueError(f"job {job.id}: width scores must be {WIDTH_CLASSES} finite numbers, got {scores!r}")
+            logs = (0.0, *scores)
+            room = max(int((free + job.alloc).max()), 1)
+            base = logs[width_class(max(1, min(fair, job.rates.max_replicas)), gpus_per_node, gpus_per_node)]
+            factors = [1.0] + [math.exp(logs[width_class(w, gpus_per_node, room)] - base) for w in range(1, cap + 1)]
+            row = row * np.asarray(factors)
         rows.append(row)
         offsets[i] = position
         position += len(row)
@@ -523,19 +579,31 @@ class AtsPolicy(BasePolicy):
         """Knapsack over job GPU counts, then best-fit placement."""
         return self.place_proposal(state, self.propose_counts(state))
 
-    def decide_scored(self, state: ClusterState, scores: Mapping[int, float], lend: float) -> Allocation:
+    def decide_scored(
+        self,
+        state: ClusterState,
+        scores: Mapping[int, float],
+        lend: float,
+        width_scores: Mapping[int, Sequence[float]] | None = None,
+    ) -> Allocation:
         """:meth:`decide` with each job's knapsack weight times ``exp(scores[job id])`` (absent
-        ids: 0) and the lending share times ``lend`` in [0, 1] (the score action of
-        :class:`~deepboot_env.env.action.ScoreCodec`). All scores 0 and ``lend`` 1 is :meth:`decide`
-        bit for bit (a weight times exp(0) = 1.0 is the weight)."""
+        ids: 0), the lending share times ``lend`` in [0, 1] and each job's option values
+        reshaped by its width-class log-multipliers ``width_scores[job id]`` (:func:`width_scored_options`;
+        absent ids: none) (the score action of :class:`~deepboot_env.env.action.ScoreCodec`).
+        All scores 0, no width scores and ``lend`` 1 is :meth:`decide` bit for bit (a weight times
+        exp(0) = 1.0 is the weight)."""
         share = float(self.lend) * lend
-        return self.place_proposal(state, self.propose_counts(state, scores, share), share)
+        return self.place_proposal(state, self.propose_counts(state, scores, share, width_scores), share)
 
     def propose_counts(
-        self, state: ClusterState, scores: Mapping[int, float] | None = None, lend: float | None = None
+        self,
+        state: ClusterState,
+        scores: Mapping[int, float] | None = None,
+        lend: float | None = None,
+        width_scores: Mapping[int, Sequence[float]] | None = None,
     ) -> dict[int, int]:
-        """The knapsack's GPUs per active job, in least-attained-service order (``scores`` and
-        ``lend``: see :meth:`decide_scored`; None: the policy's own)."""
+        """The knapsack's GPUs per active job, in least-attained-service order (``scores``,
+        ``lend`` and ``width_scores``: see :meth:`decide_scored`; None: the policy's own)."""
         jobs = sorted(state.jobs, key=job_priority_key)
         if not jobs:
             return {}
@@ -546,9 +614,9 @@ class AtsPolicy(BasePolicy):
         if total > capacity and (total + len(caps)) * (capacity + 1) > MAX_KNAPSACK_CELLS:  # may bind
             useful = [min(cap, j.rates.max_replicas) for cap, j in zip(caps, jobs, strict=True)]
             if knapsack_prefix(caps, useful, capacity) < len(jobs):
-                return self._bounded_counts(state, jobs, caps, capacity, fair, share, scores)
+                return self._bounded_counts(state, jobs, caps, capacity, fair, share, scores, width_scores)
         weights = self.scored_weights(jobs, fair, capacity, scores)
-        options = self.job_options(state, jobs, caps, fair, share, weights)
+        options = self.job_options(state, jobs, caps, fair, share, weights, width_scores)
         chosen = knapsack_options(options, caps, min(capacity, total))
         return {j.id: w for j, w in zip(jobs, chosen, strict=True)}
 
@@ -560,12 +628,15 @@ class AtsPolicy(BasePolicy):
         fair: int,
         lend: bool | float,
         weights: np.ndarray | None,
+        width_scores: Mapping[int, Sequence[float]] | None = None,
     ) -> Options:
         """The knapsack's options of ``jobs`` (:meth:`Options.of`), placement-aware at lending
-        share ``lend`` if the policy is."""
+        share ``lend`` if the policy is, then reshaped by the jobs' ``width_scores`` if any."""
         options = Options.of(jobs, fair, state.gpus_per_node, caps, self.linear_untrained, weights)
         if self.placement_aware:
             options = placement_aware_options(options, jobs, caps, fair, state, lend, self.linear_untrained)
+        if width_scores:
+            options = width_scored_options(options, jobs, caps, fair, state, lend, width_scores, self.linear_untrained)
         return options
 
     def _bounded_counts(
@@ -577,6 +648,7 @@ class AtsPolicy(BasePolicy):
         fair: int,
         lend: bool | float,
         scores: Mapping[int, float] | None = None,
+        width_scores: Mapping[int, Sequence[float]] | None = None,
     ) -> dict[int, int]:
         """:meth:`propose_counts` when one programme over every job would pass
         :data:`MAX_KNAPSACK_CELLS`: passes over the jobs holding GPUs first, each within the bound,
@@ -594,7 +666,7 @@ class AtsPolicy(BasePolicy):
                 widths = useful
             widths = widths[:considered]
             weights = self.scored_weights(part, fair, capacity, scores)
-            options = self.job_options(state, part, widths, fair, lend, weights)
+            options = self.job_options(state, part, widths, fair, lend, weights, width_scores)
             chosen = knapsack_options(options, widths, min(left, sum(widths)))
             counts.update(zip((j.id for j in part), chosen, strict=True))
             start += considered

@@ -22,7 +22,8 @@ Agent options (fields of :class:`EnvConfig`): ``max_jobs`` (32 job slots), ``len
 ``action_mode`` ("target", "residual" or "score", see :mod:`deepboot_env.env.action`),
 ``base_policy`` ("ats", the policy a residual action corrects or the score mode's prior),
 ``outlook`` (False: add the forecast entry of :class:`~deepboot_env.env.observation.OutlookEncoder`
-to the observation), ``score_scale`` (1.0), ``hold`` (1 boundary per decision) and
+to the observation), ``score_scale`` (1.0), ``width_classes`` (0: no width scores in the score
+action), ``hold`` (1 boundary per decision) and
 ``relative_reward`` (False: the JCT reward relative to the base policy's on the same scenario).
 """
 
@@ -35,6 +36,7 @@ from typing import Any
 from deepboot_env import MAX_EPISODE_STEPS
 from deepboot_env.env.action import CODECS, SCORE_SCALE, ActionCodec, make_codec
 from deepboot_env.limits import JCT_SCALE_RANGE, MAX_JOB_SLOTS, MAX_LEND_LEVELS, names, shown
+from deepboot_env.policy import WIDTH_CLASSES
 from deepboot_env.sim.choices import validate_choice
 from deepboot_env.sim.cluster import ClusterConfig, ClusterConfigError
 from deepboot_env.sim.interference import InterferenceModel
@@ -174,6 +176,9 @@ class EnvConfig:
         outlook: add the ``outlook`` observation entry (inference demand forecast learnt online,
             queue pressure; :class:`~deepboot_env.env.observation.OutlookEncoder`).
         score_scale: score mode: the log-weight change of a score of 1.
+        width_classes: score mode: width scores per slot (0, or
+            :data:`~deepboot_env.policy.WIDTH_CLASSES`: each job's option values reshaped by
+            width class, :class:`~deepboot_env.env.action.ScoreCodec`).
         hold: boundaries one action is kept for (score mode: the held scores are decoded again
             at each); the env asks earlier when a job arrives or finishes. 1: every boundary.
         relative_reward: subtract, from the JCT reward, the base policy's on the same scenario
@@ -191,6 +196,7 @@ class EnvConfig:
     base_policy: str = "ats"
     outlook: bool = False
     score_scale: float = SCORE_SCALE
+    width_classes: int = 0
     hold: int = 1
     relative_reward: bool = False
 
@@ -202,6 +208,12 @@ class EnvConfig:
             isinstance(self.score_scale, int | float) and 0 < self.score_scale < math.inf
         ):
             raise EnvConfigError(f"score_scale must be a finite number > 0, got {shown(self.score_scale)}")
+        if isinstance(self.width_classes, bool) or self.width_classes not in (0, WIDTH_CLASSES):
+            raise EnvConfigError(f"width_classes must be 0 or {WIDTH_CLASSES}, got {shown(self.width_classes)}")
+        if self.width_classes and self.action_mode != "score":
+            raise EnvConfigError(
+                f"width_classes needs action_mode 'score' (width scores per slot), got {shown(self.action_mode)}"
+            )
         if self.hold != 1 and self.action_mode != "score":
             raise EnvConfigError(
                 f"hold > 1 needs action_mode 'score' (held per-job scores), got {shown(self.action_mode)}"
@@ -259,4 +271,6 @@ class EnvConfig:
 
     def make_codec(self) -> ActionCodec:
         """The action codec of :attr:`action_mode` for these slots and lending levels."""
-        return make_codec(self.action_mode, self.max_jobs, self.lend_levels, self.base_policy, self.score_scale)
+        return make_codec(
+            self.action_mode, self.max_jobs, self.lend_levels, self.base_policy, self.score_scale, self.width_classes
+        )

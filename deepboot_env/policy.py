@@ -51,7 +51,7 @@ heuristic, ``ia:<name>`` and ``jitter:<sigma>``) and ``agents`` (``ppo:<path>`` 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, cast, runtime_checkable
 
@@ -136,15 +136,30 @@ class CountProposer(Protocol):
         """Place the :meth:`propose_counts` of the same ``state`` on GPUs."""
 
 
+WIDTH_CLASSES = 3
+"""Width classes whose option values a :class:`ScoredProposer` reshapes by per-job
+log-multipliers, besides the 1-GPU reference (:func:`baselines.ats.width_class`): 2 GPUs on one
+node, 3 to G GPUs on one node, split across nodes."""
+
+
 @runtime_checkable
 class ScoredProposer(Protocol):
     """A policy that decides from per-job priority scores on top of its own (ATS's knapsack and
     the policies built on it): what the ``score`` action mode adjusts
     (:class:`~deepboot_env.env.action.ScoreCodec`)."""
 
-    def decide_scored(self, state: ClusterState, scores: Mapping[int, float], lend: float) -> Allocation:
-        """The allocation with each job's weight times ``exp(scores[job id])`` (absent: 0) and
-        the lending share times ``lend`` in [0, 1]; zero scores and ``lend`` 1 are ``decide``."""
+    def decide_scored(
+        self,
+        state: ClusterState,
+        scores: Mapping[int, float],
+        lend: float,
+        width_scores: Mapping[int, Sequence[float]] | None = None,
+    ) -> Allocation:
+        """The allocation with each job's weight times ``exp(scores[job id])`` (absent: 0), the
+        lending share times ``lend`` in [0, 1] and each job's option values reshaped by its
+        width-class log-multipliers ``width_scores[job id]``
+        (:func:`baselines.ats.width_scored_options`; absent: none); zero scores, no width scores
+        and ``lend`` 1 are ``decide``."""
 
     def log_weights(self, state: ClusterState) -> dict[int, float]:
         """Each active job's log-weight before scores, relative to the heaviest job's (<= 0)."""

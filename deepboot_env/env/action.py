@@ -37,7 +37,7 @@ import numpy as np
 
 from deepboot_env.env.observation import slot_jobs
 from deepboot_env.placement import place_count_lists, placement_order
-from deepboot_env.policy import CountProposer, Policy, ScoredProposer, make_policy
+from deepboot_env.policy import WIDTH_CLASSES, CountProposer, Policy, ScoredProposer, make_policy
 from deepboot_env.sim.cluster import node_layout
 from deepboot_env.sim.hooks import DefaultHooks, SimulatorHooks
 from deepboot_env.sim.state import Allocation, ClusterState, JobView, validate_allocation
@@ -440,6 +440,14 @@ class ScoreCodec(ActionCodec):
     prior's own kind of schedule (restart factor, caps, best-fit placement), and the zero action
     *is* the prior, bit for bit.
 
+    With ``width_classes`` = :data:`~deepboot_env.policy.WIDTH_CLASSES` the action also holds,
+    after the slots' scores and before the lending share, that many width scores per slot
+    (slot-major): slot i's job gets its option values reshaped by the log-multipliers
+    ``score_scale * a`` of the width classes 2 GPUs on one node, 3 to G on one node, split
+    (:func:`baselines.ats.width_scored_options`; its value at the fair share unchanged). The
+    action is then ``Box(-1, 1, (max_jobs * (1 + width_classes) + 1,))``; zero width scores are
+    the prior's own valuation.
+
     Scores are kept per job between decisions (:meth:`redecode`: the env's ``hold``). The
     observation gains ``prior`` (each slot's prior log-weight relative to the heaviest job,
     mapped from [-12, 0] to [0, 1]) and ``noise``: a uniform code per slot, drawn once for each
@@ -452,19 +460,30 @@ class ScoreCodec(ActionCodec):
         lend_levels: unused by this codec (kept for the common signature).
         base: the prior policy's name.
         score_scale: the log-weight change of a score of 1 (> 0).
+        width_classes: width scores per slot: 0 (none) or :data:`~deepboot_env.policy.WIDTH_CLASSES`.
 
     Raises:
-        ValueError: if the prior does not take scores, or ``score_scale`` is not a finite number > 0.
+        ValueError: if the prior does not take scores, ``score_scale`` is not a finite number > 0,
+            or ``width_classes`` is neither 0 nor :data:`~deepboot_env.policy.WIDTH_CLASSES`.
     """
 
     mode = "score"
     slot_choices = 0
     continuous = True
 
-    def __init__(self, max_jobs: int, lend_levels: int, base: str = "ats-srpt", score_scale: float = SCORE_SCALE):
+    def __init__(
+        self,
+        max_jobs: int,
+        lend_levels: int,
+        base: str = "ats-srpt",
+        score_scale: float = SCORE_SCALE,
+        width_classes: int = 0,
+    ):
         super().__init__(max_jobs, lend_levels)
         if isinstance(score_scale, bool) or not (isinstance(score_scale, int | float) and 0 < score_scale < np.inf):
             raise ValueError(f"score_scale must be a finite number > 0, got {score_scale!r}")
+        if isinstance(width_classes, bool) or width_classes not in (0, WIDTH_CLASSES):
+            raise ValueError(f"width_classes must be 0 or {WIDTH_CLASSES}, got {width_classes!r}")
         prior = make_policy(base)
         if not isinstance(prior, ScoredProposer):
             raise ValueError(
@@ -475,8 +494,11 @@ class ScoreCodec(ActionCodec):
         self.prior: ScoredProposer = prior
         self.hooks = prior
         self.score_scale = float(score_scale)
+        self.width_classes = int(width_classes)
         self.held: dict[int, float] = {}
         """Job id -> log-weight change of the latest decision (what :meth:`redecode` applies)."""
+        self.held_widths: dict[int, tuple[float, ...]] = {}
+        """Job id -> width-class log-multipliers of the latest decision (jobs with any non-zero)."""
         self.held_lend = 1.0
         """The lending share of the latest decision."""
         self._codes: dict[int, float] = {}
@@ -496,6 +518,12 @@ class ScoreCodec(ActionCodec):
         """
         raise ValueError("action_mode 'score' has a continuous Box action, not MultiDiscrete sizes")
 
+    @property
+    def action_size(self) -> int:
+        """Entries of the action: a score per slot, ``width_classes`` width scores per slot, then
+        the lending share."""
+        return self.max_jobs * (1 + self.width_classes) + 1
+
     def extra_observation(self) -> dict[str, int]:
         """``prior`` (per slot) and ``noise`` (per slot, then the lending code)."""
         return {"prior": self.max_jobs, "noise": self.max_jobs + 1}
@@ -506,7 +534,7 @@ class ScoreCodec(ActionCodec):
         self.prior.reset(seed)  # type: ignore[attr-defined]
         if seed is not None:
             self._rng = np.random.default_rng(seed)
-        self.held, self.held_lend, self._codes = {}, 1.0, {}
+        self.held, self.held_widths, self.held_lend, self._codes = {}, {}, 1.0, {}
         self._noise_key, self._mirrored, self._decisions = None, False, 0
 
     def pair_noise(self, key: int, mirrored: bool) -> None:
@@ -554,36 +582,47 @@ class ScoreCodec(ActionCodec):
         """
         raise ValueError("action_mode 'score' has a continuous action: no action masks (use PPO, not MaskablePPO)")
 
-    def scores_of(self, action: np.ndarray, state: ClusterState) -> tuple[dict[int, float], float]:
-        """The log-weight changes by job id and the lending share of ``action``.
+    def scores_of(
+        self, action: np.ndarray, state: ClusterState
+    ) -> tuple[dict[int, float], dict[int, tuple[float, ...]], float]:
+        """The log-weight changes by job id, the width-class log-multipliers by job id (jobs
+        with any non-zero) and the lending share of ``action``.
 
         Raises:
-            ValueError: if the action is not ``max_jobs + 1`` finite numbers.
+            ValueError: if the action is not :attr:`action_size` finite numbers.
         """
         raw = np.asarray(action)
         if raw.shape != (self.action_size,):
             raise ValueError(f"score action must have shape ({self.action_size},), got {raw.shape}")
         if raw.dtype.kind not in "fiu" or not np.isfinite(raw).all():
             raise ValueError(f"score action must hold finite numbers, got {raw.tolist()[:8]}...")
-        values = np.clip(raw.astype(np.float64), -1.0, 1.0).tolist()
+        clipped = np.clip(raw.astype(np.float64), -1.0, 1.0)
+        values = clipped.tolist()
         scale = self.score_scale
         jobs = slot_jobs(state, self.max_jobs)  # fewer than the slots: the rest of the scores are unused
         scores = {job.id: scale * value for job, value in zip(jobs, values, strict=False) if value != 0.0}
-        return scores, min(1.0, 1.0 + values[-1])
+        widths: dict[int, tuple[float, ...]] = {}
+        if self.width_classes:
+            rows = clipped[self.max_jobs : -1].reshape(self.max_jobs, self.width_classes)
+            for job, row in zip(jobs, rows.tolist(), strict=False):
+                if any(row):
+                    widths[job.id] = tuple(scale * value for value in row)
+        return scores, widths, min(1.0, 1.0 + values[-1])
 
     def decode(self, action: np.ndarray, state: ClusterState) -> tuple[Counts, int]:
-        """The prior's schedule under the action's scores and lending share (kept for
-        :meth:`redecode`); nothing is repaired.
+        """The prior's schedule under the action's scores, width scores and lending share (kept
+        for :meth:`redecode`); nothing is repaired.
 
         Raises:
-            ValueError: if the action is not ``max_jobs + 1`` finite numbers.
+            ValueError: if the action is not :attr:`action_size` finite numbers.
         """
-        self.held, self.held_lend = self.scores_of(action, state)
+        self.held, self.held_widths, self.held_lend = self.scores_of(action, state)
         return self.redecode(state)
 
     def redecode(self, state: ClusterState) -> tuple[Counts, int]:
         """The prior's schedule of ``state`` under the held scores (jobs that arrived since: 0)."""
-        allocation = self.prior.decide_scored(state, self.held, self.held_lend)
+        widths = self.held_widths or None  # none: the prior's call as ever
+        allocation = self.prior.decide_scored(state, self.held, self.held_lend, widths)
         checked = validate_allocation(state, allocation)
         return {job_id: row.tolist() for job_id, row in checked.items()}, 0
 
@@ -611,20 +650,28 @@ CODECS: dict[str, type[ActionCodec]] = {
 
 
 def make_codec(
-    mode: str, max_jobs: int, lend_levels: int, base_policy: str = "ats", score_scale: float = SCORE_SCALE
+    mode: str,
+    max_jobs: int,
+    lend_levels: int,
+    base_policy: str = "ats",
+    score_scale: float = SCORE_SCALE,
+    width_classes: int = 0,
 ) -> ActionCodec:
     """The codec of ``mode`` (``base_policy`` is used by codecs that correct a base policy or
-    score over a prior; ``score_scale`` by the score codec).
+    score over a prior; ``score_scale`` and ``width_classes`` by the score codec).
 
     Raises:
-        ValueError: for an unknown mode, or a base policy the mode cannot use.
+        ValueError: for an unknown mode, a base policy the mode cannot use, or width classes
+            outside the score mode.
     """
+    if width_classes and mode != ScoreCodec.mode:
+        raise ValueError(f"width_classes needs action_mode 'score', got {mode!r}")
     if mode == ResidualCodec.mode:
         return ResidualCodec(max_jobs, lend_levels, base_policy)
     if mode == TargetCodec.mode:
         return TargetCodec(max_jobs, lend_levels)
     if mode == ScoreCodec.mode:
-        return ScoreCodec(max_jobs, lend_levels, base_policy, score_scale)
+        return ScoreCodec(max_jobs, lend_levels, base_policy, score_scale, width_classes)
     raise ValueError(f"action_mode must be one of {tuple(CODECS)}, got {mode!r}")
 
 

@@ -1,0 +1,194 @@
+"""Width scores in the score action (``width_classes=3``): per slot, log-multipliers of a job's
+option values by width class, decoded by the prior's knapsack (``baselines.ats.width_scored_options``)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agents.env_shape import spaces_env_shape
+from agents.factory import build_model, make_vec_env_for
+from agents.policy_adapter import AgentPolicy, load_agent_policy
+from baselines.ats import AtsPolicy, Options
+from deepboot_env.config import EnvConfigError
+from deepboot_env.env import DeepBootEnv
+from deepboot_env.env.action import ScoreCodec, make_codec
+from deepboot_env.evaluation import run_episode
+from deepboot_env.policy import WIDTH_CLASSES, make_policy
+from deepboot_env.sim.state import ClusterState
+from traces.generate import generate_workload
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+MAX_JOBS = 8
+PRIOR = "ats-srpt-fcfs-place-rr"
+
+
+@pytest.fixture(scope="module")
+def busy():
+    """Twelve jobs in half an hour on a small cluster: jobs contend for GPUs and get split."""
+    return generate_workload(
+        "busy", 4, train={"num_jobs": 12, "window_hours": 0.5}, inference={"horizon_s": 4 * 3600.0, "mean_gpus": 3.0}
+    )
+
+
+def _env(workload, **kwargs) -> DeepBootEnv:
+    options = {"max_jobs": MAX_JOBS, "action_mode": "score", "base_policy": PRIOR, "cluster": "2x4+2x4"}
+    return DeepBootEnv(workload=workload, **{**options, **kwargs})
+
+
+def _episode(env: DeepBootEnv, choose) -> dict:
+    env.reset(seed=0)
+    while True:
+        _, _, terminated, truncated, info = env.step(choose(env))
+        if terminated or truncated:
+            metrics = dict(info["episode_metrics"])
+            metrics.pop("wall_seconds")
+            return metrics
+
+
+def _width_class(w: int, per_node: int, room: int) -> int:
+    """The documented classes, written apart from the code: 1 GPU; 2 on one node; 3..G on one
+    node; split (more than a node, or more than the job's room)."""
+    if w == 1:
+        return 0
+    if w > per_node or w > room:
+        return 3
+    return 1 if w == 2 else 2
+
+
+def test_the_action_grows_by_three_scores_per_slot_and_zero_is_the_prior(busy) -> None:
+    env = _env(busy, width_classes=WIDTH_CLASSES, hold=4)
+    assert env.action_space.shape == (MAX_JOBS * (1 + WIDTH_CLASSES) + 1,)
+    assert env.observation_space["prior"].shape == (MAX_JOBS,)
+    zero = _episode(env, lambda e: e.neutral_action())
+    assert zero == _episode(_env(busy, hold=4), lambda e: e.neutral_action())
+    prior = run_episode(make_policy(PRIOR), busy, env.sim_config, seed=0)
+    assert zero["train_jct_mean"] == prior.train_jct_mean and zero["restarts"] == prior.restarts
+
+
+def test_width_scores_move_the_schedule_and_only_through_their_slots(busy) -> None:
+    env = _env(busy, width_classes=WIDTH_CLASSES)
+    zero = _episode(env, lambda e: e.neutral_action())
+
+    def against_splits(e: DeepBootEnv) -> np.ndarray:
+        action = e.neutral_action()
+        widths = action[MAX_JOBS:-1].reshape(MAX_JOBS, WIDTH_CLASSES)
+        widths[:, 2] = -1.0  # every slot: split options worth less
+        widths[:, 1] = 0.5
+        return action
+
+    moved = _episode(env, against_splits)
+    assert moved["train_jct_mean"] != zero["train_jct_mean"]
+    env.reset(seed=0)
+    slot_ids = [job.id for job in env.state.jobs][:MAX_JOBS]
+    action = env.neutral_action()
+    action[MAX_JOBS:-1] = 0.3
+    env.step(action)
+    held = env.codec.held_widths
+    assert slot_ids and set(held) == set(slot_ids) and env.codec.held == {}
+    assert all(v == pytest.approx((0.3,) * WIDTH_CLASSES) for v in held.values())
+
+
+def _some_state(workload) -> ClusterState:
+    """A state with several jobs, some holding GPUs (the prior's own episode, a few decisions in)."""
+    env = _env(workload)
+    env.reset(seed=0)
+    for _ in range(40):
+        env.step(env.neutral_action())
+        if len(env.state.jobs) >= 4 and any(job.replicas for job in env.state.jobs):
+            break
+    return env.state
+
+
+def test_option_values_are_reshaped_by_the_documented_factors(busy) -> None:
+    state = _some_state(busy)
+    policy = AtsPolicy(srpt_power=0.25, placement_aware=True)
+    jobs = list(state.jobs)
+    capacity = int(state.training_capacity(lend=True).sum())
+    fair = math.ceil(capacity / len(jobs))
+    caps = policy.job_caps(jobs, capacity, fair)
+    weights = policy.job_weights(jobs, fair, capacity)
+    plain = policy.job_options(state, jobs, caps, fair, True, weights)
+    rng = np.random.default_rng(3)
+    scores = {job.id: tuple(rng.normal(0, 0.5, WIDTH_CLASSES).tolist()) for job in jobs[::2]}
+    shaped = policy.job_options(state, jobs, caps, fair, True, weights, scores)
+    assert isinstance(shaped, Options)
+    per_node = state.gpus_per_node
+    free = np.maximum(state.training_capacity(lend=True) - state.train_used, 0)
+    checked = 0
+    for i, job in enumerate(jobs):
+        row = slice(plain.offsets[i], plain.offsets[i] + caps[i] + 1)
+        before, after = plain.speedups[row], shaped.speedups[shaped.offsets[i] : shaped.offsets[i] + caps[i] + 1]
+        if job.id not in scores or caps[i] < 1:
+            assert np.array_equal(before, after)
+            continue
+        v = (0.0, *scores[job.id])
+        room = max(int((free + job.alloc).max()), 1)
+        f = max(1, min(fair, job.rates.max_replicas))
+        ref = v[_width_class(f, per_node, per_node)]
+        for w in range(1, caps[i] + 1):
+            assert after[w] == pytest.approx(before[w] * math.exp(v[_width_class(w, per_node, room)] - ref), rel=1e-12)
+            checked += 1
+        assert after[0] == before[0]
+    assert checked > 0
+    assert plain.speedups is not shaped.speedups  # the memoised rows are copied, never written
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"width_classes": 2}, "width_classes must be 0 or 3"),
+        ({"width_classes": True}, "width_classes must be 0 or 3"),
+        ({"width_classes": 3, "action_mode": "target"}, "width_classes needs action_mode 'score'"),
+    ],
+)
+def test_bad_width_settings_are_one_line_errors(options: dict, message: str) -> None:
+    kwargs = {"workload": "test/test-01", "action_mode": "score", "base_policy": "ats-srpt", **options}
+    with pytest.raises(EnvConfigError, match=message) as info:
+        DeepBootEnv(**kwargs)
+    assert "\n" not in str(info.value)
+    with pytest.raises(ValueError, match="width_classes"):
+        make_codec("residual", MAX_JOBS, 5, "ats", 1.0, WIDTH_CLASSES)
+    with pytest.raises(ValueError, match="width_classes must be 0 or 3"):
+        ScoreCodec(MAX_JOBS, 5, "ats-srpt", 1.0, 4)
+
+
+def test_bad_width_scores_are_one_line_errors(busy) -> None:
+    env = _env(busy, width_classes=WIDTH_CLASSES)
+    env.reset(seed=0)
+    for bad, message in (
+        (np.zeros(MAX_JOBS + 1, dtype=np.float32), "shape"),
+        (np.full(env.action_space.shape, np.nan, dtype=np.float32), "finite"),
+    ):
+        with pytest.raises(ValueError, match=message) as info:
+            env.step(bad)
+        assert "\n" not in str(info.value)
+    state = _some_state(busy)
+    policy = AtsPolicy(srpt_power=0.25)
+    job = state.jobs[0]
+    for scores in ((0.1, 0.2), (0.1, float("nan"), 0.0)):
+        with pytest.raises(ValueError, match=f"job {job.id}: width scores must be 3 finite numbers"):
+            policy.decide_scored(state, {}, 1.0, {job.id: scores})
+
+
+def test_a_model_with_width_scores_is_read_from_its_spaces_and_runs_as_ppo(busy, tmp_path: Path) -> None:
+    kwargs = {"max_jobs": MAX_JOBS, "action_mode": "score", "base_policy": PRIOR, "width_classes": WIDTH_CLASSES}
+    env = make_vec_env_for(busy, n_envs=1, seed=0, env_kwargs=kwargs)
+    shape = spaces_env_shape(env.observation_space, env.action_space)
+    assert shape["width_classes"] == WIDTH_CLASSES and shape["max_jobs"] == MAX_JOBS
+    with pytest.raises(ValueError, match="set policy takes one score per slot"):
+        small = {"embed_dim": 16, "attention_heads": 2, "attention_layers": 1}
+        build_model("ppo", env, hyperparams={"policy": "SetPolicy", "policy_kwargs": small}, env_kwargs=kwargs)
+    mlp = {"policy": "MultiInputPolicy", "n_steps": 64, "batch_size": 64}
+    model = build_model("ppo", env, hyperparams=mlp, env_kwargs=kwargs)
+    model.save(tmp_path / "widths.zip")
+    policy = load_agent_policy(tmp_path / "widths.zip")
+    assert isinstance(policy, AgentPolicy) and isinstance(policy.codec, ScoreCodec)
+    assert policy.codec.width_classes == WIDTH_CLASSES
+    metrics = run_episode(policy, busy, _env(busy).sim_config)
+    assert metrics.train_jct_mean > 0
+    assert policy.last_action is not None and policy.last_action.shape == (MAX_JOBS * (1 + WIDTH_CLASSES) + 1,)
