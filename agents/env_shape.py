@@ -58,7 +58,8 @@ def spaces_env_shape(observation_space: Any, action_space: Any) -> dict[str, Any
     if outlook:
         expected["outlook"] = (len(OUTLOOK_FEATURES),)
     # the codec's extra entries; a codec with a base policy is built only to read its shapes
-    expected.update({k: (n,) for k, n in make_codec(mode, max_jobs, lend_levels).extra_observation().items()})
+    codec = make_codec(mode, max_jobs, lend_levels, width_classes=width_classes)
+    expected.update({k: (n,) for k, n in codec.extra_observation().items()})
     if {k: getattr(v, "shape", None) for k, v in spaces.items()} != expected:
         raise ValueError(f"model observation space {observation_space} does not match DeepBoot-v0")
     shape: dict[str, Any] = {"max_jobs": max_jobs, "lend_levels": lend_levels, "action_mode": mode}

@@ -43,6 +43,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from agents.described_policy import DescribedPolicyMixin
+from agents.env_shape import spaces_env_shape
 from agents.hyperparameters import SET_POLICY_KWARGS, SET_SIZE_MAXIMUMS, SET_SIZE_MINIMUMS
 from deepboot_env.sim.apps import APP_NAMES
 
@@ -118,6 +119,8 @@ class SetNetwork(nn.Module):
             logits and the critic still read the whole state. 0: the slot head over the job's
             embedding and the summary.
         activation: the hidden layers' activation.
+        firsts_apart: the score action's layout with width scores (``slot_choices`` = 1 + width
+            classes): the slots' scores, then their width scores slot-major, then lending.
 
     ``forward`` takes the features SB3's ``CombinedExtractor`` makes of a Dict observation (each
     entry flattened, concatenated in the space's key order) and returns ``(logits, summary)``:
@@ -135,11 +138,15 @@ class SetNetwork(nn.Module):
         attention_layers: int = SET_POLICY_KWARGS["attention_layers"],
         application_scores: int = SET_POLICY_KWARGS["application_scores"],
         activation: type[nn.Module] = nn.ReLU,
+        firsts_apart: bool = False,
     ) -> None:
         super().__init__()
         if embed_dim % attention_heads:
             raise ValueError(f"embed_dim {embed_dim} must be a multiple of attention_heads {attention_heads}")
         self.slots, self.slot_choices, self.lend_levels = slots, slot_choices, lend_levels
+        self.firsts_apart = firsts_apart
+        """Lay the flat outputs out as the score action with width scores does: every slot's first
+        output, then the others slot-major, then lending (else slot-major throughout)."""
         self.slot_parts: list[tuple[int, int, int]] = []
         """(offset, size, per-slot width) of each slot entry in the flat features."""
         self.global_parts: list[tuple[int, int]] = []
@@ -244,7 +251,11 @@ class SetNetwork(nn.Module):
             present_logits = self.slot_head(th.cat([jobs, summary[batch_index]], dim=1))
         per_slot = empty.unsqueeze(1).expand(batch, slots, self.slot_choices).clone()
         per_slot[present] = present_logits
-        return th.cat([per_slot.reshape(batch, -1), self.lend_head(summary)], dim=1)
+        if self.firsts_apart:
+            parts = [per_slot[:, :, 0], per_slot[:, :, 1:].reshape(batch, -1)]
+        else:
+            parts = [per_slot.reshape(batch, -1)]
+        return th.cat([*parts, self.lend_head(summary)], dim=1)
 
 
 class _SetPolicyMixin(DescribedPolicyMixin):
@@ -290,14 +301,12 @@ class _SetPolicyMixin(DescribedPolicyMixin):
 
     def _build_mlp_extractor(self) -> None:
         policy: Any = self
-        if isinstance(policy.action_space, spaces.Box):  # score mode: one mean per slot, then the lending share
-            slots, slot_choices, lend_levels = int(policy.action_space.shape[0]) - 1, 1, 1
-            prior = policy.observation_space.spaces.get("prior")
-            if prior is not None and int(prior.shape[0]) != slots:
-                raise ValueError(
-                    "the set policy takes one score per slot: an env with width_classes (width scores per "
-                    "slot) needs policy MultiInputPolicy (--policy-arch mlp)"
-                )
+        firsts_apart = False
+        if isinstance(policy.action_space, spaces.Box):  # score mode: means per slot, then the lending share
+            shape = spaces_env_shape(policy.observation_space, policy.action_space)
+            slots, lend_levels = shape["max_jobs"], 1
+            slot_choices = 1 + shape.get("width_classes", 0)  # a score, then its width scores
+            firsts_apart = slot_choices > 1
         else:
             nvec = np.asarray(policy.action_space.nvec).reshape(-1)
             if nvec.size < 2 or len(set(nvec[:-1].tolist())) != 1:
@@ -309,6 +318,7 @@ class _SetPolicyMixin(DescribedPolicyMixin):
             slot_choices=slot_choices,
             lend_levels=lend_levels,
             activation=policy.activation_fn,
+            firsts_apart=firsts_apart,
             **self.set_sizes,
         ).to(policy.device)
 
@@ -317,11 +327,13 @@ class _SetPolicyMixin(DescribedPolicyMixin):
         super()._build(lr_schedule)  # type: ignore[misc]
         policy.action_net = nn.Identity()
         if isinstance(policy.action_space, spaces.Box):
-            # one log std for every slot's score (no slot order), one for the lending share; the
-            # means start at exactly 0, so the deterministic policy starts as the prior itself
+            # one log std for every slot's score (no slot order), one for the lending share, one
+            # for every width score if any; the means start at exactly 0, so the deterministic
+            # policy starts as the prior itself
             start = float(policy.log_std.detach().reshape(-1)[0])
             del policy.log_std
-            policy.score_log_std = nn.Parameter(th.full((2,), start, device=policy.device))
+            groups = 3 if policy.mlp_extractor.slot_choices > 1 else 2
+            policy.score_log_std = nn.Parameter(th.full((groups,), start, device=policy.device))
             for layer in policy.mlp_extractor.output_layers():
                 nn.init.zeros_(layer.weight)
                 nn.init.zeros_(layer.bias)
@@ -356,18 +368,21 @@ class SetActorCriticPolicy(_SetPolicyMixin, MultiInputActorCriticPolicy):
     score mode's ``Box``).
 
     With a ``Box`` action (``action_mode="score"``) the policy is Gaussian: slot i's score is
-    ``N(mean_i, std)``, the lending share's ``N(mean, std_lend)``, the two log stds learnt and
-    shared by every slot (``log_std_init`` sets both). Exploration is held per job: a sampled
-    action is ``mean + std * z``, z the standard normal of the observation's ``noise`` codes,
-    which the env draws once per job and keeps for the job's life (a job keeps its deviation
-    instead of flipping ranks with new noise at every decision; rl-scheduling notes). The log
-    probability is the Gaussian's, of the present jobs' scores and the lending share only (empty
+    ``N(mean_i, std)``, the lending share's ``N(mean, std_lend)`` and, with width scores
+    (``width_classes``), each of slot i's width scores ``N(mean_ik, std_width)``; the log stds are
+    learnt and shared by every slot (``log_std_init`` sets them all). Exploration is held per
+    job: a sampled action is ``mean + std * z``, z the standard normal of the observation's
+    ``noise`` codes, which the env draws once per job (one per score and width score) and keeps
+    for the job's life (a job keeps its deviation instead of flipping ranks with new noise at
+    every decision; rl-scheduling notes). The log probability is the Gaussian's, of the present
+    jobs' scores (and width scores) and the lending share only (empty
     slots do not act), and so is the entropy.
     """
 
     deepboot_algo: ClassVar[str] = "ppo"
     score_log_std: nn.Parameter
-    """Score mode: the log std of every slot's score, then of the lending share (set in ``_build``)."""
+    """Score mode: the log std of every slot's score, of the lending share, then (with width
+    scores) of every width score (set in ``_build``)."""
 
     def _score_gaussian(
         self, obs: dict[str, th.Tensor], latent_pi: th.Tensor
@@ -375,10 +390,13 @@ class SetActorCriticPolicy(_SetPolicyMixin, MultiInputActorCriticPolicy):
         """(means, stds, acting weights) of the score action: weight 1 for present jobs' slots
         and the lending share, 0 for empty slots."""
         mean = self.action_net(latent_pi)
-        slots = mean.shape[1] - 1
-        log_std = th.cat([self.score_log_std[:1].expand(slots), self.score_log_std[1:]])
+        network = cast(SetNetwork, self.mlp_extractor)
+        slots, widths = network.slots, network.slot_choices - 1
+        stds = self.score_log_std
+        log_std = th.cat([stds[:1].expand(slots), stds[2:].expand(slots * widths), stds[1:2]])
         rows = obs["jobs"].reshape(mean.shape[0], slots, -1)
-        acting = th.cat([(rows[:, :, 0] > 0.5).to(mean.dtype), th.ones_like(mean[:, :1])], dim=1)
+        present = (rows[:, :, 0] > 0.5).to(mean.dtype)
+        acting = th.cat([present, present.repeat_interleave(widths, dim=1), th.ones_like(mean[:, :1])], dim=1)
         return mean, log_std.exp().expand_as(mean), acting
 
     @staticmethod

@@ -30,7 +30,7 @@ returned with it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 import numpy as np
@@ -502,6 +502,8 @@ class ScoreCodec(ActionCodec):
         self.held_lend = 1.0
         """The lending share of the latest decision."""
         self._codes: dict[int, float] = {}
+        self._width_codes: dict[int, list[float]] = {}
+        """Job id -> its codes of the width scores (held for its life, as its score's code)."""
         self._rng = np.random.default_rng()
         self._noise_key: int | None = None
         """With :meth:`pair_noise`: the key from which each job's code is derived (else None: the
@@ -525,8 +527,9 @@ class ScoreCodec(ActionCodec):
         return self.max_jobs * (1 + self.width_classes) + 1
 
     def extra_observation(self) -> dict[str, int]:
-        """``prior`` (per slot) and ``noise`` (per slot, then the lending code)."""
-        return {"prior": self.max_jobs, "noise": self.max_jobs + 1}
+        """``prior`` (per slot) and ``noise`` (one code per action entry: per slot, then per slot's
+        width scores, then the lending code)."""
+        return {"prior": self.max_jobs, "noise": self.action_size}
 
     def reset(self, seed: int | None = None) -> None:
         """Start an episode: forget held scores and codes; reseed the codes' generator if
@@ -534,7 +537,7 @@ class ScoreCodec(ActionCodec):
         self.prior.reset(seed)  # type: ignore[attr-defined]
         if seed is not None:
             self._rng = np.random.default_rng(seed)
-        self.held, self.held_widths, self.held_lend, self._codes = {}, {}, 1.0, {}
+        self.held, self.held_widths, self.held_lend, self._codes, self._width_codes = {}, {}, 1.0, {}, {}
         self._noise_key, self._mirrored, self._decisions = None, False, 0
 
     def pair_noise(self, key: int, mirrored: bool) -> None:
@@ -556,7 +559,7 @@ class ScoreCodec(ActionCodec):
         jobs = slot_jobs(state, self.max_jobs)
         logs = self.prior.log_weights(state)
         prior = np.zeros(self.max_jobs, dtype=np.float32)
-        noise = np.full(self.max_jobs + 1, 0.5, dtype=np.float32)
+        noise = np.full(self.action_size, 0.5, dtype=np.float32)
         old, codes = self._codes, {}
         # unpaired: one draw per slot and the lending code, as ever; paired: keyed codes
         fresh = self._rng.random(len(jobs) + 1) if self._noise_key is None else None
@@ -572,7 +575,27 @@ class ScoreCodec(ActionCodec):
             self._decisions += 1
             noise[-1] = self._paired_code(1, self._decisions)
         self._codes = codes
+        if self.width_classes:
+            noise[self.max_jobs : -1] = self._width_noise(jobs)
         return {"prior": prior, "noise": noise}
+
+    def _width_noise(self, jobs: Sequence[JobView]) -> np.ndarray:
+        """The slots' width-score codes, slot-major (0.5 for empty slots): drawn once per job (or
+        derived from the noise key, mirrored with it) and kept for its life."""
+        width = self.width_classes
+        out = np.full(self.max_jobs * width, 0.5, dtype=np.float32)
+        old, kept = self._width_codes, {}
+        for i, job in enumerate(jobs):
+            codes = old.get(job.id)
+            if codes is None:
+                if self._noise_key is None:
+                    codes = self._rng.random(width).tolist()
+                else:
+                    codes = [self._paired_code(2, job.id, k) for k in range(width)]
+            kept[job.id] = codes
+            out[i * width : (i + 1) * width] = codes
+        self._width_codes = kept
+        return out
 
     def mask(self, state: ClusterState) -> np.ndarray:
         """Not defined for a continuous action.

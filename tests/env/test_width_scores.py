@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch as th
 
 from agents.env_shape import spaces_env_shape
 from agents.factory import build_model, make_vec_env_for
@@ -175,20 +176,78 @@ def test_bad_width_scores_are_one_line_errors(busy) -> None:
             policy.decide_scored(state, {}, 1.0, {job.id: scores})
 
 
-def test_a_model_with_width_scores_is_read_from_its_spaces_and_runs_as_ppo(busy, tmp_path: Path) -> None:
+SMALL_SET = {
+    "policy": "SetPolicy",
+    "n_steps": 64,
+    "batch_size": 64,
+    "n_epochs": 2,
+    "policy_kwargs": {"embed_dim": 16, "attention_heads": 2, "attention_layers": 1, "log_std_init": -2.0},
+}
+
+
+def _vec_env(workload):
     kwargs = {"max_jobs": MAX_JOBS, "action_mode": "score", "base_policy": PRIOR, "width_classes": WIDTH_CLASSES}
-    env = make_vec_env_for(busy, n_envs=1, seed=0, env_kwargs=kwargs)
+    kwargs["cluster"] = "2x4+2x4"
+    return make_vec_env_for(workload, n_envs=1, seed=0, env_kwargs=kwargs), kwargs
+
+
+def test_a_set_model_with_width_scores_starts_at_the_prior_and_runs_as_ppo(busy, tmp_path: Path) -> None:
+    env, kwargs = _vec_env(busy)
     shape = spaces_env_shape(env.observation_space, env.action_space)
     assert shape["width_classes"] == WIDTH_CLASSES and shape["max_jobs"] == MAX_JOBS
-    with pytest.raises(ValueError, match="set policy takes one score per slot"):
-        small = {"embed_dim": 16, "attention_heads": 2, "attention_layers": 1}
-        build_model("ppo", env, hyperparams={"policy": "SetPolicy", "policy_kwargs": small}, env_kwargs=kwargs)
-    mlp = {"policy": "MultiInputPolicy", "n_steps": 64, "batch_size": 64}
-    model = build_model("ppo", env, hyperparams=mlp, env_kwargs=kwargs)
+    assert env.observation_space["noise"].shape == (MAX_JOBS * (1 + WIDTH_CLASSES) + 1,)
+    model = build_model("ppo", env, hyperparams=SMALL_SET, env_kwargs=kwargs)
+    assert tuple(model.policy.score_log_std.shape) == (3,)  # score, lending share, width scores
     model.save(tmp_path / "widths.zip")
     policy = load_agent_policy(tmp_path / "widths.zip")
     assert isinstance(policy, AgentPolicy) and isinstance(policy.codec, ScoreCodec)
     assert policy.codec.width_classes == WIDTH_CLASSES
-    metrics = run_episode(policy, busy, _env(busy).sim_config)
-    assert metrics.train_jct_mean > 0
+    config = _env(busy).sim_config
+    prior = run_episode(make_policy(PRIOR), busy, config, seed=0)
+    played = run_episode(policy, busy, config, seed=0)
+    assert played.train_jct_mean == prior.train_jct_mean and played.restarts == prior.restarts
     assert policy.last_action is not None and policy.last_action.shape == (MAX_JOBS * (1 + WIDTH_CLASSES) + 1,)
+    assert not policy.last_action.any()
+    model.learn(128)  # the update runs over every acting entry, width scores included
+    mlp = {"policy": "MultiInputPolicy", "n_steps": 64, "batch_size": 64}
+    build_model("ppo", env, hyperparams=mlp, env_kwargs=kwargs).save(tmp_path / "mlp.zip")
+    assert load_agent_policy(tmp_path / "mlp.zip").codec.width_classes == WIDTH_CLASSES
+
+
+def test_the_set_network_lays_out_scores_then_width_scores_then_lending(busy) -> None:
+    env, kwargs = _vec_env(busy)
+    hyper = {**SMALL_SET, "policy_kwargs": {**SMALL_SET["policy_kwargs"], "application_scores": 1}}
+    policy = build_model("ppo", env, hyperparams=hyper, env_kwargs=kwargs).policy
+    table = policy.mlp_extractor.application_table
+    with th.no_grad():
+        table.weight.zero_()
+        table.bias.copy_(th.tensor([1.0, 2.0, 3.0, 4.0]))  # every slot: score 1, width scores 2, 3, 4
+    obs = policy.obs_to_tensor(env.reset())[0]
+    with th.no_grad():
+        mean = policy.forward(obs, deterministic=True)[0][0].numpy()
+    assert np.array_equal(mean[:MAX_JOBS], np.ones(MAX_JOBS))
+    assert np.array_equal(mean[MAX_JOBS:-1], np.tile([2.0, 3.0, 4.0], MAX_JOBS))
+    stds = policy.score_log_std
+    with th.no_grad():
+        stds.copy_(th.tensor([0.0, 1.0, 2.0]))
+        _, std, acting = policy._score_gaussian(obs, policy.mlp_extractor.forward_actor(policy.extract_features(obs)))
+    logs = th.log(std[0]).numpy()
+    assert np.allclose(logs[:MAX_JOBS], 0.0) and np.allclose(logs[MAX_JOBS:-1], 2.0) and logs[-1] == pytest.approx(1.0)
+    present = obs["jobs"].reshape(MAX_JOBS, -1)[:, 0].numpy() > 0.5
+    expected = np.concatenate([present, np.repeat(present, WIDTH_CLASSES), [True]]).astype(float)
+    assert np.array_equal(acting[0].numpy(), expected)
+
+
+def test_width_codes_are_held_per_job(busy) -> None:
+    env = _env(busy, width_classes=WIDTH_CLASSES)
+    obs, _ = env.reset(seed=5)
+    ids = [job.id for job in env.state.jobs][:MAX_JOBS]
+    first = obs["noise"][MAX_JOBS:-1].reshape(MAX_JOBS, WIDTH_CLASSES)
+    assert len(set(first[: len(ids)].ravel().tolist())) == len(ids) * WIDTH_CLASSES  # drawn, not constant
+    for _ in range(20):
+        obs, *_ = env.step(env.neutral_action())
+        now = [job.id for job in env.state.jobs][:MAX_JOBS]
+        codes = obs["noise"][MAX_JOBS:-1].reshape(MAX_JOBS, WIDTH_CLASSES)
+        for i, job_id in enumerate(now):
+            if job_id in ids:
+                assert np.array_equal(codes[i], first[ids.index(job_id)])
