@@ -151,25 +151,8 @@ class SetNetwork(nn.Module):
         """(offset, size, per-slot width) of each slot entry in the flat features."""
         self.global_parts: list[tuple[int, int]] = []
         """(offset, size) of each global entry."""
-        self._present_column = -1
+        self._present_column = self._read_entries(observation_space, slots)
         """Column of the ``jobs`` rows' ``present`` feature in the stacked slot rows."""
-        offset = column = 0
-        for key, space in observation_space.spaces.items():
-            size = int(np.prod(space.shape or ()))
-            if key == NOISE_KEY:
-                pass
-            elif key in SLOT_KEYS:
-                if size % slots:
-                    raise ValueError(f"observation entry {key!r} of size {size} is not {slots} slot rows")
-                if key == "jobs":
-                    self._present_column = column
-                self.slot_parts.append((offset, size, size // slots))
-                column += size // slots
-            else:
-                self.global_parts.append((offset, size))
-            offset += size
-        if self._present_column < 0:
-            raise ValueError("the observation has no 'jobs' entry")
         self._app_columns = slice(self._present_column + 1, self._present_column + 1 + len(APP_NAMES))
         """The ``jobs`` rows' application one-hot (``JOB_FEATURES``: present, then the one-hot)."""
         job_width = sum(width for _, _, width in self.slot_parts)
@@ -188,6 +171,33 @@ class SetNetwork(nn.Module):
         self.value_head = nn.Sequential(nn.Linear(d, d), activation())
         self.latent_dim_pi = slots * slot_choices + lend_levels
         self.latent_dim_vf = d
+
+    def _read_entries(self, observation_space: spaces.Dict, slots: int) -> int:
+        """Fill :attr:`slot_parts` and :attr:`global_parts` from the observation's entries (the
+        noise codes are neither); returns the ``present`` column of the stacked slot rows.
+
+        Raises:
+            ValueError: a slot entry that is not ``slots`` rows, or no ``jobs`` entry.
+        """
+        present = -1
+        offset = column = 0
+        for key, space in observation_space.spaces.items():
+            size = int(np.prod(space.shape or ()))
+            if key == NOISE_KEY:
+                pass
+            elif key in SLOT_KEYS:
+                if size % slots:
+                    raise ValueError(f"observation entry {key!r} of size {size} is not {slots} slot rows")
+                if key == "jobs":
+                    present = column
+                self.slot_parts.append((offset, size, size // slots))
+                column += size // slots
+            else:
+                self.global_parts.append((offset, size))
+            offset += size
+        if present < 0:
+            raise ValueError("the observation has no 'jobs' entry")
+        return present
 
     def output_layers(self) -> tuple[nn.Linear, nn.Linear]:
         """The last layers of the slot (or application table) and lending heads (small-gain
