@@ -445,8 +445,9 @@ class ScoreCodec(ActionCodec):
     (slot-major): slot i's job gets its option values reshaped by the log-multipliers
     ``score_scale * a`` of the width classes 2 GPUs on one node, 3 to G on one node, split
     (:func:`baselines.ats.width_scored_options`; its value at the fair share unchanged). The
-    action is then ``Box(-1, 1, (max_jobs * (1 + width_classes) + 1,))``; zero width scores are
-    the prior's own valuation.
+    action is then ``Box(-1, 1, (max_jobs * (1 + width_classes) + 1,))``, the ``noise`` entry
+    holds a code per width score too (in the action's layout, drawn once per job), and zero width
+    scores are the prior's own valuation.
 
     Scores are kept per job between decisions (:meth:`redecode`: the env's ``hold``). The
     observation gains ``prior`` (each slot's prior log-weight relative to the heaviest job,
