@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from agents.env_shape import score_layout
 from agents.errors import ConfigError
 from agents.factory import algo_class, policy_class
 from agents.hyperparameters import HYPERPARAM_RANGES, check_hyperparam_range, policy_kwargs_from_mapping
@@ -242,10 +243,7 @@ def _spaces(path: Path, data: dict[str, Any]) -> tuple[Any, Any]:
             mode = ScoreCodec.mode
             # the slots: the prior entry's length (width scores make the action longer than slots + 1)
             prior = re.search(r"'prior': Box\([^()]*\((\d+),\)", described_spaces)
-            slots = int(prior.group(1)) if prior else size[0] - 1
-            widths = (size[0] - 1) // slots - 1 if slots > 0 else -1
-            if slots * (1 + widths) + 1 != size[0]:
-                raise ValueError(size)
+            slots, widths = score_layout(size[0], int(prior.group(1)) if prior else None)
             codec = make_codec(mode, slots, EnvConfig.defaults()["lend_levels"], width_classes=widths)
         else:
             nvec = np.array([int(x) for x in str(text).strip("[]").split()], dtype=np.int64)

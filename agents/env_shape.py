@@ -46,11 +46,12 @@ def spaces_env_shape(observation_space: Any, action_space: Any) -> dict[str, Any
     spaces = getattr(observation_space, "spaces", {})
     width_classes = 0
     if box:  # score mode: per slot a score (and width scores), then the lending share (no levels)
-        max_jobs, lend_levels = score_slots(spaces, int(action_space.shape[0])), EnvConfig.defaults()["lend_levels"]
-        size = int(action_space.shape[0])
-        width_classes = (size - 1) // max_jobs - 1 if max_jobs > 0 else -1
-        if width_classes not in (0, WIDTH_CLASSES) or max_jobs * (1 + width_classes) + 1 != size:
-            raise ValueError(f"model action space {action_space} is not a DeepBoot-v0 action space")
+        prior = getattr(spaces.get("prior") if hasattr(spaces, "get") else None, "shape", None)
+        try:
+            max_jobs, width_classes = score_layout(int(action_space.shape[0]), prior[0] if prior else None)
+        except ValueError:
+            raise ValueError(f"model action space {action_space} is not a DeepBoot-v0 action space") from None
+        lend_levels = EnvConfig.defaults()["lend_levels"]
     else:
         max_jobs, lend_levels = int(nvec.size - 1), int(nvec[-1])
     outlook = "outlook" in spaces
@@ -70,9 +71,16 @@ def spaces_env_shape(observation_space: Any, action_space: Any) -> dict[str, Any
     return shape
 
 
-def score_slots(spaces: Any, action_size: int) -> int:
-    """A score model's job slots: the ``prior`` entry's length (one per slot), else the action's
-    entries less the lending share (a score per slot and no width scores)."""
-    prior = spaces.get("prior") if hasattr(spaces, "get") else None
-    shape = getattr(prior, "shape", None)
-    return int(shape[0]) if shape and len(shape) == 1 else action_size - 1
+def score_layout(action_size: int, prior_slots: int | None) -> tuple[int, int]:
+    """A score model's job slots and width classes, from its action's size and its ``prior``
+    entry's length (one per slot; None: absent, then a score per slot and no width scores).
+
+    Raises:
+        ValueError: if the action is not ``slots * (1 + width classes) + 1`` entries with width
+            classes 0 or :data:`~deepboot_env.policy.WIDTH_CLASSES`.
+    """
+    slots = int(prior_slots) if prior_slots is not None else action_size - 1
+    width_classes = (action_size - 1) // slots - 1 if slots > 0 else -1
+    if width_classes not in (0, WIDTH_CLASSES) or slots * (1 + width_classes) + 1 != action_size:
+        raise ValueError(f"a score action of {action_size} entries does not fit {prior_slots} slots")
+    return slots, width_classes

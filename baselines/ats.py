@@ -263,17 +263,35 @@ def placement_aware_options(
     memoised rows are never written.
     """
     gpus_per_node = state.gpus_per_node
+
+    def split_valued(job: JobView, cap: int, row: np.ndarray, free: np.ndarray) -> np.ndarray:
+        top = min(gpus_per_node, cap)
+        if top >= 2 and not (linear_untrained and not job.trained):
+            room = int((free + job.alloc).max())
+            if room < top:
+                return _split_valued(row, job.rate_table(), room, top, fair)
+        return row
+
+    return _reshaped_rows(options, jobs, caps, state, lend, split_valued)
+
+
+def _reshaped_rows(
+    options: Options,
+    jobs: Sequence[JobView],
+    caps: Sequence[int],
+    state: ClusterState,
+    lend: bool | float,
+    reshape: Callable[[JobView, int, np.ndarray, np.ndarray], np.ndarray],
+) -> Options:
+    """``options`` with job i's row of values ``0..caps[i]`` replaced by ``reshape(job, cap, row,
+    free)`` (``free``: each node's free GPUs at lending share ``lend``, from which a job's room is
+    read), copied into one new array: the memoised rows are never written."""
     free = np.maximum(state.training_capacity(lend=lend) - state.train_used, 0)
     rows: list[np.ndarray] = []
     offsets = np.zeros(len(jobs), dtype=np.int64)
     position = 0
     for i, (job, cap, start) in enumerate(zip(jobs, caps, options.offsets.tolist(), strict=True)):
-        row = options.speedups[start : start + cap + 1]
-        top = min(gpus_per_node, cap)
-        if top >= 2 and not (linear_untrained and not job.trained):
-            room = int((free + job.alloc).max())
-            if room < top:
-                row = _split_valued(row, job.rate_table(), room, top, fair)
+        row = reshape(job, cap, options.speedups[start : start + cap + 1], free)
         rows.append(row)
         offsets[i] = position
         position += len(row)
@@ -315,26 +333,20 @@ def width_scored_options(
         ValueError: if a job's multipliers are not :data:`WIDTH_CLASSES` finite numbers.
     """
     gpus_per_node = state.gpus_per_node
-    free = np.maximum(state.training_capacity(lend=lend) - state.train_used, 0)
-    rows: list[np.ndarray] = []
-    offsets = np.zeros(len(jobs), dtype=np.int64)
-    position = 0
-    for i, (job, cap, start) in enumerate(zip(jobs, caps, options.offsets.tolist(), strict=True)):
-        row = options.speedups[start : start + cap + 1]
+
+    def width_scored(job: JobView, cap: int, row: np.ndarray, free: np.ndarray) -> np.ndarray:
         scores = width_scores.get(job.id)
-        if scores is not None and cap >= 1 and not (linear_untrained and not job.trained):
-            if len(scores) != WIDTH_CLASSES or not all(math.isfinite(x) for x in scores):
-                raise ValueError(f"job {job.id}: width scores must be {WIDTH_CLASSES} finite numbers, got {scores!r}")
-            logs = (0.0, *scores)
-            room = max(int((free + job.alloc).max()), 1)
-            base = logs[width_class(max(1, min(fair, job.rates.max_replicas)), gpus_per_node, gpus_per_node)]
-            factors = [1.0] + [math.exp(logs[width_class(w, gpus_per_node, room)] - base) for w in range(1, cap + 1)]
-            row = row * np.asarray(factors)
-        rows.append(row)
-        offsets[i] = position
-        position += len(row)
-    speedups = np.concatenate(rows) if rows else np.zeros(1)
-    return Options(speedups, offsets, options.phi, options.held, options.weights)
+        if scores is None or cap < 1 or (linear_untrained and not job.trained):
+            return row
+        if len(scores) != WIDTH_CLASSES or not all(math.isfinite(x) for x in scores):
+            raise ValueError(f"job {job.id}: width scores must be {WIDTH_CLASSES} finite numbers, got {scores!r}")
+        logs = (0.0, *scores)
+        room = max(int((free + job.alloc).max()), 1)
+        base = logs[width_class(max(1, min(fair, job.rates.max_replicas)), gpus_per_node, gpus_per_node)]
+        factors = [1.0] + [math.exp(logs[width_class(w, gpus_per_node, room)] - base) for w in range(1, cap + 1)]
+        return row * np.asarray(factors)
+
+    return _reshaped_rows(options, jobs, caps, state, lend, width_scored)
 
 
 def _split_valued(row: np.ndarray, table: np.ndarray, room: int, top: int, fair: int) -> np.ndarray:

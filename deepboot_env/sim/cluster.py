@@ -156,10 +156,13 @@ class NodeLayout(NamedTuple):
     """Indices of the inference-cluster nodes."""
     own: tuple[bool, ...]
     """Per node, whether it is not an inference node."""
+    lendable: tuple[int, ...]
+    """Indices of the nodes whose training GPUs inference may take back (every node but the
+    training cluster's: inference nodes, or every node of a shared pool)."""
 
 
 _LAYOUTS: dict[bytes, NodeLayout] = {}
-_LAST_LAYOUT: list = [None, NodeLayout((), ())]
+_LAST_LAYOUT: list = [None, NodeLayout((), (), ())]
 """The node-kinds array seen last (held, so its id is not reused) and its layout: a simulator
 hands the same array to every state (node kinds never change during an episode)."""
 
@@ -172,7 +175,8 @@ def node_layout(kinds: np.ndarray) -> NodeLayout:
     layout = _LAYOUTS.get(key)
     if layout is None:
         infer = kinds == NODE_INFER
-        layout = _LAYOUTS[key] = NodeLayout(tuple(np.flatnonzero(infer).tolist()), tuple((~infer).tolist()))
+        lendable = tuple(np.flatnonzero(kinds != NODE_TRAIN).tolist())
+        layout = _LAYOUTS[key] = NodeLayout(tuple(np.flatnonzero(infer).tolist()), tuple((~infer).tolist()), lendable)
     _LAST_LAYOUT[:] = (kinds, layout)
     return layout
 

@@ -24,7 +24,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from deepboot_env.sim.cluster import NODE_TRAIN
+from deepboot_env.sim.cluster import node_layout
 from deepboot_env.sim.restart import plan_change
 from deepboot_env.sim.state import ClusterState, GpuRef, JobView
 
@@ -88,19 +88,6 @@ def checked_horizon(horizon: float) -> float:
     return float(horizon)
 
 
-_RECLAIMABLE: dict[bytes, list[int]] = {}
-
-
-def reclaimable_nodes(node_kinds: np.ndarray) -> list[int]:
-    """The nodes whose training GPUs inference may take back (every node but the training
-    cluster's), cached per layout (a reclaim asks at every cold request); never change the list."""
-    key = node_kinds.tobytes() + node_kinds.dtype.str.encode()
-    nodes = _RECLAIMABLE.get(key)
-    if nodes is None:
-        nodes = _RECLAIMABLE[key] = np.flatnonzero(node_kinds != NODE_TRAIN).tolist()
-    return nodes
-
-
 def least_loss_choice(
     jobs: Iterable[JobView],
     num_jobs: int,
@@ -116,7 +103,7 @@ def least_loss_choice(
     protect, sleep) counts per node and the cluster's GPUs. The simulator reclaims with it
     directly for the hooks :func:`least_loss_horizon` knows, without a whole state; the first of
     equal costs in ATS-I's order."""
-    reclaimable = reclaimable_nodes(node_kinds)
+    reclaimable = node_layout(node_kinds).lendable
     _, running, protect, sleeping = node_counts
     pods = sum(running) + sum(protect) + sum(sleeping)
     j_all = max(num_jobs + pods, 1)

@@ -55,7 +55,7 @@ import numpy as np
 from deepboot_env.sim.accounting import EpisodeAccount
 from deepboot_env.sim.apps import AppProfile, default_profiles
 from deepboot_env.sim.aryl_mode import ArylInferencePool, strip_training
-from deepboot_env.sim.cluster import ClusterLedger
+from deepboot_env.sim.cluster import ClusterLedger, node_layout
 from deepboot_env.sim.config import SimConfig
 from deepboot_env.sim.events import Event, EventKind, EventQueue
 from deepboot_env.sim.fork import SimSnapshot, clone_into
@@ -63,7 +63,7 @@ from deepboot_env.sim.hooks import DefaultHooks, SimulatorHooks, checked_hooks
 from deepboot_env.sim.inference import InferencePool, Pod, RequestRecord
 from deepboot_env.sim.jobs import TrainingJob
 from deepboot_env.sim.metrics import EpisodeMetrics, episode_metrics
-from deepboot_env.sim.reclaim import least_loss_choice, reclaimable_nodes
+from deepboot_env.sim.reclaim import least_loss_choice
 from deepboot_env.sim.state import Allocation, ClusterState, GpuRef, checked_counts
 from deepboot_env.sim.state_builder import StateBuilder
 from deepboot_env.sim.training import TrainingJobs
@@ -499,7 +499,7 @@ class Simulator:
         active = self._active
         ledger = self.ledger
         counts = ledger.counts
-        lent = reclaimable_nodes(ledger.kinds)
+        lent = node_layout(ledger.kinds).lendable
         # Views only of the jobs that hold a reclaimable GPU: building a view advances the job and
         # is most of a reclaim's cost; the others are never candidates.
         holders = [index for index in active if jobs[index].replicas and any(jobs[index].counts[n] for n in lent)]
