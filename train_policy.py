@@ -14,6 +14,8 @@ Examples::
     python train_policy.py --algo maskable_ppo --tune sweep.yml --address auto  # a sweep on Ray Tune (agents.sweep)
     python train_policy.py --algo maskable_ppo -i runs/maskable_ppo_1/final_model.zip -n 100000  # resume
     python train_policy.py --algo es --preset priority-es --workload family:mixed  # the learned priority
+    python train_policy.py --algo es --preset width-es -i agents/pretrained/deepboot-score-v3.zip \
+        --workload family:mixed  # a score model's width table
     tensorboard --logdir runs/
 
 Each run writes ``<log-folder>/<algo>_<n>/``: ``config.yml`` (arguments, resolved
@@ -29,7 +31,8 @@ step (an evaluation or the warm start in progress sooner): the model, its config
 evaluations so far are saved as at a normal end, one line gives the command that resumes it, and
 the exit status is 130 or 143 (``docs/usage.md`` §2, stops and locks). ``--algo es`` trains the learned priority
 of :mod:`agents.priority` by evolution strategies instead (:func:`agents.evolution.train_es`:
-``es_<n>/`` with ``best_model.json``, loaded as ``priority:<path>``). Evaluate the result like
+``es_<n>/`` with ``best_model.json``, loaded as ``priority:<path>``); ``--algo es -i MODEL.zip``
+trains a score model's width table (:mod:`agents.width_table`; ``best_model.zip``). Evaluate the result like
 any baseline::
 
     deepboot compare --policies ats ppo:runs/maskable_ppo_1/best_model.zip --workloads test

@@ -48,16 +48,20 @@ from typing import Any
 
 import numpy as np
 
+from agents.env_shape import env_shape_of
 from agents.hyperparameters import parse_kv
 from agents.interrupt import TrainingInterrupted, command_words, resume_command
 from agents.priority import FEATURES, KNOWN_FEATURES, PriorityModel, PriorityPolicy, srpt_theta
 from agents.run_config import FAMILY_SEEDS, TrainSettings, load_conf
 from agents.run_folder import next_run_dir, write_config
+from agents.threads import use_torch_threads
+from agents.width_table import WidthTableError, grow_width_outputs, set_width_table, width_names, width_table
 from baselines.ats import AtsPolicy
 from deepboot_env.atomic import append_csv, lock_folder, write_text
 from deepboot_env.config import sim_config
 from deepboot_env.evaluation import StalledEpisodeError, run_episode
 from deepboot_env.limits import MAX_ES_STATE_BYTES, names, parse_json, read_bounded, shown
+from deepboot_env.policy import Policy
 from deepboot_env.pool import LOCAL, Backend, available_cpus, run_pool
 from deepboot_env.sim.apps import APP_NAMES
 from deepboot_env.stops import Stopped, StopSignals
@@ -68,8 +72,8 @@ DYNAMICS = "v1"
 
 Scenario = tuple[str, int]
 """(family, seed)."""
-Item = tuple[tuple[float, ...] | None, str, int, tuple[str, ...]]
-"""One episode to run: theta (None: ``ats``), family, seed, theta's features."""
+Item = tuple[tuple[float, ...] | None, str, int, "Subject"]
+"""One episode to run: theta (None: ``ats``), family, seed, what theta parameterises."""
 EVAL_COLUMNS = ("timesteps", "generation", "workload", "train_jct_mean", "jct_ratio")
 """Columns of ``evaluations.csv`` (``timesteps``: training episodes so far)."""
 GENERATION_COLUMNS = ("generation", "episodes", "train_jct_ratio", "candidate_mean", "candidate_best")
@@ -165,13 +169,44 @@ def _setting(name: str, value: Any, kind: type) -> int | float:
     return int(number) if kind is int else number
 
 
+@dataclass(frozen=True)
+class Subject:
+    """What theta parameterises: the learned priority's coefficients of ``features`` (``model``
+    None), or the width outputs of the score model saved at ``model`` (``features``: the
+    :func:`~agents.width_table.width_names`)."""
+
+    features: tuple[str, ...]
+    model: str | None = None
+
+    def policy(self, theta: Sequence[float]) -> Policy:
+        """The candidate ``theta`` as a policy (a worker's: the model is loaded once per process)."""
+        if self.model is None:
+            return PriorityPolicy(theta, features=self.features)
+        policy = _saved_agent(self.model)
+        set_width_table(policy.model, theta, self.model)
+        return policy
+
+
+@functools.lru_cache(maxsize=2)
+def _saved_agent(path: str) -> Any:
+    """The score model at ``path`` as a policy, loaded once per process (each candidate then
+    writes its width table into it)."""
+    from agents.policy_adapter import load_agent_policy  # lazy: torch and SB3 are slow to import
+
+    return load_agent_policy(path)
+
+
+ATS: Subject = Subject(())
+"""The subject of a reference episode (theta None: ``ats``)."""
+
+
 def episode_jct(item: Item) -> float:
-    """Mean training JCT of one episode: theta's priority policy (``ats`` for None) on scenario
-    ``seed`` of ``family`` (a worker's job); infinite for an episode the watchdog stopped (no
-    training progress for a week of simulated time: a candidate that thrashes ranks last)."""
-    theta, family, seed, features = item
+    """Mean training JCT of one episode: theta's policy (``ats`` for None) on scenario ``seed``
+    of ``family`` (a worker's job); infinite for an episode the watchdog stopped (no training
+    progress for a week of simulated time: a candidate that thrashes ranks last)."""
+    theta, family, seed, subject = item
     scenario = cached_scenario(family, seed)
-    policy = AtsPolicy() if theta is None else PriorityPolicy(theta, features=features)
+    policy = AtsPolicy() if theta is None else subject.policy(theta)
     config = scenario.configure(sim_config(dynamics=DYNAMICS))
     try:
         return float(run_episode(policy, scenario.workload, config).train_jct_mean)
@@ -195,14 +230,15 @@ class EsState:
     wall_seconds: float = 0.0
 
     @classmethod
-    def start(cls, settings: EsSettings, seed: int) -> EsState:
-        """A new run's state: the warm start's theta (``ats-srpt``, or ``ats-srpt-fcfs`` with
-        ``arrival_tilt`` 0.15), Adam at rest, the generator seeded by ``seed``."""
-        features = settings.features
-        zeros = [0.0] * len(features)
+    def start(cls, settings: EsSettings, seed: int, theta: Sequence[float] | None = None) -> EsState:
+        """A new run's state at ``theta`` (None: the warm start of the learned priority,
+        ``ats-srpt``, or ``ats-srpt-fcfs`` with ``arrival_tilt`` 0.15), Adam at rest, the
+        generator seeded by ``seed``."""
+        if theta is None:
+            theta = srpt_theta(settings.srpt_power, settings.features, settings.arrival_tilt).tolist()
+        zeros = [0.0] * len(theta)
         rng = dict(np.random.default_rng(seed).bit_generator.state)
-        theta = srpt_theta(settings.srpt_power, features, settings.arrival_tilt)
-        return cls(theta.tolist(), zeros, list(zeros), rng=rng)
+        return cls([float(x) for x in theta], zeros, list(zeros), rng=rng)
 
     @classmethod
     def load(cls, path: Path) -> EsState:
@@ -252,11 +288,12 @@ def check_state(path: Path, doc: Any) -> dict[str, Any]:
     odd = sorted(set(doc) - set(STATE_FIELDS), key=str)
     if odd or not {"theta", "m", "v"} <= set(doc):
         raise EsConfigError(f"{path}: expected the fields {', '.join(STATE_FIELDS)}; unknown or missing: {shown(odd)}")
-    sizes = range(len(FEATURES), len(KNOWN_FEATURES) + 1)
+    sizes = {*range(len(FEATURES), len(KNOWN_FEATURES) + 1), len(width_names())}
     for name in ("theta", "m", "v"):
         value = doc[name]
         if not (isinstance(value, list) and len(value) in sizes and all(map(_is_number, value))):
-            raise bad(name, f"{len(FEATURES)} to {len(KNOWN_FEATURES)} finite numbers")
+            want = f"{len(FEATURES)} to {len(KNOWN_FEATURES)} (a priority) or {len(width_names())} (a width table)"
+            raise bad(name, f"{want} finite numbers")
         if len(value) != len(doc["theta"]):
             raise bad(name, f"as many numbers as theta ({len(doc['theta'])})")
     if any(x < 0 for x in doc["v"]):
@@ -303,7 +340,7 @@ def verify_cache(path: Path, state: EsState, checks: int = 2) -> None:
     picks = [keys[0], keys[-1]][:checks] if keys else []
     for key in dict.fromkeys(picks):
         family, _, seed = key.partition("/")
-        jct = episode_jct((None, family, int(seed), ()))
+        jct = episode_jct((None, family, int(seed), ATS))
         saved = state.ats_jct[key]
         if not math.isclose(jct, saved, rel_tol=1e-9):
             raise EsConfigError(
@@ -346,6 +383,7 @@ class EsRun:
         val: the validation scenarios.
         settings: the hyperparameters.
         state: where to start (new or resumed).
+        subject: what theta parameterises.
         jobs: worker processes; backend: where episodes run.
         command: the command line, kept in the models' info.
         log: where progress lines go (None: nowhere).
@@ -358,6 +396,7 @@ class EsRun:
         val: Sequence[Scenario],
         settings: EsSettings,
         state: EsState,
+        subject: Subject,
         jobs: int,
         backend: Backend = LOCAL,
         command: str | None = None,
@@ -367,6 +406,7 @@ class EsRun:
 
         self.run_dir, self.families, self.val, self.settings = run_dir, list(families), list(val), settings
         self.state, self.jobs, self.backend, self.command, self.log = state, jobs, backend, command, log
+        self.subject = subject
         self.rng = np.random.default_rng()
         if state.rng is not None:
             self.rng.bit_generator.state = state.rng
@@ -379,7 +419,7 @@ class EsRun:
         """JCTs of the items (ATS results cached in the state)."""
         cache = self.state.ats_jct
         needed = sorted({(f, s) for _, f, s, _ in items if f"{f}/{s}" not in cache})
-        todo = [(None, f, s, ()) for f, s in needed] + [it for it in items if it[0] is not None]
+        todo = [(None, f, s, ATS) for f, s in needed] + [it for it in items if it[0] is not None]
         results = run_pool(episode_jct, todo, self.jobs, False, label, backend=self.backend)
         for (f, s), jct in zip(needed, results, strict=False):
             cache[f"{f}/{s}"] = jct
@@ -388,9 +428,8 @@ class EsRun:
 
     def ratios(self, thetas: Sequence[tuple[float, ...]], scenarios: Sequence[Scenario], label: str) -> np.ndarray:
         """``(len(thetas), len(scenarios))`` JCT ratios to ``ats``."""
-        features = self.settings.features
-        items: list[Item] = [(None, f, s, ()) for f, s in scenarios]
-        items += [(t, f, s, features) for t in thetas for f, s in scenarios]
+        items: list[Item] = [(None, f, s, ATS) for f, s in scenarios]
+        items += [(t, f, s, self.subject) for t in thetas for f, s in scenarios]
         jcts = np.asarray(self._run(items, label), dtype=float)
         ats, rest = jcts[: len(scenarios)], jcts[len(scenarios) :]
         return rest.reshape(len(thetas), len(scenarios)) / ats
@@ -411,7 +450,7 @@ class EsRun:
         self.writer.add_scalar("sched/val_jct_ratio", score, st.generation)
         if st.best_val is None or score < st.best_val:
             st.best_val = score
-            self.model(score).save(self.run_dir / "best_model.json")
+            self.write_model("best_model", score)
         if self.log:
             self.log(f"generation {st.generation}: validation JCT ratio to ats {score:.4f} (best {st.best_val:.4f})")
         return score
@@ -420,8 +459,22 @@ class EsRun:
         """Wall time of the run so far, its earlier sessions included."""
         return round(self.wall_before + time.time() - self.t0, 1)
 
+    def write_model(self, name: str, val_ratio: float | None) -> Path:
+        """Save the current theta as ``<name>.json`` (a priority model, with its provenance) or,
+        for a width table, as ``<name>.zip``: the start model with theta as its width outputs
+        (its provenance: the run's ``config.yml``). Returns the path."""
+        if self.subject.model is not None:
+            from agents.callbacks import save_model  # lazy: SB3 is slow to import
+
+            model = _start_model(self.subject.model)
+            set_width_table(model, self.state.theta, self.subject.model)
+            return save_model(model, self.run_dir / f"{name}.zip")
+        path = self.run_dir / f"{name}.json"
+        self.model(val_ratio).save(path)
+        return path
+
     def model(self, val_ratio: float | None) -> PriorityModel:
-        """The current theta as a model, with its provenance."""
+        """The current theta as a priority model, with its provenance."""
         info = {
             "algorithm": "evolution strategies (antithetic, common random numbers, Adam)",
             "command": self.command,
@@ -459,7 +512,7 @@ class EsRun:
         w.add_scalar("es/candidate_best", float(fitness.min()), st.generation)
         w.add_scalar("es/gradient_norm", float(np.linalg.norm(grad)), st.generation)
         w.add_scalar("es/episodes", st.episodes, st.generation)
-        features = cfg.features
+        features = self.subject.features
         for name, value in zip(features, st.theta, strict=True):
             w.add_scalar(f"theta/{name}", value, st.generation)
         values = [st.generation, st.episodes, fitness[0], fitness.mean(), fitness.min(), *st.theta]
@@ -473,8 +526,7 @@ class EsRun:
         """state.json and final_model.json; returns the model's path."""
         self.state.wall_seconds = self.wall_seconds()
         self.state.save(self.run_dir / "state.json")
-        final = self.run_dir / "final_model.json"
-        self.model(None).save(final)
+        final = self.write_model("final_model", None)
         self.writer.flush()
         return final
 
@@ -554,7 +606,9 @@ def train_es(flags: TrainSettings) -> Path:
     ``--preset`` / ``-conf``: the ``es`` section of a preset; ``-params K:V``: :class:`EsSettings`
     fields; ``-n``: generations; ``--eval-freq``: generations between validations;
     ``--eval-jobs``: worker processes; ``--vec-env ray`` / ``--address``: episodes on Ray;
-    ``--resume RUN``: continue that run folder (``-n`` more generations).
+    ``--resume RUN``: continue that run folder (``-n`` more generations); ``--resume MODEL.zip``:
+    a new run over that score model's width outputs (:mod:`agents.width_table`; grown first if it
+    has none), its models ``best_model.zip`` and ``final_model.zip`` (PPO resumes them).
 
     Raises:
         EsConfigError: bad flags or settings; TrainingInterrupted: stopped by SIGINT/SIGTERM (saved).
@@ -562,9 +616,10 @@ def train_es(flags: TrainSettings) -> Path:
     families, evals, val = es_scenarios(flags)
     values = es_values(flags)
     run_dir = es_run_folder(flags, values)
-    folder_flag = "--resume" if flags.resume else "--log-folder"
+    folder_flag = "--resume" if flags.resume and not start_model_path(flags) else "--log-folder"
     with lock_folder(run_dir, folder_flag), StopSignals(interruptible=False) as stops:
-        settings, state = es_state(flags, run_dir, values)
+        subject, theta = es_subject(flags, run_dir, values)
+        settings, state = es_state(flags, run_dir, values, subject, theta)
         jobs = flags.eval_jobs or available_cpus()
         backend = Backend("ray", flags.address) if flags.vec_env == "ray" else LOCAL
         backend.check()
@@ -576,13 +631,15 @@ def train_es(flags: TrainSettings) -> Path:
             "eval_workload": evals,
             "seed": flags.seed,
             "settings": asdict(settings),
+            "trains": "width table" if subject.model else "priority",
+            "start_model": str(start_model_path(flags) or "") or None,
             "jobs": jobs,
             "backend": backend.kind,
             "machine": machine(),
         }
         write_config(run_dir / "config.yml", config)
         log = functools.partial(print, flush=True) if flags.verbose else None
-        run = EsRun(run_dir, families, val, settings, state, jobs, backend, command, log)
+        run = EsRun(run_dir, families, val, settings, state, subject, jobs, backend, command, log)
         final = run.train(stop=lambda: stops.signum is not None)
     if stops.signum is not None:
         resume = resume_command(command_words(command), run_dir, settings.generations - state.generation)
@@ -626,7 +683,7 @@ def es_run_folder(flags: TrainSettings, values: dict[str, Any]) -> Path:
     Raises:
         EsConfigError: no such folder to resume, or bad settings.
     """
-    if flags.resume:
+    if flags.resume and not start_model_path(flags):
         run_dir = Path(flags.resume)
         run_dir = run_dir if run_dir.is_dir() else run_dir.parent
         if not run_dir.is_dir():
@@ -638,22 +695,80 @@ def es_run_folder(flags: TrainSettings, values: dict[str, Any]) -> Path:
     return next_run_dir(flags.log_folder, "es")
 
 
-def es_state(flags: TrainSettings, run_dir: Path, values: dict[str, Any]) -> tuple[EsSettings, EsState]:
+START_MODEL = "start_model.zip"
+"""The file, in a run folder over a model's width outputs, of the model it started from (grown)."""
+
+
+def start_model_path(flags: TrainSettings) -> Path | None:
+    """The score model ``--resume MODEL.zip`` names for a new run over its widths (None: no
+    ``--resume``, or a run folder to continue)."""
+    path = Path(flags.resume) if flags.resume else None
+    return path if path is not None and path.suffix == ".zip" and path.is_file() else None
+
+
+def es_subject(flags: TrainSettings, run_dir: Path, values: dict[str, Any]) -> tuple[Subject, tuple[float, ...] | None]:
+    """What the run trains, and where a new run over a model starts: the width outputs of
+    ``--resume MODEL.zip`` (grown if it has none, saved as ``START_MODEL`` in ``run_dir``; a
+    resumed run over widths has that file), otherwise the priority of the settings' features.
+
+    Raises:
+        EsConfigError: a model that cannot be loaded or has no width table (one line).
+    """
+    source = start_model_path(flags)
+    start = run_dir / START_MODEL
+    if source is None and not (flags.resume and start.is_file()):
+        return Subject(EsSettings.of(values).features), None
+    from agents.checkpoint import CheckpointError  # lazy: torch and SB3 are slow to import
+
+    use_torch_threads(None)  # before any torch op: forked workers deadlock after a multi-threaded one
+    try:
+        model = _start_model(str(source or start))
+        if source is not None and not env_shape_of(model).get("width_classes"):
+            grow_width_outputs(model, str(source))
+        theta = tuple(width_table(model, str(source or start)))
+    except (CheckpointError, WidthTableError) as exc:
+        raise EsConfigError(str(exc)) from None
+    if source is not None:
+        from agents.callbacks import save_model  # lazy: SB3 is slow to import
+
+        save_model(model, start)
+        _start_model.cache_clear()
+    return Subject(width_names(), str(start.resolve())), theta
+
+
+@functools.lru_cache(maxsize=1)
+def _start_model(path: str) -> Any:
+    """The score model at ``path`` (loaded safely, once)."""
+    from agents.checkpoint import load_checkpoint  # lazy: torch and SB3 are slow to import
+
+    return load_checkpoint(path)
+
+
+def es_state(
+    flags: TrainSettings,
+    run_dir: Path,
+    values: dict[str, Any],
+    subject: Subject,
+    theta: Sequence[float] | None,
+) -> tuple[EsSettings, EsState]:
     """The run's settings and state: those ``--resume`` saved in ``run_dir`` (the cached ATS
-    JCTs verified; ``-n`` more generations) or a new start from ``values``.
+    JCTs verified; ``-n`` more generations) or a new start from ``values`` at ``theta`` (None:
+    the priority's warm start).
 
     Raises:
         EsConfigError: bad settings, or a saved state that does not fit them.
     """
-    state = EsState.load(run_dir / "state.json") if flags.resume else None
+    resumed = flags.resume and not start_model_path(flags)
+    state = EsState.load(run_dir / "state.json") if resumed else None
     if state is not None:
         verify_cache(run_dir / "state.json", state)
     if state is not None and flags.n_timesteps is not None:
         values["generations"] = state.generation + flags.n_timesteps
     settings = EsSettings.of(values)
-    if state is not None and len(state.theta) != len(settings.features):
+    features = subject.features
+    if state is not None and len(state.theta) != len(features):
         raise EsConfigError(
-            f"{run_dir / 'state.json'}: theta has {len(state.theta)} coefficients, the settings' features "
-            f"{len(settings.features)} ({', '.join(settings.features)})"
+            f"{run_dir / 'state.json'}: theta has {len(state.theta)} coefficients, the run trains "
+            f"{len(features)} ({', '.join(features)})"
         )
-    return settings, state or EsState.start(settings, flags.seed)
+    return settings, state or EsState.start(settings, flags.seed, theta)

@@ -76,6 +76,7 @@ from agents.run_config import (
     resolve_settings,
 )
 from agents.run_folder import config_text, next_run_dir, write_config, yaml_safe
+from agents.width_table import grow_width_outputs
 from deepboot_env.atomic import lock_folder
 from deepboot_env.config import EnvConfig
 from deepboot_env.pool import available_cpus
@@ -97,6 +98,7 @@ class RunPlan:
         resolved: run settings, env arguments and hyperparameters
             (:func:`~agents.run_config.resolve_settings`; :func:`check_resume` completes
             ``env_kwargs`` from the resumed model's spaces).
+        grows_widths: the resumed score model grows width scores (:func:`check_resume`).
     """
 
     settings: TrainSettings
@@ -104,6 +106,7 @@ class RunPlan:
     device: str
     resume: Path | None
     resolved: dict[str, Any]
+    grows_widths: bool = False
 
 
 @dataclass
@@ -220,6 +223,8 @@ def check_resume(plan: RunPlan) -> None:
     settings, resolved = plan.settings, plan.resolved
     env_kwargs = resolved["env_kwargs"]
     saved_shape = env_shape_of(load_checkpoint(plan.resume, plan.algo, device="cpu", trust=settings.trust_checkpoint))
+    grows = saved_shape["action_mode"] == "score" and not saved_shape.get("width_classes")
+    plan.grows_widths = grows and bool(env_kwargs.get("width_classes"))
     for key, value in saved_shape.items():
         if key in env_kwargs and type(value)(env_kwargs[key]) != value:
             raise ConfigError(f"--resume model was trained with {key}={value}, not {env_kwargs[key]}")
@@ -308,15 +313,7 @@ def start_model(run: Run) -> Any:
             group_size=resolved["group_size"],
         )
     else:
-        overrides = model_kwargs(resolved["cli_hyperparams"])
-        model = load_checkpoint(
-            plan.resume,
-            plan.algo,
-            device=plan.device,
-            env=run.env.vec_env,
-            trust=settings.trust_checkpoint,
-            **overrides,
-        )
+        model = resumed_model(run)
         adopt_env_kwargs(model, resolved["env_kwargs"])
         model.set_random_seed(settings.seed)
     formats = [make_output_format("csv", str(run.run_dir)), make_output_format("tensorboard", str(run.tb_dir))]
@@ -324,6 +321,27 @@ def start_model(run: Run) -> Any:
         formats.append(make_output_format("stdout", str(run.run_dir)))
     model.set_logger(Logger(str(run.run_dir), formats))
     log_run_config(model.logger, run.record)
+    return model
+
+
+def resumed_model(run: Run) -> Any:
+    """The ``--resume`` model with the flags' hyperparameters, attached to the run's env. A score
+    model without width scores that the run's ``width_classes`` asks for grows them first
+    (:func:`~agents.width_table.grow_width_outputs`: new outputs zero, the same policy).
+
+    Raises:
+        agents.checkpoint.CheckpointError: a model that cannot be loaded.
+    """
+    plan, vec_env = run.plan, run.env.vec_env
+    assert plan.resume is not None
+    overrides = model_kwargs(plan.resolved["cli_hyperparams"])
+    trust = plan.settings.trust_checkpoint
+    if not plan.grows_widths:
+        return load_checkpoint(plan.resume, plan.algo, device=plan.device, env=vec_env, trust=trust, **overrides)
+    model = load_checkpoint(plan.resume, plan.algo, device=plan.device, trust=trust, **overrides)
+    model.n_envs = vec_env.num_envs  # the rollout buffer the grown model builds is the run's
+    grow_width_outputs(model, str(plan.resume))
+    model.set_env(vec_env)
     return model
 
 

@@ -221,6 +221,7 @@ def test_help_lists_every_preset_in_one_line(capsys: pytest.CaptureFixture[str])
         "residual",
         "generalist",
         "priority-es",
+        "width-es",
         "score",
         "score-group",
         "score-job",

@@ -11,7 +11,7 @@ import pytest
 from builders import REPO, job_view
 
 import train_policy
-from agents.evolution import EsSettings, EsState, adam_step, antithetic_gradient, centered_ranks
+from agents.evolution import EsSettings, EsState, Subject, adam_step, antithetic_gradient, centered_ranks
 from agents.priority import (
     FEATURES,
     KNOWN_FEATURES,
@@ -159,7 +159,8 @@ def test_a_stalled_candidate_ranks_last(monkeypatch) -> None:
         raise StalledEpisodeError("no progress")
 
     monkeypatch.setattr(agents.evolution, "run_episode", stall)
-    assert agents.evolution.episode_jct((tuple(srpt_theta()), "short-period", 1_000_000, FEATURES)) == float("inf")
+    item = (tuple(srpt_theta()), "short-period", 1_000_000, Subject(FEATURES))
+    assert agents.evolution.episode_jct(item) == float("inf")
 
 
 def test_bad_theta_is_refused() -> None:
@@ -285,7 +286,7 @@ def test_es_with_extra_features_writes_them_and_resumes_only_with_them(tmp_path:
     assert model.features == KNOWN_FEATURES and len(model.theta) == len(KNOWN_FEATURES)
     with pytest.raises(SystemExit):
         train_policy.main(_es_argv(tmp_path, "--resume", str(run), "-n", "1"))
-    assert "theta has 14 coefficients, the settings' features 7" in capsys.readouterr().err
+    assert "theta has 14 coefficients, the run trains 7" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,146 @@
+"""A score model's width outputs as a table (``agents.width_table``): growing them, ES over them
+(``train_policy.py --algo es -i MODEL.zip``) and PPO resuming a model that grows them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch as th
+import yaml
+from builders import REPO
+
+import train_policy
+from agents.checkpoint import load_checkpoint
+from agents.env_shape import env_shape_of
+from agents.policy_adapter import AgentPolicy, load_agent_policy
+from agents.width_table import WidthTableError, grow_width_outputs, set_width_table, width_names, width_table
+from deepboot_env.config import sim_config
+from deepboot_env.evaluation import run_episode
+from deepboot_env.policy import WIDTH_CLASSES
+from deepboot_env.sim.apps import APP_NAMES
+from traces.generate import generate_workload
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+V3 = REPO / "agents" / "pretrained" / "deepboot-score-v3.zip"
+needs_v3 = pytest.mark.skipif(not V3.is_file(), reason="no shipped score model")
+
+
+@pytest.fixture(scope="module")
+def busy():
+    """Twelve jobs in half an hour: jobs contend for GPUs, so widths matter."""
+    return generate_workload(
+        "busy", 4, train={"num_jobs": 12, "window_hours": 0.5}, inference={"horizon_s": 4 * 3600.0, "mean_gpus": 3.0}
+    )
+
+
+def _played(model, workload) -> tuple[float, int]:
+    policy = AgentPolicy(model, base_policy=model.policy.env_kwargs["base_policy"], hold=4)
+    metrics = run_episode(policy, workload, sim_config(dynamics="v1"), seed=0)
+    return metrics.train_jct_mean, metrics.restarts
+
+
+@needs_v3
+def test_growing_keeps_every_weight_and_the_policy_and_adds_zero_width_outputs(busy) -> None:
+    model = load_checkpoint(V3)
+    before = {key: value.clone() for key, value in model.policy.state_dict().items()}
+    slots = env_shape_of(model)["max_jobs"]
+    grow_width_outputs(model, "v3")
+    assert env_shape_of(model)["width_classes"] == WIDTH_CLASSES
+    assert model.action_space.shape == (slots * (1 + WIDTH_CLASSES) + 1,)
+    assert model.policy.env_kwargs["width_classes"] == WIDTH_CLASSES
+    after = model.policy.state_dict()
+    table = "mlp_extractor.application_table.weight"
+    for key, old in before.items():
+        if key == "score_log_std":  # [scores, lending] + widths at the scores' deviation
+            assert th.equal(after[key], th.cat([old, old[:1]]))
+        else:
+            assert th.equal(after[key][: old.shape[0]], old), key
+    assert not after[table][1:].any()
+    assert width_table(model).tolist() == [0.0] * len(width_names()) == [0.0] * (WIDTH_CLASSES * len(APP_NAMES))
+    assert _played(model, busy) == _played(load_checkpoint(V3), busy)
+    with pytest.raises(WidthTableError, match="has width scores already"):
+        grow_width_outputs(model, "v3")
+    with pytest.raises(WidthTableError, match="has no width scores"):
+        width_table(load_checkpoint(V3), "v3")
+
+
+@needs_v3
+def test_a_width_table_is_written_where_the_names_say_and_moves_the_schedule(busy) -> None:
+    model = grow_width_outputs(load_checkpoint(V3))
+    values = np.linspace(-0.5, 0.5, len(width_names()))
+    set_width_table(model, values)
+    assert width_table(model) == pytest.approx(values, abs=1e-7)
+    weights = model.policy.mlp_extractor.application_table.weight.detach().numpy()
+    for value, name in zip(values, width_names(), strict=True):
+        app, cls = name.split("/")
+        row = 1 + ("two", "node", "split").index(cls)
+        assert weights[row, APP_NAMES.index(app)] == pytest.approx(value, abs=1e-7)
+    assert _played(model, busy) != _played(load_checkpoint(V3), busy)
+    for bad in (values[:-1], np.full(len(values), np.nan)):
+        with pytest.raises(WidthTableError, match="finite values"):
+            set_width_table(model, bad, "m.zip")
+
+
+def _es_argv(runs: Path, *extra: str) -> list[str]:
+    return [
+        "--algo", "es", "--preset", "width-es", "--workload", "family:short-period",
+        "--eval-workload", "family:short-period", "--eval-episodes", "1", "--eval-jobs", "1",
+        "-params", "pairs:1", "seeds_per_family:1", "eval_freq:1", "--verbose", "0", "-f", str(runs), *extra,
+    ]  # fmt: skip
+
+
+@needs_v3
+def test_es_over_a_models_widths_grows_it_trains_the_table_and_resumes(tmp_path: Path) -> None:
+    run = train_policy.run(_es_argv(tmp_path, "-i", str(V3), "-n", "1"))
+    config = yaml.safe_load((run / "config.yml").read_text())
+    assert config["trains"] == "width table" and config["start_model"] == str(V3)
+    start = load_checkpoint(run / "start_model.zip")
+    assert width_table(start).tolist() == [0.0] * len(width_names())
+    state = json.loads((run / "state.json").read_text())
+    final = load_checkpoint(run / "final_model.zip")
+    assert width_table(final) == pytest.approx(state["theta"], abs=1e-7) and np.any(state["theta"])
+    header = (run / "generations.csv").read_text().splitlines()[0].split(",")
+    assert header[-len(width_names()) :] == list(width_names())
+    assert load_agent_policy(run / "best_model.zip").codec.width_classes == WIDTH_CLASSES
+    resumed = train_policy.run(_es_argv(tmp_path, "--resume", str(run), "-n", "1"))
+    assert resumed == run
+    state = json.loads((run / "state.json").read_text())
+    assert state["generation"] == 2 and len(state["theta"]) == len(width_names())
+    assert width_table(load_checkpoint(run / "final_model.zip")) == pytest.approx(state["theta"], abs=1e-7)
+    assert width_table(load_checkpoint(run / "start_model.zip")).tolist() == [0.0] * len(width_names())
+
+
+def test_es_refuses_a_model_without_an_application_table(tmp_path: Path, capsys) -> None:
+    argv = [
+        "--preset", "score", "-n", "64", "--workload", "family:short-period", "--eval-freq", "0",
+        "--n-envs", "1", "--group-size", "1", "--env-kwargs", "max_jobs:8",
+        "--hyperparams", "n_steps:64", "batch_size:64", "n_epochs:1",
+        "policy_kwargs:dict(embed_dim=16,attention_heads=2,attention_layers=1)",
+        "--log-folder", str(tmp_path / "runs"), "--no-progress", "--verbose", "0",
+    ]  # fmt: skip
+    model = train_policy.run(argv) / "final_model.zip"
+    with pytest.raises(SystemExit) as stop:
+        train_policy.main(_es_argv(tmp_path, "-i", str(model), "-n", "1"))
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a score model with an application table" in err[0]
+
+
+@needs_v3
+def test_ppo_resuming_a_score_model_with_width_classes_grows_them(tmp_path: Path) -> None:
+    argv = [
+        "--preset", "score-app", "-i", str(V3), "--env-kwargs", "width_classes:3", "-n", "64",
+        "--workload", "family:short-period", "--eval-freq", "0", "--n-envs", "2",
+        "--hyperparams", "n_steps:32", "batch_size:64", "n_epochs:1",
+        "--log-folder", str(tmp_path / "runs"), "--no-progress", "--verbose", "0",
+    ]  # fmt: skip
+    run = train_policy.run(argv)
+    config = yaml.safe_load((run / "config.yml").read_text())
+    assert config["env_kwargs"]["width_classes"] == WIDTH_CLASSES
+    model = load_checkpoint(run / "final_model.zip")
+    assert env_shape_of(model)["width_classes"] == WIDTH_CLASSES
+    assert model.num_timesteps >= 64 and len(width_table(model)) == len(width_names())
