@@ -52,7 +52,7 @@ from agents.env_shape import env_shape_of
 from agents.hyperparameters import parse_kv
 from agents.interrupt import TrainingInterrupted, command_words, resume_command
 from agents.priority import FEATURES, KNOWN_FEATURES, PriorityModel, PriorityPolicy, srpt_theta
-from agents.run_config import FAMILY_SEEDS, TrainSettings, load_conf
+from agents.run_config import FAMILY_SEEDS, TrainSettings, load_conf, read_yaml
 from agents.run_folder import next_run_dir, write_config
 from agents.threads import use_torch_threads
 from agents.width_table import WidthTableError, grow_width_outputs, set_width_table, width_names, width_table
@@ -632,7 +632,7 @@ def train_es(flags: TrainSettings) -> Path:
             "seed": flags.seed,
             "settings": asdict(settings),
             "trains": "width table" if subject.model else "priority",
-            "start_model": str(start_model_path(flags) or "") or None,
+            "start_model": start_model_source(flags, run_dir),
             "jobs": jobs,
             "backend": backend.kind,
             "machine": machine(),
@@ -704,6 +704,19 @@ def start_model_path(flags: TrainSettings) -> Path | None:
     ``--resume``, or a run folder to continue)."""
     path = Path(flags.resume) if flags.resume else None
     return path if path is not None and path.suffix == ".zip" and path.is_file() else None
+
+
+def start_model_source(flags: TrainSettings, run_dir: Path) -> str | None:
+    """The model a run over widths started from, as its first session's ``config.yml`` names it
+    (a resumed session keeps it there); None for a priority run."""
+    source = start_model_path(flags)
+    if source is not None:
+        return str(source)
+    config = run_dir / "config.yml"
+    if not ((run_dir / START_MODEL).is_file() and config.is_file()):
+        return None
+    previous = read_yaml(config, "--resume")
+    return str(previous.get("start_model")) if isinstance(previous, dict) else None
 
 
 def es_subject(flags: TrainSettings, run_dir: Path, values: dict[str, Any]) -> tuple[Subject, tuple[float, ...] | None]:

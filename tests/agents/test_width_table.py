@@ -108,6 +108,7 @@ def test_es_over_a_models_widths_grows_it_trains_the_table_and_resumes(tmp_path:
     assert load_agent_policy(run / "best_model.zip").codec.width_classes == WIDTH_CLASSES
     resumed = train_policy.run(_es_argv(tmp_path, "--resume", str(run), "-n", "1"))
     assert resumed == run
+    assert yaml.safe_load((run / "config.yml").read_text())["start_model"] == str(V3)
     state = json.loads((run / "state.json").read_text())
     assert state["generation"] == 2 and len(state["theta"]) == len(width_names())
     assert width_table(load_checkpoint(run / "final_model.zip")) == pytest.approx(state["theta"], abs=1e-7)
