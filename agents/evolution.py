@@ -667,13 +667,42 @@ def es_scenarios(flags: TrainSettings) -> tuple[list[str], list[str], list[Scena
 
 def es_values(flags: TrainSettings) -> dict[str, Any]:
     """The :class:`EsSettings` values the flags give (not checked yet): the preset's ``es``
-    section, ``-params`` and ``--eval-freq``."""
-    preset = load_conf(flags.conf_file, flags.preset, "es", common=False)
+    section (a resumed run: the settings its ``config.yml`` recorded, so that it goes on as it
+    started whatever the preset), then ``-params`` and ``--eval-freq``."""
+    saved = saved_settings(resumed_folder(flags))
+    preset = saved if saved is not None else load_conf(flags.conf_file, flags.preset, "es", common=False)
     values = {k: v for k, v in preset.items() if k in EsSettings.__dataclass_fields__}
     values.update(parse_kv(flags.hyperparams, "-params"))
     if flags.eval_freq is not None:
         values["eval_freq"] = flags.eval_freq
     return values
+
+
+def resumed_folder(flags: TrainSettings) -> Path | None:
+    """The run folder ``--resume`` continues (a folder, or a file in it); None for a new run."""
+    if not flags.resume or start_model_path(flags):
+        return None
+    path = Path(flags.resume)
+    return path if path.is_dir() else path.parent
+
+
+def saved_config(run_dir: Path | None) -> dict[str, Any]:
+    """The ``config.yml`` of a run folder (empty: no folder or no file).
+
+    Raises:
+        ConfigError: an unreadable file (one line).
+    """
+    config = run_dir / "config.yml" if run_dir is not None else None
+    if config is None or not config.is_file():
+        return {}
+    saved = read_yaml(config, "--resume")
+    return saved if isinstance(saved, dict) else {}
+
+
+def saved_settings(run_dir: Path | None) -> dict[str, Any] | None:
+    """The ``settings`` a run folder's ``config.yml`` recorded (None: none recorded)."""
+    settings = saved_config(run_dir).get("settings")
+    return dict(settings) if isinstance(settings, dict) else None
 
 
 def es_run_folder(flags: TrainSettings, values: dict[str, Any]) -> Path:
@@ -683,9 +712,8 @@ def es_run_folder(flags: TrainSettings, values: dict[str, Any]) -> Path:
     Raises:
         EsConfigError: no such folder to resume, or bad settings.
     """
-    if flags.resume and not start_model_path(flags):
-        run_dir = Path(flags.resume)
-        run_dir = run_dir if run_dir.is_dir() else run_dir.parent
+    run_dir = resumed_folder(flags)
+    if run_dir is not None:
         if not run_dir.is_dir():
             raise EsConfigError(f"--resume {flags.resume}: no such run folder")
         return run_dir
@@ -712,11 +740,8 @@ def start_model_source(flags: TrainSettings, run_dir: Path) -> str | None:
     source = start_model_path(flags)
     if source is not None:
         return str(source)
-    config = run_dir / "config.yml"
-    if not ((run_dir / START_MODEL).is_file() and config.is_file()):
-        return None
-    previous = read_yaml(config, "--resume")
-    return str(previous.get("start_model")) if isinstance(previous, dict) else None
+    previous = saved_config(run_dir).get("start_model") if (run_dir / START_MODEL).is_file() else None
+    return str(previous) if previous is not None else None
 
 
 def es_subject(flags: TrainSettings, run_dir: Path, values: dict[str, Any]) -> tuple[Subject, tuple[float, ...] | None]:

@@ -46,6 +46,7 @@ DEFAULT_POLICIES: tuple[str, ...] = (
     "ppo:deepboot-score-v1",
     "ppo:deepboot-score-v2",
     "ppo:deepboot-score-v3",
+    "ppo:deepboot-score-v4",
     "oracle-lookahead",
 )
 """The policies of the README's leaderboard."""

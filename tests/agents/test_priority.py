@@ -277,16 +277,23 @@ def test_es_smoke_run_selects_on_val_and_resumes_where_it_stopped(tmp_path: Path
     assert list((whole / "tb").iterdir())
 
 
-def test_es_with_extra_features_writes_them_and_resumes_only_with_them(tmp_path: Path, capsys) -> None:
+def test_es_with_extra_features_writes_them_and_resumes_with_its_own_settings(tmp_path: Path, capsys) -> None:
+    """A resume goes on with the settings the run recorded, whatever the preset; a ``-params``
+    that changes the features it trains is refused in one line."""
     extra = ["-params", "pairs:1", "seeds_per_family:1", "eval_freq:1", "arrival_tilt:0.15", "app_features:1"]
     run = train_policy.run(_es_argv(tmp_path, "-n", "1", *extra))
     header = (run / "generations.csv").read_text().splitlines()[0].split(",")
     assert header[-len(KNOWN_FEATURES) :] == list(KNOWN_FEATURES)
     model = PriorityModel.load(run / "final_model.json")
     assert model.features == KNOWN_FEATURES and len(model.theta) == len(KNOWN_FEATURES)
+    resume = ["--algo", "es", "--workload", "family:short-period", "--eval-workload", "family:short-period"]
+    train_policy.run([*resume, "--eval-episodes", "1", "--verbose", "0", "--resume", str(run), "-n", "1"])
+    state = json.loads((run / "state.json").read_text())
+    assert state["generation"] == 2 and len(state["theta"]) == len(KNOWN_FEATURES)
+    assert state["episodes"] == 6  # pairs:1 and one scenario kept: 3 episodes a generation
     with pytest.raises(SystemExit):
-        train_policy.main(_es_argv(tmp_path, "--resume", str(run), "-n", "1"))
-    assert "theta has 14 coefficients, the run trains 7" in capsys.readouterr().err
+        train_policy.main(_es_argv(tmp_path, "--resume", str(run), "-n", "1", "-params", "app_features:0"))
+    assert "theta has 14 coefficients, the run trains 8" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -42,6 +42,7 @@ def test_every_shipped_model_has_a_short_name() -> None:
         "ppo:deepboot-score-v1",
         "ppo:deepboot-score-v2",
         "ppo:deepboot-score-v3",
+        "ppo:deepboot-score-v4",
         "ppo:deepboot-v0",
         "priority:deepboot-priority-v1",
     ]
@@ -50,7 +51,7 @@ def test_every_shipped_model_has_a_short_name() -> None:
 def test_short_names_reach_the_shipped_files_from_any_folder(elsewhere: Path) -> None:
     assert resolve_model_path("deepboot-v0") == SHIPPED_PPO
     assert resolve_model_path("deepboot-score-v1") == SHIPPED_SCORE
-    for version in ("v2", "v3"):
+    for version in ("v2", "v3", "v4"):
         assert resolve_model_path(f"deepboot-score-{version}") == PRETRAINED_DIR / f"deepboot-score-{version}.zip"
     assert resolve_shipped("deepboot-priority-v1", ".json") == SHIPPED_PRIORITY
 
