@@ -28,6 +28,8 @@ GOLDEN_SCORE_V3_JCT = 2240.133333333333
 """Mean JCT of ``deepboot-score-v3`` on the same workload ..."""
 GOLDEN_RR_JCT = 2223.6666666666665
 """... and of its prior, ``ats-srpt-fcfs-place-rr``."""
+GOLDEN_SCORE_V4_JCT = 2261.4666666666667
+"""Mean JCT of ``deepboot-score-v4`` (v3 with an ES width table) on the same workload."""
 
 
 @pytest.fixture
@@ -119,6 +121,11 @@ def _application_scores(model) -> dict[str, float]:
             "ats-srpt-fcfs-place-rr",
             {"ppo:deepboot-score-v3": GOLDEN_SCORE_V3_JCT, "ats-srpt-fcfs-place-rr": GOLDEN_RR_JCT},
         ),
+        (
+            "deepboot-score-v4",
+            "ats-srpt-fcfs-place-rr",
+            {"ppo:deepboot-score-v4": GOLDEN_SCORE_V4_JCT, "ats-srpt-fcfs-place-rr": GOLDEN_RR_JCT},
+        ),
     ],
 )
 def test_score_models_are_ppo_over_their_prior_with_one_score_per_application(
@@ -175,3 +182,23 @@ def test_zoo_config_is_the_shipped_yaml_with_the_one_thread_callback(monkeypatch
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_score_v4_is_v3_grown_with_a_width_table_and_nothing_else(elsewhere: Path) -> None:
+    """``deepboot-score-v4`` is v3 grown to width scores (agents.width_table) whose width outputs
+    ES trained (docs/results.md §7): every other weight is v3's."""
+    import torch
+
+    from agents.width_table import grow_width_outputs, width_table
+
+    v3, _ = agents.load_agent("deepboot-score-v3")
+    v4, _ = agents.load_agent("deepboot-score-v4")
+    grown = grow_width_outputs(v3).policy.state_dict()
+    table = "mlp_extractor.application_table.weight"
+    for key, value in v4.policy.state_dict().items():
+        if key == table:
+            assert torch.equal(value[:1], grown[key][:1])
+        else:
+            assert torch.equal(value, grown[key]), key
+    values = width_table(v4)
+    assert values.shape == (18,) and 0.01 < abs(values).max() < 0.5
