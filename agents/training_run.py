@@ -529,6 +529,7 @@ def finish(run: Run, model: Any, cbs: RunCallbacks, start_steps: int, t0: float)
     wall = time.perf_counter() - t0
     if model.logger.name_to_value:  # flush the last update's train/* values (nothing to flush: no warning)
         model.logger.dump(model.num_timesteps)
+    model.logger.close()  # progress.csv and the events file: closed now, not whenever the model is collected
     final = save_model(model, run.run_dir / "final_model.zip")
     run.env.vec_env.close()
 
