@@ -466,7 +466,7 @@ class EsRun:
         if self.subject.model is not None:
             from agents.callbacks import save_model  # lazy: SB3 is slow to import
 
-            model = _start_model(self.subject.model)
+            model = _saved_agent(self.subject.model).model  # the candidates' copy: every use writes its table
             set_width_table(model, self.state.theta, self.subject.model)
             return save_model(model, self.run_dir / f"{name}.zip")
         path = self.run_dir / f"{name}.json"
@@ -616,7 +616,7 @@ def train_es(flags: TrainSettings) -> Path:
     families, evals, val = es_scenarios(flags)
     values = es_values(flags)
     run_dir = es_run_folder(flags, values)
-    folder_flag = "--resume" if flags.resume and not start_model_path(flags) else "--log-folder"
+    folder_flag = "--resume" if resumed_folder(flags) is not None else "--log-folder"
     with lock_folder(run_dir, folder_flag), StopSignals(interruptible=False) as stops:
         subject, theta = es_subject(flags, run_dir, values)
         settings, state = es_state(flags, run_dir, values, subject, theta)
@@ -754,13 +754,13 @@ def es_subject(flags: TrainSettings, run_dir: Path, values: dict[str, Any]) -> t
     """
     source = start_model_path(flags)
     start = run_dir / START_MODEL
-    if source is None and not (flags.resume and start.is_file()):
+    if source is None and not (resumed_folder(flags) is not None and start.is_file()):
         return Subject(EsSettings.of(values).features), None
-    from agents.checkpoint import CheckpointError  # lazy: torch and SB3 are slow to import
+    from agents.checkpoint import CheckpointError, load_checkpoint  # lazy: torch and SB3 are slow to import
 
     use_torch_threads(None)  # before any torch op: forked workers deadlock after a multi-threaded one
     try:
-        model = _start_model(str(source or start))
+        model = load_checkpoint(source or start)
         if source is not None and not env_shape_of(model).get("width_classes"):
             grow_width_outputs(model, str(source))
         theta = tuple(width_table(model, str(source or start)))
@@ -770,16 +770,7 @@ def es_subject(flags: TrainSettings, run_dir: Path, values: dict[str, Any]) -> t
         from agents.callbacks import save_model  # lazy: SB3 is slow to import
 
         save_model(model, start)
-        _start_model.cache_clear()
     return Subject(width_names(), str(start.resolve())), theta
-
-
-@functools.lru_cache(maxsize=1)
-def _start_model(path: str) -> Any:
-    """The score model at ``path`` (loaded safely, once)."""
-    from agents.checkpoint import load_checkpoint  # lazy: torch and SB3 are slow to import
-
-    return load_checkpoint(path)
 
 
 def es_state(
@@ -796,8 +787,7 @@ def es_state(
     Raises:
         EsConfigError: bad settings, or a saved state that does not fit them.
     """
-    resumed = flags.resume and not start_model_path(flags)
-    state = EsState.load(run_dir / "state.json") if resumed else None
+    state = EsState.load(run_dir / "state.json") if resumed_folder(flags) is not None else None
     if state is not None:
         verify_cache(run_dir / "state.json", state)
     if state is not None and flags.n_timesteps is not None:

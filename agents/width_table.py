@@ -57,8 +57,8 @@ def _application_table(model: Any, what: str) -> Any:
     return table
 
 
-def width_table(model: Any, what: str = "the model") -> np.ndarray:
-    """The model's width outputs per (class, application), class-major (:func:`width_names`).
+def _width_layer(model: Any, what: str) -> Any:
+    """The model's application table, which has width outputs (rows ``1..W``).
 
     Raises:
         WidthTableError: no application table, or no width scores (see :func:`grow_width_outputs`).
@@ -66,7 +66,16 @@ def width_table(model: Any, what: str = "the model") -> np.ndarray:
     table = _application_table(model, what)
     if table.weight.shape[0] != 1 + WIDTH_CLASSES:
         raise WidthTableError(f"{what}: has no width scores (width_classes=0)")
-    return table.weight.detach().cpu().numpy()[1:].astype(float).reshape(-1)
+    return table
+
+
+def width_table(model: Any, what: str = "the model") -> np.ndarray:
+    """The model's width outputs per (class, application), class-major (:func:`width_names`).
+
+    Raises:
+        WidthTableError: no application table, or no width scores (see :func:`grow_width_outputs`).
+    """
+    return _width_layer(model, what).weight.detach().cpu().numpy()[1:].astype(float).reshape(-1)
 
 
 def set_width_table(model: Any, values: Any, what: str = "the model") -> None:
@@ -77,11 +86,11 @@ def set_width_table(model: Any, values: Any, what: str = "the model") -> None:
     """
     import torch  # lazy: torch is slow to import
 
-    current = width_table(model, what)
+    table = _width_layer(model, what)
+    size = WIDTH_CLASSES * table.weight.shape[1]
     array = np.asarray(values, dtype=float).reshape(-1)
-    if array.shape != current.shape or not np.isfinite(array).all():
-        raise WidthTableError(f"{what}: a width table holds {current.size} finite values, got {array.size}")
-    table = _application_table(model, what)
+    if array.size != size or not np.isfinite(array).all():
+        raise WidthTableError(f"{what}: a width table holds {size} finite values, got {array.size}")
     with torch.no_grad():
         rows = torch.as_tensor(array.reshape(WIDTH_CLASSES, -1), dtype=table.weight.dtype)
         table.weight[1:] = rows.to(table.weight.device)

@@ -64,6 +64,16 @@ unimportable, then from the simulation core ``one_ncf_job`` (a workload of one 1
 ``one_gpu`` (a ``SimConfig`` of one node with one GPU)."""
 
 
+def es_smoke_argv(preset: str, runs: Path, *extra: str) -> list[str]:
+    """``train_policy.py --algo es`` arguments of a smoke run of ``preset``: one short-period train
+    scenario, one antithetic pair, one val episode, validation every generation, runs in ``runs``."""
+    return [
+        "--algo", "es", "--preset", preset, "--workload", "family:short-period",
+        "--eval-workload", "family:short-period", "--eval-episodes", "1", "--eval-jobs", "1",
+        "-params", "pairs:1", "seeds_per_family:1", "eval_freq:1", "--verbose", "0", "-f", str(runs), *extra,
+    ]  # fmt: skip
+
+
 def assert_runs_without_gym(code: str) -> None:
     """Run :data:`WITHOUT_GYM_PRELUDE` and then ``code`` in a fresh interpreter in the repository,
     and assert that it exits 0 (showing its stderr otherwise)."""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from builders import REPO, job_view
+from builders import REPO, es_smoke_argv, job_view
 
 import train_policy
 from agents.evolution import EsSettings, EsState, Subject, adam_step, antithetic_gradient, centered_ranks
@@ -249,11 +249,7 @@ def test_centred_ranks_bound_a_catastrophic_candidate() -> None:
 
 
 def _es_argv(runs: Path, *extra: str) -> list[str]:
-    return [
-        "--algo", "es", "--preset", "priority-es", "--workload", "family:short-period",
-        "--eval-workload", "family:short-period", "--eval-episodes", "1", "--eval-jobs", "1",
-        "-params", "pairs:1", "seeds_per_family:1", "eval_freq:1", "--verbose", "0", "-f", str(runs), *extra,
-    ]  # fmt: skip
+    return es_smoke_argv("priority-es", runs, *extra)
 
 
 def test_es_smoke_run_selects_on_val_and_resumes_where_it_stopped(tmp_path: Path) -> None:

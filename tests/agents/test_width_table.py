@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch as th
 import yaml
-from builders import REPO
+from builders import REPO, es_smoke_argv
 
 import train_policy
 from agents.checkpoint import load_checkpoint
@@ -88,11 +88,7 @@ def test_a_width_table_is_written_where_the_names_say_and_moves_the_schedule(bus
 
 
 def _es_argv(runs: Path, *extra: str) -> list[str]:
-    return [
-        "--algo", "es", "--preset", "width-es", "--workload", "family:short-period",
-        "--eval-workload", "family:short-period", "--eval-episodes", "1", "--eval-jobs", "1",
-        "-params", "pairs:1", "seeds_per_family:1", "eval_freq:1", "--verbose", "0", "-f", str(runs), *extra,
-    ]  # fmt: skip
+    return es_smoke_argv("width-es", runs, *extra)
 
 
 @needs_v3
