@@ -57,7 +57,7 @@ from typing import cast
 import numpy as np
 
 from baselines.job_order import job_priority_key
-from deepboot_env.placement import place_counts
+from deepboot_env.placement import place_count_lists, place_counts
 from deepboot_env.policy import WIDTH_CLASSES, Allocation, BasePolicy, ClusterState, JobView
 from deepboot_env.sim.reclaim import RestartAwareRule, fair_share_base
 from deepboot_env.sim.state import GpuRef, RequestView
@@ -72,13 +72,8 @@ their useful widths to cover the capacity."""
 
 def restart_factor(job: JobView) -> float:
     """phi = max(age - 10 restarts, 0) / (age + 10)."""
-    return float(restart_factors(np.asarray([job.age]), np.asarray([job.num_restarts]))[0])
-
-
-def restart_factors(ages: np.ndarray, restarts: np.ndarray) -> np.ndarray:
-    """:func:`restart_factor` of jobs of these ages and restart counts (the same float operations,
-    element by element)."""
-    return np.maximum(ages - RESTART_PENALTY_S * restarts, 0.0) / (ages + RESTART_PENALTY_S)
+    age = job.age
+    return max(age - RESTART_PENALTY_S * job.num_restarts, 0.0) / (age + RESTART_PENALTY_S)
 
 
 def option_values(
@@ -148,13 +143,13 @@ class Options:
             offsets = []
             for job, cap in zip(jobs, caps, strict=True):
                 rates = job.rates
-                hit = hits((id(rates), job.epoch, fair, gpus_per_node, cap))
-                if hit is not None and hit[0] is rates:
+                hit = hits((id(rates), job.epoch, fair, gpus_per_node))
+                if hit is not None and hit[0] is rates and hit[2] >= cap:
                     offsets.append(hit[1])
                 else:
                     offsets.append(arena.speedup_row(job, fair, gpus_per_node, cap))
         held = np.array([job.replicas for job in jobs], dtype=np.int64)
-        phi = restart_factors(np.array([job.age for job in jobs]), np.array([job.num_restarts for job in jobs]))
+        phi = np.array([restart_factor(job) for job in jobs])
         if weights is None:
             weights = np.ones(len(offsets))
         return cls(arena.values, np.array(offsets, dtype=np.int64), phi, held, weights)
@@ -165,17 +160,20 @@ class _RowArena:
     :meth:`Options.of` hands the knapsack one array and the rows' offsets in it.
 
     A job's rates object keeps one table per epoch for as long as it lives, so a job's row is
-    memoised by the rates object's identity and the epoch (with the fair share, the GPUs per node
-    and the width; the entry holds the object, so the identity cannot be reused while it is
-    cached). Rows are never overwritten: the array grows by copying, and when the memo holds
-    :data:`_ROWS_LIMIT` entries at the start of an :meth:`Options.of`, a new array starts empty;
-    arrays handed out earlier stay valid.
+    memoised by the rates object's identity and the epoch (with the fair share and the GPUs per
+    node; the entry holds the object, so the identity cannot be reused while it is cached). An
+    entry serves every width up to the one it was computed for (a row's first w + 1 values do not
+    depend on how far it goes): a job's width changes with the lending share and the capacity at
+    every decision, its row only when it needs a wider one. Rows are never overwritten: the array
+    grows by copying, and when the memo holds :data:`_ROWS_LIMIT` entries at the start of an
+    :meth:`Options.of`, a new array starts empty; arrays handed out earlier stay valid.
     """
 
     def __init__(self) -> None:
         self.values = np.zeros(1 << 12)
         self.used = 0
-        self.rows: dict[tuple[int, int, int, int, int], tuple[object, int]] = {}
+        self.rows: dict[tuple[int, int, int, int], tuple[object, int, int]] = {}
+        """(rates id, epoch or -1, fair, GPUs per node or 0) -> (owner, offset, width)."""
 
     def start_call(self) -> None:
         """Start afresh if the memo is full (never in the middle of one :meth:`Options.of`)."""
@@ -185,23 +183,25 @@ class _RowArena:
             self.rows = {}
 
     def speedup_row(self, job: JobView, fair: int, gpus_per_node: int, max_w: int) -> int:
-        """Offset of :func:`speedup_values` of ``job``'s rate table at its epoch."""
+        """Offset of :func:`speedup_values` of ``job``'s rate table at its epoch (at least
+        ``max_w + 1`` values)."""
         rates = job.rates
-        key = (id(rates), job.epoch, fair, gpus_per_node, max_w)
+        key = (id(rates), job.epoch, fair, gpus_per_node)
         hit = self.rows.get(key)
-        if hit is not None and hit[0] is rates:
+        if hit is not None and hit[0] is rates and hit[2] >= max_w:
             return hit[1]
         return self._store(key, rates, speedup_values(job.rate_table(), fair, gpus_per_node, max_w))
 
     def linear_row(self, fair: int, max_w: int) -> int:
-        """Offset of the row ``w / fair``, w = 0..max_w (the value of a job that has not trained)."""
-        key = (0, -1, fair, 0, max_w)
+        """Offset of the row ``w / fair``, w = 0..max_w or more (the value of a job that has not
+        trained)."""
+        key = (0, -1, fair, 0)
         hit = self.rows.get(key)
-        if hit is not None:
+        if hit is not None and hit[2] >= max_w:
             return hit[1]
         return self._store(key, None, np.arange(max_w + 1) / max(fair, 1))
 
-    def _store(self, key: tuple[int, int, int, int, int], owner: object, row: np.ndarray) -> int:
+    def _store(self, key: tuple[int, int, int, int], owner: object, row: np.ndarray) -> int:
         """Append ``row`` (memoised under ``key``, kept with ``owner``); its offset."""
         start = self.used
         end = start + len(row)
@@ -211,7 +211,7 @@ class _RowArena:
             self.values = grown
         self.values[start:end] = row
         self.used = end
-        self.rows[key] = (owner, start)
+        self.rows[key] = (owner, start, len(row) - 1)
         return start
 
 
@@ -234,12 +234,19 @@ def speedup_values(table: np.ndarray, fair: int, gpus_per_node: int, max_w: int)
     base_k = max(1, min(fair, k_max))
     base = table[0, base_k]
     base = base if base > 0 else 1.0
-    w = np.arange(max_w + 1)
-    kk = np.minimum(w, k_max)
-    multi = (np.ceil(w / gpus_per_node) > 1).astype(int)
-    values = table[multi, kk] / base
+    values = table[_speedup_index(k_max, gpus_per_node, max_w)] / base
     values[0] = 0.0
     return values
+
+
+@functools.lru_cache(maxsize=1024)
+def _speedup_index(k_max: int, gpus_per_node: int, max_w: int) -> tuple[np.ndarray, np.ndarray]:
+    """The (multi-node flag, replicas) cells of a rate table that w = 0..max_w GPUs read in
+    :func:`speedup_values`: the replicas capped at ``k_max``, multi-node beyond one node. The same
+    few shapes recur for every job, and building them is most of a row's cost (a row is built
+    whenever a job's epoch or the fair share changes)."""
+    w = np.arange(max_w + 1)
+    return (np.ceil(w / gpus_per_node) > 1).astype(int), np.minimum(w, k_max)
 
 
 def placement_aware_options(
@@ -519,6 +526,32 @@ def epochs_left_work(job: JobView) -> float:
     return app.target_progress - done
 
 
+def fair_share_seconds(jobs: Sequence[JobView], fair: int) -> np.ndarray:
+    """Each job's :func:`epochs_left_work` over its rate at ``fair`` GPUs on one node
+    (:func:`~deepboot_env.sim.reclaim.fair_share_base`): the remaining time that ``ats-srpt``
+    weighs jobs by.
+
+    Memoised by the job's rates object, epoch and ``fair``, as :class:`_RowArena` memoises rows
+    (a job's value changes only when its epoch or the fair share does; the score action mode
+    reads it at every decision); the memo starts afresh when it holds :data:`_ROWS_LIMIT` entries.
+    """
+    memo = _FAIR_SECONDS
+    if len(memo) >= _ROWS_LIMIT:
+        memo.clear()
+    out = []
+    for job in jobs:
+        rates = job.rates
+        key = (id(rates), job.epoch, fair)
+        hit = memo.get(key)
+        if hit is None or hit[0] is not rates:
+            hit = memo[key] = (rates, epochs_left_work(job) / fair_share_base(job, fair))
+        out.append(hit[1])
+    return np.array(out)
+
+
+_FAIR_SECONDS: dict[tuple[int, int, int], tuple[object, float]] = {}
+
+
 class AtsPolicy(BasePolicy):
     """DeepBoot ATS allocator.
 
@@ -577,6 +610,16 @@ class AtsPolicy(BasePolicy):
         self.reclaim_horizon = float(reclaim_horizon)
         self._restart_aware = RestartAwareRule(self.reclaim_horizon) if self.reclaim_horizon else None
         self.name = label or ("ats" if lend else "ats-nolend")
+        self._weights_memo: tuple[ClusterState, list[JobView], dict[tuple[int, int], np.ndarray | None]] | None = None
+        """The state, its jobs in priority order and their weights by (fair, capacity) of the
+        latest :meth:`_ranked_weights` (see there)."""
+
+    def __getstate__(self) -> dict[str, object]:
+        """The policy without its memo of the latest state (:meth:`_ranked_weights`): a copy or a
+        pickle starts afresh, and a state, whose job index is read-only, is not copied."""
+        attributes = self.__dict__.copy()
+        attributes["_weights_memo"] = None
+        return attributes
 
     @property
     def choose_reclaim(self) -> Callable[[ClusterState, RequestView], GpuRef | None]:
@@ -607,6 +650,22 @@ class AtsPolicy(BasePolicy):
         share = float(self.lend) * lend
         return self.place_proposal(state, self.propose_counts(state, scores, share, width_scores), share)
 
+    def scored_placement(
+        self,
+        state: ClusterState,
+        scores: Mapping[int, float],
+        lend: float,
+        width_scores: Mapping[int, Sequence[float]] | None = None,
+    ) -> dict[int, list[int]]:
+        """:meth:`decide_scored`'s GPUs per node of each job, as lists of ints in the same order,
+        and unchecked: valid by construction (the knapsack keeps each job within its
+        ``max_replicas`` and all of them within the lending share's capacity, which the placement
+        takes from). The score action's decoding at every env step, without an
+        :class:`Allocation` of arrays to check and convert back."""
+        share = float(self.lend) * lend
+        counts = self.propose_counts(state, scores, share, width_scores)
+        return place_count_lists(state, counts, state.training_capacity_list(share)) if counts else {}
+
     def propose_counts(
         self,
         state: ClusterState,
@@ -616,18 +675,18 @@ class AtsPolicy(BasePolicy):
     ) -> dict[int, int]:
         """The knapsack's GPUs per active job, in least-attained-service order (``scores``,
         ``lend`` and ``width_scores``: see :meth:`decide_scored`; None: the policy's own)."""
-        jobs = sorted(state.jobs, key=job_priority_key)
-        if not jobs:
+        if not state.jobs:
             return {}
         share = self.lend if lend is None else lend
         capacity, fair = self._capacity_and_fair(state, share)
+        jobs, base_weights = self._ranked_weights(state, fair, capacity)
         caps = self.job_caps(jobs, capacity, fair)
         total = sum(caps)
         if total > capacity and (total + len(caps)) * (capacity + 1) > MAX_KNAPSACK_CELLS:  # may bind
             useful = [min(cap, j.rates.max_replicas) for cap, j in zip(caps, jobs, strict=True)]
             if knapsack_prefix(caps, useful, capacity) < len(jobs):
                 return self._bounded_counts(state, jobs, caps, capacity, fair, share, scores, width_scores)
-        weights = self.scored_weights(jobs, fair, capacity, scores)
+        weights = self.scored_weights(jobs, base_weights, scores)
         options = self.job_options(state, jobs, caps, fair, share, weights, width_scores)
         chosen = knapsack_options(options, caps, min(capacity, total))
         return {j.id: w for j, w in zip(jobs, chosen, strict=True)}
@@ -677,7 +736,7 @@ class AtsPolicy(BasePolicy):
             if considered < len(widths):  # bounded: values beyond a job's useful width add nothing
                 widths = useful
             widths = widths[:considered]
-            weights = self.scored_weights(part, fair, capacity, scores)
+            weights = self.scored_weights(part, self.job_weights(part, fair, capacity), scores)
             options = self.job_options(state, part, widths, fair, lend, weights, width_scores)
             chosen = knapsack_options(options, widths, min(left, sum(widths)))
             counts.update(zip((j.id for j in part), chosen, strict=True))
@@ -700,28 +759,44 @@ class AtsPolicy(BasePolicy):
     def _capacity_and_fair(state: ClusterState, lend: bool | float) -> tuple[int, int]:
         """The GPUs training may hold at lending share ``lend`` and the fair share of the active
         jobs, ``ceil(capacity / jobs)`` (1 without capacity); ``state`` has active jobs."""
-        capacity = int(state.training_capacity(lend=lend).sum())
+        capacity = sum(state.training_capacity_list(lend))
         return capacity, math.ceil(capacity / len(state.jobs)) if capacity > 0 else 1
+
+    def _ranked_weights(self, state: ClusterState, fair: int, capacity: int) -> tuple[list[JobView], np.ndarray | None]:
+        """``state``'s active jobs in priority order (:func:`job_priority_key`) and their
+        :meth:`job_weights` at ``fair`` and ``capacity``.
+
+        Memoised for the latest state: the score action mode asks for them when it observes a
+        state (:meth:`log_weights`) and again when it decodes the action taken on it; the weights
+        are computed once, over the same jobs in the same order (hence the same floats).
+        """
+        memo = self._weights_memo
+        if memo is None or memo[0] is not state:
+            memo = self._weights_memo = (state, sorted(state.jobs, key=job_priority_key), {})
+        jobs, by_width = memo[1], memo[2]
+        key = (fair, capacity)
+        if key not in by_width:
+            by_width[key] = self.job_weights(jobs, fair, capacity)
+        return jobs, by_width[key]
 
     def log_weights(self, state: ClusterState) -> dict[int, float]:
         """Each active job's knapsack log-weight relative to the heaviest job's (0 for all under
         ATS), at the fair share and capacity :meth:`propose_counts` uses (what the ``score``
         action mode observes as the prior)."""
-        jobs = state.jobs
-        if not jobs:
+        if not state.jobs:
             return {}
         capacity, fair = self._capacity_and_fair(state, self.lend)
-        weights = self.job_weights(jobs, fair, capacity)
+        jobs, weights = self._ranked_weights(state, fair, capacity)
         if weights is None:
             return dict.fromkeys((job.id for job in jobs), 0.0)
         logs = np.log(np.maximum(weights, 1e-300))
         return dict(zip((job.id for job in jobs), (logs - logs.max()).tolist(), strict=True))
 
     def scored_weights(
-        self, jobs: Sequence[JobView], fair: int, capacity: int, scores: Mapping[int, float] | None
+        self, jobs: Sequence[JobView], weights: np.ndarray | None, scores: Mapping[int, float] | None
     ) -> np.ndarray | None:
-        """:meth:`job_weights` times ``exp(scores[job id])`` per job (None scores: unchanged)."""
-        weights = self.job_weights(jobs, fair, capacity)
+        """The :meth:`job_weights` ``weights`` of ``jobs`` times ``exp(scores[job id])`` per job
+        (None scores: unchanged)."""
         if scores is None:
             return weights
         factors = np.exp([scores.get(job.id, 0.0) for job in jobs])
@@ -740,8 +815,7 @@ class AtsPolicy(BasePolicy):
         power, tilt = self.srpt_power, self.arrival_tilt
         weights = None
         if power != 0.0:
-            remaining = np.array([epochs_left_work(job) / fair_share_base(job, fair) for job in jobs])
-            weights = np.maximum(remaining, 1.0) ** -power
+            weights = np.maximum(fair_share_seconds(jobs, fair), 1.0) ** -power
         if tilt != 0.0 and len(jobs) > 1:
             factors = np.exp(tilt * arrival_ranks(jobs))
             weights = factors if weights is None else weights * factors

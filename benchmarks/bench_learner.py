@@ -2,7 +2,7 @@
 
     python benchmarks/bench_learner.py [--algos maskable_ppo ppo] [--modes target residual score]
                                        [--archs mlp set] [--n-envs 4] [--n-steps 256]
-                                       [--rollouts 4] [--workload train] [--threads 1]
+                                       [--rollouts 4] [--repeat 1] [--workload train] [--threads 1]
                                        [--device cpu|cuda]
 
 For every (algorithm, action mode, policy architecture) it builds the model exactly as
@@ -25,6 +25,12 @@ torch warm up), then ``--rollouts`` timed ones, and reports, per CPU-second of t
   obs + mask) to the target mode's, per algorithm and architecture;
 * ``wall``: env steps per second of wall-clock time, rollouts and updates together (what counts
   with ``--device cuda``, whose kernels run outside this process's CPU time).
+
+``--repeat N`` measures every configuration N times, round robin, and reports for each the pass
+with the cheapest env step. The rate tables are process-wide caches that the first rollouts fill
+for every configuration after them, so a single pass favours whichever runs later (the score mode
+measured 1.5x the target mode run first and 0.9x run second, in one session); the first pass of
+``--repeat 2`` warms them for all.
 
 The score mode (continuous actions over ``ats-srpt``'s knapsack) runs with ``ppo`` only
 (MaskablePPO needs discrete actions).
@@ -134,6 +140,11 @@ def measure(algo: str, mode: str, arch: str, args: argparse.Namespace) -> dict[s
     }
 
 
+def _env_step(figures: dict[str, float]) -> float:
+    """Microseconds of a collected step spent in the env: its step, observation and masks."""
+    return figures["env"] + figures["obs"] + figures["mask"]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point (see the module docstring); returns the exit status."""
     parser = ArgumentParser(description=__doc__.splitlines()[0])
@@ -143,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-envs", type=int, default=4)
     parser.add_argument("--n-steps", type=int, default=256, help="per env and rollout (the default preset's)")
     parser.add_argument("--rollouts", type=int, default=4, help="timed rollouts (each followed by its update)")
+    parser.add_argument("--repeat", type=int, default=1, help="round-robin passes (the cheapest env step kept)")
     parser.add_argument("--workload", default="train")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: the fastest on 2 cores)")
     parser.add_argument("--seed", type=int, default=0)
@@ -164,22 +176,30 @@ def main(argv: list[str] | None = None) -> int:
             f"{p:>8}" for p in PARTS
         )
         print(header + "   (us per collected step)")
-        env_step: dict[tuple[str, str, str], float] = {}
+        configs = [
+            (algo, arch, mode)
+            for algo in args.algos
+            for arch in args.archs
+            for mode in args.modes
+            if mode != "score" or algo == "ppo"
+        ]
+        best: dict[tuple[str, str, str], dict[str, float]] = {}
+        for _ in range(args.repeat):  # round robin: no configuration always runs on the coldest caches
+            for config in configs:
+                algo, arch, mode = config
+                r = measure(algo, mode, arch, args)
+                if config not in best or _env_step(r) < _env_step(best[config]):
+                    best[config] = r
+        for (algo, arch, mode), r in best.items():
+            print(
+                f"{algo:<13}{mode:<9}{arch:<5}{r['rollout']:>9,.0f}{r['update']:>8,.0f}{r['overall']:>9,.0f}"
+                f"{r['wall']:>8,.0f}  " + "".join(f"{r[p]:>8.0f}" for p in PARTS)
+            )
         for algo in args.algos:
             for arch in args.archs:
-                for mode in args.modes:
-                    if mode == "score" and algo != "ppo":
-                        continue
-                    r = measure(algo, mode, arch, args)
-                    env_step[(algo, arch, mode)] = r["env"] + r["obs"] + r["mask"]
-                    print(
-                        f"{algo:<13}{mode:<9}{arch:<5}{r['rollout']:>9,.0f}{r['update']:>8,.0f}{r['overall']:>9,.0f}"
-                        f"{r['wall']:>8,.0f}  " + "".join(f"{r[p]:>8.0f}" for p in PARTS),
-                        flush=True,
-                    )
                 for mode in ("residual", "score"):
-                    if (algo, arch, mode) in env_step and (algo, arch, "target") in env_step:
-                        ratio = env_step[(algo, arch, mode)] / env_step[(algo, arch, "target")]
+                    if (algo, arch, mode) in best and (algo, arch, "target") in best:
+                        ratio = _env_step(best[(algo, arch, mode)]) / _env_step(best[(algo, arch, "target")])
                         print(f"  {algo} {arch}: env step {mode}/target = {ratio:.2f}x")
     return 0
 

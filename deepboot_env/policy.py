@@ -38,7 +38,7 @@ Two optional protocols go beyond the contract; the env's action codecs
   ``decide``): the residual action mode reads a base policy's counts at every decision and pays
   for the placement only when the agent keeps them (any other base policy is asked for
   ``decide``);
-* :class:`ScoredProposer` (``decide_scored``, ``log_weights``): the score action mode adjusts the
+* :class:`ScoredProposer` (``decide_scored``, ``scored_placement``, ``log_weights``): the score action mode adjusts the
   per-job weights of its prior's knapsack (a prior must implement it).
 
 Policies are built by name with :func:`make_policy`. Packages register their own names and
@@ -160,6 +160,16 @@ class ScoredProposer(Protocol):
         width-class log-multipliers ``width_scores[job id]``
         (:func:`baselines.ats.width_scored_options`; absent: none); zero scores, no width scores
         and ``lend`` 1 are ``decide``."""
+
+    def scored_placement(
+        self,
+        state: ClusterState,
+        scores: Mapping[int, float],
+        lend: float,
+        width_scores: Mapping[int, Sequence[float]] | None = None,
+    ) -> dict[int, list[int]]:
+        """:meth:`decide_scored`'s GPUs per node of each job as lists of ints, valid by
+        construction (the score action's decoding, which hands them to the simulator unchecked)."""
 
     def log_weights(self, state: ClusterState) -> dict[int, float]:
         """Each active job's log-weight before scores, relative to the heaviest job's (<= 0)."""

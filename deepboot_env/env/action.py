@@ -561,20 +561,19 @@ class ScoreCodec(ActionCodec):
         logs = self.prior.log_weights(state)
         prior = np.zeros(self.max_jobs, dtype=np.float32)
         noise = np.full(self.action_size, 0.5, dtype=np.float32)
-        old, codes = self._codes, {}
+        old = self._codes
+        ids = [job.id for job in jobs]
+        prior[: len(ids)] = [max(0.0, 1.0 + logs[job_id] / _LOG_WEIGHT_RANGE) for job_id in ids]
         # unpaired: one draw per slot and the lending code, as ever; paired: keyed codes
-        fresh = self._rng.random(len(jobs) + 1) if self._noise_key is None else None
-        for i, job in enumerate(jobs):
-            prior[i] = max(0.0, 1.0 + logs[job.id] / _LOG_WEIGHT_RANGE)
-            code = old.get(job.id)
-            if code is None:
-                code = fresh[i] if fresh is not None else self._paired_code(0, job.id)
-            codes[job.id] = noise[i] = code
-        if fresh is not None:
+        if self._noise_key is None:
+            fresh = self._rng.random(len(ids) + 1).tolist()
+            codes = {job_id: old.get(job_id, fresh[i]) for i, job_id in enumerate(ids)}
             noise[-1] = fresh[-1]
         else:
+            codes = {job_id: old[job_id] if job_id in old else self._paired_code(0, job_id) for job_id in ids}
             self._decisions += 1
             noise[-1] = self._paired_code(1, self._decisions)
+        noise[: len(ids)] = list(codes.values())
         self._codes = codes
         if self.width_classes:
             noise[self.max_jobs : -1] = self._width_noise(jobs)
@@ -620,7 +619,8 @@ class ScoreCodec(ActionCodec):
             raise ValueError(f"score action must have shape ({self.action_size},), got {raw.shape}")
         if raw.dtype.kind not in "fiu" or not np.isfinite(raw).all():
             raise ValueError(f"score action must hold finite numbers, got {raw.tolist()[:8]}...")
-        clipped = np.clip(raw.astype(np.float64), -1.0, 1.0)
+        clipped = raw.astype(np.float64)  # a copy, clipped to [-1, 1] in place (np.clip costs more)
+        np.minimum(np.maximum(clipped, -1.0, out=clipped), 1.0, out=clipped)
         values = clipped.tolist()
         scale = self.score_scale
         jobs = slot_jobs(state, self.max_jobs)  # fewer than the slots: the rest of the scores are unused
@@ -646,9 +646,7 @@ class ScoreCodec(ActionCodec):
     def redecode(self, state: ClusterState) -> tuple[Counts, int]:
         """The prior's schedule of ``state`` under the held scores (jobs that arrived since: 0)."""
         widths = self.held_widths or None  # none: the prior's call as ever
-        allocation = self.prior.decide_scored(state, self.held, self.held_lend, widths)
-        checked = validate_allocation(state, allocation)
-        return {job_id: row.tolist() for job_id, row in checked.items()}, 0
+        return self.prior.scored_placement(state, self.held, self.held_lend, widths), 0
 
     def neutral_action(self) -> np.ndarray:
         """All scores 0 and the full lending share: the prior itself."""

@@ -17,6 +17,10 @@
   those of the codec that asks the base for its whole allocation at every decision.
 * ATS's group knapsack (one compiled loop) chooses exactly what the
   element-by-element dynamic programme chooses, ties and flat (restart factor 0) values included.
+* The score codec decodes with its prior's ``scored_placement`` (lists, unchecked): the same
+  allocation, in the same order, as ``decide_scored`` checked by ``validate_allocation``; the job
+  weights memoised from the observation to the decoding, the speedup rows that serve narrower
+  widths and the memoised fair-share seconds equal those computed afresh.
 """
 
 from __future__ import annotations
@@ -346,3 +350,64 @@ def test_speedup_rows_stay_valid_as_the_arena_grows_and_restarts(monkeypatch: py
     for job, fair, row in kept:
         np.testing.assert_array_equal(row, speedup_values(job.rate_table(), fair, 4, 12))
         assert not row.flags.writeable
+
+
+@pytest.mark.parametrize("prior", ["ats-srpt", "ats-srpt-fcfs", "jitter:0.1"])
+def test_score_codec_placement_equals_decide_scored(workload, prior: str) -> None:
+    """The score codec's decoding (``scored_placement``: lists, unchecked) is the prior's
+    ``decide_scored`` checked by ``validate_allocation``, job by job in the same order, for random
+    scores and lending shares on the states of an episode; and the weights memoised between the
+    observation and the decoding are those a fresh policy computes on the same state."""
+    from deepboot_env.policy import make_policy
+
+    env = DeepBootEnv(workload=workload, action_mode="score", base_policy=prior, max_jobs=8)
+    env.reset(seed=4)
+    twin = make_policy(prior)
+    twin.reset(4)  # as the env's reset reseeds its prior (the jitter's draws)
+    rng = np.random.default_rng(4)
+    shares, compared = set(), 0
+    for _ in range(300):
+        state, codec = env.state, env.codec
+        action = rng.normal(0.0, 0.5, env.action_space.shape).astype(np.float32)
+        scores, widths, lend = codec.scores_of(action, state)
+        expected = validate_allocation(state, codec.prior.decide_scored(state, scores, lend, widths or None))
+        placed = codec.prior.scored_placement(state, scores, lend, widths or None)
+        assert list(placed) == list(expected)
+        assert all(placed[job_id] == row.tolist() for job_id, row in expected.items())
+        if state.jobs:
+            assert codec.prior.log_weights(state) == twin.log_weights(state)
+            compared += 1
+        shares.add(round(lend, 2))
+        _, _, terminated, truncated, _ = env.step(action)
+        if terminated or truncated:
+            break
+    assert compared > 50 and len(shares) > 10
+
+
+def test_speedup_rows_serve_narrower_widths_and_fair_seconds_are_memoised(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A speedup row computed for a wide job serves every narrower width (its first values are
+    the narrower row's), a wider one is computed anew, and ``fair_share_seconds`` memoised equals
+    the work left over the fair-share rate computed afresh."""
+    import baselines.ats as ats
+    from baselines.ats import Options, epochs_left_work, fair_share_seconds, speedup_values
+    from deepboot_env.sim.reclaim import fair_share_base
+
+    arena = ats._RowArena()
+    monkeypatch.setattr(ats, "_ARENA", arena)
+    monkeypatch.setattr(ats, "_FAIR_SECONDS", {})
+    sim = Simulator(generate_workload("arena", 5, train={"num_jobs": 12}), SimConfig())
+    while len(sim.observe().jobs) < 3:
+        sim.advance()
+    jobs = list(sim.observe().jobs)
+    wide = Options.of(jobs, 2, 4, [20] * len(jobs), False)
+    narrow = Options.of(jobs, 2, 4, [5] * len(jobs), False)
+    assert narrow.offsets.tolist() == wide.offsets.tolist() and len(arena.rows) == len({id(j.rates) for j in jobs})
+    for job, start in zip(jobs, narrow.offsets.tolist(), strict=True):
+        np.testing.assert_array_equal(narrow.speedups[start : start + 6], speedup_values(job.rate_table(), 2, 4, 5))
+    wider = Options.of(jobs, 2, 4, [30] * len(jobs), False)
+    assert all(a != b for a, b in zip(wider.offsets.tolist(), wide.offsets.tolist(), strict=True))
+    for job, start in zip(jobs, wider.offsets.tolist(), strict=True):
+        np.testing.assert_array_equal(wider.speedups[start : start + 31], speedup_values(job.rate_table(), 2, 4, 30))
+    for fair in (1, 3, 1):
+        fresh = [epochs_left_work(job) / fair_share_base(job, fair) for job in jobs]
+        assert fair_share_seconds(jobs, fair).tolist() == fresh
