@@ -37,6 +37,7 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
 
 from agents.policy_adapter import METADATA_FILE
+from agents.selection import P99_MARGIN_S, replaces, worst_p99_excess
 from deepboot_env.atomic import append_csv, atomic_write
 from deepboot_env.config import EnvConfig
 from deepboot_env.evaluation import run_episode
@@ -378,8 +379,10 @@ class WorkloadEvalCallback(BaseCallback):
         reference: a registered policy name (``"ats"``) run once on every evaluation episode (same
             workload, settings and seed); each episode's score is then its censored JCT divided by
             the reference's (``jct_ratio``), and the model is selected by the mean ratio, so that
-            every workload weighs the same whatever its JCT scale. None: selected by the mean
-            censored JCT.
+            every workload weighs the same whatever its JCT scale, preferring models whose mean
+            inference p99 latency is within the reference's + ``p99_margin`` on every family
+            (:mod:`agents.selection`). None: selected by the mean censored JCT.
+        p99_margin: seconds (see ``reference``; None: no p99 condition).
         jobs: worker processes for the episodes (0 or None: one per available CPU; 1: in this
             process). Training waits meanwhile, so the workers have the CPUs to themselves.
         progress: show a progress bar (one step per episode) on stderr.
@@ -396,6 +399,9 @@ class WorkloadEvalCallback(BaseCallback):
     Attributes:
         best_score: best score so far (lower is better): the mean ratio to the reference, or
             the mean censored JCT without one.
+        best_within: whether the best model's inference p99 was within the margin.
+        p99_excess: the latest evaluation's largest mean p99 excess over the reference on one
+            family (s) and that family (:func:`~agents.selection.worst_p99_excess`).
         history: ``(timesteps, mean train JCT, score)`` per evaluation.
         last_rows: the rows of the latest evaluation.
         eval_seconds: wall time spent evaluating so far.
@@ -415,6 +421,7 @@ class WorkloadEvalCallback(BaseCallback):
         progress: bool = False,
         verbose: int = 0,
         on_evaluation: Callable[[int, float], None] | None = None,
+        p99_margin: float | None = P99_MARGIN_S,
     ) -> None:
         super().__init__(verbose)
         self.on_evaluation = on_evaluation
@@ -430,10 +437,14 @@ class WorkloadEvalCallback(BaseCallback):
         self.reference = reference
         self.jobs = int(jobs) if jobs else available_cpus()
         self.progress = progress
+        self.p99_margin = p99_margin
         self._reference_jct: dict[tuple[int, int], float] = {}
+        self._reference_p99: dict[tuple[int, int], float] = {}
         self._prefetched: dict[tuple[int, int], Future[tuple[EpisodeMetrics, int]]] = {}
         self._prefetcher: ProcessPoolExecutor | None = None
         self.best_score = math.inf
+        self.best_within = False
+        self.p99_excess: tuple[float, str] = (-math.inf, "")
         self.history: list[tuple[int, float, float]] = []
         self.last_rows: list[dict[str, Any]] = []
         self._last_eval = -1
@@ -508,8 +519,9 @@ class WorkloadEvalCallback(BaseCallback):
         return rows
 
     def _keep_reference(self, episode: tuple[int, int], outcome: tuple[EpisodeMetrics, int]) -> None:
-        """Cache the reference's censored JCT on ``episode`` from its run's ``outcome``."""
+        """Cache the reference's censored JCT and inference p99 on ``episode`` from its run's ``outcome``."""
         self._reference_jct[episode] = censored_jct_mean(self.workloads[episode[0]][1].workload, outcome[0])
+        self._reference_p99[episode] = outcome[0].infer_latency_p99
 
     def reference_jct(self, index: int, seed: int) -> float:
         """The reference policy's censored JCT on workload ``index`` with policy seed ``seed``
@@ -575,9 +587,10 @@ class WorkloadEvalCallback(BaseCallback):
         self.logger.record("eval/train_jobs_done_frac", done / total if total else 0.0)
         truncated = sum(int(r["truncated"]) for r in rows)
         self.logger.record("eval/truncated_frac", truncated / len(rows))
-        improved = math.isfinite(score) and score < self.best_score
+        within = self._p99_within(rows)
+        improved = replaces(score, within, self.best_score, self.best_within)
         if improved:
-            self.best_score = score
+            self.best_score, self.best_within = score, within
         self.logger.record("eval/best_score", self.best_score if math.isfinite(self.best_score) else score)
         if self.csv_path is not None:
             append_csv(self.csv_path, EVAL_COLUMNS, rows)
@@ -590,15 +603,38 @@ class WorkloadEvalCallback(BaseCallback):
         if self.on_evaluation is not None:
             self.on_evaluation(self.num_timesteps, score)
 
+    def _p99_within(self, rows: list[dict[str, Any]]) -> bool:
+        """Whether the evaluated model's mean inference p99 is within the reference's +
+        ``p99_margin`` on every family (always without a reference or a margin); keeps
+        :attr:`p99_excess` and logs it as ``eval/p99_excess``."""
+        if self.reference is None or self.p99_margin is None:
+            return True
+        families = {label: scenario.family or label for label, scenario in self.workloads}
+        self.p99_excess = worst_p99_excess(
+            (families[r["workload"]], float(r["infer_latency_p99"]), self._reference_p99.get(episode, math.nan))
+            for episode, r in zip(self._episodes(), rows, strict=True)
+        )
+        if math.isfinite(self.p99_excess[0]):
+            self.logger.record("eval/p99_excess", self.p99_excess[0])
+        return self.p99_excess[0] <= self.p99_margin
+
     def summary(self, episodes: int, truncated: int, seconds: float, jct: float, score: float, improved: bool) -> str:
         """The evaluation's log line: what ran, how many episodes the cap truncated, the score
         that selects the best model and what it is."""
         cap = f"{self.env_config.max_rounds:,} decisions, not before the last job arrival"
         value = f"{score:.4f}" if self.reference is not None else f"{score:,.0f} s"
+        excess, family = self.p99_excess
+        p99 = ""
+        if self.reference is not None and self.p99_margin is not None and math.isfinite(excess):
+            verdict = "within" if excess <= self.p99_margin else "outside"
+            p99 = (
+                f"; inference p99 {excess:+.1f} s over {self.reference}'s on {family} "
+                f"({verdict} the {self.p99_margin:g} s margin)"
+            )
         return (
             f"eval @ {self.num_timesteps:,} steps: {episodes} val episodes in {seconds:.1f} s, {truncated} truncated "
             f"(cut at {cap}; unfinished jobs count to the cut); mean JCT of finished jobs {jct:,.0f} s; "
-            f"selection score {value} = {self.selected_by} (lower is better){', new best' if improved else ''}"
+            f"selection score {value} = {self.selected_by} (lower is better){p99}{', new best' if improved else ''}"
         )
 
     def _episodes(self) -> list[tuple[int, int]]:

@@ -54,6 +54,7 @@ from agents.interrupt import TrainingInterrupted, command_words, resume_command
 from agents.priority import FEATURES, KNOWN_FEATURES, PriorityModel, PriorityPolicy, srpt_theta
 from agents.run_config import FAMILY_SEEDS, TrainSettings, load_conf, read_yaml
 from agents.run_folder import next_run_dir, write_config
+from agents.selection import P99_MARGIN_S, replaces, worst_p99_excess
 from agents.threads import use_torch_threads
 from agents.width_table import WidthTableError, grow_width_outputs, set_width_table, width_names, width_table
 from baselines.ats import AtsPolicy
@@ -200,18 +201,25 @@ ATS: Subject = Subject(())
 """The subject of a reference episode (theta None: ``ats``)."""
 
 
-def episode_jct(item: Item) -> float:
-    """Mean training JCT of one episode: theta's policy (``ats`` for None) on scenario ``seed``
-    of ``family`` (a worker's job); infinite for an episode the watchdog stopped (no training
-    progress for a week of simulated time: a candidate that thrashes ranks last)."""
+def episode_outcome(item: Item) -> tuple[float, float]:
+    """Mean training JCT and inference p99 latency (s) of one episode: theta's policy (``ats``
+    for None) on scenario ``seed`` of ``family`` (a worker's job); an infinite JCT and no p99
+    (NaN) for an episode the watchdog stopped (no training progress for a week of simulated time:
+    a candidate that thrashes ranks last)."""
     theta, family, seed, subject = item
     scenario = cached_scenario(family, seed)
     policy = AtsPolicy() if theta is None else subject.policy(theta)
     config = scenario.configure(sim_config(dynamics=DYNAMICS))
     try:
-        return float(run_episode(policy, scenario.workload, config).train_jct_mean)
+        metrics = run_episode(policy, scenario.workload, config)
     except StalledEpisodeError:
-        return math.inf
+        return math.inf, math.nan
+    return float(metrics.train_jct_mean), float(metrics.infer_latency_p99)
+
+
+def episode_jct(item: Item) -> float:
+    """The mean training JCT of :func:`episode_outcome`."""
+    return episode_outcome(item)[0]
 
 
 @dataclass
@@ -225,6 +233,9 @@ class EsState:
     generation: int = 0
     episodes: int = 0
     best_val: float | None = None
+    best_within: bool = True
+    """Whether the best model's inference p99 was within the margin (:mod:`agents.selection`;
+    True in a state written before the margin: its best stays unless a candidate scores lower)."""
     rng: dict[str, Any] | None = None
     ats_jct: dict[str, float] = field(default_factory=dict)
     wall_seconds: float = 0.0
@@ -259,7 +270,18 @@ class EsState:
         write_text(path, json.dumps(asdict(self)) + "\n")
 
 
-STATE_FIELDS = ("theta", "m", "v", "generation", "episodes", "best_val", "rng", "ats_jct", "wall_seconds")
+STATE_FIELDS = (
+    "theta",
+    "m",
+    "v",
+    "generation",
+    "episodes",
+    "best_val",
+    "best_within",
+    "rng",
+    "ats_jct",
+    "wall_seconds",
+)
 """The fields of ``state.json``."""
 
 ATS_JCT_RANGE = (1.0, 1e9)
@@ -306,6 +328,8 @@ def check_state(path: Path, doc: Any) -> dict[str, Any]:
         value = doc.get(name)
         if value is not None and not (_is_number(value) and value >= low):
             raise bad(name, "a finite number >= 0")
+    if not isinstance(doc.get("best_within", True), bool):
+        raise bad("best_within", "true or false")
     try:
         np.random.default_rng().bit_generator.state = doc.get("rng") or np.random.default_rng().bit_generator.state
     except (TypeError, ValueError, KeyError, OverflowError):
@@ -413,32 +437,44 @@ class EsRun:
         self.writer = SummaryWriter(str(run_dir / "tb"))
         self.t0 = time.time()
         self.wall_before = state.wall_seconds
+        self.ats_p99: dict[str, float] = {}
+        """``ats``'s inference p99 by ``family/seed``, for the validation's margin (this process
+        only: on resume, the first validation runs ``ats`` on its scenarios once more)."""
 
     # ------------------------------------------------------------------ episodes
-    def _run(self, items: Sequence[Item], label: str) -> list[float]:
-        """JCTs of the items (ATS results cached in the state)."""
-        cache = self.state.ats_jct
-        needed = sorted({(f, s) for _, f, s, _ in items if f"{f}/{s}" not in cache})
+    def _run(self, items: Sequence[Item], label: str, with_p99: bool) -> list[tuple[float, float]]:
+        """JCTs and inference p99s of the items; ATS's JCTs are cached in the state and its p99s
+        in this process (``with_p99`` False: an ATS p99 not cached is NaN, and not run for)."""
+        jct_cache, p99_cache = self.state.ats_jct, self.ats_p99
+        keys = {(f, s): f"{f}/{s}" for _, f, s, _ in items}
+        needed = sorted(k for k, key in keys.items() if key not in jct_cache or (with_p99 and key not in p99_cache))
         todo = [(None, f, s, ATS) for f, s in needed] + [it for it in items if it[0] is not None]
-        results = run_pool(episode_jct, todo, self.jobs, False, label, backend=self.backend)
-        for (f, s), jct in zip(needed, results, strict=False):
-            cache[f"{f}/{s}"] = jct
+        results = run_pool(episode_outcome, todo, self.jobs, False, label, backend=self.backend)
+        for (f, s), (jct, p99) in zip(needed, results, strict=False):
+            jct_cache[f"{f}/{s}"], p99_cache[f"{f}/{s}"] = jct, p99
         out = iter(results[len(needed) :])
-        return [cache[f"{f}/{s}"] if theta is None else next(out) for theta, f, s, _ in items]
+        return [
+            (jct_cache[f"{f}/{s}"], p99_cache.get(f"{f}/{s}", math.nan)) if theta is None else next(out)
+            for theta, f, s, _ in items
+        ]
 
-    def ratios(self, thetas: Sequence[tuple[float, ...]], scenarios: Sequence[Scenario], label: str) -> np.ndarray:
-        """``(len(thetas), len(scenarios))`` JCT ratios to ``ats``."""
+    def outcomes(
+        self, thetas: Sequence[tuple[float, ...]], scenarios: Sequence[Scenario], label: str, with_p99: bool = False
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(len(thetas), len(scenarios))`` JCT ratios to ``ats`` and inference p99s, and
+        ``ats``'s p99 per scenario (NaN without ``with_p99``)."""
         items: list[Item] = [(None, f, s, ATS) for f, s in scenarios]
         items += [(t, f, s, self.subject) for t in thetas for f, s in scenarios]
-        jcts = np.asarray(self._run(items, label), dtype=float)
-        ats, rest = jcts[: len(scenarios)], jcts[len(scenarios) :]
-        return rest.reshape(len(thetas), len(scenarios)) / ats
+        results = np.asarray(self._run(items, label, with_p99), dtype=float).reshape(len(items), 2)
+        ats, rest = results[: len(scenarios)], results[len(scenarios) :].reshape(len(thetas), len(scenarios), 2)
+        return rest[..., 0] / ats[:, 0], rest[..., 1], ats[:, 1]
 
     # ------------------------------------------------------------------ the loop
     def validate(self) -> float:
         """Theta's mean ratio on the validation scenarios; rows to evaluations.csv, best model kept."""
         st = self.state
-        ratios = self.ratios([tuple(st.theta)], self.val, "validation")[0]
+        all_ratios, p99s, ats_p99s = self.outcomes([tuple(st.theta)], self.val, "validation", with_p99=True)
+        ratios = all_ratios[0]
         rows = [
             dict(
                 zip(EVAL_COLUMNS, (st.episodes, st.generation, f"{f}-{s}", st.ats_jct[f"{f}/{s}"] * r, r), strict=True)
@@ -447,12 +483,22 @@ class EsRun:
         ]
         append_csv(self.run_dir / "evaluations.csv", EVAL_COLUMNS, rows)
         score = float(ratios.mean())
+        excess, family = worst_p99_excess(
+            (f, float(p99), float(ats)) for (f, _), p99, ats in zip(self.val, p99s[0], ats_p99s, strict=True)
+        )
+        within = excess <= P99_MARGIN_S
         self.writer.add_scalar("sched/val_jct_ratio", score, st.generation)
-        if st.best_val is None or score < st.best_val:
-            st.best_val = score
+        if math.isfinite(excess):
+            self.writer.add_scalar("sched/val_p99_excess", excess, st.generation)
+        if replaces(score, within, st.best_val, st.best_within):
+            st.best_val, st.best_within = score, within
             self.write_model("best_model", score)
         if self.log:
-            self.log(f"generation {st.generation}: validation JCT ratio to ats {score:.4f} (best {st.best_val:.4f})")
+            verdict = "within" if within else "outside"
+            self.log(
+                f"generation {st.generation}: validation JCT ratio to ats {score:.4f} (best {st.best_val:.4f}); "
+                f"inference p99 {excess:+.1f} s over ats's on {family or '-'} ({verdict} the {P99_MARGIN_S:g} s margin)"
+            )
         return score
 
     def wall_seconds(self) -> float:
@@ -498,7 +544,7 @@ class EsRun:
         eps = self.rng.standard_normal((cfg.pairs, len(st.theta)))
         theta = np.asarray(st.theta)
         cands = [theta, *(theta + cfg.sigma * eps), *(theta - cfg.sigma * eps)]
-        ratios = self.ratios([tuple(c.tolist()) for c in cands], batch, f"generation {st.generation}")
+        ratios = self.outcomes([tuple(c.tolist()) for c in cands], batch, f"generation {st.generation}")[0]
         fitness = ratios.mean(axis=1)
         shaped = centered_ranks(fitness[1:])
         grad = antithetic_gradient(shaped[: cfg.pairs], shaped[cfg.pairs :], eps, cfg.sigma)

@@ -307,6 +307,7 @@ ES_STATE_CASES: dict[str, tuple[dict, str]] = {
     "float generation": ({"generation": 1.5}, "field 'generation'"),
     "negative episodes": ({"episodes": -3}, "field 'episodes'"),
     "infinite best": ({"best_val": float("inf")}, "field 'best_val'"),
+    "best within a number": ({"best_within": 1}, "field 'best_within'"),
     "rng garbage": ({"rng": {"bit_generator": "nope"}}, "field 'rng'"),
     "rng list": ({"rng": [1, 2]}, "field 'rng'"),
     "cache not a dict": ({"ats_jct": [1]}, "field 'ats_jct'"),

@@ -1,0 +1,65 @@
+"""Model selection on validation: the lowest JCT ratio to a reference, within an inference p99 margin.
+
+A scheduler must shorten jobs *and* keep inference real-time: the project asks a shipped model for
+a mean JCT below ``ats``'s with an inference p99 latency within ``ats``'s + :data:`P99_MARGIN_S` on
+every family. A selection on the JCT ratio alone can trade the second for the first without anyone
+seeing it (an ES generation chosen on validation JCT once came out 0.2 s past the margin on the
+test seeds). So PPO's validation (:class:`~agents.callbacks.WorkloadEvalCallback`) and the ES's
+(:class:`~agents.evolution.EsRun`) compare each candidate's inference p99 with the reference's on
+the same episodes, family by family, and :func:`replaces` prefers a candidate within the margin
+to any outside it, then the lower JCT ratio.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+
+P99_MARGIN_S = 5.0
+"""How far a selected model's mean inference p99 latency may exceed the reference's on one family
+(seconds): the project's acceptance margin."""
+
+
+def worst_p99_excess(episodes: Iterable[tuple[str, float, float]]) -> tuple[float, str]:
+    """The largest mean excess of a candidate's inference p99 over the reference's, and its group.
+
+    Args:
+        episodes: ``(group, candidate p99, reference p99)`` per validation episode (the group: a
+            workload family, or the workload's label). Episodes where either p99 is not finite
+            are left out.
+
+    Returns:
+        The largest, over the groups, of the mean over the group's episodes of candidate minus
+        reference (seconds), and that group; ``(-inf, "")`` without a finite episode.
+    """
+    excess: dict[str, list[float]] = defaultdict(list)
+    for group, candidate, reference in episodes:
+        if math.isfinite(candidate) and math.isfinite(reference):
+            excess[group].append(candidate - reference)
+    means = {group: sum(values) / len(values) for group, values in excess.items()}
+    if not means:
+        return -math.inf, ""
+    group = max(means, key=lambda g: means[g])
+    return means[group], group
+
+
+def replaces(score: float, within: bool, best: float | None, best_within: bool) -> bool:
+    """Whether a candidate replaces the best model so far.
+
+    Args:
+        score: the candidate's validation score (lower is better; not finite: never selected).
+        within: whether its inference p99 is within the margin on every group.
+        best: the best model's score (None or not finite: there is none yet).
+        best_within: whether the best model's p99 was within the margin.
+
+    A candidate within the margin replaces any best outside it; one outside never replaces one
+    within; otherwise the lower score wins.
+    """
+    if not math.isfinite(score):
+        return False
+    if best is None or not math.isfinite(best):
+        return True
+    if within != best_within:
+        return within
+    return score < best

@@ -1,0 +1,137 @@
+"""Model selection within an inference p99 margin (agents/selection.py) and PPO's validation using it."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+from stable_baselines3.common.logger import Logger
+
+from agents.callbacks import WorkloadEvalCallback
+from agents.selection import P99_MARGIN_S, replaces, worst_p99_excess
+from deepboot_env.config import EnvConfig
+from deepboot_env.sim.scenario import Scenario
+from traces.families import cached_scenario
+from traces.loaders import load_workload
+
+
+def test_worst_excess_is_the_largest_family_mean() -> None:
+    episodes = [
+        ("mixed", 30.0, 20.0),  # +10
+        ("mixed", 10.0, 12.0),  # -2: mixed's mean is +4
+        ("bursty", 9.0, 3.0),  # +6
+        ("bursty", math.nan, 1.0),  # left out
+        ("quiet", 1.0, math.inf),  # left out: quiet has no finite episode
+    ]
+    assert worst_p99_excess(episodes) == (6.0, "bursty")
+    assert worst_p99_excess(episodes[:2]) == (4.0, "mixed")
+    assert worst_p99_excess([("quiet", 1.0, math.nan)]) == (-math.inf, "")
+
+
+@pytest.mark.parametrize(
+    "score, within, best, best_within, expected",
+    [
+        (0.95, False, None, False, True),  # the first finite score is the best whatever its p99
+        (0.95, False, math.inf, False, True),
+        (math.inf, True, None, False, False),  # a score that is not finite never
+        (math.nan, True, 0.9, False, False),
+        (0.99, True, 0.90, False, True),  # within the margin beats outside it, whatever the score
+        (0.80, False, 0.90, True, False),  # outside never replaces within
+        (0.89, True, 0.90, True, True),  # both within: the lower score
+        (0.91, True, 0.90, True, False),
+        (0.89, False, 0.90, False, True),  # both outside: the lower score
+        (0.90, False, 0.90, False, False),
+    ],
+)
+def test_replaces(score: float, within: bool, best: float | None, best_within: bool, expected: bool) -> None:
+    assert replaces(score, within, best, best_within) is expected
+
+
+def _rows(ratios: list[float], p99s: list[float]) -> list[dict[str, object]]:
+    """Evaluation rows of two episodes (workloads a and b, seed 0), as ``evaluate`` builds them."""
+    return [
+        {"workload": label, "seed": 0, "train_jct_mean": 100.0, "censored_jct_mean": 100.0 * r, "jct_ratio": r}
+        | {"infer_latency_p99": p99, "train_jct_p99": 0.0, "makespan": 0.0, "train_jobs_done": 1, "train_jobs": 1}
+        | {"truncated": 0, "lent_gpu_hours": 0.0, "reclaims": 0, "restarts": 0, "repaired_gpus": 0}
+        for label, r, p99 in zip(("a", "b"), ratios, p99s, strict=True)
+    ]
+
+
+def _callback(**kwargs: object) -> WorkloadEvalCallback:
+    """A validation callback over a mixed scenario (workload a) and the tiny workload (b, no
+    family), whose reference p99s are 20 s and 3 s, without a model file to write."""
+    workloads = [("a", cached_scenario("mixed", 1_000_000)), ("b", Scenario(load_workload("tiny")))]
+    callback = WorkloadEvalCallback(workloads, EnvConfig(), eval_freq=0, reference="ats", **kwargs)
+    callback.model = SimpleNamespace(logger=Logger(folder=None, output_formats=[]))
+    callback.num_timesteps = 0
+    callback._reference_p99 = {(0, 0): 20.0, (1, 0): 3.0}
+    return callback
+
+
+def test_ppo_validation_prefers_models_within_the_p99_margin() -> None:
+    """The callback's selection over four evaluations: the first is the best (outside the margin
+    on family mixed), a worse JCT within the margin replaces it, a better JCT outside does not, and
+    a better JCT within does; the log line says where the p99 stands."""
+    callback = _callback(verbose=1)
+    evaluations = [  # (ratios of a and b, p99s of a and b) -> selected, best score after
+        (([0.90, 0.90], [20.0 + P99_MARGIN_S + 2.0, 3.0]), True, 0.90),
+        (([0.96, 0.96], [20.0 + P99_MARGIN_S, 3.0]), True, 0.96),
+        (([0.80, 0.80], [20.0, 3.0 + P99_MARGIN_S + 0.1]), False, 0.96),
+        (([0.92, 0.94], [10.0, 3.0]), True, 0.93),
+    ]
+    lines = []
+    for (ratios, p99s), selected, best in evaluations:
+        callback.num_timesteps += 1
+        before = callback.best_score
+        callback._record(_rows(ratios, p99s), 0.0)
+        assert (callback.best_score != before) is selected and callback.best_score == pytest.approx(best)
+        lines.append(callback.summary(2, 0, 0.0, 100.0, sum(ratios) / 2, selected))
+    assert callback.best_within
+    assert "+7.0 s over ats's on mixed (outside the 5 s margin), new best" in lines[0]
+    assert "+5.0 s over ats's on mixed (within the 5 s margin), new best" in lines[1]
+    assert "+5.1 s over ats's on b (outside the 5 s margin)" in lines[2] and "new best" not in lines[2]
+    assert "-10.0 s over ats's on mixed" not in lines[3] and "+0.0 s over ats's on b" in lines[3]
+
+
+def test_without_a_margin_ppo_validation_selects_on_the_score_alone() -> None:
+    callback = _callback(p99_margin=None)
+    callback._record(_rows([0.9, 0.9], [20.0, 3.0]), 0.0)
+    callback._record(_rows([0.8, 0.8], [90.0, 3.0]), 0.0)
+    assert callback.best_score == pytest.approx(0.8)
+
+
+def test_es_validation_prefers_models_within_the_p99_margin(tmp_path, monkeypatch) -> None:
+    """The ES's validation selects as PPO's does: a worse JCT within the margin replaces a better
+    one outside it, a better one outside does not replace it; ``ats`` runs once per scenario (its
+    JCT cached in the state, its p99 in the run) and the state keeps the verdict."""
+    import agents.evolution as evolution
+    from agents.evolution import EsRun, EsSettings, EsState, Subject
+    from agents.priority import FEATURES, PriorityModel
+
+    val = [("mixed", 1_000_000), ("bursty", 1_000_000)]
+    # theta[0] -> (JCT, p99) on every scenario; ats: JCT 100 s, p99 10 s
+    outcomes = {1.0: (90.0, 10.0 + P99_MARGIN_S + 2.0), 2.0: (96.0, 10.0 + P99_MARGIN_S), 3.0: (80.0, 16.0)}
+    ats_runs = []
+
+    def fake_outcome(item):
+        theta, family, seed, _ = item
+        if theta is None:
+            ats_runs.append((family, seed))
+            return 100.0, 10.0
+        return outcomes[theta[0]]
+
+    monkeypatch.setattr(evolution, "episode_outcome", fake_outcome)
+    state = EsState([1.0] + [0.0] * (len(FEATURES) - 1), [0.0] * len(FEATURES), [0.0] * len(FEATURES))
+    lines: list[str] = []
+    run = EsRun(tmp_path, ["mixed"], val, EsSettings(), state, Subject(FEATURES), 1, log=lines.append)
+    for first, best in ((1.0, 0.90), (2.0, 0.96), (3.0, 0.96)):
+        state.theta[0] = first
+        run.validate()
+        assert state.best_val == pytest.approx(best)
+    assert state.best_within and PriorityModel.load(tmp_path / "best_model.json").theta[0] == 2.0
+    assert sorted(ats_runs) == sorted(val)
+    assert "+7.0 s over ats's on mixed (outside the 5 s margin)" in lines[0]
+    assert "+5.0 s over ats's on mixed (within the 5 s margin)" in lines[1]
+    assert "+6.0 s over ats's on mixed (outside" in lines[2]
+    run.writer.close()
