@@ -246,7 +246,9 @@ def _speedup_index(k_max: int, gpus_per_node: int, max_w: int) -> tuple[np.ndarr
     few shapes recur for every job, and building them is most of a row's cost (a row is built
     whenever a job's epoch or the fair share changes)."""
     w = np.arange(max_w + 1)
-    return (np.ceil(w / gpus_per_node) > 1).astype(int), np.minimum(w, k_max)
+    multi, replicas = (np.ceil(w / gpus_per_node) > 1).astype(int), np.minimum(w, k_max)
+    multi.flags.writeable = replicas.flags.writeable = False  # shared by every caller
+    return multi, replicas
 
 
 def placement_aware_options(
