@@ -37,7 +37,7 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
 
 from agents.policy_adapter import METADATA_FILE
-from agents.selection import P99_MARGIN_S, replaces, worst_p99_excess
+from agents.selection import P99_MARGIN_S, p99_verdict, replaces, worst_p99_excess
 from deepboot_env.atomic import append_csv, atomic_write
 from deepboot_env.config import EnvConfig
 from deepboot_env.evaluation import run_episode
@@ -626,11 +626,7 @@ class WorkloadEvalCallback(BaseCallback):
         excess, family = self.p99_excess
         p99 = ""
         if self.reference is not None and self.p99_margin is not None and math.isfinite(excess):
-            verdict = "within" if excess <= self.p99_margin else "outside"
-            p99 = (
-                f"; inference p99 {excess:+.1f} s over {self.reference}'s on {family} "
-                f"({verdict} the {self.p99_margin:g} s margin)"
-            )
+            p99 = "; " + p99_verdict(excess, family, self.reference, self.p99_margin)
         return (
             f"eval @ {self.num_timesteps:,} steps: {episodes} val episodes in {seconds:.1f} s, {truncated} truncated "
             f"(cut at {cap}; unfinished jobs count to the cut); mean JCT of finished jobs {jct:,.0f} s; "

@@ -54,7 +54,7 @@ from agents.interrupt import TrainingInterrupted, command_words, resume_command
 from agents.priority import FEATURES, KNOWN_FEATURES, PriorityModel, PriorityPolicy, srpt_theta
 from agents.run_config import FAMILY_SEEDS, TrainSettings, load_conf, read_yaml
 from agents.run_folder import next_run_dir, write_config
-from agents.selection import P99_MARGIN_S, replaces, worst_p99_excess
+from agents.selection import P99_MARGIN_S, p99_verdict, replaces, worst_p99_excess
 from agents.threads import use_torch_threads
 from agents.width_table import WidthTableError, grow_width_outputs, set_width_table, width_names, width_table
 from baselines.ats import AtsPolicy
@@ -450,11 +450,11 @@ class EsRun:
         needed = sorted(k for k, key in keys.items() if key not in jct_cache or (with_p99 and key not in p99_cache))
         todo = [(None, f, s, ATS) for f, s in needed] + [it for it in items if it[0] is not None]
         results = run_pool(episode_outcome, todo, self.jobs, False, label, backend=self.backend)
-        for (f, s), (jct, p99) in zip(needed, results, strict=False):
-            jct_cache[f"{f}/{s}"], p99_cache[f"{f}/{s}"] = jct, p99
+        for scenario, (jct, p99) in zip(needed, results, strict=False):
+            jct_cache[keys[scenario]], p99_cache[keys[scenario]] = jct, p99
         out = iter(results[len(needed) :])
         return [
-            (jct_cache[f"{f}/{s}"], p99_cache.get(f"{f}/{s}", math.nan)) if theta is None else next(out)
+            (jct_cache[keys[f, s]], p99_cache.get(keys[f, s], math.nan)) if theta is None else next(out)
             for theta, f, s, _ in items
         ]
 
@@ -494,10 +494,9 @@ class EsRun:
             st.best_val, st.best_within = score, within
             self.write_model("best_model", score)
         if self.log:
-            verdict = "within" if within else "outside"
             self.log(
                 f"generation {st.generation}: validation JCT ratio to ats {score:.4f} (best {st.best_val:.4f}); "
-                f"inference p99 {excess:+.1f} s over ats's on {family or '-'} ({verdict} the {P99_MARGIN_S:g} s margin)"
+                + p99_verdict(excess, family, "ats", P99_MARGIN_S)
             )
         return score
 

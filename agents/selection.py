@@ -63,3 +63,10 @@ def replaces(score: float, within: bool, best: float | None, best_within: bool) 
     if within != best_within:
         return within
     return score < best
+
+
+def p99_verdict(excess: float, group: str, reference: str, margin: float) -> str:
+    """The validation line's words for :func:`worst_p99_excess`'s ``(excess, group)``: "inference
+    p99 +X s over REFERENCE's on GROUP (within|outside the M s margin)"."""
+    verdict = "within" if excess <= margin else "outside"
+    return f"inference p99 {excess:+.1f} s over {reference}'s on {group or '-'} ({verdict} the {margin:g} s margin)"

@@ -649,8 +649,8 @@ class AtsPolicy(BasePolicy):
         absent ids: none) (the score action of :class:`~deepboot_env.env.action.ScoreCodec`).
         All scores 0, no width scores and ``lend`` 1 is :meth:`decide` bit for bit (a weight times
         exp(0) = 1.0 is the weight)."""
-        share = float(self.lend) * lend
-        return self.place_proposal(state, self.propose_counts(state, scores, share, width_scores), share)
+        counts, share = self._scored_counts(state, scores, lend, width_scores)
+        return self.place_proposal(state, counts, share)
 
     def scored_placement(
         self,
@@ -664,9 +664,21 @@ class AtsPolicy(BasePolicy):
         ``max_replicas`` and all of them within the lending share's capacity, which the placement
         takes from). The score action's decoding at every env step, without an
         :class:`Allocation` of arrays to check and convert back."""
-        share = float(self.lend) * lend
-        counts = self.propose_counts(state, scores, share, width_scores)
+        counts, share = self._scored_counts(state, scores, lend, width_scores)
         return place_count_lists(state, counts, state.training_capacity_list(share)) if counts else {}
+
+    def _scored_counts(
+        self,
+        state: ClusterState,
+        scores: Mapping[int, float],
+        lend: float,
+        width_scores: Mapping[int, Sequence[float]] | None,
+    ) -> tuple[dict[int, int], float]:
+        """:meth:`propose_counts` under the scores, and the lending share they are placed at: the
+        policy's own times ``lend`` (both scored decisions, :meth:`decide_scored` and
+        :meth:`scored_placement`)."""
+        share = float(self.lend) * lend
+        return self.propose_counts(state, scores, share, width_scores), share
 
     def propose_counts(
         self,
