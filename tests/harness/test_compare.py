@@ -41,6 +41,13 @@ def workload_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def two_small_csvs(workload_csv: Path) -> list[str]:
+    """Two small generated workloads: a grid of the CLI's resume tests that runs in seconds."""
+    other = generate_workload("u", 2, train={"num_jobs": 20}, inference={"horizon_s": 6 * 3600, "mean_gpus": 4})
+    return [str(workload_csv), str(write_workload_csv(other, workload_csv.parent / "small-gen-2.csv"))]
+
+
+@pytest.fixture(scope="module")
 def serial(workload_csv: Path) -> pd.DataFrame:
     return compare(POLICIES, [str(workload_csv)], SEEDS, jobs=1, progress=False)
 
@@ -202,15 +209,15 @@ def test_timeline_bands_split_the_clusters_despite_float_noise() -> None:
     assert not _splits({"training": np.array([20.0]), "idle": np.array([5.0])}, 32)  # 7 training-cluster GPUs elsewhere
 
 
-def _compare_argv(out: Path) -> list[str]:
+def _compare_argv(out: Path, workloads: list[str]) -> list[str]:
     import sys
 
-    argv = [sys.executable, "-m", "deepboot_harness.cli", "compare", "--workloads", "test/test-01", "test/test-02"]
+    argv = [sys.executable, "-m", "deepboot_harness.cli", "compare", "--workloads", *workloads]
     return argv + [
         "--policies",
         "fifo",
         "ats",
-        "ones",
+        "tiresias",
         "--seeds",
         "0",
         "1",
@@ -223,18 +230,18 @@ def _compare_argv(out: Path) -> list[str]:
 
 
 def test_resume_reuses_saved_runs_and_gives_the_same_results(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    two_small_csvs: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A comparison resumed from some saved runs (and a line cut short) writes the results of an
     uninterrupted one; only the missing runs run again."""
     full, part = tmp_path / "full", tmp_path / "part"
-    assert main(_compare_argv(full)[3:]) == 0
+    assert main(_compare_argv(full, two_small_csvs)[3:]) == 0
     lines = (full / RUNS_FILE).read_text(encoding="utf-8").splitlines(keepends=True)
     assert len(lines) == 12
     part.mkdir()
     (part / "comparison.json").write_text((full / "comparison.json").read_text(encoding="utf-8"), encoding="utf-8")
     (part / RUNS_FILE).write_text("".join(lines[:5]) + lines[5][:40], encoding="utf-8")  # the 6th cut short
-    assert main([*_compare_argv(part)[3:], "--resume"]) == 0
+    assert main([*_compare_argv(part, two_small_csvs)[3:], "--resume"]) == 0
     resumed = read_runs(part / RUNS_FILE)
     assert resumed[:5] == read_runs(full / RUNS_FILE)[:5] and len(resumed) == 12
     drop = ["wall_seconds"]
@@ -244,23 +251,26 @@ def test_resume_reuses_saved_runs_and_gives_the_same_results(
     for name in ("jcts.csv", "timeline.csv", "results.md"):
         assert (part / name).read_bytes() == (full / name).read_bytes(), name
     # another grid in the same folder: refused with --resume, started over without it
-    other = [*_compare_argv(part)[3:], "--seeds", "3"]
+    other = [*_compare_argv(part, two_small_csvs)[3:], "--seeds", "3"]
     assert main([*other, "--resume"]) == 2
     assert "(seeds [0, 1], not [3]); use another --out" in capsys.readouterr().err
     assert main(other) == 0 and len(read_runs(part / RUNS_FILE)) == 6
 
 
-def test_ctrl_c_keeps_the_finished_runs(tmp_path: Path) -> None:
-    """Ctrl-C: one line, exit 130, no traceback; the runs done so far are saved for --resume."""
+def test_ctrl_c_keeps_the_finished_runs(workload_csv: Path, tmp_path: Path) -> None:
+    """Ctrl-C: one line, exit 130, no traceback; the runs done so far are saved for --resume.
+
+    The small workload's runs finish in a fraction of a second and the shipped one's take
+    seconds, so Ctrl-C (sent once a run is saved) lands mid-grid."""
     out = tmp_path / "cmp"
-    argv = [*_compare_argv(out), "--policies", "ones", "afs", "ats", "--seeds", "0", "1", "2", "3"]
+    argv = [*_compare_argv(out, [str(workload_csv), "test/test-01"]), "--policies", "fifo", "ats"]
     code, err = interrupt_when(argv, lambda: len(read_runs(out / RUNS_FILE)) >= 1)
     assert code == 130, err
     assert "Traceback" not in err and err.strip().splitlines()[-1].endswith("continue with --resume"), err
     saved = read_runs(out / RUNS_FILE)
-    assert 1 <= len(saved) < 24
+    assert 1 <= len(saved) < 8
     assert main([*argv[3:], "--resume"]) == 0
-    assert read_runs(out / RUNS_FILE)[: len(saved)] == saved and len(read_runs(out / RUNS_FILE)) == 24
+    assert read_runs(out / RUNS_FILE)[: len(saved)] == saved and len(read_runs(out / RUNS_FILE)) == 8
 
 
 def test_models_are_labelled_by_their_run_folder() -> None:
