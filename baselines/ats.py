@@ -804,7 +804,8 @@ class AtsPolicy(BasePolicy):
         if weights is None:
             return dict.fromkeys((job.id for job in jobs), 0.0)
         logs = np.log(np.maximum(weights, 1e-300))
-        return dict(zip((job.id for job in jobs), (logs - logs.max()).tolist(), strict=True))
+        logs -= logs.max()
+        return dict(zip([job.id for job in jobs], logs.tolist(), strict=True))
 
     def scored_weights(
         self, jobs: Sequence[JobView], weights: np.ndarray | None, scores: Mapping[int, float] | None

@@ -29,6 +29,7 @@ returned with it.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
@@ -556,28 +557,34 @@ class ScoreCodec(ActionCodec):
         return 1.0 - u if self._mirrored else u
 
     def observe(self, state: ClusterState) -> dict[str, np.ndarray]:
-        """The prior's log-weights and the exploration codes of the slot jobs."""
+        """The prior's log-weights and the exploration codes of the slot jobs.
+
+        Both arrays are built from Python lists in one call each (the observation is made at
+        every env step: numpy's per-call cost, not the few values, is what it costs)."""
         jobs = slot_jobs(state, self.max_jobs)
         logs = self.prior.log_weights(state)
-        prior = np.zeros(self.max_jobs, dtype=np.float32)
-        noise = np.full(self.action_size, 0.5, dtype=np.float32)
-        old = self._codes
         ids = [job.id for job in jobs]
-        prior[: len(ids)] = [max(0.0, 1.0 + logs[job_id] / _LOG_WEIGHT_RANGE) for job_id in ids]
+        empty = self.max_jobs - len(ids)
+        prior = [max(0.0, 1.0 + logs[job_id] / _LOG_WEIGHT_RANGE) for job_id in ids]
+        old = self._codes
         # unpaired: one draw per slot and the lending code, as ever; paired: keyed codes
         if self._noise_key is None:
             fresh = self._rng.random(len(ids) + 1).tolist()
             codes = {job_id: old.get(job_id, fresh[i]) for i, job_id in enumerate(ids)}
-            noise[-1] = fresh[-1]
+            lend_code = fresh[-1]
         else:
             codes = {job_id: old[job_id] if job_id in old else self._paired_code(0, job_id) for job_id in ids}
             self._decisions += 1
-            noise[-1] = self._paired_code(1, self._decisions)
-        noise[: len(ids)] = list(codes.values())
+            lend_code = self._paired_code(1, self._decisions)
         self._codes = codes
+        noise = [*codes.values(), *[0.5] * empty]
         if self.width_classes:
-            noise[self.max_jobs : -1] = self._width_noise(jobs)
-        return {"prior": prior, "noise": noise}
+            noise += self._width_noise(jobs).tolist()
+        noise.append(lend_code)
+        return {
+            "prior": np.array(prior + [0.0] * empty, dtype=np.float32),
+            "noise": np.array(noise, dtype=np.float32),
+        }
 
     def _width_noise(self, jobs: Sequence[JobView]) -> np.ndarray:
         """The slots' width-score codes, slot-major (0.5 for empty slots): drawn once per job (or
@@ -617,18 +624,19 @@ class ScoreCodec(ActionCodec):
         raw = np.asarray(action)
         if raw.shape != (self.action_size,):
             raise ValueError(f"score action must have shape ({self.action_size},), got {raw.shape}")
-        if raw.dtype.kind not in "fiu" or not np.isfinite(raw).all():
+        values = raw.astype(np.float64, copy=False).tolist() if raw.dtype.kind in "fiu" else [math.nan]
+        if not all(map(math.isfinite, values)):
             raise ValueError(f"score action must hold finite numbers, got {raw.tolist()[:8]}...")
-        clipped = raw.astype(np.float64)  # a copy, clipped to [-1, 1] in place (np.clip costs more)
-        np.minimum(np.maximum(clipped, -1.0, out=clipped), 1.0, out=clipped)
-        values = clipped.tolist()
+        # clipped to [-1, 1] on the Python floats: the values are read one by one below anyway
+        values = [-1.0 if v < -1.0 else 1.0 if v > 1.0 else v for v in values]
         scale = self.score_scale
         jobs = slot_jobs(state, self.max_jobs)  # fewer than the slots: the rest of the scores are unused
         scores = {job.id: scale * value for job, value in zip(jobs, values, strict=False) if value != 0.0}
         widths: dict[int, tuple[float, ...]] = {}
         if self.width_classes:
-            rows = clipped[self.max_jobs : -1].reshape(self.max_jobs, self.width_classes)
-            for job, row in zip(jobs, rows.tolist(), strict=False):
+            width = self.width_classes
+            for i, job in enumerate(jobs):
+                row = values[self.max_jobs + i * width : self.max_jobs + (i + 1) * width]
                 if any(row):
                     widths[job.id] = tuple(scale * value for value in row)
         return scores, widths, min(1.0, 1.0 + values[-1])
