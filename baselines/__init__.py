@@ -55,6 +55,10 @@ register_policy(
     reclaim_horizon=300.0,
     label="ats-srpt-fcfs-place-rr",
 )
+# ats-srpt that keeps warm pods while inference is busy: no SLEEP pod's GPU is lent (§8.10)
+register_policy(
+    "ats-srpt-warm", "baselines.ats:AtsPolicy", lend=True, srpt_power=0.25, keep_warm_at=0.9, label="ats-srpt-warm"
+)
 # the control a learned priority must beat: ats-srpt with persistent random per-job jitter
 register_policy("ats-srpt-jitter", "baselines.jitter:JitteredAtsPolicy", label="ats-srpt-jitter")
 register_policy(

@@ -580,6 +580,11 @@ class AtsPolicy(BasePolicy):
             fewest speedup-seconds over that horizon, the restart it causes included
             (:func:`~deepboot_env.sim.reclaim.restart_aware_victim`; ``ats-srpt-fcfs-place-rr``,
             docs/policies.md §8.9); 0: DeepBoot's ATS-I.
+        keep_warm_at: a share in (0, 1]: while inference requests wait or RUNNING and PROTECT pods
+            hold at least this share of the inference GPUs (:meth:`ClusterState.inference_load
+            <deepboot_env.sim.state.ClusterState.inference_load>`), training is not lent the GPUs
+            of SLEEP pods, so that the next requests find their warm pods (``ats-srpt-warm``,
+            docs/policies.md §8.10); 0: every idle inference GPU is lendable, as in DeepBoot.
     """
 
     name = "ats"
@@ -595,7 +600,10 @@ class AtsPolicy(BasePolicy):
         arrival_tilt: float = 0.0,
         placement_aware: bool = False,
         reclaim_horizon: float = 0.0,
+        keep_warm_at: float = 0.0,
     ) -> None:
+        if isinstance(keep_warm_at, bool) or not (isinstance(keep_warm_at, int | float) and 0.0 <= keep_warm_at <= 1.0):
+            raise ValueError(f"keep_warm_at must be a share in [0, 1], got {keep_warm_at!r}")
         for name, value in (
             ("srpt_power", srpt_power),
             ("arrival_tilt", arrival_tilt),
@@ -611,6 +619,9 @@ class AtsPolicy(BasePolicy):
         self.placement_aware = bool(placement_aware)
         self.reclaim_horizon = float(reclaim_horizon)
         self._restart_aware = RestartAwareRule(self.reclaim_horizon) if self.reclaim_horizon else None
+        self.keep_warm_at = float(keep_warm_at)
+        self._warm_memo: tuple[ClusterState, ClusterState] | None = None
+        """The latest state given and the state this policy decides on (see :meth:`_lendable`)."""
         self.name = label or ("ats" if lend else "ats-nolend")
         self._weights_memo: tuple[ClusterState, list[JobView], dict[tuple[int, int], np.ndarray | None]] | None = None
         """The state, its jobs in priority order and their weights by (fair, capacity) of the
@@ -620,7 +631,7 @@ class AtsPolicy(BasePolicy):
         """The policy without its memo of the latest state (:meth:`_ranked_weights`): a copy or a
         pickle starts afresh, and a state, whose job index is read-only, is not copied."""
         attributes = self.__dict__.copy()
-        attributes["_weights_memo"] = None
+        attributes["_weights_memo"] = attributes["_warm_memo"] = None
         return attributes
 
     @property
@@ -634,7 +645,25 @@ class AtsPolicy(BasePolicy):
 
     def decide(self, state: ClusterState) -> Allocation:
         """Knapsack over job GPU counts, then best-fit placement."""
+        state = self._lendable(state)
         return self.place_proposal(state, self.propose_counts(state))
+
+    def _lendable(self, state: ClusterState) -> ClusterState:
+        """The state the policy decides on: ``state``, or with :attr:`keep_warm_at` and inference
+        busy (requests waiting, or its load at least that share) the state whose SLEEP pods count
+        as PROTECT (:meth:`ClusterState.keeping_warm_pods
+        <deepboot_env.sim.state.ClusterState.keeping_warm_pods>`). Memoised for the latest state
+        (every public entry asks, and one decision goes through several), and a state it returned
+        maps to itself."""
+        if not self.keep_warm_at:
+            return state
+        memo = self._warm_memo
+        if memo is not None and (state is memo[0] or state is memo[1]):
+            return memo[1]
+        busy = state.waiting_requests > 0 or state.inference_load() >= self.keep_warm_at
+        decided = state.keeping_warm_pods() if busy else state
+        self._warm_memo = (state, decided)
+        return decided
 
     def decide_scored(
         self,
@@ -649,6 +678,7 @@ class AtsPolicy(BasePolicy):
         absent ids: none) (the score action of :class:`~deepboot_env.env.action.ScoreCodec`).
         All scores 0, no width scores and ``lend`` 1 is :meth:`decide` bit for bit (a weight times
         exp(0) = 1.0 is the weight)."""
+        state = self._lendable(state)
         counts, share = self._scored_counts(state, scores, lend, width_scores)
         return self.place_proposal(state, counts, share)
 
@@ -664,6 +694,7 @@ class AtsPolicy(BasePolicy):
         ``max_replicas`` and all of them within the lending share's capacity, which the placement
         takes from). The score action's decoding at every env step, without an
         :class:`Allocation` of arrays to check and convert back."""
+        state = self._lendable(state)
         counts, share = self._scored_counts(state, scores, lend, width_scores)
         return place_count_lists(state, counts, state.training_capacity_list(share)) if counts else {}
 
@@ -691,6 +722,7 @@ class AtsPolicy(BasePolicy):
         ``lend`` and ``width_scores``: see :meth:`decide_scored`; None: the policy's own)."""
         if not state.jobs:
             return {}
+        state = self._lendable(state)
         share = self.lend if lend is None else lend
         capacity, fair = self._capacity_and_fair(state, share)
         jobs, base_weights = self._ranked_weights(state, fair, capacity)
@@ -763,6 +795,7 @@ class AtsPolicy(BasePolicy):
         GPUs of lending share ``lend`` (None: the policy's own)."""
         if not counts:
             return Allocation({})
+        state = self._lendable(state)
         order: dict[int, list[int]] | None = {} if self.relist_restarts else None
         capacity = state.training_capacity(lend=self.lend if lend is None else lend)
         placed = place_counts(state, counts, capacity, order=order)
@@ -799,6 +832,7 @@ class AtsPolicy(BasePolicy):
         action mode observes as the prior)."""
         if not state.jobs:
             return {}
+        state = self._lendable(state)
         capacity, fair = self._capacity_and_fair(state, self.lend)
         jobs, weights = self._ranked_weights(state, fair, capacity)
         if weights is None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from types import MappingProxyType
 
@@ -260,6 +260,23 @@ class ClusterState:
     def inference_nodes(self) -> np.ndarray:
         """Boolean mask of inference-cluster nodes."""
         return self.node_kinds == NODE_INFER
+
+    def inference_load(self) -> float:
+        """The share of the inference GPUs (inference nodes, or every node of a shared pool) held
+        by RUNNING and PROTECT pods: 1.0 when inference has no GPU of its own to spare."""
+        nodes = node_layout(self.node_kinds).lendable
+        if not nodes:
+            return 0.0
+        _, running, protect, _ = self.node_counts
+        return sum([running[n] + protect[n] for n in nodes]) / (len(nodes) * self.gpus_per_node)
+
+    def keeping_warm_pods(self) -> ClusterState:
+        """This state with every SLEEP pod counted as PROTECT: what training may take without
+        evicting a warm pod (:meth:`training_capacity_list` then offers the empty GPUs and those
+        training holds, not the sleeping pods'). The same state if no pod sleeps."""
+        if not self.sleeping.any():
+            return self
+        return replace(self, protect=self.protect + self.sleeping, sleeping=np.zeros_like(self.sleeping))
 
     def lent_gpus(self) -> int:
         """Training GPUs on inference nodes."""
