@@ -59,6 +59,18 @@ register_policy(
 register_policy(
     "ats-srpt-warm", "baselines.ats:AtsPolicy", lend=True, srpt_power=0.25, keep_warm_at=0.9, label="ats-srpt-warm"
 )
+# v4's prior with warm pods kept while inference is busy (§8.10)
+register_policy(
+    "ats-srpt-fcfs-place-rr-warm",
+    "baselines.ats:AtsPolicy",
+    lend=True,
+    srpt_power=0.25,
+    arrival_tilt=0.15,
+    placement_aware=True,
+    reclaim_horizon=300.0,
+    keep_warm_at=0.9,
+    label="ats-srpt-fcfs-place-rr-warm",
+)
 # the control a learned priority must beat: ats-srpt with persistent random per-job jitter
 register_policy("ats-srpt-jitter", "baselines.jitter:JitteredAtsPolicy", label="ats-srpt-jitter")
 register_policy(

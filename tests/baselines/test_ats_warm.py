@@ -62,12 +62,15 @@ def test_while_inference_is_busy_no_warm_pod_is_lent_and_otherwise_it_is_ats_srp
 
 def test_the_overloaded_scenario_keeps_its_tail_golden() -> None:
     """docs/results.md §7: p99 999 s under ``ats-srpt``, 851.28 s with warm pods kept (``ats``
-    728 s), at a shorter mean JCT."""
+    728 s), at a shorter mean JCT; 999 s and 788.84 s under v4's prior without and with the rule."""
     srpt, warm = _episode(make_policy("ats-srpt")), _episode(make_policy("ats-srpt-warm"))
     assert srpt.infer_latency_p99 == pytest.approx(999.0)
     assert warm.infer_latency_p99 == pytest.approx(851.28)
     assert warm.train_jct_mean == pytest.approx(3167.0516, abs=1e-3)
     assert warm.train_jct_mean < srpt.train_jct_mean
+    # v4's prior and the same prior keeping warm pods (ats-srpt-fcfs-place-rr-warm)
+    rr, rr_warm = _episode(make_policy("ats-srpt-fcfs-place-rr")), _episode(make_policy("ats-srpt-fcfs-place-rr-warm"))
+    assert (rr.infer_latency_p99, rr_warm.infer_latency_p99) == pytest.approx((999.0, 788.84))
 
 
 def test_keeping_warm_pods_counts_them_as_protected() -> None:
