@@ -10,6 +10,13 @@ returns the model and its env, and a plain ``MaskablePPO.load(path)`` / ``PPO.lo
 evaluated on another env fails with one line naming the env it needs::
 
     python -m agents.export runs/maskable_ppo_2/best_model.zip agents/pretrained/deepboot-v0.zip
+
+``--prior NAME`` writes a score model that decodes its scores over another prior (its env argument
+``base_policy``), the weights unchanged: how ``deepboot-score-v5`` is v4 over the prior that keeps
+warm pods (docs/policies.md §8.10)::
+
+    python -m agents.export agents/pretrained/deepboot-score-v4.zip agents/pretrained/deepboot-score-v5.zip \
+        --prior ats-srpt-fcfs-place-rr-warm
 """
 
 from __future__ import annotations
@@ -41,15 +48,40 @@ def described(model: Any, env_kwargs: dict[str, Any]) -> Any:
     return model
 
 
-def export_model(src: str | Path, dst: str | Path) -> Path:
-    """Write ``src`` to ``dst`` as a self-describing model with an empty optimizer state; returns
-    ``dst``."""
+def export_model(src: str | Path, dst: str | Path, prior: str | None = None) -> Path:
+    """Write ``src`` to ``dst`` as a self-describing model with an empty optimizer state, over the
+    prior ``prior`` if given (a score model's ``base_policy``); returns ``dst``.
+
+    Raises:
+        ValueError: if ``prior`` is given for a model that is not a score model, or names a
+            policy that takes no scores.
+    """
     src = resolve_model_path(src)
     model = load_model(src)
-    model = described(model, agent_env_kwargs(model, src))
+    env_kwargs = agent_env_kwargs(model, src)
+    if prior is not None:
+        env_kwargs["base_policy"] = checked_prior(env_kwargs, prior)
+    model = described(model, env_kwargs)
     dst = Path(dst)
     dst.parent.mkdir(parents=True, exist_ok=True)
     return save_model(model, dst)
+
+
+def checked_prior(env_kwargs: dict[str, Any], prior: str) -> str:
+    """``prior``, if a score model with the env arguments ``env_kwargs`` can decode over it.
+
+    Raises:
+        ValueError: as :func:`export_model`.
+    """
+    from deepboot_env.policy import ScoredProposer, make_policy
+
+    mode = env_kwargs.get("action_mode", "target")
+    if mode != "score":
+        raise ValueError(f"--prior applies to a score model (action_mode 'score'), not {mode!r}")
+    policy = make_policy(prior)  # an unknown name: ValueError, naming the policies there are
+    if not isinstance(policy, ScoredProposer):
+        raise ValueError(f"--prior {prior!r} takes no scores (use ats, ats-srpt, ... or priority:<path>)")
+    return prior
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -57,8 +89,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("src", help="a saved model zip (or run folder)")
     parser.add_argument("dst", help="where to write the exported zip")
+    parser.add_argument("--prior", help="a score model's new prior (its base_policy), weights unchanged")
     args = parser.parse_args(argv)
-    out = export_model(args.src, args.dst)
+    try:
+        out = export_model(args.src, args.dst, args.prior)
+    except ValueError as exc:
+        parser.error(str(exc))
     print(f"{out} ({out.stat().st_size / 1e6:.2f} MB)")
     return 0
 

@@ -45,6 +45,7 @@ def test_every_shipped_model_has_a_short_name() -> None:
         "ppo:deepboot-score-v2",
         "ppo:deepboot-score-v3",
         "ppo:deepboot-score-v4",
+        "ppo:deepboot-score-v5",
         "ppo:deepboot-v0",
         "priority:deepboot-priority-v1",
     ]
@@ -53,7 +54,7 @@ def test_every_shipped_model_has_a_short_name() -> None:
 def test_short_names_reach_the_shipped_files_from_any_folder(elsewhere: Path) -> None:
     assert resolve_model_path("deepboot-v0") == SHIPPED_PPO
     assert resolve_model_path("deepboot-score-v1") == SHIPPED_SCORE
-    for version in ("v2", "v3", "v4"):
+    for version in ("v2", "v3", "v4", "v5"):
         assert resolve_model_path(f"deepboot-score-{version}") == PRETRAINED_DIR / f"deepboot-score-{version}.zip"
     assert resolve_shipped("deepboot-priority-v1", ".json") == SHIPPED_PRIORITY
 
@@ -125,6 +126,11 @@ def _application_scores(model) -> dict[str, float]:
             "deepboot-score-v4",
             "ats-srpt-fcfs-place-rr",
             {"ppo:deepboot-score-v4": GOLDEN_SCORE_V4_JCT, "ats-srpt-fcfs-place-rr": GOLDEN_RR_JCT},
+        ),
+        (  # no inference load there reaches the keep-warm rule's: v4's schedule and prior's
+            "deepboot-score-v5",
+            "ats-srpt-fcfs-place-rr-warm",
+            {"ppo:deepboot-score-v5": GOLDEN_SCORE_V4_JCT, "ats-srpt-fcfs-place-rr-warm": GOLDEN_RR_JCT},
         ),
     ],
 )
@@ -202,3 +208,27 @@ def test_score_v4_is_v3_grown_with_a_width_table_and_nothing_else(elsewhere: Pat
             assert torch.equal(value, grown[key]), key
     values = width_table(v4)
     assert values.shape == (18,) and 0.01 < abs(values).max() < 0.5
+
+
+def test_score_v5_is_v4_over_the_prior_that_keeps_warm_pods(elsewhere: Path) -> None:
+    """``deepboot-score-v5`` is v4's network, every weight, decoding over
+    ``ats-srpt-fcfs-place-rr-warm`` (``python -m agents.export ... --prior``, docs/results.md §7);
+    re-exported here it is the same model; the export refuses a prior for a model that is not a
+    score model, or a prior that takes no scores."""
+    import torch
+
+    from agents.export import export_model
+
+    v4, _ = agents.load_agent("deepboot-score-v4")
+    v5, _ = agents.load_agent("deepboot-score-v5")
+    assert v5.policy.state_dict().keys() == v4.policy.state_dict().keys()
+    assert all(torch.equal(value, v4.policy.state_dict()[key]) for key, value in v5.policy.state_dict().items())
+    assert v5.policy.env_kwargs == {**v4.policy.env_kwargs, "base_policy": "ats-srpt-fcfs-place-rr-warm"}
+    again, _ = agents.load_agent(
+        export_model(resolve_model_path("deepboot-score-v4"), elsewhere / "v5.zip", "ats-srpt-fcfs-place-rr-warm")
+    )
+    assert again.policy.env_kwargs == v5.policy.env_kwargs
+    with pytest.raises(ValueError, match="applies to a score model"):
+        export_model(resolve_model_path("deepboot-v0"), elsewhere / "x.zip", "ats")
+    with pytest.raises(ValueError, match="'fifo' takes no scores"):
+        export_model(resolve_model_path("deepboot-score-v4"), elsewhere / "x.zip", "fifo")
