@@ -31,6 +31,7 @@ from agents.described_policy import ENV_ARGUMENTS_KEY
 from agents.factory import policy_class
 from agents.policy_adapter import agent_env_kwargs, load_model, resolve_model_path, uses_masks
 from deepboot_env.argparsing import ArgumentParser
+from deepboot_env.policy import ScoredProposer, make_policy
 
 
 def described(model: Any, env_kwargs: dict[str, Any]) -> Any:
@@ -73,8 +74,6 @@ def checked_prior(env_kwargs: dict[str, Any], prior: str) -> str:
     Raises:
         ValueError: as :func:`export_model`.
     """
-    from deepboot_env.policy import ScoredProposer, make_policy
-
     mode = env_kwargs.get("action_mode", "target")
     if mode != "score":
         raise ValueError(f"--prior applies to a score model (action_mode 'score'), not {mode!r}")
