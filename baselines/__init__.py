@@ -30,66 +30,35 @@ register_policy(
     relist_restarts=True,
     label="ats-deepboot",
 )
-register_policy("ats-srpt", "baselines.ats:AtsPolicy", lend=True, srpt_power=0.25, label="ats-srpt")
-register_policy(
-    "ats-srpt-fcfs", "baselines.ats:AtsPolicy", lend=True, srpt_power=0.25, arrival_tilt=0.15, label="ats-srpt-fcfs"
-)
-# ats-srpt-fcfs whose knapsack values a job split across nodes at its multi-node speedup (§8.8)
-register_policy(
-    "ats-srpt-fcfs-place",
-    "baselines.ats:AtsPolicy",
-    lend=True,
-    srpt_power=0.25,
-    arrival_tilt=0.15,
-    placement_aware=True,
-    label="ats-srpt-fcfs-place",
-)
-# ats-srpt-fcfs-place whose reclaims count the restart they cause (§8.9)
-register_policy(
-    "ats-srpt-fcfs-place-rr",
-    "baselines.ats:AtsPolicy",
-    lend=True,
-    srpt_power=0.25,
-    arrival_tilt=0.15,
-    placement_aware=True,
-    reclaim_horizon=300.0,
-    label="ats-srpt-fcfs-place-rr",
-)
-# ats-srpt that keeps warm pods while inference is busy: no SLEEP pod's GPU is lent (§8.10)
-register_policy(
-    "ats-srpt-warm", "baselines.ats:AtsPolicy", lend=True, srpt_power=0.25, keep_warm_at=0.9, label="ats-srpt-warm"
-)
-# v4's prior with warm pods kept while inference is busy (§8.10)
+# The ATS variants form a chain, each the one before it plus one rule; the jitter controls and the
+# keep-warm variants take a link's rules (each dict: the options a rule adds)
+_SRPT = {"lend": True, "srpt_power": 0.25}
+_FCFS = {"arrival_tilt": 0.15}  # first come, first served among comparable jobs (§8.7)
+_PLACE = {**_FCFS, "placement_aware": True}  # a job split across nodes valued at its multi-node speedup (§8.8)
+_RR = {**_PLACE, "reclaim_horizon": 300.0}  # reclaims that count the restart they cause (§8.9)
+_WARM = {"keep_warm_at": 0.9}  # no SLEEP pod's GPU lent while inference is busy (§8.10)
+register_policy("ats-srpt", "baselines.ats:AtsPolicy", **_SRPT, label="ats-srpt")
+register_policy("ats-srpt-fcfs", "baselines.ats:AtsPolicy", **_SRPT, **_FCFS, label="ats-srpt-fcfs")
+register_policy("ats-srpt-fcfs-place", "baselines.ats:AtsPolicy", **_SRPT, **_PLACE, label="ats-srpt-fcfs-place")
+register_policy("ats-srpt-fcfs-place-rr", "baselines.ats:AtsPolicy", **_SRPT, **_RR, label="ats-srpt-fcfs-place-rr")
+register_policy("ats-srpt-warm", "baselines.ats:AtsPolicy", **_SRPT, **_WARM, label="ats-srpt-warm")
+# v4's prior with warm pods kept (the prior of deepboot-score-v5)
 register_policy(
     "ats-srpt-fcfs-place-rr-warm",
     "baselines.ats:AtsPolicy",
-    lend=True,
-    srpt_power=0.25,
-    arrival_tilt=0.15,
-    placement_aware=True,
-    reclaim_horizon=300.0,
-    keep_warm_at=0.9,
+    **_SRPT,
+    **_RR,
+    **_WARM,
     label="ats-srpt-fcfs-place-rr-warm",
 )
 # the control a learned priority must beat: ats-srpt with persistent random per-job jitter
 register_policy("ats-srpt-jitter", "baselines.jitter:JitteredAtsPolicy", label="ats-srpt-jitter")
+register_policy("ats-srpt-fcfs-jitter", "baselines.jitter:JitteredAtsPolicy", **_FCFS, label="ats-srpt-fcfs-jitter")
 register_policy(
-    "ats-srpt-fcfs-jitter", "baselines.jitter:JitteredAtsPolicy", arrival_tilt=0.15, label="ats-srpt-fcfs-jitter"
+    "ats-srpt-fcfs-place-jitter", "baselines.jitter:JitteredAtsPolicy", **_PLACE, label="ats-srpt-fcfs-place-jitter"
 )
 register_policy(
-    "ats-srpt-fcfs-place-jitter",
-    "baselines.jitter:JitteredAtsPolicy",
-    arrival_tilt=0.15,
-    placement_aware=True,
-    label="ats-srpt-fcfs-place-jitter",
-)
-register_policy(
-    "ats-srpt-fcfs-place-rr-jitter",
-    "baselines.jitter:JitteredAtsPolicy",
-    arrival_tilt=0.15,
-    placement_aware=True,
-    reclaim_horizon=300.0,
-    label="ats-srpt-fcfs-place-rr-jitter",
+    "ats-srpt-fcfs-place-rr-jitter", "baselines.jitter:JitteredAtsPolicy", **_RR, label="ats-srpt-fcfs-place-rr-jitter"
 )
 register_prefix("jitter", "baselines.jitter:jittered", arg="sigma")
 register_policy("pollux", "baselines.pollux:PolluxPolicy", lend=False)

@@ -263,7 +263,7 @@ class ClusterState:
 
     def inference_load(self) -> float:
         """The share of the inference GPUs (inference nodes, or every node of a shared pool) held
-        by RUNNING and PROTECT pods: 1.0 when inference has no GPU of its own to spare."""
+        by RUNNING and PROTECT pods, from 0.0 to 1.0 (every one busy); 0.0 without such nodes."""
         nodes = node_layout(self.node_kinds).lendable
         if not nodes:
             return 0.0
