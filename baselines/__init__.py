@@ -60,6 +60,22 @@ register_policy(
 register_policy(
     "ats-srpt-fcfs-place-rr-jitter", "baselines.jitter:JitteredAtsPolicy", **_RR, label="ats-srpt-fcfs-place-rr-jitter"
 )
+register_policy(
+    "ats-srpt-fcfs-place-rr-warm-jitter",
+    "baselines.jitter:JitteredAtsPolicy",
+    **_RR,
+    **_WARM,
+    label="ats-srpt-fcfs-place-rr-warm-jitter",
+)
+# v5's control of its own size: random per-job weights and width tables (docs/results.md §7)
+register_policy(
+    "ats-srpt-fcfs-place-rr-warm-wjitter",
+    "baselines.jitter:JitteredAtsPolicy",
+    **_RR,
+    **_WARM,
+    width_sigma=0.05,
+    label="ats-srpt-fcfs-place-rr-warm-wjitter",
+)
 register_prefix("jitter", "baselines.jitter:jittered", arg="sigma")
 register_policy("pollux", "baselines.pollux:PolluxPolicy", lend=False)
 register_policy("pollux-lend", "baselines.pollux:PolluxPolicy", lend=True)

@@ -8,7 +8,15 @@ control's has not shown that it learned anything (docs/results.md: persistent ra
 sigma 0.05 alone scores below ``ats-srpt`` on the families). ``jitter:<sigma>`` builds one over
 ``ats-srpt``; ``ats-srpt-fcfs-jitter`` is the control of the ``ats-srpt-fcfs`` prior and
 ``ats-srpt-fcfs-place-jitter`` that of ``ats-srpt-fcfs-place``, ``ats-srpt-fcfs-place-rr-jitter`` that
-of ``ats-srpt-fcfs-place-rr``.
+of ``ats-srpt-fcfs-place-rr``, ``ats-srpt-fcfs-place-rr-warm-jitter`` that of
+``ats-srpt-fcfs-place-rr-warm``.
+
+A score model with a width table also reshapes each job's option values by width class
+(:func:`baselines.ats.width_scored_options`). Its control, ``ats-srpt-fcfs-place-rr-warm-wjitter``,
+draws with ``width_sigma`` > 0 one more normal per width class and job, held for the job's life,
+and decodes them as that job's width log-multipliers: random scores of the size of the model's own
+(``deepboot-score-v5``'s are 0.042 per job, centred, and 0.053 per width class, in log-weight RMS
+over the families' first val seeds; docs/results.md §7).
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from baselines.ats import AtsPolicy
-from deepboot_env.policy import JobView
+from deepboot_env.policy import WIDTH_CLASSES, Allocation, ClusterState, JobView
 
 DEFAULT_SIGMA = 0.05
 """The jitter of ``ats-srpt-jitter`` (log-weight standard deviation)."""
@@ -35,9 +43,12 @@ class JitteredAtsPolicy(AtsPolicy):
         arrival_tilt: the prior's arrival tilt (``ats-srpt-fcfs``: 0.15).
         placement_aware: the prior's valuation (``ats-srpt-fcfs-place``: True).
         reclaim_horizon: the prior's reclaim rule (``ats-srpt-fcfs-place-rr``: 300 s).
+        keep_warm_at: the prior's keep-warm share (``ats-srpt-fcfs-place-rr-warm``: 0.9).
+        width_sigma: the log-multiplier standard deviation of each width class's random score
+            (>= 0; 0: the prior's own valuation).
 
     Raises:
-        ValueError: for a sigma that is not a finite number >= 0.
+        ValueError: for a sigma or width sigma that is not a finite number >= 0.
     """
 
     def __init__(
@@ -48,9 +59,12 @@ class JitteredAtsPolicy(AtsPolicy):
         arrival_tilt: float = 0.0,
         placement_aware: bool = False,
         reclaim_horizon: float = 0.0,
+        keep_warm_at: float = 0.0,
+        width_sigma: float = 0.0,
     ) -> None:
-        if isinstance(sigma, bool) or not (isinstance(sigma, int | float) and 0.0 <= sigma < math.inf):
-            raise ValueError(f"jitter sigma must be a finite number >= 0, got {sigma!r}")
+        for name, value in (("jitter sigma", sigma), ("width sigma", width_sigma)):
+            if isinstance(value, bool) or not (isinstance(value, int | float) and 0.0 <= value < math.inf):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
         super().__init__(
             lend=True,
             srpt_power=srpt_power,
@@ -58,15 +72,30 @@ class JitteredAtsPolicy(AtsPolicy):
             arrival_tilt=arrival_tilt,
             placement_aware=placement_aware,
             reclaim_horizon=reclaim_horizon,
+            keep_warm_at=keep_warm_at,
         )
         self.sigma = float(sigma)
+        self.width_sigma = float(width_sigma)
         self._draws: dict[int, float] = {}
+        self._width_draws: dict[int, tuple[float, ...]] = {}
         self._rng = np.random.default_rng(0)
 
     def reset(self, seed: int | None = None) -> None:
         """Forget the episode's draws; a new generator from ``seed`` (0 if None)."""
         self._draws = {}
+        self._width_draws = {}
         self._rng = np.random.default_rng(0 if seed is None else seed)
+
+    def decide(self, state: ClusterState) -> Allocation:
+        """The prior's decision under the jittered weights, and with ``width_sigma`` each job's
+        width log-multipliers ``width_sigma * z``, drawn once per job."""
+        if not self.width_sigma:
+            return super().decide(state)
+        draws = self._width_draws
+        for job in state.jobs:
+            if job.id not in draws:
+                draws[job.id] = tuple(self.width_sigma * float(z) for z in self._rng.standard_normal(WIDTH_CLASSES))
+        return self.decide_scored(state, {}, 1.0, draws)
 
     def job_weights(self, jobs: Sequence[JobView], fair: int, capacity: int) -> np.ndarray | None:
         """The prior's weights times ``exp(sigma * z_j)``, z_j drawn once per job."""

@@ -22,7 +22,7 @@ from deepboot_env.env import DeepBootEnv
 from deepboot_env.env.action import ScoreCodec
 from deepboot_env.env.reference import JobSecondsCurve, simulate_reference
 from deepboot_env.evaluation import run_episode
-from deepboot_env.policy import make_policy
+from deepboot_env.policy import WIDTH_CLASSES, make_policy
 from deepboot_env.sim.reclaim import is_ats_i_rule
 from traces.generate import generate_workload, write_workload_csv
 
@@ -319,11 +319,12 @@ def test_jitter_control_is_ats_srpt_at_zero_and_persistent_per_job(busy) -> None
     srpt = run_episode(make_policy("ats-srpt"), busy, config, seed=0)
     _same_episode(run_episode(make_policy("jitter:0"), busy, config, seed=0).to_dict(include_jcts=False), srpt)
     assert make_policy("ats-srpt-jitter").name == "ats-srpt-jitter"
-    for prior in ("ats-srpt-fcfs", "ats-srpt-fcfs-place", "ats-srpt-fcfs-place-rr"):
+    for prior in ("ats-srpt-fcfs", "ats-srpt-fcfs-place", "ats-srpt-fcfs-place-rr", "ats-srpt-fcfs-place-rr-warm"):
         control = make_policy(f"{prior}-jitter", sigma=0.0)
         expected = run_episode(make_policy(prior), busy, config, seed=0)
         _same_episode(run_episode(control, busy, config, seed=0).to_dict(include_jcts=False), expected)
     assert make_policy("ats-srpt-fcfs-place-rr-jitter").reclaim_horizon == 300.0
+    assert make_policy("ats-srpt-fcfs-place-rr-warm-jitter").keep_warm_at == 0.9
     jitter = make_policy("jitter:0.5")
     first = run_episode(jitter, busy, config, seed=1)
     assert first.train_jct_mean != srpt.train_jct_mean
@@ -334,6 +335,24 @@ def test_jitter_control_is_ats_srpt_at_zero_and_persistent_per_job(busy) -> None
         make_policy("jitter:-1")
     with pytest.raises(ValueError, match="needs a number"):
         make_policy("jitter:abc")
+
+
+def test_width_jitter_draws_a_width_table_per_job_and_is_the_prior_at_zero(busy) -> None:
+    config = _score_env(busy, cluster="2x4+2x4").sim_config
+    prior = run_episode(make_policy("ats-srpt-fcfs-place-rr-warm"), busy, config, seed=0)
+    zero = make_policy("ats-srpt-fcfs-place-rr-warm-wjitter", sigma=0.0, width_sigma=0.0)
+    _same_episode(run_episode(zero, busy, config, seed=0).to_dict(include_jcts=False), prior)
+    # widths alone move the schedule: the weights keep the prior's, the option values do not
+    widths = make_policy("ats-srpt-fcfs-place-rr-warm-wjitter", sigma=0.0, width_sigma=0.5)
+    first = run_episode(widths, busy, config, seed=3)
+    assert first.jcts != prior.jcts
+    assert run_episode(widths, busy, config, seed=3).jcts == first.jcts  # seeded
+    draws = dict(widths._width_draws)
+    assert len(draws) == len(busy.jobs)  # one table per job, kept for its life
+    assert all(len(table) == WIDTH_CLASSES for table in draws.values())
+    assert make_policy("ats-srpt-fcfs-place-rr-warm-wjitter").width_sigma == 0.05
+    with pytest.raises(ValueError, match="width sigma must be a finite number >= 0, got -0.1"):
+        make_policy("ats-srpt-fcfs-place-rr-warm-wjitter", width_sigma=-0.1)
 
 
 def test_train_policy_score_preset_starts_at_the_prior(tiny, tmp_path: Path) -> None:
