@@ -105,6 +105,17 @@ def option_matrix(
     return out
 
 
+def check_finite_nonnegative(**values: object) -> None:
+    """Check that each named option is a finite number >= 0 (not a bool).
+
+    Raises:
+        ValueError: naming the first option that is not.
+    """
+    for name, value in values.items():
+        if isinstance(value, bool) or not (isinstance(value, int | float) and 0.0 <= value < math.inf):
+            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
 @dataclass(frozen=True)
 class Options:
     """Every job's option values, without building them: job i's value of w GPUs is
@@ -604,13 +615,7 @@ class AtsPolicy(BasePolicy):
     ) -> None:
         if isinstance(keep_warm_at, bool) or not (isinstance(keep_warm_at, int | float) and 0.0 <= keep_warm_at <= 1.0):
             raise ValueError(f"keep_warm_at must be a share in [0, 1], got {keep_warm_at!r}")
-        for name, value in (
-            ("srpt_power", srpt_power),
-            ("arrival_tilt", arrival_tilt),
-            ("reclaim_horizon", reclaim_horizon),
-        ):
-            if isinstance(value, bool) or not (isinstance(value, int | float) and 0.0 <= value < math.inf):
-                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        check_finite_nonnegative(srpt_power=srpt_power, arrival_tilt=arrival_tilt, reclaim_horizon=reclaim_horizon)
         self.lend = lend
         self.linear_untrained = linear_untrained
         self.relist_restarts = relist_restarts

@@ -21,12 +21,11 @@ over the families' first val seeds; docs/results.md §7).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
 
-from baselines.ats import AtsPolicy
+from baselines.ats import AtsPolicy, check_finite_nonnegative
 from deepboot_env.policy import WIDTH_CLASSES, Allocation, ClusterState, JobView
 
 DEFAULT_SIGMA = 0.05
@@ -62,9 +61,7 @@ class JitteredAtsPolicy(AtsPolicy):
         keep_warm_at: float = 0.0,
         width_sigma: float = 0.0,
     ) -> None:
-        for name, value in (("jitter sigma", sigma), ("width sigma", width_sigma)):
-            if isinstance(value, bool) or not (isinstance(value, int | float) and 0.0 <= value < math.inf):
-                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        check_finite_nonnegative(**{"jitter sigma": sigma, "width sigma": width_sigma})
         super().__init__(
             lend=True,
             srpt_power=srpt_power,
