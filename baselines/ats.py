@@ -183,8 +183,9 @@ class _RowArena:
     def __init__(self) -> None:
         self.values = np.zeros(1 << 12)
         self.used = 0
-        self.rows: dict[tuple[int, int, int, int], tuple[object, int, int]] = {}
-        """(rates id, epoch or -1, fair, GPUs per node or 0) -> (owner, offset, width)."""
+        self.rows: dict[tuple[int, ...], tuple[object, int, int]] = {}
+        """(rates id, epoch or -1, fair, GPUs per node or 0) -> (owner, offset, width); with
+        (room, top) after them, the row split-valued by :meth:`split_row`."""
 
     def start_call(self) -> None:
         """Start afresh if the memo is full (never in the middle of one :meth:`Options.of`)."""
@@ -203,6 +204,20 @@ class _RowArena:
             return hit[1]
         return self._store(key, rates, speedup_values(job.rate_table(), fair, gpus_per_node, max_w))
 
+    def split_row(self, job: JobView, fair: int, gpus_per_node: int, max_w: int, room: int, top: int) -> int:
+        """Offset of :meth:`speedup_row`'s row of ``job`` (at least ``max_w + 1`` values) whose
+        options ``max(2, room + 1)..top`` read the multi-node rate (:func:`_split_valued`),
+        memoised as the row is, by the room and the top width too: a job's room changes only
+        when GPUs move, so most decisions find the split row they made before."""
+        rates = job.rates
+        key = (id(rates), job.epoch, fair, gpus_per_node, room, top)
+        hit = self.rows.get(key)
+        if hit is not None and hit[0] is rates and hit[2] >= max_w:
+            return hit[1]
+        start = self.speedup_row(job, fair, gpus_per_node, max_w)
+        row = _split_valued(self.values[start : start + max_w + 1], job.rate_table(), room, top, fair)
+        return self._store(key, rates, row)
+
     def linear_row(self, fair: int, max_w: int) -> int:
         """Offset of the row ``w / fair``, w = 0..max_w or more (the value of a job that has not
         trained)."""
@@ -212,7 +227,7 @@ class _RowArena:
             return hit[1]
         return self._store(key, None, np.arange(max_w + 1) / max(fair, 1))
 
-    def _store(self, key: tuple[int, int, int, int], owner: object, row: np.ndarray) -> int:
+    def _store(self, key: tuple[int, ...], owner: object, row: np.ndarray) -> int:
         """Append ``row`` (memoised under ``key``, kept with ``owner``); its offset."""
         start = self.used
         end = start + len(row)
@@ -271,28 +286,36 @@ def placement_aware_options(
     lend: bool | float,
     linear_untrained: bool = False,
 ) -> Options:
-    """``options`` with each job's 2..G-GPU options (G GPUs per node) valued at its multi-node
-    speedup where no node has room for them now (docs/policies.md §8.8; ``fair`` as in
-    :func:`speedup_values`).
+    """``options`` (of :meth:`Options.of`) with each job's 2..G-GPU options (G GPUs per node)
+    valued at its multi-node speedup where no node has room for them now (docs/policies.md §8.8;
+    ``fair`` as in :func:`speedup_values`).
 
     A job's room is the most GPUs one node could give it before the reallocation: the node's free
     GPUs at lending share ``lend`` plus the GPUs the job holds there. Best-fit splits a w-GPU job
     across nodes when w exceeds every node's room, and ATS's one-node valuation then overrates it
     (by 2-16 % for yolov3, whose rate falls most when split). Jobs valued linearly (not trained,
-    with ``linear_untrained``) keep their rows. The rows are copied into one new array, so the
-    memoised rows are never written.
+    with ``linear_untrained``) keep their rows. The split rows are memoised beside the one-node
+    rows (:meth:`_RowArena.split_row`), never written over them: only the offsets change.
+
+    Raises:
+        ValueError: if ``options`` are not those of the latest :meth:`Options.of` (whose rows'
+            array the split rows are added to).
     """
+    if options.speedups is not _ARENA.values:
+        raise ValueError("placement_aware_options takes the options of the latest Options.of (rows in its array)")
     gpus_per_node = state.gpus_per_node
-
-    def split_valued(job: JobView, cap: int, row: np.ndarray, free: np.ndarray) -> np.ndarray:
+    free = np.maximum(state.training_capacity(lend=lend) - state.train_used, 0)
+    most_free = int(free.max()) if len(free) else 0
+    offsets = options.offsets.copy()
+    for i, (job, cap) in enumerate(zip(jobs, caps, strict=True)):
         top = min(gpus_per_node, cap)
-        if top >= 2 and not (linear_untrained and not job.trained):
-            room = int((free + job.alloc).max())
-            if room < top:
-                return _split_valued(row, job.rate_table(), room, top, fair)
-        return row
-
-    return _reshaped_rows(options, jobs, caps, state, lend, split_valued)
+        if top < 2 or (linear_untrained and not job.trained):
+            continue
+        # a job holding no GPUs has the free GPUs' room: no array sum for it
+        room = int((free + job.alloc).max()) if job.replicas else most_free
+        if room < top:
+            offsets[i] = _ARENA.split_row(job, fair, gpus_per_node, cap, room, top)
+    return Options(_ARENA.values, offsets, options.phi, options.held, options.weights)
 
 
 def _reshaped_rows(

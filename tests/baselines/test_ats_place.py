@@ -68,6 +68,33 @@ def test_untrained_jobs_valued_linearly_keep_their_rows_and_the_memo_is_not_writ
     np.testing.assert_array_equal(after.speedups[after.offsets[0] : after.offsets[0] + 9], memo)
 
 
+def test_split_rows_are_memoised_beside_the_one_node_rows_and_serve_narrower_caps(monkeypatch) -> None:
+    """The split row of a job is computed once per (rates, epoch, fair share, room, top width)
+    and stored in ATS's row arena: a second decision on the same room reads the same offset, a
+    narrower cap with the same top width reuses it, the one-node row is never written, and the
+    values are those written out by hand; options not from the latest ``Options.of`` are refused."""
+    import baselines.ats as ats
+
+    monkeypatch.setattr(ats, "_ARENA", ats._RowArena())
+    new = job_view(0, "yolov3", [0, 0], 8)
+    other = job_view(1, "cifar10", [2, 2], 4)
+    state = cluster_state("2x4", [new, other])
+    table = new.rate_table()
+    first = placement_aware_options(Options.of([new], 4, 4, [8], False), [new], [8], 4, state, True)
+    rows = len(ats._ARENA.rows)
+    again = placement_aware_options(Options.of([new], 4, 4, [6], False), [new], [6], 4, state, True)
+    assert again.offsets.tolist() == first.offsets.tolist() and len(ats._ARENA.rows) == rows == 2
+    split = again.speedups[again.offsets[0] : again.offsets[0] + 7]
+    one_node = speedup_values(table, 4, 4, 8)
+    np.testing.assert_array_equal(split[3:5], table[1, 3:5] / table[0, 4])
+    np.testing.assert_array_equal(np.delete(split, [3, 4]), np.delete(one_node[:7], [3, 4]))
+    plain = Options.of([new], 4, 4, [8], False)
+    np.testing.assert_array_equal(plain.speedups[plain.offsets[0] : plain.offsets[0] + 9], one_node)
+    foreign = Options(one_node.copy(), np.zeros(1, dtype=np.int64), np.ones(1), np.zeros(1, dtype=np.int64), np.ones(1))
+    with pytest.raises(ValueError, match="latest Options.of"):
+        placement_aware_options(foreign, [new], [8], 4, state, True)
+
+
 def _expected_value(job, w: int, fair: int, room: int, gpus_per_node: int, weight: float) -> float:
     """The option value of §8.8 written out: the rate of w GPUs, multi-node when w spans nodes or
     exceeds the room, over the one-node rate at the fair share, weighted, restart-discounted."""
