@@ -3,22 +3,24 @@
     python benchmarks/bench_hindsight.py [--prior ats-srpt-fcfs-place-rr-warm]
                                          [--families mixed heavy-inference ...] [--seeds 1]
                                          [--generations 16] [--pairs 8] [--sigma 0.05]
-                                         [--learning-rate 0.02] [--widths] [--jobs 2] [--seed 0]
+                                         [--learning-rate 0.02] [--widths] [--tie job] [--jobs 2] [--seed 0]
                                          [--robustness 8] [--save hindsight.json]
 
 What could any policy of the score action gain over its prior on a scenario, if it knew the
-scenario? For each val scenario (the first ``--seeds`` of each family), evolution strategies
-search one log-weight score per job, held for the job's life (with ``--widths`` also its
+scenario? For each val scenario (the first ``--seeds`` of each family), evolution strategies search
+one log-weight score per job, held for the job's life (with ``--widths`` also its
 :data:`~deepboot_env.policy.WIDTH_CLASSES` width scores), on that scenario itself: ``--pairs``
 antithetic pairs ``theta +- sigma e`` per generation, fitness the episode's mean JCT over the
-prior's, Adam on the pairs' differences. The prior is the zero vector, so generation 0 is 1.0
-exactly. Reported per generation: the ratio of the *mean* vector's episode to the prior's (what
-the search has learned, not the best of its samples, which is a best-of-N of the schedule's
-noise: docs/results.md §7 "chaotic") and the best sample so far; at the end, the mean over the
-scenarios of each one's best mean-vector ratio. A reference for what held per-job scores are
-worth over the prior when the future is known (the issue's "<= 0.98 x its own prior"), not a
-bound: the search stops before it converges (48 generations go well below 16's), and a policy
-may also vary its scores over time.
+prior's, Adam on the pairs' differences. With ``--tie application`` the search holds one row of
+scores per application instead of per job (every job of an application shares it): what the static
+per-application tables of the shipped score models could reach on the scenario. The prior is the
+zero vector, so generation 0 is 1.0 exactly. Reported per generation: the ratio of the *mean*
+vector's episode to the prior's (what the search has learned, not the best of its samples, which is
+a best-of-N of the schedule's noise: docs/results.md §7 "chaotic") and the best sample so far; at
+the end, the mean over the scenarios of each one's best mean-vector ratio. A reference for what
+held per-job scores are worth over the prior when the future is known (the issue's "<= 0.98 x its
+own prior"), not a bound: the search stops before it converges (48 generations go well below 16's),
+and a policy may also vary its scores over time.
 
 Is a hindsight vector knowledge or luck? The schedule is chaotic in the scores (one part in a
 thousand of a job's weight can move a scenario's mean JCT by 1 %), so a search on the scenario
@@ -51,6 +53,8 @@ from deepboot_env.atomic import atomic_write
 from deepboot_env.config import sim_config
 from deepboot_env.evaluation import run_episode
 from deepboot_env.policy import WIDTH_CLASSES, Allocation, ClusterState, make_policy
+from deepboot_env.sim.apps import APP_NAMES
+from deepboot_env.sim.workload import TrainingJobSpec
 from traces.families import FAMILIES, cached_scenario, split_seeds
 
 
@@ -112,15 +116,17 @@ def search(
 ) -> Found:
     """ES on one scenario: the best ratio of the mean vector's episode to the prior's, that
     vector, and with ``--robustness`` the ratios of the vector under tiny persistent jitter."""
-    jobs = len(cached_scenario(family, seed).workload.jobs)
+    workload_jobs = cached_scenario(family, seed).workload.jobs
+    jobs = len(workload_jobs)
     per_job = 1 + (WIDTH_CLASSES if args.widths else 0)
+    rows = searched_rows(workload_jobs, args.tie)
     rng = np.random.default_rng([args.seed, seed])
-    zeros = [0.0] * (jobs * per_job)
+    zeros = [0.0] * (max(rows) + 1) * per_job
     state = EsState(theta=zeros, m=zeros, v=zeros)  # Adam's moments and step count, as the ES trainer keeps them
     theta = np.zeros(len(zeros))
 
     def task(vector: np.ndarray) -> Task:
-        table = vector.reshape(jobs, per_job)
+        table = vector.reshape(-1, per_job)[rows]  # each job's row of the searched table
         widths = tuple(tuple(map(float, row[1:])) for row in table) if args.widths else ()
         return Task(family, seed, prior, tuple(map(float, table[:, 0])), widths)
 
@@ -155,6 +161,15 @@ def search(
     return Found(best_mean, best_theta.tolist(), robust)
 
 
+def searched_rows(jobs: Sequence[TrainingJobSpec], tie: str) -> list[int]:
+    """Each job's row in the searched table: its own (``tie`` "job") or its application's
+    (``tie`` "application": one row per :data:`~deepboot_env.sim.apps.APP_NAMES` entry, every
+    job of an application holding the same scores)."""
+    if tie == "job":
+        return list(range(len(jobs)))
+    return [APP_NAMES.index(job.app) for job in jobs]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point (see the module docstring); returns the exit status."""
     parser = ArgumentParser(description=__doc__.splitlines()[0])
@@ -166,6 +181,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sigma", type=float, default=0.05)
     parser.add_argument("--learning-rate", type=float, default=0.02)
     parser.add_argument("--widths", action="store_true", help="also search per-job width scores")
+    parser.add_argument(
+        "--tie", choices=("job", "application"), default="job", help="one searched row per job or per application"
+    )
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
     parser.add_argument("--seed", type=int, default=0, help="the search's noise")
     parser.add_argument("--robustness", type=int, default=0, help="re-runs of each best vector under tiny jitter")
@@ -186,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.save:
         rows = [{"family": family, "seed": seed, **found._asdict()} for (family, seed), found in results.items()]
         with atomic_write(args.save) as out:
-            json.dump({"prior": args.prior, "widths": args.widths, "scenarios": rows}, out)
+            json.dump({"prior": args.prior, "widths": args.widths, "tie": args.tie, "scenarios": rows}, out)
     return 0
 
 
