@@ -4,7 +4,7 @@
                                          [--families mixed heavy-inference ...] [--seeds 1]
                                          [--generations 16] [--pairs 8] [--sigma 0.05]
                                          [--learning-rate 0.02] [--widths] [--tie job] [--jobs 2] [--seed 0]
-                                         [--robustness 8] [--save hindsight.json]
+                                         [--robustness 8] [--save hindsight.json] [--transfer 8]
 
 What could any policy of the score action gain over its prior on a scenario, if it knew the
 scenario? For each val scenario (the first ``--seeds`` of each family), evolution strategies search
@@ -27,8 +27,11 @@ thousand of a job's weight can move a scenario's mean JCT by 1 %), so a search o
 itself may find a lucky route rather than a valuation a policy could learn. ``--robustness N``
 re-runs each scenario's best vector N times with persistent jitter of standard deviation
 ``--robustness-sigma`` (default 0.001) added to every score: a gain that survives it is a
-property of the scores, one that vanishes was a route. ``--save`` writes each scenario's best
-vector and ratios as JSON (atomically).
+property of the scores, one that vanishes was a route. ``--transfer N`` (with ``--tie
+application``) asks whether it is a valuation that carries over: each scenario's best table, and
+the mean of them, is played on the next N val seeds of every family (scenarios no search saw) and
+reported as its mean ratio to the prior over the families, the scenarios it wins, and per family.
+``--save`` writes each scenario's best vector and ratios as JSON (atomically), before the transfer.
 
 Episodes run in ``--jobs`` worker processes; every episode is deterministic (the prior and the
 simulator are), so a run is reproducible from its arguments.
@@ -94,6 +97,13 @@ def episode_jct(task: Task) -> float:
     return run_episode(policy, scenario.workload, config, seed=0).train_jct_mean
 
 
+def held_task(family: str, seed: int, prior: str, table: np.ndarray, widths: bool) -> Task:
+    """The episode of the scenario with row j of ``table`` held by job j: its score, then with
+    ``widths`` its width scores."""
+    width_rows = tuple(tuple(map(float, row[1:])) for row in table) if widths else ()
+    return Task(family, seed, prior, tuple(map(float, table[:, 0])), width_rows)
+
+
 def scored_prior(name: str) -> AtsPolicy:
     """The registered policy ``name``, which must be one of ATS's variants (they take per-job
     scores, and their hooks come with them).
@@ -126,9 +136,7 @@ def search(
     theta = np.zeros(len(zeros))
 
     def task(vector: np.ndarray) -> Task:
-        table = vector.reshape(-1, per_job)[rows]  # each job's row of the searched table
-        widths = tuple(tuple(map(float, row[1:])) for row in table) if args.widths else ()
-        return Task(family, seed, prior, tuple(map(float, table[:, 0])), widths)
+        return held_task(family, seed, prior, vector.reshape(-1, per_job)[rows], args.widths)
 
     base = episode_jct(task(theta))
     best_mean, best_sample, best_theta = 1.0, 1.0, theta
@@ -170,6 +178,45 @@ def searched_rows(jobs: Sequence[TrainingJobSpec], tie: str) -> list[int]:
     return [APP_NAMES.index(job.app) for job in jobs]
 
 
+def transfer(pool: ProcessPoolExecutor, results: dict[tuple[str, int], Found], args: argparse.Namespace) -> None:
+    """Play each scenario's best per-application table, and with several their mean, on the
+    ``--transfer`` val seeds of every family after the searched ones, and print each one's mean
+    ratio to the prior over the families, the scenarios it wins and its ratio per family."""
+    per_app = 1 + (WIDTH_CLASSES if args.widths else 0)
+    tables = {
+        f"{family} {seed}": np.reshape(found.scores, (len(APP_NAMES), per_app))
+        for (family, seed), found in results.items()
+    }
+    if len(tables) > 1:
+        tables["mean of the tables"] = np.mean(list(tables.values()), axis=0)
+    seeds = list(split_seeds("val"))[args.seeds : args.seeds + args.transfer]
+    scenarios = [(family, seed) for seed in seeds for family in FAMILIES]
+
+    def episodes(table: np.ndarray) -> np.ndarray:
+        tasks = [
+            held_task(
+                family,
+                seed,
+                args.prior,
+                table[searched_rows(cached_scenario(family, seed).workload.jobs, "application")],
+                args.widths,
+            )
+            for family, seed in scenarios
+        ]
+        return np.array(list(pool.map(episode_jct, tasks)))
+
+    base = episodes(np.zeros((len(APP_NAMES), per_app)))
+    print(
+        f"each table on val seeds {seeds[0]}-{seeds[-1]} of every family ({len(scenarios)} scenarios), over the prior:"
+    )
+    for name, table in tables.items():
+        ratios = episodes(table) / base
+        by_family = {family: float(ratios[[f == family for f, _ in scenarios]].mean()) for family in FAMILIES}
+        shown = ", ".join(f"{family} {ratio:.4f}" for family, ratio in by_family.items())
+        wins = f"better on {int((ratios < 1).sum())}/{len(ratios)}"
+        print(f"  {name:<24} {np.mean(list(by_family.values())):.4f} ({wins}): {shown}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point (see the module docstring); returns the exit status."""
     parser = ArgumentParser(description=__doc__.splitlines()[0])
@@ -189,22 +236,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--robustness", type=int, default=0, help="re-runs of each best vector under tiny jitter")
     parser.add_argument("--robustness-sigma", type=float, default=0.001)
     parser.add_argument("--save", help="JSON file for each scenario's best vector and ratios")
+    parser.add_argument(
+        "--transfer", type=int, default=0, help="with --tie application: val seeds per family to play the tables on"
+    )
     args = parser.parse_args(argv)
+    if args.transfer and args.tie != "application":
+        parser.error("--transfer needs --tie application (a per-job vector belongs to its scenario's jobs)")
     scored_prior(args.prior)  # fail early on a prior that takes no scores
     results: dict[tuple[str, int], Found] = {}
     with ProcessPoolExecutor(args.jobs) as pool:
         for family in args.families:
             for seed in list(split_seeds("val"))[: args.seeds]:
                 results[(family, seed)] = search(pool, family, seed, args.prior, args)
-    print("best mean-vector ratio to the prior per scenario (under jitter):")
-    for (family, seed), found in results.items():
-        robust = f" ({np.mean(found.jittered):.4f})" if found.jittered else ""
-        print(f"  {family:<16} {seed}: {found.ratio:.4f}{robust}")
-    print(f"mean over the scenarios: {np.mean([found.ratio for found in results.values()]):.4f}")
-    if args.save:
-        rows = [{"family": family, "seed": seed, **found._asdict()} for (family, seed), found in results.items()]
-        with atomic_write(args.save) as out:
-            json.dump({"prior": args.prior, "widths": args.widths, "tie": args.tie, "scenarios": rows}, out)
+        print("best mean-vector ratio to the prior per scenario (under jitter):")
+        for (family, seed), found in results.items():
+            robust = f" ({np.mean(found.jittered):.4f})" if found.jittered else ""
+            print(f"  {family:<16} {seed}: {found.ratio:.4f}{robust}")
+        print(f"mean over the scenarios: {np.mean([found.ratio for found in results.values()]):.4f}", flush=True)
+        if args.save:  # before the transfer, which may take long
+            rows = [{"family": family, "seed": seed, **found._asdict()} for (family, seed), found in results.items()]
+            with atomic_write(args.save) as out:
+                json.dump({"prior": args.prior, "widths": args.widths, "tie": args.tie, "scenarios": rows}, out)
+        if args.transfer:
+            transfer(pool, results, args)
     return 0
 
 
