@@ -97,6 +97,11 @@ def episode_jct(task: Task) -> float:
     return run_episode(policy, scenario.workload, config, seed=0).train_jct_mean
 
 
+def row_size(widths: bool) -> int:
+    """Values in one row of a searched table: the score, then with ``widths`` the width scores."""
+    return 1 + (WIDTH_CLASSES if widths else 0)
+
+
 def held_task(family: str, seed: int, prior: str, table: np.ndarray, widths: bool) -> Task:
     """The episode of the scenario with row j of ``table`` held by job j: its score, then with
     ``widths`` its width scores."""
@@ -128,7 +133,7 @@ def search(
     vector, and with ``--robustness`` the ratios of the vector under tiny persistent jitter."""
     workload_jobs = cached_scenario(family, seed).workload.jobs
     jobs = len(workload_jobs)
-    per_job = 1 + (WIDTH_CLASSES if args.widths else 0)
+    per_job = row_size(args.widths)
     rows = searched_rows(workload_jobs, args.tie)
     rng = np.random.default_rng([args.seed, seed])
     zeros = [0.0] * (max(rows) + 1) * per_job
@@ -182,7 +187,7 @@ def transfer(pool: ProcessPoolExecutor, results: dict[tuple[str, int], Found], a
     """Play each scenario's best per-application table, and with several their mean, on the
     ``--transfer`` val seeds of every family after the searched ones, and print each one's mean
     ratio to the prior over the families, the scenarios it wins and its ratio per family."""
-    per_app = 1 + (WIDTH_CLASSES if args.widths else 0)
+    per_app = row_size(args.widths)
     tables = {
         f"{family} {seed}": np.reshape(found.scores, (len(APP_NAMES), per_app))
         for (family, seed), found in results.items()
@@ -191,17 +196,12 @@ def transfer(pool: ProcessPoolExecutor, results: dict[tuple[str, int], Found], a
         tables["mean of the tables"] = np.mean(list(tables.values()), axis=0)
     seeds = list(split_seeds("val"))[args.seeds : args.seeds + args.transfer]
     scenarios = [(family, seed) for seed in seeds for family in FAMILIES]
+    job_rows = [searched_rows(cached_scenario(family, seed).workload.jobs, "application") for family, seed in scenarios]
 
     def episodes(table: np.ndarray) -> np.ndarray:
         tasks = [
-            held_task(
-                family,
-                seed,
-                args.prior,
-                table[searched_rows(cached_scenario(family, seed).workload.jobs, "application")],
-                args.widths,
-            )
-            for family, seed in scenarios
+            held_task(family, seed, args.prior, table[rows], args.widths)
+            for (family, seed), rows in zip(scenarios, job_rows, strict=True)
         ]
         return np.array(list(pool.map(episode_jct, tasks)))
 
