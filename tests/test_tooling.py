@@ -37,7 +37,9 @@ def test_ci_runs_the_readme_quickstart_commands_verbatim() -> None:
     demo, tests = result.stdout.splitlines()
     quickstart = (REPO / "README.md").read_text(encoding="utf-8").split("## Quickstart", 1)[1].split("\n## ", 1)[0]
     assert f"```bash\n{demo}\n```" in quickstart and f"```bash\n{tests}\n```" in quickstart
-    assert "deepboot simulate" in demo and tests.endswith("python -m pytest -q")
+    assert "deepboot simulate" in demo and "python -m pytest -q" in tests
+    # two workers, a file each at a time: a module's fixtures (the wheel's venv) are built once
+    assert tests.endswith("-n 2 --dist loadfile")
     extras = tests.split('-e ".[', 1)[1].split("]", 1)[0].split(",")
     assert {"rl", "dev", "ray"} <= set(extras)
     assert "pip install -e . &&" in demo  # the demo episode runs without any extra
