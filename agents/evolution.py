@@ -100,6 +100,8 @@ class EsSettings:
         arrival_tilt: > 0 adds the ``arrival_rank`` feature, starting at this coefficient (0.15:
             the warm start is ``ats-srpt-fcfs``).
         app_features: 1 adds one ``app_<name>`` feature per application, starting at 0.
+        score_row: 1 (a run over a score model's table, ``-i MODEL.zip``) trains the table's
+            score row too: each application's log-weight change, then the width outputs.
     """
 
     generations: int = 24
@@ -111,6 +113,7 @@ class EsSettings:
     srpt_power: float = 0.25
     arrival_tilt: float = 0.0
     app_features: int = 0
+    score_row: int = 0
 
     @property
     def features(self) -> tuple[str, ...]:
@@ -143,8 +146,9 @@ class EsSettings:
         for name in ("srpt_power", "arrival_tilt"):
             if not (0 <= getattr(settings, name) < math.inf):
                 raise EsConfigError(f"ES setting {name} must be >= 0 and finite, got {getattr(settings, name)}")
-        if settings.app_features not in (0, 1):
-            raise EsConfigError(f"ES setting app_features must be 0 or 1, got {settings.app_features}")
+        for name in ("app_features", "score_row"):
+            if getattr(settings, name) not in (0, 1):
+                raise EsConfigError(f"ES setting {name} must be 0 or 1, got {getattr(settings, name)}")
         return settings
 
 
@@ -173,19 +177,25 @@ def _setting(name: str, value: Any, kind: type) -> int | float:
 @dataclass(frozen=True)
 class Subject:
     """What theta parameterises: the learned priority's coefficients of ``features`` (``model``
-    None), or the width outputs of the score model saved at ``model`` (``features``: the
-    :func:`~agents.width_table.width_names`)."""
+    None), or the width outputs (with ``score_row``, the whole application table) of the score
+    model saved at ``model`` (``features``: the :func:`~agents.width_table.width_names`)."""
 
     features: tuple[str, ...]
     model: str | None = None
+    score_row: bool = False
 
     def policy(self, theta: Sequence[float]) -> Policy:
         """The candidate ``theta`` as a policy (a worker's: the model is loaded once per process)."""
         if self.model is None:
             return PriorityPolicy(theta, features=self.features)
         policy = _saved_agent(self.model)
-        set_width_table(policy.model, theta, self.model)
+        self.write_table(policy.model, theta)
         return policy
+
+    def write_table(self, model: Any, theta: Sequence[float]) -> None:
+        """Write ``theta`` into ``model``'s table (the width outputs, and the score row too)."""
+        assert self.model is not None
+        set_width_table(model, theta, self.model, self.score_row)
 
 
 @functools.lru_cache(maxsize=2)
@@ -310,11 +320,13 @@ def check_state(path: Path, doc: Any) -> dict[str, Any]:
     odd = sorted(set(doc) - set(STATE_FIELDS), key=str)
     if odd or not {"theta", "m", "v"} <= set(doc):
         raise EsConfigError(f"{path}: expected the fields {', '.join(STATE_FIELDS)}; unknown or missing: {shown(odd)}")
-    sizes = {*range(len(FEATURES), len(KNOWN_FEATURES) + 1), len(width_names())}
+    tables = (len(width_names()), len(width_names(score_row=True)))
+    sizes = {*range(len(FEATURES), len(KNOWN_FEATURES) + 1), *tables}
     for name in ("theta", "m", "v"):
         value = doc[name]
         if not (isinstance(value, list) and len(value) in sizes and all(map(_is_number, value))):
-            want = f"{len(FEATURES)} to {len(KNOWN_FEATURES)} (a priority) or {len(width_names())} (a width table)"
+            priority = f"{len(FEATURES)} to {len(KNOWN_FEATURES)} (a priority)"
+            want = f"{priority}, {tables[0]} (a width table) or {tables[1]} (a whole table)"
             raise bad(name, f"{want} finite numbers")
         if len(value) != len(doc["theta"]):
             raise bad(name, f"as many numbers as theta ({len(doc['theta'])})")
@@ -512,7 +524,7 @@ class EsRun:
             from agents.callbacks import save_model  # lazy: SB3 is slow to import
 
             model = _saved_agent(self.subject.model).model  # the candidates' copy: every use writes its table
-            set_width_table(model, self.state.theta, self.subject.model)
+            self.subject.write_table(model, self.state.theta)
             return save_model(model, self.run_dir / f"{name}.zip")
         path = self.run_dir / f"{name}.json"
         self.model(val_ratio).save(path)
@@ -676,7 +688,7 @@ def train_es(flags: TrainSettings) -> Path:
             "eval_workload": evals,
             "seed": flags.seed,
             "settings": asdict(settings),
-            "trains": "width table" if subject.model else "priority",
+            "trains": ("application table" if subject.score_row else "width table") if subject.model else "priority",
             "start_model": start_model_source(flags, run_dir),
             "jobs": jobs,
             "backend": backend.kind,
@@ -799,8 +811,11 @@ def es_subject(flags: TrainSettings, run_dir: Path, values: dict[str, Any]) -> t
     """
     source = start_model_path(flags)
     start = run_dir / START_MODEL
+    settings = EsSettings.of(values)
     if source is None and not (resumed_folder(flags) is not None and start.is_file()):
-        return Subject(EsSettings.of(values).features), None
+        if settings.score_row:
+            raise EsConfigError("ES setting score_row trains a score model's table: give the model with -i MODEL.zip")
+        return Subject(settings.features), None
     from agents.checkpoint import CheckpointError, load_checkpoint  # lazy: torch and SB3 are slow to import
 
     use_torch_threads(None)  # before any torch op: forked workers deadlock after a multi-threaded one
@@ -808,14 +823,15 @@ def es_subject(flags: TrainSettings, run_dir: Path, values: dict[str, Any]) -> t
         model = load_checkpoint(source or start)
         if source is not None and not env_shape_of(model).get("width_classes"):
             grow_width_outputs(model, str(source))
-        theta = tuple(width_table(model, str(source or start)))
+        score_row = bool(settings.score_row)
+        theta = tuple(width_table(model, str(source or start), score_row))
     except (CheckpointError, WidthTableError) as exc:
         raise EsConfigError(str(exc)) from None
     if source is not None:
         from agents.callbacks import save_model  # lazy: SB3 is slow to import
 
         save_model(model, start)
-    return Subject(width_names(), str(start.resolve())), theta
+    return Subject(width_names(score_row), str(start.resolve()), score_row), theta
 
 
 def es_state(

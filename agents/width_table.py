@@ -6,7 +6,8 @@ code to the slot's outputs, ``[score, width scores...]`` (:mod:`agents.set_polic
 outputs are therefore one value per (width class, application): the weight rows ``1..W`` of the
 table, which multiply each w-GPU option of a job by ``exp(score_scale * (v[c(w)] - v[c(f)]))``
 (:func:`baselines.ats.width_scored_options`). ES trains exactly these values
-(:mod:`agents.evolution`, ``--algo es -i MODEL.zip``).
+(:mod:`agents.evolution`, ``--algo es -i MODEL.zip``), and with its setting ``score_row: 1`` the
+score row too (row 0: each application's log-weight change), the whole table.
 
 :func:`grow_width_outputs` turns a score model without width scores (``deepboot-score-v3``) into
 one with :data:`~deepboot_env.policy.WIDTH_CLASSES` of them: the same weights, the new outputs zero
@@ -38,9 +39,11 @@ class WidthTableError(ValueError):
     """A model whose width outputs cannot be read, set or grown (one line naming the model)."""
 
 
-def width_names() -> tuple[str, ...]:
-    """The names of the table's values, class-major: ``<application>/<class>``."""
-    return tuple(f"{app}/{cls}" for cls in WIDTH_CLASS_NAMES for app in APP_NAMES)
+def width_names(score_row: bool = False) -> tuple[str, ...]:
+    """The names of the table's values, class-major: ``<application>/<class>``; with
+    ``score_row``, the score row's ``<application>/score`` first."""
+    rows = ("score", *WIDTH_CLASS_NAMES) if score_row else WIDTH_CLASS_NAMES
+    return tuple(f"{app}/{cls}" for cls in rows for app in APP_NAMES)
 
 
 def _application_table(model: Any, what: str) -> Any:
@@ -69,17 +72,20 @@ def _width_layer(model: Any, what: str) -> Any:
     return table
 
 
-def width_table(model: Any, what: str = "the model") -> np.ndarray:
-    """The model's width outputs per (class, application), class-major (:func:`width_names`).
+def width_table(model: Any, what: str = "the model", score_row: bool = False) -> np.ndarray:
+    """The model's width outputs per (class, application), class-major (:func:`width_names`);
+    with ``score_row``, its per-application scores first (the whole table).
 
     Raises:
         WidthTableError: no application table, or no width scores (see :func:`grow_width_outputs`).
     """
-    return _width_layer(model, what).weight.detach().cpu().numpy()[1:].astype(float).reshape(-1)
+    first = 0 if score_row else 1
+    return _width_layer(model, what).weight.detach().cpu().numpy()[first:].astype(float).reshape(-1)
 
 
-def set_width_table(model: Any, values: Any, what: str = "the model") -> None:
-    """Write ``values`` (as :func:`width_table` returns them) into the model's width outputs.
+def set_width_table(model: Any, values: Any, what: str = "the model", score_row: bool = False) -> None:
+    """Write ``values`` (as :func:`width_table` returns them, with the same ``score_row``) into
+    the model's width outputs (and its score row).
 
     Raises:
         WidthTableError: no width outputs, or values of the wrong size or not finite.
@@ -87,13 +93,16 @@ def set_width_table(model: Any, values: Any, what: str = "the model") -> None:
     import torch  # lazy: torch is slow to import
 
     table = _width_layer(model, what)
-    size = WIDTH_CLASSES * table.weight.shape[1]
+    first = 0 if score_row else 1
+    rows = table.weight.shape[0] - first
+    size = rows * table.weight.shape[1]
     array = np.asarray(values, dtype=float).reshape(-1)
     if array.size != size or not np.isfinite(array).all():
-        raise WidthTableError(f"{what}: a width table holds {size} finite values, got {array.size}")
+        kind = "an application table" if score_row else "a width table"
+        raise WidthTableError(f"{what}: {kind} holds {size} finite values, got {array.size}")
     with torch.no_grad():
-        rows = torch.as_tensor(array.reshape(WIDTH_CLASSES, -1), dtype=table.weight.dtype)
-        table.weight[1:] = rows.to(table.weight.device)
+        values = torch.as_tensor(array.reshape(rows, -1), dtype=table.weight.dtype)
+        table.weight[first:] = values.to(table.weight.device)
 
 
 def grow_width_outputs(model: Any, what: str = "the model") -> Any:

@@ -17,6 +17,7 @@ from builders import REPO, es_smoke_argv
 import train_policy
 from agents.checkpoint import load_checkpoint
 from agents.env_shape import env_shape_of
+from agents.evolution import EsConfigError, EsSettings
 from agents.policy_adapter import AgentPolicy, load_agent_policy
 from agents.width_table import WidthTableError, grow_width_outputs, set_width_table, width_names, width_table
 from deepboot_env.config import sim_config
@@ -147,3 +148,42 @@ def test_ppo_resuming_a_score_model_with_width_classes_grows_them(tmp_path: Path
     model = load_checkpoint(run / "final_model.zip")
     assert env_shape_of(model)["width_classes"] == WIDTH_CLASSES
     assert model.num_timesteps >= 64 and len(width_table(model)) == len(width_names())
+
+
+def _whole_table_argv(runs: Path, *extra: str) -> list[str]:
+    argv = _es_argv(runs, *extra)
+    argv.insert(argv.index("eval_freq:1") + 1, "score_row:1")
+    return argv
+
+
+@needs_v3
+def test_es_with_score_row_trains_the_whole_table_from_the_models_own_and_resumes(tmp_path: Path) -> None:
+    names = width_names(score_row=True)
+    assert names == tuple(f"{app}/score" for app in APP_NAMES) + width_names()
+    own = load_checkpoint(V3).policy.mlp_extractor.application_table.weight[0].detach().numpy()
+    run = train_policy.run(_whole_table_argv(tmp_path, "-i", str(V3), "-n", "1"))
+    config = yaml.safe_load((run / "config.yml").read_text())
+    assert config["trains"] == "application table" and config["settings"]["score_row"] == 1
+    start = width_table(load_checkpoint(run / "start_model.zip"), score_row=True)
+    assert start.tolist() == own.astype(float).tolist() + [0.0] * len(width_names())  # v3 grown: its own scores
+    state = json.loads((run / "state.json").read_text())
+    final = width_table(load_checkpoint(run / "final_model.zip"), score_row=True)
+    assert final == pytest.approx(state["theta"], abs=1e-7) and len(state["theta"]) == len(names)
+    assert np.any(final[: len(APP_NAMES)] != start[: len(APP_NAMES)])  # the scores are trained too
+    header = (run / "generations.csv").read_text().splitlines()[0].split(",")
+    assert header[-len(names) :] == list(names)
+    train_policy.run(_es_argv(tmp_path, "--resume", str(run), "-n", "1"))  # the saved settings go on
+    state = json.loads((run / "state.json").read_text())
+    assert state["generation"] == 2 and len(state["theta"]) == len(names)
+    final = width_table(load_checkpoint(run / "final_model.zip"), score_row=True)
+    assert final == pytest.approx(state["theta"], abs=1e-7)
+
+
+def test_score_row_without_a_model_is_one_line(tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit) as stop:
+        train_policy.main(_whole_table_argv(tmp_path))
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "score_row trains a score model's table" in err[0]
+    with pytest.raises(EsConfigError, match="score_row must be 0 or 1"):
+        EsSettings.of({"score_row": 2})
