@@ -770,14 +770,14 @@ def es_run_folder(flags: TrainSettings, values: dict[str, Any]) -> Path:
         EsConfigError: no such folder to resume, or bad settings.
     """
     run_dir = resumed_folder(flags)
-    if run_dir is not None:
-        if not run_dir.is_dir():
-            raise EsConfigError(f"--resume {flags.resume}: no such run folder")
-        return run_dir
-    if flags.n_timesteps is not None:
+    if run_dir is not None and not run_dir.is_dir():
+        raise EsConfigError(f"--resume {flags.resume}: no such run folder")
+    if run_dir is None and flags.n_timesteps is not None:
         values["generations"] = flags.n_timesteps
-    EsSettings.of(values)  # checked before a run folder is made
-    return next_run_dir(flags.log_folder, "es")
+    settings = EsSettings.of(values)  # checked before a run folder is made
+    if settings.score_row and not trains_a_model(flags, run_dir):
+        raise EsConfigError("ES setting score_row trains a score model's table: give the model with -i MODEL.zip")
+    return run_dir if run_dir is not None else next_run_dir(flags.log_folder, "es")
 
 
 START_MODEL = "start_model.zip"
@@ -789,6 +789,14 @@ def start_model_path(flags: TrainSettings) -> Path | None:
     ``--resume``, or a run folder to continue)."""
     path = Path(flags.resume) if flags.resume else None
     return path if path is not None and path.suffix == ".zip" and path.is_file() else None
+
+
+def trains_a_model(flags: TrainSettings, run_dir: Path | None) -> bool:
+    """Whether the run trains a score model's table: ``--resume MODEL.zip``, or a resumed run
+    folder ``run_dir`` that holds its start model (else it trains a priority)."""
+    if start_model_path(flags) is not None:
+        return True
+    return run_dir is not None and resumed_folder(flags) is not None and (run_dir / START_MODEL).is_file()
 
 
 def start_model_source(flags: TrainSettings, run_dir: Path) -> str | None:
@@ -809,13 +817,11 @@ def es_subject(flags: TrainSettings, run_dir: Path, values: dict[str, Any]) -> t
     Raises:
         EsConfigError: a model that cannot be loaded or has no width table (one line).
     """
+    settings = EsSettings.of(values)
+    if not trains_a_model(flags, run_dir):
+        return Subject(settings.features), None
     source = start_model_path(flags)
     start = run_dir / START_MODEL
-    settings = EsSettings.of(values)
-    if source is None and not (resumed_folder(flags) is not None and start.is_file()):
-        if settings.score_row:
-            raise EsConfigError("ES setting score_row trains a score model's table: give the model with -i MODEL.zip")
-        return Subject(settings.features), None
     from agents.checkpoint import CheckpointError, load_checkpoint  # lazy: torch and SB3 are slow to import
 
     use_torch_threads(None)  # before any torch op: forked workers deadlock after a multi-threaded one

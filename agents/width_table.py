@@ -101,8 +101,8 @@ def set_width_table(model: Any, values: Any, what: str = "the model", score_row:
         kind = "an application table" if score_row else "a width table"
         raise WidthTableError(f"{what}: {kind} holds {size} finite values, got {array.size}")
     with torch.no_grad():
-        values = torch.as_tensor(array.reshape(rows, -1), dtype=table.weight.dtype)
-        table.weight[first:] = values.to(table.weight.device)
+        written = torch.as_tensor(array.reshape(rows, -1), dtype=table.weight.dtype)
+        table.weight[first:] = written.to(table.weight.device)
 
 
 def grow_width_outputs(model: Any, what: str = "the model") -> Any:

@@ -185,5 +185,6 @@ def test_score_row_without_a_model_is_one_line(tmp_path: Path, capsys) -> None:
     assert stop.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "score_row trains a score model's table" in err[0]
+    assert not list(tmp_path.glob("es_*"))  # refused before a run folder is made
     with pytest.raises(EsConfigError, match="score_row must be 0 or 1"):
         EsSettings.of({"score_row": 2})
