@@ -76,6 +76,16 @@ register_policy(
     width_sigma=0.05,
     label="ats-srpt-fcfs-place-rr-warm-wjitter",
 )
+# v6's control of its own size: its scores are 0.13 per job and 0.14 per width class (§7)
+register_policy(
+    "ats-srpt-fcfs-place-rr-warm-wjitter-v6",
+    "baselines.jitter:JitteredAtsPolicy",
+    **_RR,
+    **_WARM,
+    sigma=0.13,
+    width_sigma=0.14,
+    label="ats-srpt-fcfs-place-rr-warm-wjitter-v6",
+)
 register_prefix("jitter", "baselines.jitter:jittered", arg="sigma")
 register_policy("pollux", "baselines.pollux:PolluxPolicy", lend=False)
 register_policy("pollux-lend", "baselines.pollux:PolluxPolicy", lend=True)

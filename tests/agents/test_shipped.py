@@ -30,6 +30,8 @@ GOLDEN_RR_JCT = 2223.6666666666665
 """... and of its prior, ``ats-srpt-fcfs-place-rr``."""
 GOLDEN_SCORE_V4_JCT = 2261.4666666666667
 """Mean JCT of ``deepboot-score-v4`` (v3 with an ES width table) on the same workload."""
+GOLDEN_SCORE_V6_JCT = 2258.4166666666665
+"""Mean JCT of ``deepboot-score-v6`` (v5 with an ES application table) on the same workload."""
 
 
 @pytest.fixture
@@ -46,6 +48,7 @@ def test_every_shipped_model_has_a_short_name() -> None:
         "ppo:deepboot-score-v3",
         "ppo:deepboot-score-v4",
         "ppo:deepboot-score-v5",
+        "ppo:deepboot-score-v6",
         "ppo:deepboot-v0",
         "priority:deepboot-priority-v1",
     ]
@@ -54,7 +57,7 @@ def test_every_shipped_model_has_a_short_name() -> None:
 def test_short_names_reach_the_shipped_files_from_any_folder(elsewhere: Path) -> None:
     assert resolve_model_path("deepboot-v0") == SHIPPED_PPO
     assert resolve_model_path("deepboot-score-v1") == SHIPPED_SCORE
-    for version in ("v2", "v3", "v4", "v5"):
+    for version in ("v2", "v3", "v4", "v5", "v6"):
         assert resolve_model_path(f"deepboot-score-{version}") == PRETRAINED_DIR / f"deepboot-score-{version}.zip"
     assert resolve_shipped("deepboot-priority-v1", ".json") == SHIPPED_PRIORITY
 
@@ -232,3 +235,23 @@ def test_score_v5_is_v4_over_the_prior_that_keeps_warm_pods(elsewhere: Path) -> 
         export_model(resolve_model_path("deepboot-v0"), elsewhere / "x.zip", "ats")
     with pytest.raises(ValueError, match="'fifo' takes no scores"):
         export_model(resolve_model_path("deepboot-score-v4"), elsewhere / "x.zip", "fifo")
+
+
+def test_score_v6_is_v5_with_an_es_trained_application_table(elsewhere: Path) -> None:
+    """``deepboot-score-v6`` is v5 whose whole application table (per-application scores and
+    width outputs) ES trained (``-params score_row:1``, docs/results.md §7): every other weight,
+    and the prior, are v5's; the table holds imagenet and yolov3 down and plays its own schedule."""
+    import torch
+
+    v5, _ = agents.load_agent("deepboot-score-v5")
+    v6, _ = agents.load_agent("deepboot-score-v6")
+    table = "mlp_extractor.application_table.weight"
+    old, new = v5.policy.state_dict(), v6.policy.state_dict()
+    assert [key for key in old if not torch.equal(old[key], new[key])] == [table]
+    assert v6.policy.env_kwargs == v5.policy.env_kwargs
+    moved = (new[table] - old[table]).abs()
+    assert moved[0].max() > 0.1 and moved[1:].max() > 0.1  # scores and width outputs both trained
+    scores = _application_scores(v6)
+    assert sorted(scores, key=scores.__getitem__)[:2] == ["imagenet", "yolov3"]
+    assert scores["imagenet"] < -0.15 and scores["yolov3"] < -0.15
+    assert _crowded_jcts("ppo:deepboot-score-v6") == {"ppo:deepboot-score-v6": GOLDEN_SCORE_V6_JCT}

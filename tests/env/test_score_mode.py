@@ -351,6 +351,8 @@ def test_width_jitter_draws_a_width_table_per_job_and_is_the_prior_at_zero(busy)
     assert len(draws) == len(busy.jobs)  # one table per job, kept for its life
     assert all(len(table) == WIDTH_CLASSES for table in draws.values())
     assert make_policy("ats-srpt-fcfs-place-rr-warm-wjitter").width_sigma == 0.05
+    v6_size = make_policy("ats-srpt-fcfs-place-rr-warm-wjitter-v6")  # deepboot-score-v6's own size
+    assert (v6_size.sigma, v6_size.width_sigma, v6_size.keep_warm_at) == (0.13, 0.14, 0.9)
     with pytest.raises(ValueError, match="width sigma must be a finite number >= 0, got -0.1"):
         make_policy("ats-srpt-fcfs-place-rr-warm-wjitter", width_sigma=-0.1)
 
