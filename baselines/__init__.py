@@ -67,25 +67,14 @@ register_policy(
     **_WARM,
     label="ats-srpt-fcfs-place-rr-warm-jitter",
 )
-# v5's control of its own size: random per-job weights and width tables (docs/results.md §7)
-register_policy(
-    "ats-srpt-fcfs-place-rr-warm-wjitter",
-    "baselines.jitter:JitteredAtsPolicy",
-    **_RR,
-    **_WARM,
-    width_sigma=0.05,
-    label="ats-srpt-fcfs-place-rr-warm-wjitter",
-)
-# v6's control of its own size: its scores are 0.13 per job and 0.14 per width class (§7)
-register_policy(
-    "ats-srpt-fcfs-place-rr-warm-wjitter-v6",
-    "baselines.jitter:JitteredAtsPolicy",
-    **_RR,
-    **_WARM,
-    sigma=0.13,
-    width_sigma=0.14,
-    label="ats-srpt-fcfs-place-rr-warm-wjitter-v6",
-)
+# the score models' controls of their own size: random per-job weights and width tables of the
+# size of the model's scores (v5: sigma 0.05 each; v6: 0.13 per job, 0.14 per width class; §7)
+_OWN_SIZE_CONTROLS = {
+    "ats-srpt-fcfs-place-rr-warm-wjitter": {"width_sigma": 0.05},
+    "ats-srpt-fcfs-place-rr-warm-wjitter-v6": {"sigma": 0.13, "width_sigma": 0.14},
+}
+for _name, _sizes in _OWN_SIZE_CONTROLS.items():
+    register_policy(_name, "baselines.jitter:JitteredAtsPolicy", **_RR, **_WARM, **_sizes, label=_name)
 register_prefix("jitter", "baselines.jitter:jittered", arg="sigma")
 register_policy("pollux", "baselines.pollux:PolluxPolicy", lend=False)
 register_policy("pollux-lend", "baselines.pollux:PolluxPolicy", lend=True)
