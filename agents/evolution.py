@@ -78,7 +78,9 @@ Item = tuple[tuple[float, ...] | None, str, int, "Subject"]
 EVAL_COLUMNS = ("timesteps", "generation", "workload", "train_jct_mean", "jct_ratio")
 """Columns of ``evaluations.csv`` (``timesteps``: training episodes so far)."""
 GENERATION_COLUMNS = ("generation", "episodes", "train_jct_ratio", "candidate_mean", "candidate_best")
-"""The first columns of ``generations.csv``; theta follows, one column per feature."""
+"""The first columns of ``generations.csv``; theta follows, one column per feature. The
+candidates' columns are their fitness: the mean JCT ratio, plus ``p99_weight`` times the
+:func:`p99_penalty` where that is set (``train_jct_ratio``, theta's own, is the ratio alone)."""
 
 
 class EsConfigError(ValueError):
@@ -102,6 +104,9 @@ class EsSettings:
         app_features: 1 adds one ``app_<name>`` feature per application, starting at 0.
         score_row: 1 (a run over a score model's table, ``-i MODEL.zip``) trains the table's
             score row too: each application's log-weight change, then the width outputs.
+        p99_weight: > 0 adds to each candidate's fitness this much per second of its inference
+            p99 over ``ats``'s, hinged at 0 on each scenario and averaged over the generation's
+            (:func:`p99_penalty`): the selection's p99 margin, kept inside the search.
     """
 
     generations: int = 24
@@ -114,6 +119,7 @@ class EsSettings:
     arrival_tilt: float = 0.0
     app_features: int = 0
     score_row: int = 0
+    p99_weight: float = 0.0
 
     @property
     def features(self) -> tuple[str, ...]:
@@ -143,7 +149,7 @@ class EsSettings:
         for name in ("sigma", "learning_rate"):
             if not (0 < getattr(settings, name) < math.inf):
                 raise EsConfigError(f"ES setting {name} must be > 0 and finite, got {getattr(settings, name)}")
-        for name in ("srpt_power", "arrival_tilt"):
+        for name in ("srpt_power", "arrival_tilt", "p99_weight"):
             if not (0 <= getattr(settings, name) < math.inf):
                 raise EsConfigError(f"ES setting {name} must be >= 0 and finite, got {getattr(settings, name)}")
         for name in ("app_features", "score_row"):
@@ -404,6 +410,22 @@ def centered_ranks(values: np.ndarray) -> np.ndarray:
     return ranks / max(len(values) - 1, 1) - 0.5
 
 
+def p99_penalty(p99s: np.ndarray, ats_p99s: np.ndarray) -> np.ndarray:
+    """Each candidate's mean, over the scenarios, of its inference p99 over ``ats``'s, hinged at
+    0 (seconds; an episode without a finite p99 adds 0: a stalled one already ranks last).
+
+    Args:
+        p99s: ``(candidates, scenarios)`` inference p99s.
+        ats_p99s: ``(scenarios,)`` ``ats``'s.
+
+    Why a hinge per scenario: a table that is faster on JCT by lending more can push one bursty
+    scenario's p99 tens of seconds up while the family mean moves a few; the hinge sees that
+    scenario, and a p99 below ``ats``'s earns nothing to trade against it.
+    """
+    excess = np.asarray(p99s, dtype=float) - np.asarray(ats_p99s, dtype=float)[None, :]
+    return np.where(np.isfinite(excess), np.maximum(excess, 0.0), 0.0).mean(axis=1)
+
+
 def antithetic_gradient(plus: np.ndarray, minus: np.ndarray, eps: np.ndarray, sigma: float) -> np.ndarray:
     """The ES estimate of the fitness gradient from antithetic pairs' fitnesses (or shaped
     fitnesses)."""
@@ -555,8 +577,12 @@ class EsRun:
         eps = self.rng.standard_normal((cfg.pairs, len(st.theta)))
         theta = np.asarray(st.theta)
         cands = [theta, *(theta + cfg.sigma * eps), *(theta - cfg.sigma * eps)]
-        ratios = self.outcomes([tuple(c.tolist()) for c in cands], batch, f"generation {st.generation}")[0]
-        fitness = ratios.mean(axis=1)
+        with_p99 = cfg.p99_weight > 0
+        label = f"generation {st.generation}"
+        ratios, p99s, ats_p99s = self.outcomes([tuple(c.tolist()) for c in cands], batch, label, with_p99)
+        jct = ratios.mean(axis=1)
+        penalty = p99_penalty(p99s, ats_p99s) if with_p99 else np.zeros(len(cands))
+        fitness = jct + cfg.p99_weight * penalty
         shaped = centered_ranks(fitness[1:])
         grad = antithetic_gradient(shaped[: cfg.pairs], shaped[cfg.pairs :], eps, cfg.sigma)
         adam_step(st, grad, cfg.learning_rate)
@@ -564,7 +590,9 @@ class EsRun:
         st.generation += 1
         st.rng = dict(self.rng.bit_generator.state)
         w = self.writer
-        w.add_scalar("sched/train_jct_ratio", float(fitness[0]), st.generation)
+        w.add_scalar("sched/train_jct_ratio", float(jct[0]), st.generation)
+        if with_p99:
+            w.add_scalar("es/p99_excess", float(penalty[0]), st.generation)
         w.add_scalar("es/candidate_mean", float(fitness.mean()), st.generation)
         w.add_scalar("es/candidate_best", float(fitness.min()), st.generation)
         w.add_scalar("es/gradient_norm", float(np.linalg.norm(grad)), st.generation)
@@ -572,12 +600,12 @@ class EsRun:
         features = self.subject.features
         for name, value in zip(features, st.theta, strict=True):
             w.add_scalar(f"theta/{name}", value, st.generation)
-        values = [st.generation, st.episodes, fitness[0], fitness.mean(), fitness.min(), *st.theta]
+        values = [st.generation, st.episodes, jct[0], fitness.mean(), fitness.min(), *st.theta]
         columns = GENERATION_COLUMNS + features
         append_csv(self.run_dir / "generations.csv", columns, [dict(zip(columns, values, strict=True))])
         if self.log:
             spread = f"{fitness.min():.4f}-{fitness.max():.4f}"
-            self.log(f"generation {st.generation}: train JCT ratio {fitness[0]:.4f} (candidates {spread})")
+            self.log(f"generation {st.generation}: train JCT ratio {jct[0]:.4f} (candidates' fitness {spread})")
 
     def save(self) -> Path:
         """state.json and final_model.json; returns the model's path."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from stable_baselines3.common.logger import Logger
 
@@ -135,3 +136,43 @@ def test_es_validation_prefers_models_within_the_p99_margin(tmp_path, monkeypatc
     assert "+5.0 s over ats's on mixed (within the 5 s margin)" in lines[1]
     assert "+6.0 s over ats's on mixed (outside" in lines[2]
     run.writer.close()
+
+
+def test_the_p99_penalty_hinges_each_scenario_and_skips_stalled_episodes() -> None:
+    from agents.evolution import p99_penalty
+
+    ats = np.array([10.0, 10.0, 10.0])
+    p99s = np.array([[16.0, 4.0, 10.0], [12.0, 12.0, math.nan], [5.0, 5.0, 5.0]])
+    # one scenario 6 s over and one 6 s under: 2 s, not 0 (a lower p99 buys nothing back)
+    assert p99_penalty(p99s, ats).tolist() == pytest.approx([2.0, 4.0 / 3.0, 0.0])
+
+
+def test_the_es_fitness_weighs_the_p99_penalty_against_the_jct(tmp_path, monkeypatch) -> None:
+    """With ``p99_weight`` a candidate whose p99 is past ``ats``'s ranks behind one with a JCT as
+    good; without it the JCT alone ranks them. ``ats``'s p99 on a training scenario is run once."""
+    import agents.evolution as evolution
+    from agents.evolution import EsRun, EsSettings, EsState, Subject
+    from agents.priority import FEATURES
+
+    ats_runs = []
+
+    def fake_outcome(item):
+        theta, family, seed, _ = item
+        if theta is None:
+            ats_runs.append((family, seed))
+            return 100.0, 10.0
+        # theta[0] up: 1 % shorter JCT per 0.1, p99 10 s over ats's per 0.1
+        return 100.0 - 10.0 * theta[0], 10.0 + 100.0 * max(theta[0], 0.0)
+
+    monkeypatch.setattr(evolution, "episode_outcome", fake_outcome)
+    steps = {}
+    for weight in (0.0, 0.01):
+        settings = EsSettings(pairs=2, seeds_per_family=1, p99_weight=weight)
+        state = EsState.start(settings, seed=0, theta=[0.0] * len(FEATURES))
+        run = EsRun(tmp_path / str(weight), ["mixed"], [], settings, state, Subject(FEATURES), 1, log=None)
+        run.generation()
+        run.writer.close()
+        steps[weight] = state.theta[0]
+    # JCT alone: theta[0] rises; at 0.01 per second the p99's 1.0 per unit outweighs the JCT's 0.1
+    assert steps[0.0] > 0 > steps[0.01]
+    assert len(ats_runs) == 2 and len(set(ats_runs)) == 1  # the same draw; ats once in each run
