@@ -108,6 +108,9 @@ class AgentPolicy(BasePolicy):
         codec: the env's action codec for those arguments.
         masked: whether predictions pass action masks (MaskablePPO).
         last_action, last_mask: the latest raw action and mask (for inspection and tests).
+        on_decision: None, or called with the state after each new action is decoded (not at
+            the boundaries a held action is decoded again): what inspection tools read the
+            codec's held scores from (:mod:`agents.score_sizes`).
         repaired_gpus: GPUs the decoding repair removed so far in this episode.
     """
 
@@ -133,6 +136,7 @@ class AgentPolicy(BasePolicy):
         self.hold = int(hold)
         self._held: tuple[list[int], int] = ([], 0)
         """The job ids of the latest decision and the boundaries its action was kept for."""
+        self.on_decision: Callable[[ClusterState], None] | None = None
         self.outlook = OutlookEncoder(self.max_jobs) if shape.get("outlook") else None
         self.masked = uses_masks(model)
         self.last_action: np.ndarray | None = None
@@ -230,6 +234,8 @@ class AgentPolicy(BasePolicy):
         self.last_action, self.last_mask = action, mask
         alloc, repaired = self.codec.decode_allocation(action, state)
         self.repaired_gpus += repaired
+        if self.on_decision is not None:
+            self.on_decision(state)
         return alloc
 
 

@@ -15,9 +15,9 @@ A score model with a width table also reshapes each job's option values by width
 (:func:`baselines.ats.width_scored_options`). Its control, ``ats-srpt-fcfs-place-rr-warm-wjitter``,
 draws with ``width_sigma`` > 0 one more normal per width class and job, held for the job's life,
 and decodes them as that job's width log-multipliers: random scores of the size of the model's own
-(``deepboot-score-v5``'s are 0.042 per job, centred, and 0.053 per width class, in log-weight RMS
-over the families' first val seeds; docs/results.md §7). ``-wjitter-v6`` is the same at
-``deepboot-score-v6``'s size: 0.13 per job and 0.14 per width class.
+(``deepboot-score-v5``'s are 0.047 per job, centred, and 0.054 per width class, in log-weight RMS
+over the families' first val seeds: ``python -m agents.score_sizes``; docs/results.md §7).
+``-wjitter-v6`` is the same at ``deepboot-score-v6``'s size: 0.13 per job and 0.14 per width class.
 """
 
 from __future__ import annotations

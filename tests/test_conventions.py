@@ -57,6 +57,7 @@ COMMANDS: dict[str, tuple[Callable[[], Callable[[list[str]], Any]], list[str]]] 
     "deepboot calibrate": (lambda: _module_main("deepboot_harness.cli"), ["calibrate", "--apps", "x"]),
     "deepboot_harness.curves": (lambda: _module_main("deepboot_harness.curves"), ["run", "--out", "x.png"]),
     "agents.export": (lambda: _module_main("agents.export"), ["a.zip", "b.zip"]),
+    "agents.score_sizes": (lambda: _module_main("agents.score_sizes"), ["model.zip"]),
     "traces.calibrate": (lambda: _module_main("traces.calibrate"), ["--apps", "x"]),
     "traces.philly": (lambda: _module_main("traces.philly"), ["--philly", "x"]),
     "traces.make_shipped": (lambda: _module_main("traces.make_shipped"), []),
