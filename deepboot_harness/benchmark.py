@@ -71,6 +71,8 @@ class BenchmarkSpec:
         split: the seed range: ``test`` for the leaderboard.
         options: flat simulation options of every run.
         policy_seeds: fewer seeds for some policies (a slow one), by policy name.
+        reference: the policy every JCT ratio is paired against (one of ``policies``; ``ats``
+            for the leaderboard, a model's own prior or control to judge the model against it).
     """
 
     families: tuple[str, ...]
@@ -79,6 +81,7 @@ class BenchmarkSpec:
     split: str = "test"
     options: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_OPTIONS))
     policy_seeds: dict[str, int] = field(default_factory=dict)
+    reference: str = "ats"
 
     def check(self) -> None:
         """Refuse, before any work, what cannot run.
@@ -88,7 +91,6 @@ class BenchmarkSpec:
                 seed count < 1 or beyond the split, or bad simulation options.
         """
         from deepboot_env.policy import make_policy
-        from deepboot_harness.leaderboard import REFERENCE
         from traces.families import FamilyError, get_family, split_seeds
 
         if not self.families:
@@ -117,20 +119,30 @@ class BenchmarkSpec:
                 make_policy(policy)
             except (ValueError, OSError, TypeError) as exc:
                 raise BenchmarkError(f"--policies {policy}: {exc}") from None
-        if REFERENCE not in self.policies:
+        if self.reference not in self.policies:
             raise BenchmarkError(
-                f"--policies must include the reference policy {REFERENCE!r}: the leaderboard's JCT ratios are to it"
+                f"--policies must include the reference policy {self.reference!r} (--reference): "
+                "the leaderboard's JCT ratios are to it"
+            )
+        unpaired = self.policy_seeds.get(self.reference, self.seeds) < max(map(self.seed_count, self.policies))
+        if unpaired:
+            raise BenchmarkError(
+                f"--policy-seeds: the reference policy {self.reference!r} must run every seed another policy runs"
             )
         try:
             sim_config(**self.options)
         except (ValueError, TypeError) as exc:
             raise BenchmarkError(f"simulation options {self.options}: {exc}") from None
 
+    def seed_count(self, policy: str) -> int:
+        """How many seeds ``policy`` runs."""
+        return self.policy_seeds.get(policy, self.seeds)
+
     def seeds_of(self, policy: str) -> list[int]:
         """The scenario seeds ``policy`` runs on."""
         from traces.families import split_seeds
 
-        return list(split_seeds(self.split)[: self.policy_seeds.get(policy, self.seeds)])
+        return list(split_seeds(self.split)[: self.seed_count(policy)])
 
     def runs(self) -> list[tuple[str, str, int]]:
         """Every (policy, family, seed), seeds outermost so that a partial run covers every policy."""

@@ -453,6 +453,7 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
         split=args.split,
         options=options,
         policy_seeds=_policy_seeds(args.policy_seeds or []),
+        reference=args.reference,
     )
     start = time.perf_counter()
 
@@ -496,7 +497,8 @@ def _write_leaderboard(
         f"{len(rows)} runs, {cpu_hours:.2f} CPU-hours in all (the sum of the runs' CPU time); this invocation of "
         f"`deepboot benchmark {how}` made {made} of them in {wall / 60:.1f} min of wall time.",
     ]
-    paths = write_outputs(rows, args.out, f"Benchmark leaderboard (DeepBoot-{args.dynamics} dynamics)", notes)
+    title = f"Benchmark leaderboard (DeepBoot-{args.dynamics} dynamics)"
+    paths = write_outputs(rows, args.out, title, notes, spec.reference)
     if not args.quiet:
         print(Path(paths["leaderboard"]).read_text(encoding="utf-8"))
         print(f"wrote {', '.join(p.name for p in paths.values())} to {args.out}")
@@ -628,6 +630,12 @@ def _benchmark_parser(sub: Subparsers) -> None:
     bench.add_argument("--split", default="test", help="seed range: test (default), val or train")
     bench.add_argument(
         "--policy-seeds", nargs="+", metavar="P=N", help="fewer seeds for slow policies, e.g. pollux-lend=3"
+    )
+    bench.add_argument(
+        "--reference",
+        default="ats",
+        metavar="P",
+        help="the policy every JCT ratio is paired against, one of --policies (default ats), e.g. a model's prior",
     )
     bench.add_argument(
         "--dynamics",

@@ -342,14 +342,19 @@ def plot_ratio_figures(frame: pd.DataFrame, out: Path, reference: str = REFERENC
 
 
 def write_outputs(
-    rows: Sequence[dict[str, Any]], out: str | Path, title: str, notes: Sequence[str] = ()
+    rows: Sequence[dict[str, Any]],
+    out: str | Path,
+    title: str,
+    notes: Sequence[str] = (),
+    reference: str = REFERENCE,
 ) -> dict[str, Path]:
     """Write ``results.csv``, ``jobs.csv``, ``leaderboard.csv``, ``leaderboard.md``,
-    ``jct_ratio.png``, ``jct_aggregate.png`` and ``jct_cdf.png`` to ``out``; their paths by name."""
+    ``jct_ratio.png``, ``jct_aggregate.png`` and ``jct_cdf.png`` to ``out``, the ratios paired
+    against ``reference``; their paths by name."""
     out = Path(out)
     frame = results_frame(rows)
     jobs = jobs_frame(rows)
-    board = leaderboard(frame)
+    board = leaderboard(frame, reference)
     paths = {
         "results": out / "results.csv",
         "jobs": out / "jobs.csv",
@@ -359,8 +364,8 @@ def write_outputs(
     write_csv(frame, paths["results"])
     write_csv(jobs, paths["jobs"])
     write_csv(board, paths["leaderboard_csv"])
-    write_text(paths["leaderboard"], leaderboard_markdown(board, title, notes) + "\n")
-    if REFERENCE in set(frame["policy"]):
-        paths.update(plot_ratio_figures(frame, out))
+    write_text(paths["leaderboard"], leaderboard_markdown(board, title, notes, reference) + "\n")
+    if reference in set(frame["policy"]):
+        paths.update(plot_ratio_figures(frame, out, reference))
     paths["cdf_plot"] = plot_job_cdfs(jobs, out / "jct_cdf.png")
     return paths

@@ -57,6 +57,21 @@ def test_a_benchmark_runs_every_policy_on_the_test_seeds_and_writes_its_tables(t
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (out / name).stat().st_size > 10_000
 
 
+def test_the_ratios_pair_against_the_reference_given(tmp_path) -> None:
+    """``--reference fifo``: every ratio is over fifo's JCT on the same scenario (a finished
+    benchmark resumed with another reference runs nothing and rewrites its tables)."""
+    out = tmp_path / "bench"
+    assert _bench(out, "--seeds", "1") == 0
+    runs = {(r["policy"], r["family"]): r["train_jct_mean"] for r in read_runs(out / RUNS_FILE)}
+    assert _bench(out, "--seeds", "1", "--resume", "--reference", "fifo") == 0
+    assert len(read_runs(out / RUNS_FILE)) == len(runs)
+    board = pd.read_csv(out / "leaderboard.csv").set_index(["policy", "family"])
+    for family in FAMILIES:
+        assert board.loc[("fifo", family), "ratio"] == 1.0
+        assert board.loc[("ats", family), "ratio"] == pytest.approx(runs["ats", family] / runs["fifo", family])
+    assert "over `fifo`'s on the same scenario" in (out / "leaderboard.md").read_text()
+
+
 def test_resume_runs_only_what_is_missing_and_drops_a_cut_line(tmp_path) -> None:
     out = tmp_path / "bench"
     assert _bench(out, "--seeds", "1") == 0
@@ -92,6 +107,8 @@ def test_an_existing_benchmark_is_never_overwritten_without_resume(tmp_path, cap
         (["--policy-seeds", "fifo"], "expected POLICY=N"),
         (["--policy-seeds", "pollux=2"], "--policy-seeds names policies not benchmarked: pollux"),
         (["--policies", "fifo", "ones-lend"], "--policies must include the reference policy 'ats'"),
+        (["--reference", "ones-lend"], "--policies must include the reference policy 'ones-lend' (--reference)"),
+        (["--seeds", "2", "--policy-seeds", "ats=1"], "the reference policy 'ats' must run every seed"),
         (["--policies", "ats", "fifo", "ats"], "--policies names ats more than once"),
         (["--families", "bursty", "bursty"], "--families names bursty more than once"),
     ],
