@@ -216,6 +216,7 @@ def test_es_settings_are_checked() -> None:
         ({"learning_rate": "fast"}, "must be a number"),
         ({"arrival_tilt": -0.1}, "arrival_tilt must be >= 0"),
         ({"app_features": 2}, "app_features must be 0 or 1"),
+        ({"p99_weight": -0.002}, "p99_weight must be >= 0"),
     ]:
         with pytest.raises(ValueError, match=message):
             EsSettings.of(values)
