@@ -71,6 +71,8 @@ class BenchmarkSpec:
         split: the seed range: ``test`` for the leaderboard.
         options: flat simulation options of every run.
         policy_seeds: fewer seeds for some policies (a slow one), by policy name.
+        skip_seeds: how many of the split's first seeds to pass over (a validation that leaves out
+            the seeds a model was selected on: ``--split val --skip-seeds 8``).
         reference: the policy every JCT ratio is paired against (one of ``policies``; ``ats``
             for the leaderboard, a model's own prior or control to judge the model against it).
     """
@@ -82,6 +84,7 @@ class BenchmarkSpec:
     options: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_OPTIONS))
     policy_seeds: dict[str, int] = field(default_factory=dict)
     reference: str = "ats"
+    skip_seeds: int = 0
 
     def check(self) -> None:
         """Refuse, before any work, what cannot run.
@@ -107,10 +110,13 @@ class BenchmarkSpec:
             seeds = split_seeds(self.split)
         except FamilyError as exc:
             raise BenchmarkError(str(exc)) from None
+        if not 0 <= self.skip_seeds < len(seeds):
+            raise BenchmarkError(f"--skip-seeds must be 0 to {len(seeds) - 1}, got {self.skip_seeds}")
+        left = len(seeds) - self.skip_seeds
         counts = {"--seeds": self.seeds, **{f"--policy-seeds {p}": n for p, n in self.policy_seeds.items()}}
         for flag, n in counts.items():
-            if not 1 <= n <= len(seeds):
-                raise BenchmarkError(f"{flag}: the seed range is empty or too long: {n} (1 to {len(seeds)})")
+            if not 1 <= n <= left:
+                raise BenchmarkError(f"{flag}: the seed range is empty or too long: {n} (1 to {left})")
         stray = sorted(set(self.policy_seeds) - set(self.policies))
         if stray:
             raise BenchmarkError(f"--policy-seeds names policies not benchmarked: {', '.join(stray)}")
@@ -142,7 +148,8 @@ class BenchmarkSpec:
         """The scenario seeds ``policy`` runs on."""
         from traces.families import split_seeds
 
-        return list(split_seeds(self.split)[: self.seed_count(policy)])
+        first = self.skip_seeds
+        return list(split_seeds(self.split)[first : first + self.seed_count(policy)])
 
     def runs(self) -> list[tuple[str, str, int]]:
         """Every (policy, family, seed), seeds outermost so that a partial run covers every policy."""

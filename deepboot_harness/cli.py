@@ -454,6 +454,7 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
         options=options,
         policy_seeds=_policy_seeds(args.policy_seeds or []),
         reference=args.reference,
+        skip_seeds=args.skip_seeds,
     )
     start = time.perf_counter()
 
@@ -492,7 +493,7 @@ def _write_leaderboard(
     how = f"--jobs {args.jobs}" + (f" --backend {args.backend}" if args.backend != "local" else "")
     cpu_hours = sum(float(row["cpu_s"]) for row in rows) / 3600.0
     notes = [
-        f"Families {', '.join(spec.families)}; the first {spec.seeds} {spec.split} seeds of each; "
+        f"Families {', '.join(spec.families)}; {_seed_range(spec)} of each; "
         f"DeepBoot-{args.dynamics} dynamics (each scenario sets its cluster and restart model).",
         f"{len(rows)} runs, {cpu_hours:.2f} CPU-hours in all (the sum of the runs' CPU time); this invocation of "
         f"`deepboot benchmark {how}` made {made} of them in {wall / 60:.1f} min of wall time.",
@@ -502,6 +503,14 @@ def _write_leaderboard(
     if not args.quiet:
         print(Path(paths["leaderboard"]).read_text(encoding="utf-8"))
         print(f"wrote {', '.join(p.name for p in paths.values())} to {args.out}")
+
+
+def _seed_range(spec: BenchmarkSpec) -> str:
+    """The benchmark's seeds in words: "the first 10 test seeds", or "val seeds 9 to 32" after
+    ``--skip-seeds 8``."""
+    if not spec.skip_seeds:
+        return f"the first {spec.seeds} {spec.split} seeds"
+    return f"{spec.split} seeds {spec.skip_seeds + 1} to {spec.skip_seeds + spec.seeds}"
 
 
 def cmd_train(argv: Sequence[str]) -> int:
@@ -628,6 +637,13 @@ def _benchmark_parser(sub: Subparsers) -> None:
     )
     bench.add_argument("--seeds", type=int, default=10, help="seeds per family: the split's first N (default 10)")
     bench.add_argument("--split", default="test", help="seed range: test (default), val or train")
+    bench.add_argument(
+        "--skip-seeds",
+        type=int,
+        default=0,
+        metavar="K",
+        help="pass over the split's first K seeds, e.g. the val seeds a model was selected on (default 0)",
+    )
     bench.add_argument(
         "--policy-seeds", nargs="+", metavar="P=N", help="fewer seeds for slow policies, e.g. pollux-lend=3"
     )

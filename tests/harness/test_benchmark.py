@@ -72,6 +72,16 @@ def test_the_ratios_pair_against_the_reference_given(tmp_path) -> None:
     assert "over `fifo`'s on the same scenario" in (out / "leaderboard.md").read_text()
 
 
+def test_skip_seeds_runs_the_seeds_after_the_first_k(tmp_path) -> None:
+    spec = BenchmarkSpec(families=("bursty",), policies=("ats", "fifo"), seeds=3, split="val", skip_seeds=8)
+    spec.check()
+    assert spec.seeds_of("fifo") == list(SPLIT_SEEDS["val"][8:11])
+    out = tmp_path / "bench"
+    assert _bench(out, "--split", "val", "--skip-seeds", "8", "--seeds", "1") == 0
+    assert {r["seed"] for r in read_runs(out / RUNS_FILE)} == {SPLIT_SEEDS["val"][8]}
+    assert "val seeds 9 to 9 of each" in (out / "leaderboard.md").read_text()
+
+
 def test_resume_runs_only_what_is_missing_and_drops_a_cut_line(tmp_path) -> None:
     out = tmp_path / "bench"
     assert _bench(out, "--seeds", "1") == 0
@@ -107,6 +117,8 @@ def test_an_existing_benchmark_is_never_overwritten_without_resume(tmp_path, cap
         (["--policy-seeds", "fifo"], "expected POLICY=N"),
         (["--policy-seeds", "pollux=2"], "--policy-seeds names policies not benchmarked: pollux"),
         (["--policies", "fifo", "ones-lend"], "--policies must include the reference policy 'ats'"),
+        (["--skip-seeds", "-1"], "--skip-seeds must be 0 to"),
+        (["--split", "val", "--skip-seeds", "8", "--seeds", "10000"], "--seeds: the seed range is empty or too long"),
         (["--reference", "ones-lend"], "--policies must include the reference policy 'ones-lend' (--reference)"),
         (["--seeds", "2", "--policy-seeds", "ats=1"], "the reference policy 'ats' must run every seed"),
         (["--policies", "ats", "fifo", "ats"], "--policies names ats more than once"),
