@@ -110,9 +110,10 @@ def score_sizes(model: str, scenarios: Iterable[tuple[str, int]]) -> ScoreSizes:
         raise ValueError(f"{model}: not a score model (action_mode {policy.action_mode!r}): it has no scores to size")
     log = DecisionLog(policy.codec, policy.max_jobs)
     policy.on_decision = log
+    played = checked_policy(policy)
     for family, seed in scenarios:
         scenario = cached_scenario(family, seed)
-        run_episode(checked_policy(policy), scenario.workload, scenario.configure(sim_config(dynamics=DYNAMICS)))
+        run_episode(played, scenario.workload, scenario.configure(sim_config(dynamics=DYNAMICS)))
     return log.sizes()
 
 

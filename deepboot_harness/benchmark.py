@@ -130,8 +130,7 @@ class BenchmarkSpec:
                 f"--policies must include the reference policy {self.reference!r} (--reference): "
                 "the leaderboard's JCT ratios are to it"
             )
-        unpaired = self.policy_seeds.get(self.reference, self.seeds) < max(map(self.seed_count, self.policies))
-        if unpaired:
+        if self.seed_count(self.reference) < max(map(self.seed_count, self.policies)):
             raise BenchmarkError(
                 f"--policy-seeds: the reference policy {self.reference!r} must run every seed another policy runs"
             )

@@ -102,27 +102,35 @@ def test_without_a_margin_ppo_validation_selects_on_the_score_alone() -> None:
     assert callback.best_score == pytest.approx(0.8)
 
 
-def test_es_validation_prefers_models_within_the_p99_margin(tmp_path, monkeypatch) -> None:
-    """The ES's validation selects as PPO's does: a worse JCT within the margin replaces a better
-    one outside it, a better one outside does not replace it; ``ats`` runs once per scenario (its
-    JCT cached in the state, its p99 in the run) and the state keeps the verdict."""
+def _fake_episodes(monkeypatch, candidate) -> list[tuple[str, int]]:
+    """Replace the ES's episodes: ``ats`` takes a JCT of 100 s and a p99 of 10 s on every
+    scenario, a candidate ``candidate(theta)``; returns the list the ``ats`` runs are added to."""
     import agents.evolution as evolution
-    from agents.evolution import EsRun, EsSettings, EsState, Subject
-    from agents.priority import FEATURES, PriorityModel
 
-    val = [("mixed", 1_000_000), ("bursty", 1_000_000)]
-    # theta[0] -> (JCT, p99) on every scenario; ats: JCT 100 s, p99 10 s
-    outcomes = {1.0: (90.0, 10.0 + P99_MARGIN_S + 2.0), 2.0: (96.0, 10.0 + P99_MARGIN_S), 3.0: (80.0, 16.0)}
-    ats_runs = []
+    ats_runs: list[tuple[str, int]] = []
 
     def fake_outcome(item):
         theta, family, seed, _ = item
         if theta is None:
             ats_runs.append((family, seed))
             return 100.0, 10.0
-        return outcomes[theta[0]]
+        return candidate(theta)
 
     monkeypatch.setattr(evolution, "episode_outcome", fake_outcome)
+    return ats_runs
+
+
+def test_es_validation_prefers_models_within_the_p99_margin(tmp_path, monkeypatch) -> None:
+    """The ES's validation selects as PPO's does: a worse JCT within the margin replaces a better
+    one outside it, a better one outside does not replace it; ``ats`` runs once per scenario (its
+    JCT cached in the state, its p99 in the run) and the state keeps the verdict."""
+    from agents.evolution import EsRun, EsSettings, EsState, Subject
+    from agents.priority import FEATURES, PriorityModel
+
+    val = [("mixed", 1_000_000), ("bursty", 1_000_000)]
+    # theta[0] -> (JCT, p99) on every scenario; ats: JCT 100 s, p99 10 s
+    outcomes = {1.0: (90.0, 10.0 + P99_MARGIN_S + 2.0), 2.0: (96.0, 10.0 + P99_MARGIN_S), 3.0: (80.0, 16.0)}
+    ats_runs = _fake_episodes(monkeypatch, lambda theta: outcomes[theta[0]])
     state = EsState([1.0] + [0.0] * (len(FEATURES) - 1), [0.0] * len(FEATURES), [0.0] * len(FEATURES))
     lines: list[str] = []
     run = EsRun(tmp_path, ["mixed"], val, EsSettings(), state, Subject(FEATURES), 1, log=lines.append)
@@ -150,21 +158,11 @@ def test_the_p99_penalty_hinges_each_scenario_and_skips_stalled_episodes() -> No
 def test_the_es_fitness_weighs_the_p99_penalty_against_the_jct(tmp_path, monkeypatch) -> None:
     """With ``p99_weight`` a candidate whose p99 is past ``ats``'s ranks behind one with a JCT as
     good; without it the JCT alone ranks them. ``ats``'s p99 on a training scenario is run once."""
-    import agents.evolution as evolution
     from agents.evolution import EsRun, EsSettings, EsState, Subject
     from agents.priority import FEATURES
 
-    ats_runs = []
-
-    def fake_outcome(item):
-        theta, family, seed, _ = item
-        if theta is None:
-            ats_runs.append((family, seed))
-            return 100.0, 10.0
-        # theta[0] up: 1 % shorter JCT per 0.1, p99 10 s over ats's per 0.1
-        return 100.0 - 10.0 * theta[0], 10.0 + 100.0 * max(theta[0], 0.0)
-
-    monkeypatch.setattr(evolution, "episode_outcome", fake_outcome)
+    # theta[0] up: 1 % shorter JCT per 0.1, p99 10 s over ats's per 0.1
+    ats_runs = _fake_episodes(monkeypatch, lambda theta: (100.0 - 10.0 * theta[0], 10.0 + 100.0 * max(theta[0], 0.0)))
     steps = {}
     for weight in (0.0, 0.01):
         settings = EsSettings(pairs=2, seeds_per_family=1, p99_weight=weight)
