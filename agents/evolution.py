@@ -56,7 +56,14 @@ from agents.run_config import FAMILY_SEEDS, TrainSettings, load_conf, read_yaml
 from agents.run_folder import next_run_dir, write_config
 from agents.selection import P99_MARGIN_S, p99_verdict, replaces, worst_p99_excess
 from agents.threads import use_torch_threads
-from agents.width_table import WidthTableError, grow_width_outputs, set_width_table, width_names, width_table
+from agents.width_table import (
+    WidthTableError,
+    grow_state_scores,
+    grow_width_outputs,
+    set_width_table,
+    width_names,
+    width_table,
+)
 from baselines.ats import AtsPolicy
 from deepboot_env.atomic import append_csv, lock_folder, write_text
 from deepboot_env.config import sim_config
@@ -107,6 +114,9 @@ class EsSettings:
         p99_weight: > 0 adds to each candidate's fitness this much per second of its inference
             p99 over ``ats``'s, hinged at 0 on each scenario and averaged over the generation's
             (:func:`p99_penalty`): the selection's p99 margin, kept inside the search.
+        state_scores: 1 (a run over a score model's table) also trains the score's weights on
+            each job's features (``application_scores`` 2, grown at zero if the model has none):
+            scores that move with the job's state (:data:`~agents.width_table.STATE_FEATURES`).
     """
 
     generations: int = 24
@@ -120,6 +130,7 @@ class EsSettings:
     app_features: int = 0
     score_row: int = 0
     p99_weight: float = 0.0
+    state_scores: int = 0
 
     @property
     def features(self) -> tuple[str, ...]:
@@ -152,7 +163,7 @@ class EsSettings:
         for name in ("srpt_power", "arrival_tilt", "p99_weight"):
             if not (0 <= getattr(settings, name) < math.inf):
                 raise EsConfigError(f"ES setting {name} must be >= 0 and finite, got {getattr(settings, name)}")
-        for name in ("app_features", "score_row"):
+        for name in ("app_features", "score_row", "state_scores"):
             if getattr(settings, name) not in (0, 1):
                 raise EsConfigError(f"ES setting {name} must be 0 or 1, got {getattr(settings, name)}")
         return settings
@@ -183,12 +194,14 @@ def _setting(name: str, value: Any, kind: type) -> int | float:
 @dataclass(frozen=True)
 class Subject:
     """What theta parameterises: the learned priority's coefficients of ``features`` (``model``
-    None), or the width outputs (with ``score_row``, the whole application table) of the score
-    model saved at ``model`` (``features``: the :func:`~agents.width_table.width_names`)."""
+    None), or the width outputs (with ``score_row``, the whole application table; with
+    ``state_scores``, then the score's weights on the job's features) of the score model saved at
+    ``model`` (``features``: the :func:`~agents.width_table.width_names`)."""
 
     features: tuple[str, ...]
     model: str | None = None
     score_row: bool = False
+    state_scores: bool = False
 
     def policy(self, theta: Sequence[float]) -> Policy:
         """The candidate ``theta`` as a policy (a worker's: the model is loaded once per process)."""
@@ -198,10 +211,18 @@ class Subject:
         self.write_table(policy.model, theta)
         return policy
 
+    @property
+    def trains(self) -> str:
+        """What theta is, in words (the run's ``config.yml``)."""
+        if self.model is None:
+            return "priority"
+        table = "application table" if self.score_row else "width table"
+        return f"{table} and state scores" if self.state_scores else table
+
     def write_table(self, model: Any, theta: Sequence[float]) -> None:
         """Write ``theta`` into ``model``'s table (the width outputs, and the score row too)."""
         assert self.model is not None
-        set_width_table(model, theta, self.model, self.score_row)
+        set_width_table(model, theta, self.model, self.score_row, self.state_scores)
 
 
 @functools.lru_cache(maxsize=2)
@@ -326,13 +347,14 @@ def check_state(path: Path, doc: Any) -> dict[str, Any]:
     odd = sorted(set(doc) - set(STATE_FIELDS), key=str)
     if odd or not {"theta", "m", "v"} <= set(doc):
         raise EsConfigError(f"{path}: expected the fields {', '.join(STATE_FIELDS)}; unknown or missing: {shown(odd)}")
-    tables = (len(width_names()), len(width_names(score_row=True)))
+    tables = [len(width_names(row, state)) for state in (False, True) for row in (False, True)]
     sizes = {*range(len(FEATURES), len(KNOWN_FEATURES) + 1), *tables}
     for name in ("theta", "m", "v"):
         value = doc[name]
         if not (isinstance(value, list) and len(value) in sizes and all(map(_is_number, value))):
             priority = f"{len(FEATURES)} to {len(KNOWN_FEATURES)} (a priority)"
-            want = f"{priority}, {tables[0]} (a width table) or {tables[1]} (a whole table)"
+            tabled = f"{tables[0]} (a width table), {tables[1]} (a whole table)"
+            want = f"{priority}, {tabled}, or either with state scores ({tables[2]}, {tables[3]})"
             raise bad(name, f"{want} finite numbers")
         if len(value) != len(doc["theta"]):
             raise bad(name, f"as many numbers as theta ({len(doc['theta'])})")
@@ -716,7 +738,7 @@ def train_es(flags: TrainSettings) -> Path:
             "eval_workload": evals,
             "seed": flags.seed,
             "settings": asdict(settings),
-            "trains": ("application table" if subject.score_row else "width table") if subject.model else "priority",
+            "trains": subject.trains,
             "start_model": start_model_source(flags, run_dir),
             "jobs": jobs,
             "backend": backend.kind,
@@ -803,8 +825,9 @@ def es_run_folder(flags: TrainSettings, values: dict[str, Any]) -> Path:
     if run_dir is None and flags.n_timesteps is not None:
         values["generations"] = flags.n_timesteps
     settings = EsSettings.of(values)  # checked before a run folder is made
-    if settings.score_row and not trains_a_model(flags, run_dir):
-        raise EsConfigError("ES setting score_row trains a score model's table: give the model with -i MODEL.zip")
+    for name in ("score_row", "state_scores"):
+        if getattr(settings, name) and not trains_a_model(flags, run_dir):
+            raise EsConfigError(f"ES setting {name} trains a score model's table: give the model with -i MODEL.zip")
     return run_dir if run_dir is not None else next_run_dir(flags.log_folder, "es")
 
 
@@ -857,15 +880,17 @@ def es_subject(flags: TrainSettings, run_dir: Path, values: dict[str, Any]) -> t
         model = load_checkpoint(source or start)
         if source is not None and not env_shape_of(model).get("width_classes"):
             grow_width_outputs(model, str(source))
-        score_row = bool(settings.score_row)
-        theta = tuple(width_table(model, str(source or start), score_row))
+        score_row, state_scores = bool(settings.score_row), bool(settings.state_scores)
+        if source is not None and state_scores and getattr(model.policy.mlp_extractor, "state_scores", None) is None:
+            grow_state_scores(model, str(source))
+        theta = tuple(width_table(model, str(source or start), score_row, state_scores))
     except (CheckpointError, WidthTableError) as exc:
         raise EsConfigError(str(exc)) from None
     if source is not None:
         from agents.callbacks import save_model  # lazy: SB3 is slow to import
 
         save_model(model, start)
-    return Subject(width_names(score_row), str(start.resolve()), score_row), theta
+    return Subject(width_names(score_row, state_scores), str(start.resolve()), score_row, state_scores), theta
 
 
 def es_state(

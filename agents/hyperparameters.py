@@ -157,7 +157,9 @@ POLICY_KWARGS_KEYS: dict[str, str] = {
     "embed_dim": "an integer >= 1 (set policy)",
     "attention_heads": "an integer >= 1 dividing embed_dim (set policy)",
     "attention_layers": "an integer >= 0 (set policy)",
-    "application_scores": "0 or 1 (set policy; 1: one learned score per application)",
+    "application_scores": (
+        "0, 1 or 2 (set policy; 1: one learned score per application; 2: plus a linear score of the job's features)"
+    ),
 }
 """The ``policy_kwargs`` keys a config or a checkpoint may set, and what each takes."""
 
@@ -181,7 +183,7 @@ SET_SIZE_MINIMUMS: dict[str, int] = {
 }
 """The set policy's size arguments and their smallest values (checked here and by the policy)."""
 
-SET_SIZE_MAXIMUMS: dict[str, int] = {"application_scores": 1}
+SET_SIZE_MAXIMUMS: dict[str, int] = {"application_scores": 2}
 """The set policy's arguments that also have a largest value."""
 
 ARCH_ONLY_KEYS: dict[str, tuple[str, ...]] = {

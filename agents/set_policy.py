@@ -116,8 +116,11 @@ class SetNetwork(nn.Module):
         embed_dim, attention_heads, attention_layers: network sizes.
         application_scores: 1: a job's logits are one learned row per application (a table
             over the ``jobs`` rows' application one-hot), the same in every state; the lending
-            logits and the critic still read the whole state. 0: the slot head over the job's
-            embedding and the summary.
+            logits and the critic still read the whole state. 2: that row plus a linear function
+            (no bias, starting at zero) of the job's own features after the one-hot (its size,
+            age, service, restarts, progress, speedups, lent share, stall and prior weight):
+            scores that move with the job's state and stay per job, so still
+            permutation-equivariant. 0: the slot head over the job's embedding and the summary.
         activation: the hidden layers' activation.
         firsts_apart: the score action's layout with width scores (``slot_choices`` = 1 + width
             classes): the slots' scores, then their width scores slot-major, then lending.
@@ -168,6 +171,13 @@ class SetNetwork(nn.Module):
         self.lend_head = nn.Sequential(nn.Linear(d, d), activation(), nn.Linear(d, lend_levels))
         self.application_table = nn.Linear(len(APP_NAMES), slot_choices) if application_scores else None
         """With ``application_scores``: the per-application logits (read through the one-hot)."""
+        self._state_columns = slice(self._app_columns.stop, job_width)
+        """The job row's columns after the one-hot: what the state scores read."""
+        self.state_scores = (
+            nn.Linear(job_width - self._app_columns.stop, slot_choices, bias=False) if application_scores == 2 else None
+        )
+        """With ``application_scores`` 2: the logits' linear part in the job's features (zeroed
+        once the policy is built, so that they start as the table alone)."""
         self.value_head = nn.Sequential(nn.Linear(d, d), activation())
         self.latent_dim_pi = slots * slot_choices + lend_levels
         self.latent_dim_vf = d
@@ -255,6 +265,8 @@ class SetNetwork(nn.Module):
         if table is not None:  # an empty row has no application: the table's bias
             empty = table.bias.expand(batch, -1)
             present_logits = table(job_rows[:, self._app_columns])
+            if self.state_scores is not None:
+                present_logits = present_logits + self.state_scores(job_rows[:, self._state_columns])
         else:
             empty_row = summary.new_zeros(1, self.job_width)
             empty = self.slot_head(th.cat([self.job_encoder(empty_row).expand(batch, -1), summary], dim=1))
@@ -350,6 +362,8 @@ class _SetPolicyMixin(DescribedPolicyMixin):
         elif policy.ortho_init:
             for layer in policy.mlp_extractor.output_layers():
                 layer.apply(partial(policy.init_weights, gain=0.01))
+        if policy.mlp_extractor.state_scores is not None:  # SB3's orthogonal init reached it too
+            nn.init.zeros_(policy.mlp_extractor.state_scores.weight)
         policy.optimizer = policy.optimizer_class(policy.parameters(), lr=lr_schedule(1), **policy.optimizer_kwargs)
 
     def _get_constructor_parameters(self) -> dict[str, Any]:

@@ -24,6 +24,7 @@ import numpy as np
 
 from agents.described_policy import ENV_ARGUMENTS_KEY, env_spec
 from agents.env_shape import env_shape_of
+from deepboot_env.env.observation import JOB_FEATURES
 from deepboot_env.policy import WIDTH_CLASSES
 from deepboot_env.sim.apps import APP_NAMES
 
@@ -39,11 +40,18 @@ class WidthTableError(ValueError):
     """A model whose width outputs cannot be read, set or grown (one line naming the model)."""
 
 
-def width_names(score_row: bool = False) -> tuple[str, ...]:
+STATE_FEATURES: tuple[str, ...] = (*JOB_FEATURES[1 + len(APP_NAMES) :], "prior")
+"""What a job's state scores read (``application_scores: 2``): its row after the one-hot, then
+the prior's weight of the job (the score observation's ``prior`` entry)."""
+
+
+def width_names(score_row: bool = False, state_scores: bool = False) -> tuple[str, ...]:
     """The names of the table's values, class-major: ``<application>/<class>``; with
-    ``score_row``, the score row's ``<application>/score`` first."""
+    ``score_row``, the score row's ``<application>/score`` first; with ``state_scores``, then the
+    score's weight on each job feature, ``state/<feature>``."""
     rows = ("score", *WIDTH_CLASS_NAMES) if score_row else WIDTH_CLASS_NAMES
-    return tuple(f"{app}/{cls}" for cls in rows for app in APP_NAMES)
+    state = tuple(f"state/{name}" for name in STATE_FEATURES) if state_scores else ()
+    return (*(f"{app}/{cls}" for cls in rows for app in APP_NAMES), *state)
 
 
 def _application_table(model: Any, what: str) -> Any:
@@ -72,37 +80,62 @@ def _width_layer(model: Any, what: str) -> Any:
     return table
 
 
-def width_table(model: Any, what: str = "the model", score_row: bool = False) -> np.ndarray:
-    """The model's width outputs per (class, application), class-major (:func:`width_names`);
-    with ``score_row``, its per-application scores first (the whole table).
+def _state_layer(model: Any, what: str) -> Any:
+    """The model's state scores (a ``torch.nn.Linear``, row 0 the score's).
 
     Raises:
-        WidthTableError: no application table, or no width scores (see :func:`grow_width_outputs`).
+        WidthTableError: a model without them (see :func:`grow_state_scores`).
+    """
+    layer = getattr(getattr(model.policy, "mlp_extractor", None), "state_scores", None)
+    if layer is None:
+        raise WidthTableError(f"{what}: has no state scores (application_scores 2)")
+    return layer
+
+
+def width_table(model: Any, what: str = "the model", score_row: bool = False, state_scores: bool = False) -> np.ndarray:
+    """The model's width outputs per (class, application), class-major (:func:`width_names`);
+    with ``score_row``, its per-application scores first (the whole table); with
+    ``state_scores``, then the score's weights on the job's features.
+
+    Raises:
+        WidthTableError: no application table, no width scores (see :func:`grow_width_outputs`)
+            or no state scores asked for.
     """
     first = 0 if score_row else 1
-    return _width_layer(model, what).weight.detach().cpu().numpy()[first:].astype(float).reshape(-1)
+    table = _width_layer(model, what).weight.detach().cpu().numpy()[first:].astype(float).reshape(-1)
+    if not state_scores:
+        return table
+    state = _state_layer(model, what).weight.detach().cpu().numpy()[0].astype(float)
+    return np.concatenate([table, state])
 
 
-def set_width_table(model: Any, values: Any, what: str = "the model", score_row: bool = False) -> None:
-    """Write ``values`` (as :func:`width_table` returns them, with the same ``score_row``) into
-    the model's width outputs (and its score row).
+def set_width_table(
+    model: Any, values: Any, what: str = "the model", score_row: bool = False, state_scores: bool = False
+) -> None:
+    """Write ``values`` (as :func:`width_table` returns them, with the same ``score_row`` and
+    ``state_scores``) into the model's width outputs (its score row, its state scores).
 
     Raises:
-        WidthTableError: no width outputs, or values of the wrong size or not finite.
+        WidthTableError: no width outputs (or state scores), or values of the wrong size or not finite.
     """
     import torch  # lazy: torch is slow to import
 
     table = _width_layer(model, what)
+    state = _state_layer(model, what) if state_scores else None
     first = 0 if score_row else 1
     rows = table.weight.shape[0] - first
     size = rows * table.weight.shape[1]
+    extra = state.weight.shape[1] if state is not None else 0
     array = np.asarray(values, dtype=float).reshape(-1)
-    if array.size != size or not np.isfinite(array).all():
+    if array.size != size + extra or not np.isfinite(array).all():
         kind = "an application table" if score_row else "a width table"
-        raise WidthTableError(f"{what}: {kind} holds {size} finite values, got {array.size}")
+        kind += " and state scores" if state is not None else ""
+        raise WidthTableError(f"{what}: {kind} holds {size + extra} finite values, got {array.size}")
     with torch.no_grad():
-        written = torch.as_tensor(array.reshape(rows, -1), dtype=table.weight.dtype)
+        written = torch.as_tensor(array[:size].reshape(rows, -1), dtype=table.weight.dtype)
         table.weight[first:] = written.to(table.weight.device)
+        if state is not None:
+            state.weight[0] = torch.as_tensor(array[size:], dtype=state.weight.dtype).to(state.weight.device)
 
 
 def grow_width_outputs(model: Any, what: str = "the model") -> Any:
@@ -138,6 +171,35 @@ def grow_width_outputs(model: Any, what: str = "the model") -> Any:
     with torch.no_grad():
         model.policy.load_state_dict(grown)
     use_padded_distribution(model.policy)
+    return model
+
+
+def grow_state_scores(model: Any, what: str = "the model") -> Any:
+    """Give a score model with an application table state scores (``application_scores`` 2), in
+    place; returns the model. Every weight is kept and the new layer is zero, so the policy is
+    the old one bit for bit. The optimizer starts afresh.
+
+    Raises:
+        WidthTableError: no application table, or state scores already.
+    """
+    import torch  # lazy: torch is slow to import
+
+    from agents.distributions import use_padded_distribution  # lazy: SB3 is slow to import
+
+    _application_table(model, what)
+    if getattr(model.policy.mlp_extractor, "state_scores", None) is not None:
+        raise WidthTableError(f"{what}: has state scores already")
+    old = model.policy.state_dict()
+    model.policy_kwargs = {**(model.policy_kwargs or {}), "application_scores": 2}
+    model._setup_model()
+    new = model.policy.state_dict()
+    grown = {key: old[key].clone() if key in old else torch.zeros_like(value) for key, value in new.items()}
+    with torch.no_grad():
+        model.policy.load_state_dict(grown)
+    use_padded_distribution(model.policy)
+    reads = model.policy.mlp_extractor.state_scores.in_features
+    if reads != len(STATE_FEATURES):
+        raise WidthTableError(f"{what}: a job row of {reads} features after the one-hot, not {len(STATE_FEATURES)}")
     return model
 
 

@@ -152,7 +152,7 @@ def test_residual_start_reproduces_the_base_policy(tiny_csv) -> None:
         ({"policy_kwargs": {"embed_dim": 32}}, "embed_dim is for --policy-arch set"),
         ({"policy": "SetPolicy", "policy_kwargs": {"embed_dim": 30}}, "multiple of attention_heads"),
         ({"policy": "SetPolicy", "policy_kwargs": {"attention_layers": -1}}, "attention_layers must be"),
-        ({"policy": "SetPolicy", "policy_kwargs": {"application_scores": 2}}, "application_scores must be 0 or 1"),
+        ({"policy": "SetPolicy", "policy_kwargs": {"application_scores": 3}}, "application_scores must be 0, 1 or 2"),
         ({"policy": "GraphPolicy"}, "unknown policy 'GraphPolicy'"),
     ],
 )
@@ -269,3 +269,42 @@ def test_application_scores_give_each_application_one_score_in_every_state(tiny_
     loaded = load_checkpoint(tmp_path / "table.zip")
     assert loaded.policy.mlp_extractor.application_table is not None
     np.testing.assert_allclose(_logits_and_value(loaded, obs)[0], _logits_and_value(model, obs)[0], atol=1e-6)
+
+
+def test_state_scores_are_per_job_and_permutation_equivariant(tiny_csv) -> None:
+    """With ``application_scores: 2`` a present job's score mean is its application's row plus a
+    linear function of its own features: it moves with the job's state, the slots' order only
+    permutes it, and the lending output and the value do not move."""
+    import torch
+
+    model = _model("ppo", tiny_csv, action_mode="score", application_scores=2)
+    network = model.policy.mlp_extractor
+    assert network.state_scores is not None and not network.state_scores.weight.any()
+    with torch.no_grad():
+        network.application_table.weight.normal_(generator=torch.Generator().manual_seed(1))
+        network.state_scores.weight.normal_(generator=torch.Generator().manual_seed(2))
+    env = model.get_env()
+    obs = env.reset()
+    for _ in range(400):
+        if obs["jobs"].reshape(SLOTS, len(JOB_FEATURES))[:, 0].sum() >= 3:
+            break
+        obs, *_ = env.step(np.zeros((1, model.action_space.shape[0]), dtype=np.float32))
+    rows = obs["jobs"].reshape(SLOTS, len(JOB_FEATURES))
+    present = np.flatnonzero(rows[:, 0] > 0.5)
+    assert len(present) >= 3
+    logits, value = _logits_and_value(model, obs)
+    scores = logits[:SLOTS]
+    apps = rows[present, 1 : 1 + len(APP_NAMES)].argmax(axis=1)
+    table = network.application_table
+    weight, bias = table.weight.detach().numpy(), table.bias.detach().numpy()
+    state = np.concatenate([rows[present, 1 + len(APP_NAMES) :], obs["prior"][0, present, None]], axis=1)
+    expected = weight[0, apps] + bias[0] + state @ network.state_scores.weight.detach().numpy()[0]
+    np.testing.assert_allclose(scores[present], expected, atol=1e-5)
+    order = np.random.default_rng(5).permutation(SLOTS)
+    moved = dict(obs)
+    moved["jobs"] = obs["jobs"].reshape(1, SLOTS, -1)[:, order].reshape(1, -1)
+    moved["prior"] = obs["prior"][:, order]
+    moved_logits, moved_value = _logits_and_value(model, moved)
+    np.testing.assert_allclose(moved_logits[:SLOTS], scores[order], atol=1e-5)
+    np.testing.assert_allclose(moved_logits[-1], logits[-1], atol=1e-5)
+    assert moved_value == pytest.approx(value, abs=1e-5)

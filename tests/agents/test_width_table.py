@@ -19,7 +19,15 @@ from agents.checkpoint import load_checkpoint
 from agents.env_shape import env_shape_of
 from agents.evolution import EsConfigError, EsSettings
 from agents.policy_adapter import AgentPolicy, load_agent_policy
-from agents.width_table import WidthTableError, grow_width_outputs, set_width_table, width_names, width_table
+from agents.width_table import (
+    STATE_FEATURES,
+    WidthTableError,
+    grow_state_scores,
+    grow_width_outputs,
+    set_width_table,
+    width_names,
+    width_table,
+)
 from deepboot_env.config import sim_config
 from deepboot_env.evaluation import run_episode
 from deepboot_env.policy import WIDTH_CLASSES
@@ -30,6 +38,8 @@ pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 V3 = REPO / "agents" / "pretrained" / "deepboot-score-v3.zip"
 needs_v3 = pytest.mark.skipif(not V3.is_file(), reason="no shipped score model")
+V6 = REPO / "agents" / "pretrained" / "deepboot-score-v6.zip"
+needs_v6 = pytest.mark.skipif(not V6.is_file(), reason="no shipped score model")
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +96,58 @@ def test_a_width_table_is_written_where_the_names_say_and_moves_the_schedule(bus
     for bad in (values[:-1], np.full(len(values), np.nan)):
         with pytest.raises(WidthTableError, match="finite values"):
             set_width_table(model, bad, "m.zip")
+
+
+@needs_v6
+def test_state_scores_grow_at_zero_read_the_jobs_features_and_save(busy, tmp_path: Path) -> None:
+    """Grown state scores keep the policy bit for bit; a weight on one feature moves each job's
+    score by that weight times the feature, and the model saves and loads with them."""
+    model = load_checkpoint(V6)
+    table = width_table(model, score_row=True)
+    with pytest.raises(WidthTableError, match="has no state scores"):
+        width_table(model, "v6", score_row=True, state_scores=True)
+    grow_state_scores(model, "v6")
+    assert model.policy_kwargs["application_scores"] == 2
+    values = width_table(model, score_row=True, state_scores=True)
+    assert values[: len(table)] == pytest.approx(table, abs=0) and not values[len(table) :].any()
+    assert len(values) == len(width_names(True, True)) == len(table) + len(STATE_FEATURES)
+    assert _played(model, busy) == _played(load_checkpoint(V6), busy)
+    with pytest.raises(WidthTableError, match="has state scores already"):
+        grow_state_scores(model, "v6")
+    network = model.policy.mlp_extractor
+    features = th.rand(3, network.job_width)
+    features[:, 1 : 1 + len(APP_NAMES)] = 0.0
+    features[:, 1] = 1.0  # one application: the table adds the same to every row
+    before = network.state_scores(features[:, 1 + len(APP_NAMES) :])
+    values[len(table) + STATE_FEATURES.index("attained_service")] = 2.0
+    set_width_table(model, values, "v6", score_row=True, state_scores=True)
+    after = network.state_scores(features[:, 1 + len(APP_NAMES) :])
+    service = features[:, 1 + len(APP_NAMES) + STATE_FEATURES.index("attained_service")]
+    assert (after - before)[:, 0].detach().numpy() == pytest.approx(2.0 * service.numpy(), abs=1e-6)
+    assert not (after - before)[:, 1:].any()
+    assert _played(model, busy) != _played(load_checkpoint(V6), busy)
+    model.save(tmp_path / "m.zip")
+    loaded = load_checkpoint(tmp_path / "m.zip")
+    assert width_table(loaded, score_row=True, state_scores=True) == pytest.approx(values, abs=1e-7)
+    with pytest.raises(WidthTableError, match="state scores holds"):
+        set_width_table(model, values[:-1], "m.zip", score_row=True, state_scores=True)
+
+
+@needs_v6
+def test_es_over_state_scores_grows_them_and_trains_them_with_the_table(tmp_path: Path) -> None:
+    argv = _es_argv(tmp_path, "-i", str(V6), "-n", "1", "-params", "score_row:1", "state_scores:1")
+    run = train_policy.run(argv)
+    config = yaml.safe_load((run / "config.yml").read_text())
+    assert config["trains"] == "application table and state scores"
+    names = width_names(score_row=True, state_scores=True)
+    start = width_table(load_checkpoint(run / "start_model.zip"), score_row=True, state_scores=True)
+    assert start[: -len(STATE_FEATURES)] == pytest.approx(width_table(load_checkpoint(V6), score_row=True), abs=0)
+    assert not start[-len(STATE_FEATURES) :].any()
+    state = json.loads((run / "state.json").read_text())
+    assert len(state["theta"]) == len(names) and np.any(state["theta"][-len(STATE_FEATURES) :])
+    final = load_checkpoint(run / "final_model.zip")
+    assert width_table(final, score_row=True, state_scores=True) == pytest.approx(state["theta"], abs=1e-7)
+    assert (run / "generations.csv").read_text().splitlines()[0].split(",")[-len(names) :] == list(names)
 
 
 def _es_argv(runs: Path, *extra: str) -> list[str]:
