@@ -56,7 +56,6 @@ from agents.factory import DEVICES, VEC_ENVS
 from agents.hyperparameters import ALGOS, POLICY_ARCHS
 from agents.interrupt import TrainingInterrupted
 from agents.run_config import (
-    DEFAULT_EVAL_REFERENCE,
     ENV_IDS,
     FAMILY_SEEDS,
     PRETRAIN_KEYS,
@@ -64,7 +63,7 @@ from agents.run_config import (
     TrainSettings,
     preset_descriptions,
 )
-from deepboot_env import FRONT_END_DYNAMICS
+from deepboot_env import FRONT_END_DYNAMICS, REFERENCE_POLICY
 from deepboot_env.argparsing import ArgumentParser
 from deepboot_env.extras import MissingExtraError, require_extra
 from deepboot_env.stops import Stopped, StopSignals
@@ -101,11 +100,11 @@ def _default(name: str) -> str:
     """The built-in default of the setting ``name`` as ``--help`` writes it: the field's of
     :class:`~agents.run_config.TrainSettings`, or, where that is None (the preset decides), the one
     a preset may override (:data:`~agents.run_config.RUN_KEYS`, :data:`~agents.run_config.PRETRAIN_KEYS`,
-    :data:`~agents.run_config.DEFAULT_EVAL_REFERENCE`). A default is written in one place; the
+    :data:`~deepboot_env.REFERENCE_POLICY`). A default is written in one place; the
     parser's defaults and its help follow it."""
     value = getattr(TrainSettings(), name)
     if value is None:
-        value = {**RUN_KEYS, **PRETRAIN_KEYS, "eval_reference": DEFAULT_EVAL_REFERENCE}[name]
+        value = {**RUN_KEYS, **PRETRAIN_KEYS, "eval_reference": REFERENCE_POLICY}[name]
     items = value if isinstance(value, list) else [value]
     return " ".join(f"{item:g}" if isinstance(item, float) else str(item) for item in items)
 

@@ -33,7 +33,7 @@ from agents.hyperparameters import (
     switch_arch,
 )
 from agents.policy_adapter import saved_dynamics
-from deepboot_env import FRONT_END_DYNAMICS
+from deepboot_env import FRONT_END_DYNAMICS, REFERENCE_POLICY
 from deepboot_env.config import DYNAMICS, EnvConfig
 from deepboot_env.limits import MAX_CONFIG_BYTES, names, parse_yaml, plain, read_bounded, shown
 from deepboot_env.policy import available_policies
@@ -53,8 +53,6 @@ RUN_KEYS: dict[str, Any] = {
 }
 """Run settings a configuration preset may default, with their built-in defaults."""
 
-DEFAULT_EVAL_REFERENCE = "ats"
-"""Policy the evaluations compare the model with (``eval_reference``; ``none``: no reference)."""
 
 PRETRAIN_KEYS: dict[str, Any] = {
     "pretrain_expert": None,
@@ -300,7 +298,7 @@ def resolve_eval_reference(flags: TrainSettings, conf: dict[str, Any]) -> str | 
     Raises:
         ConfigError: an unknown policy name.
     """
-    value = conf.pop("eval_reference", DEFAULT_EVAL_REFERENCE)
+    value = conf.pop("eval_reference", REFERENCE_POLICY)
     if flags.eval_reference is not None:
         value = flags.eval_reference
     if value in ("", "none", None):

@@ -24,6 +24,10 @@ benchmark and the learned priority live in. The library keeps its own defaults (
 ``DeepBoot-v0`` id, :func:`deepboot_env.config.sim_config`), so code written against them runs
 as before; ``--dynamics v0`` / ``--env DeepBoot-v0`` reach v0 from every command."""
 
+REFERENCE_POLICY = "ats"
+"""The policy every ratio is taken against unless one is named (``deepboot compare`` and
+``benchmark``, the leaderboard, training's ``eval_reference``): ATS, DeepBoot's own scheduler."""
+
 MAX_EPISODE_STEPS = 3000
 """Decisions per episode before truncation: the registered ``max_episode_steps`` and the default
 of :attr:`EnvConfig.max_rounds <deepboot_env.config.EnvConfig.max_rounds>`."""

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deepboot_env import FRONT_END_DYNAMICS
+from deepboot_env import FRONT_END_DYNAMICS, REFERENCE_POLICY
 from deepboot_env.atomic import lock_folder
 from deepboot_env.config import sim_config
 from deepboot_env.pool import LOCAL, Backend, run_pool
@@ -83,7 +83,7 @@ class BenchmarkSpec:
     split: str = "test"
     options: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_OPTIONS))
     policy_seeds: dict[str, int] = field(default_factory=dict)
-    reference: str = "ats"
+    reference: str = REFERENCE_POLICY
     skip_seeds: int = 0
 
     def check(self) -> None:

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from deepboot_env import FRONT_END_DYNAMICS
+from deepboot_env import FRONT_END_DYNAMICS, REFERENCE_POLICY
 from deepboot_env.argparsing import ArgumentParser
 from deepboot_env.atomic import lock_folder
 from deepboot_env.config import DYNAMICS, dynamics_notes, sim_config
@@ -649,7 +649,7 @@ def _benchmark_parser(sub: Subparsers) -> None:
     )
     bench.add_argument(
         "--reference",
-        default="ats",
+        default=REFERENCE_POLICY,
         metavar="P",
         help="the policy every JCT ratio is paired against, one of --policies (default ats), e.g. a model's prior",
     )

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from deepboot_env import REFERENCE_POLICY
 from deepboot_env.atomic import write_csv, write_text
 from deepboot_env.sim.simulator import SimConfig
 from deepboot_harness.compare_grid import Comparison, run_comparison
@@ -40,12 +41,8 @@ from deepboot_harness.dynamics import dynamics_title
 # writers
 
 
-DEFAULT_REFERENCE = "ats"
-"""The reference of the paired ratios when it is among the policies and none is named."""
-
-
 def resolve_reference(policies: Sequence[str], reference: str | None = None) -> str | None:
-    """The policy the paired ratios are taken against: ``reference``, else :data:`DEFAULT_REFERENCE`
+    """The policy the paired ratios are taken against: ``reference``, else :data:`~deepboot_env.REFERENCE_POLICY`
     when compared, else None (no ratios).
 
     Raises:
@@ -53,7 +50,7 @@ def resolve_reference(policies: Sequence[str], reference: str | None = None) -> 
     """
     names = [str(p) for p in policies]
     if reference is None:
-        return DEFAULT_REFERENCE if DEFAULT_REFERENCE in names else None
+        return REFERENCE_POLICY if REFERENCE_POLICY in names else None
     if reference not in names:
         raise ValueError(f"reference policy {reference!r} is not among the policies: {', '.join(names)}")
     return reference

@@ -23,14 +23,12 @@ import pandas as pd
 from matplotlib.figure import Figure
 from scipy import stats
 
+from deepboot_env import REFERENCE_POLICY
 from deepboot_env.atomic import write_csv, write_text
 from deepboot_harness.compare_tables import markdown_table
 from deepboot_harness.paired_stats import Estimate, paired_ratios, summarize
 from deepboot_harness.plots import display_name, policy_colors, save_png
 from deepboot_harness.ratio_plots import plot_aggregates, plot_paired_ratios, ratio_summaries
-
-REFERENCE = "ats"
-"""The policy every ratio is taken against."""
 
 ALL = "all families"
 """The column of the leaderboard that pools every family."""
@@ -70,7 +68,7 @@ def mean_ci(values: Sequence[float] | np.ndarray) -> tuple[float, float]:
     return float(x.mean()), half
 
 
-def with_ratios(frame: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame:
+def with_ratios(frame: pd.DataFrame, reference: str = REFERENCE_POLICY) -> pd.DataFrame:
     """``frame`` with ``jct_ratio`` (a run's mean JCT over the reference's on the same family and
     seed; NaN where the reference did not run) and ``jct_vs_bound`` (mean JCT over its lower bound)."""
     out = frame.copy()
@@ -84,7 +82,7 @@ def with_ratios(frame: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame
     return out
 
 
-def leaderboard(frame: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame:
+def leaderboard(frame: pd.DataFrame, reference: str = REFERENCE_POLICY) -> pd.DataFrame:
     """Per (policy, family), and per policy over all families (family :data:`ALL`): seeds,
     ``jct`` / ``jct_ci``, ``ratio`` / ``ratio_ci`` (to ``reference``), ``p99`` / ``p99_ci``
     (inference latency), ``bound`` (mean JCT over the lower bound) and ``cpu_s`` (mean CPU
@@ -187,7 +185,9 @@ def _table(board: pd.DataFrame, cell: Any, families: list[str]) -> str:
     return markdown_table(pd.DataFrame(rows, columns=["policy", *families]))
 
 
-def leaderboard_markdown(board: pd.DataFrame, title: str, notes: Sequence[str] = (), reference: str = REFERENCE) -> str:
+def leaderboard_markdown(
+    board: pd.DataFrame, title: str, notes: Sequence[str] = (), reference: str = REFERENCE_POLICY
+) -> str:
     """The leaderboard as Markdown: JCT ratio to ``reference``, mean JCT, inference p99, and mean
     JCT over the lower bound, each a policies x families table (± 95 % CI over seeds)."""
     families = [f for f in dict.fromkeys(board["family"]) if f != ALL]
@@ -264,7 +264,7 @@ def _bound_row(board: pd.DataFrame, reference: str, columns: list[str]) -> str:
     return markdown_table(pd.DataFrame([["lower bound: its ratio to " + reference, *cells]], columns=["", *columns]))
 
 
-def aggregate_table(board: pd.DataFrame, reference: str = REFERENCE) -> str:
+def aggregate_table(board: pd.DataFrame, reference: str = REFERENCE_POLICY) -> str:
     """The :data:`ALL` rows as a Markdown table: IQM of the ratio, probability of improvement,
     scenarios won, mean ratio (the reference's own row left out)."""
     rows = [
@@ -326,7 +326,7 @@ def plot_job_cdfs(jobs: pd.DataFrame, path: str | Path, policies: Sequence[str] 
     return save_png(fig, path, tight=True)
 
 
-def plot_ratio_figures(frame: pd.DataFrame, out: Path, reference: str = REFERENCE) -> dict[str, Path]:
+def plot_ratio_figures(frame: pd.DataFrame, out: Path, reference: str = REFERENCE_POLICY) -> dict[str, Path]:
     """``jct_ratio.png`` (per family) and ``jct_aggregate.png`` (IQM and probability of
     improvement over every family and seed) against ``reference``; their paths by name."""
     data = with_ratios(frame, reference)
@@ -346,7 +346,7 @@ def write_outputs(
     out: str | Path,
     title: str,
     notes: Sequence[str] = (),
-    reference: str = REFERENCE,
+    reference: str = REFERENCE_POLICY,
 ) -> dict[str, Path]:
     """Write ``results.csv``, ``jobs.csv``, ``leaderboard.csv``, ``leaderboard.md``,
     ``jct_ratio.png``, ``jct_aggregate.png`` and ``jct_cdf.png`` to ``out``, the ratios paired
