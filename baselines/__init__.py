@@ -1,16 +1,18 @@
 """The shipped schedulers, each a :class:`deepboot_env.policy.BasePolicy` (the whole policy
 contract, with its defaults; docs/policies.md §1).
 
-Importing this package registers their names and the prefixes ``jitter:<sigma>`` and
-``ia:<name>``; :func:`deepboot_env.policy.make_policy` imports it on its first call, through the
-``deepboot_env.plugins`` entry point in ``pyproject.toml``, and each policy's module is imported
-only when that policy is built. Most are heuristics. Two are clairvoyant upper references, not
-deployable schedulers: ``oracle-lookahead`` and ``hesrpt-oracle`` read the true future. ``mpc``,
-the non-clairvoyant counterpart of ``oracle-lookahead``, is a baseline that reads no future but
-looks into the simulator it runs in (its ``bind_simulator`` hook) to fork it and play a forecast
+Importing this package registers their names and the prefixes ``jitter:<sigma>``,
+``wjitter:<sigma>,<width_sigma>`` and ``ia:<name>``; :func:`deepboot_env.policy.make_policy`
+imports it on its first call, through the ``deepboot_env.plugins`` entry point in
+``pyproject.toml``, and each policy's module is imported only when that policy is built. Most
+are heuristics. Two are clairvoyant upper references, not deployable schedulers:
+``oracle-lookahead`` and ``hesrpt-oracle`` read the true future. ``mpc``, the non-clairvoyant
+counterpart of ``oracle-lookahead``, is a baseline that reads no future but looks into the
+simulator it runs in (its ``bind_simulator`` hook) to fork it and play a forecast
 (docs/policies.md §15-§17).
 """
 
+from baselines.ats_chain import FCFS, PLACE, RR, SRPT, WARM
 from deepboot_env.policy import register_policy, register_prefix
 
 register_policy("fifo", "baselines.fifo:FifoPolicy")
@@ -31,40 +33,35 @@ register_policy(
     label="ats-deepboot",
 )
 # The ATS variants form a chain, each the one before it plus one rule; the jitter controls and the
-# keep-warm variants take a link's rules (each dict: the options a rule adds)
-_SRPT = {"lend": True, "srpt_power": 0.25}
-_FCFS = {"arrival_tilt": 0.15}  # first come, first served among comparable jobs (§8.7)
-_PLACE = {**_FCFS, "placement_aware": True}  # a job split across nodes valued at its multi-node speedup (§8.8)
-_RR = {**_PLACE, "reclaim_horizon": 300.0}  # reclaims that count the restart they cause (§8.9)
-_WARM = {"keep_warm_at": 0.9}  # no SLEEP pod's GPU lent while inference is busy (§8.10)
-register_policy("ats-srpt", "baselines.ats:AtsPolicy", **_SRPT, label="ats-srpt")
-register_policy("ats-srpt-fcfs", "baselines.ats:AtsPolicy", **_SRPT, **_FCFS, label="ats-srpt-fcfs")
-register_policy("ats-srpt-fcfs-place", "baselines.ats:AtsPolicy", **_SRPT, **_PLACE, label="ats-srpt-fcfs-place")
-register_policy("ats-srpt-fcfs-place-rr", "baselines.ats:AtsPolicy", **_SRPT, **_RR, label="ats-srpt-fcfs-place-rr")
-register_policy("ats-srpt-warm", "baselines.ats:AtsPolicy", **_SRPT, **_WARM, label="ats-srpt-warm")
+# keep-warm variants take a link's rules (baselines.ats_chain)
+register_policy("ats-srpt", "baselines.ats:AtsPolicy", **SRPT, label="ats-srpt")
+register_policy("ats-srpt-fcfs", "baselines.ats:AtsPolicy", **SRPT, **FCFS, label="ats-srpt-fcfs")
+register_policy("ats-srpt-fcfs-place", "baselines.ats:AtsPolicy", **SRPT, **PLACE, label="ats-srpt-fcfs-place")
+register_policy("ats-srpt-fcfs-place-rr", "baselines.ats:AtsPolicy", **SRPT, **RR, label="ats-srpt-fcfs-place-rr")
+register_policy("ats-srpt-warm", "baselines.ats:AtsPolicy", **SRPT, **WARM, label="ats-srpt-warm")
 # v4's prior with warm pods kept (the prior of deepboot-score-v5)
 register_policy(
     "ats-srpt-fcfs-place-rr-warm",
     "baselines.ats:AtsPolicy",
-    **_SRPT,
-    **_RR,
-    **_WARM,
+    **SRPT,
+    **RR,
+    **WARM,
     label="ats-srpt-fcfs-place-rr-warm",
 )
 # the control a learned priority must beat: ats-srpt with persistent random per-job jitter
 register_policy("ats-srpt-jitter", "baselines.jitter:JitteredAtsPolicy", label="ats-srpt-jitter")
-register_policy("ats-srpt-fcfs-jitter", "baselines.jitter:JitteredAtsPolicy", **_FCFS, label="ats-srpt-fcfs-jitter")
+register_policy("ats-srpt-fcfs-jitter", "baselines.jitter:JitteredAtsPolicy", **FCFS, label="ats-srpt-fcfs-jitter")
 register_policy(
-    "ats-srpt-fcfs-place-jitter", "baselines.jitter:JitteredAtsPolicy", **_PLACE, label="ats-srpt-fcfs-place-jitter"
+    "ats-srpt-fcfs-place-jitter", "baselines.jitter:JitteredAtsPolicy", **PLACE, label="ats-srpt-fcfs-place-jitter"
 )
 register_policy(
-    "ats-srpt-fcfs-place-rr-jitter", "baselines.jitter:JitteredAtsPolicy", **_RR, label="ats-srpt-fcfs-place-rr-jitter"
+    "ats-srpt-fcfs-place-rr-jitter", "baselines.jitter:JitteredAtsPolicy", **RR, label="ats-srpt-fcfs-place-rr-jitter"
 )
 register_policy(
     "ats-srpt-fcfs-place-rr-warm-jitter",
     "baselines.jitter:JitteredAtsPolicy",
-    **_RR,
-    **_WARM,
+    **RR,
+    **WARM,
     label="ats-srpt-fcfs-place-rr-warm-jitter",
 )
 # the score models' controls of their own size: random per-job weights and width tables of the
@@ -74,8 +71,9 @@ _OWN_SIZE_CONTROLS = {
     "ats-srpt-fcfs-place-rr-warm-wjitter-v6": {"sigma": 0.13, "width_sigma": 0.14},
 }
 for _name, _sizes in _OWN_SIZE_CONTROLS.items():
-    register_policy(_name, "baselines.jitter:JitteredAtsPolicy", **_RR, **_WARM, **_sizes, label=_name)
+    register_policy(_name, "baselines.jitter:JitteredAtsPolicy", **RR, **WARM, **_sizes, label=_name)
 register_prefix("jitter", "baselines.jitter:jittered", arg="sigma")
+register_prefix("wjitter", "baselines.jitter:width_jittered", arg="sigma>,<width_sigma")
 register_policy("pollux", "baselines.pollux:PolluxPolicy", lend=False)
 register_policy("pollux-lend", "baselines.pollux:PolluxPolicy", lend=True)
 register_policy("pollux-noavoid", "baselines.pollux:PolluxPolicy", lend=False, avoid_interference=False)

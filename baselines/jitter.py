@@ -17,7 +17,9 @@ draws with ``width_sigma`` > 0 one more normal per width class and job, held for
 and decodes them as that job's width log-multipliers: random scores of the size of the model's own
 (``deepboot-score-v5``'s are 0.047 per job, centred, and 0.054 per width class, in log-weight RMS
 over the families' first val seeds: ``python -m agents.score_sizes``; docs/results.md §7).
-``-wjitter-v6`` is the same at ``deepboot-score-v6``'s size: 0.13 per job and 0.14 per width class.
+``-wjitter-v6`` is the same at ``deepboot-score-v6``'s size: 0.13 per job and 0.14 per width class,
+and ``wjitter:<sigma>,<width_sigma>`` is the same at any size (a new model's control, measured by
+``python -m agents.score_sizes MODEL``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from baselines.ats import AtsPolicy, check_finite_nonnegative
+from baselines.ats_chain import RR, WARM
 from deepboot_env.policy import WIDTH_CLASSES, Allocation, ClusterState, JobView
 
 DEFAULT_SIGMA = 0.05
@@ -104,6 +107,22 @@ class JitteredAtsPolicy(AtsPolicy):
                 draws[job.id] = float(self._rng.standard_normal())
         factors = np.exp([self.sigma * draws[job.id] for job in jobs])
         return factors if weights is None else weights * factors
+
+
+def width_jittered(sizes: str) -> JitteredAtsPolicy:
+    """The ``wjitter:<sigma>,<width_sigma>`` prefix: the warm prior with random per-job scores of
+    those sizes (log-weight, and each width class's log-multiplier), held for each job's life.
+
+    Raises:
+        ValueError: if ``sizes`` is not two numbers >= 0 separated by a comma.
+    """
+    parts = sizes.split(",")
+    try:
+        sigma, width_sigma = (float(part) for part in parts)
+    except ValueError:
+        raise ValueError(f"wjitter:<sigma>,<width_sigma> needs two numbers, got {sizes!r}") from None
+    label = f"wjitter:{sigma:g},{width_sigma:g}"
+    return JitteredAtsPolicy(sigma, label=label, width_sigma=width_sigma, **RR, **WARM)
 
 
 def jittered(sigma: str) -> JitteredAtsPolicy:

@@ -357,6 +357,23 @@ def test_width_jitter_draws_a_width_table_per_job_and_is_the_prior_at_zero(busy)
         make_policy("ats-srpt-fcfs-place-rr-warm-wjitter", width_sigma=-0.1)
 
 
+def test_the_wjitter_prefix_is_the_own_size_control_at_any_size(busy) -> None:
+    """``wjitter:<sigma>,<width_sigma>`` plays as the registered control of those sizes, draw for
+    draw; bad sizes are one-line errors."""
+    config = _score_env(busy, cluster="2x4+2x4").sim_config
+    prefixed = make_policy("wjitter:0.13,0.14")
+    assert prefixed.name == "wjitter:0.13,0.14"
+    registered = run_episode(make_policy("ats-srpt-fcfs-place-rr-warm-wjitter-v6"), busy, config, seed=2)
+    assert run_episode(prefixed, busy, config, seed=2).jcts == registered.jcts
+    prior = run_episode(make_policy("ats-srpt-fcfs-place-rr-warm"), busy, config, seed=2)
+    assert registered.jcts != prior.jcts
+    _same_episode(run_episode(make_policy("wjitter:0,0"), busy, config, seed=2).to_dict(include_jcts=False), prior)
+    for bad, message in (("0.1", "needs two numbers, got '0.1'"), ("a,b", "needs two numbers"),
+                         ("0.1,-1", "width sigma must be a finite number >= 0")):  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            make_policy(f"wjitter:{bad}")
+
+
 def test_train_policy_score_preset_starts_at_the_prior(tiny, tmp_path: Path) -> None:
     csv_path = write_workload_csv(tiny, tmp_path / "tiny.csv")
     argv = [
