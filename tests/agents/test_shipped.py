@@ -32,6 +32,8 @@ GOLDEN_SCORE_V4_JCT = 2261.4666666666667
 """Mean JCT of ``deepboot-score-v4`` (v3 with an ES width table) on the same workload."""
 GOLDEN_SCORE_V6_JCT = 2258.4166666666665
 """Mean JCT of ``deepboot-score-v6`` (v5 with an ES application table) on the same workload."""
+GOLDEN_SCORE_V7_JCT = 2242.3
+"""Mean JCT of ``deepboot-score-v7`` (v6's table trained on, with the p99 term) on the same workload."""
 
 
 @pytest.fixture
@@ -49,6 +51,7 @@ def test_every_shipped_model_has_a_short_name() -> None:
         "ppo:deepboot-score-v4",
         "ppo:deepboot-score-v5",
         "ppo:deepboot-score-v6",
+        "ppo:deepboot-score-v7",
         "ppo:deepboot-v0",
         "priority:deepboot-priority-v1",
     ]
@@ -57,7 +60,7 @@ def test_every_shipped_model_has_a_short_name() -> None:
 def test_short_names_reach_the_shipped_files_from_any_folder(elsewhere: Path) -> None:
     assert resolve_model_path("deepboot-v0") == SHIPPED_PPO
     assert resolve_model_path("deepboot-score-v1") == SHIPPED_SCORE
-    for version in ("v2", "v3", "v4", "v5", "v6"):
+    for version in ("v2", "v3", "v4", "v5", "v6", "v7"):
         assert resolve_model_path(f"deepboot-score-{version}") == PRETRAINED_DIR / f"deepboot-score-{version}.zip"
     assert resolve_shipped("deepboot-priority-v1", ".json") == SHIPPED_PRIORITY
 
@@ -255,3 +258,22 @@ def test_score_v6_is_v5_with_an_es_trained_application_table(elsewhere: Path) ->
     assert sorted(scores, key=scores.__getitem__)[:2] == ["imagenet", "yolov3"]
     assert scores["imagenet"] < -0.15 and scores["yolov3"] < -0.15
     assert _crowded_jcts("ppo:deepboot-score-v6") == {"ppo:deepboot-score-v6": GOLDEN_SCORE_V6_JCT}
+
+
+def test_score_v7_is_v6_with_its_application_table_trained_on(elsewhere: Path) -> None:
+    """``deepboot-score-v7`` is v6 whose application table ES trained on for 56 generations with
+    the p99 term (``-params p99_weight:0.002``, docs/results.md §7): every other weight and the
+    prior are v6's; imagenet is held down further and the table plays its own schedule."""
+    import torch
+
+    v6, _ = agents.load_agent("deepboot-score-v6")
+    v7, _ = agents.load_agent("deepboot-score-v7")
+    table = "mlp_extractor.application_table.weight"
+    old, new = v6.policy.state_dict(), v7.policy.state_dict()
+    assert [key for key in old if not torch.equal(old[key], new[key])] == [table]
+    assert v7.policy.env_kwargs == v6.policy.env_kwargs
+    assert (new[table] - old[table]).abs().max() > 0.1
+    scores = _application_scores(v7)
+    assert min(scores, key=scores.__getitem__) == "imagenet"
+    assert scores["imagenet"] < _application_scores(v6)["imagenet"]
+    assert _crowded_jcts("ppo:deepboot-score-v7") == {"ppo:deepboot-score-v7": GOLDEN_SCORE_V7_JCT}
