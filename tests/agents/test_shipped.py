@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -240,19 +241,25 @@ def test_score_v5_is_v4_over_the_prior_that_keeps_warm_pods(elsewhere: Path) -> 
         export_model(resolve_model_path("deepboot-score-v4"), elsewhere / "x.zip", "fifo")
 
 
+def _table_moved(before: str, after: str) -> tuple[Any, Any, Any]:
+    """Shipped models ``before`` and ``after``, and how far each application-table weight moved,
+    asserting that nothing else differs: every other weight and the env arguments (the prior)."""
+    import torch
+
+    old_model, _ = agents.load_agent(before)
+    new_model, _ = agents.load_agent(after)
+    table = "mlp_extractor.application_table.weight"
+    old, new = old_model.policy.state_dict(), new_model.policy.state_dict()
+    assert [key for key in old if not torch.equal(old[key], new[key])] == [table]
+    assert new_model.policy.env_kwargs == old_model.policy.env_kwargs
+    return old_model, new_model, (new[table] - old[table]).abs()
+
+
 def test_score_v6_is_v5_with_an_es_trained_application_table(elsewhere: Path) -> None:
     """``deepboot-score-v6`` is v5 whose whole application table (per-application scores and
     width outputs) ES trained (``-params score_row:1``, docs/results.md §7): every other weight,
     and the prior, are v5's; the table holds imagenet and yolov3 down and plays its own schedule."""
-    import torch
-
-    v5, _ = agents.load_agent("deepboot-score-v5")
-    v6, _ = agents.load_agent("deepboot-score-v6")
-    table = "mlp_extractor.application_table.weight"
-    old, new = v5.policy.state_dict(), v6.policy.state_dict()
-    assert [key for key in old if not torch.equal(old[key], new[key])] == [table]
-    assert v6.policy.env_kwargs == v5.policy.env_kwargs
-    moved = (new[table] - old[table]).abs()
+    _, v6, moved = _table_moved("deepboot-score-v5", "deepboot-score-v6")
     assert moved[0].max() > 0.1 and moved[1:].max() > 0.1  # scores and width outputs both trained
     scores = _application_scores(v6)
     assert sorted(scores, key=scores.__getitem__)[:2] == ["imagenet", "yolov3"]
@@ -264,15 +271,8 @@ def test_score_v7_is_v6_with_its_application_table_trained_on(elsewhere: Path) -
     """``deepboot-score-v7`` is v6 whose application table ES trained on for 56 generations with
     the p99 term (``-params p99_weight:0.002``, docs/results.md §7): every other weight and the
     prior are v6's; imagenet is held down further and the table plays its own schedule."""
-    import torch
-
-    v6, _ = agents.load_agent("deepboot-score-v6")
-    v7, _ = agents.load_agent("deepboot-score-v7")
-    table = "mlp_extractor.application_table.weight"
-    old, new = v6.policy.state_dict(), v7.policy.state_dict()
-    assert [key for key in old if not torch.equal(old[key], new[key])] == [table]
-    assert v7.policy.env_kwargs == v6.policy.env_kwargs
-    assert (new[table] - old[table]).abs().max() > 0.1
+    v6, v7, moved = _table_moved("deepboot-score-v6", "deepboot-score-v7")
+    assert moved.max() > 0.1
     scores = _application_scores(v7)
     assert min(scores, key=scores.__getitem__) == "imagenet"
     assert scores["imagenet"] < _application_scores(v6)["imagenet"]
