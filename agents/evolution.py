@@ -60,6 +60,7 @@ from agents.width_table import (
     WidthTableError,
     grow_state_scores,
     grow_width_outputs,
+    has_state_scores,
     set_width_table,
     width_names,
     width_table,
@@ -881,7 +882,7 @@ def es_subject(flags: TrainSettings, run_dir: Path, values: dict[str, Any]) -> t
         if source is not None and not env_shape_of(model).get("width_classes"):
             grow_width_outputs(model, str(source))
         score_row, state_scores = bool(settings.score_row), bool(settings.state_scores)
-        if source is not None and state_scores and getattr(model.policy.mlp_extractor, "state_scores", None) is None:
+        if source is not None and state_scores and not has_state_scores(model):
             grow_state_scores(model, str(source))
         theta = tuple(width_table(model, str(source or start), score_row, state_scores))
     except (CheckpointError, WidthTableError) as exc:

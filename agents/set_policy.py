@@ -173,9 +173,9 @@ class SetNetwork(nn.Module):
         """With ``application_scores``: the per-application logits (read through the one-hot)."""
         self._state_columns = slice(self._app_columns.stop, job_width)
         """The job row's columns after the one-hot: what the state scores read."""
-        self.state_scores = (
-            nn.Linear(job_width - self._app_columns.stop, slot_choices, bias=False) if application_scores == 2 else None
-        )
+        self.state_width = job_width - self._app_columns.stop
+        """How many features the state scores read (whether the network has them or not)."""
+        self.state_scores = nn.Linear(self.state_width, slot_choices, bias=False) if application_scores == 2 else None
         """With ``application_scores`` 2: the logits' linear part in the job's features (zeroed
         once the policy is built, so that they start as the table alone)."""
         self.value_head = nn.Sequential(nn.Linear(d, d), activation())
@@ -373,7 +373,8 @@ class _SetPolicyMixin(DescribedPolicyMixin):
 
     def set_state_independent(self, logit_bias: np.ndarray) -> None:
         """Make the actor ignore the state: the flat logits become ``logit_bias`` (per slot, the
-        same for every slot, then lending), by zeroing the heads' last layers."""
+        same for every slot, then lending), by zeroing the heads' last layers (and the state
+        scores, if any)."""
         network: SetNetwork = cast(Any, self).mlp_extractor
         slots, k = network.slots, network.slot_choices
         bias = np.asarray(logit_bias, dtype=np.float32).reshape(-1)
@@ -385,6 +386,8 @@ class _SetPolicyMixin(DescribedPolicyMixin):
             for layer, values in ((slot_layer, per_slot[0]), (lend_layer, bias[slots * k :])):
                 layer.weight.zero_()
                 layer.bias.copy_(th.as_tensor(values, device=layer.bias.device))
+            if network.state_scores is not None:
+                network.state_scores.weight.zero_()
 
 
 class SetActorCriticPolicy(_SetPolicyMixin, MultiInputActorCriticPolicy):

@@ -17,6 +17,7 @@ scores.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium
@@ -80,13 +81,23 @@ def _width_layer(model: Any, what: str) -> Any:
     return table
 
 
+def _state_scores_of(model: Any) -> Any:
+    """The model's state scores (a ``torch.nn.Linear``, row 0 the score's), or None."""
+    return getattr(getattr(model.policy, "mlp_extractor", None), "state_scores", None)
+
+
+def has_state_scores(model: Any) -> bool:
+    """Whether ``model`` has state scores (``application_scores`` 2)."""
+    return _state_scores_of(model) is not None
+
+
 def _state_layer(model: Any, what: str) -> Any:
     """The model's state scores (a ``torch.nn.Linear``, row 0 the score's).
 
     Raises:
         WidthTableError: a model without them (see :func:`grow_state_scores`).
     """
-    layer = getattr(getattr(model.policy, "mlp_extractor", None), "state_scores", None)
+    layer = _state_scores_of(model)
     if layer is None:
         raise WidthTableError(f"{what}: has no state scores (application_scores 2)")
     return layer
@@ -149,10 +160,6 @@ def grow_width_outputs(model: Any, what: str = "the model") -> Any:
     Raises:
         WidthTableError: not a score set model, or one that has width scores already.
     """
-    import torch  # lazy: torch is slow to import
-
-    from agents.distributions import use_padded_distribution  # lazy: SB3 is slow to import
-
     shape = env_shape_of(model)
     if shape["action_mode"] != "score" or not hasattr(model.policy, "mlp_extractor"):
         raise WidthTableError(f"{what}: only a score model grows width scores")
@@ -166,8 +173,19 @@ def grow_width_outputs(model: Any, what: str = "the model") -> Any:
     env.close()
     if ENV_ARGUMENTS_KEY in (model.policy_kwargs or {}):
         model.policy_kwargs = {**model.policy_kwargs, ENV_ARGUMENTS_KEY: arguments}
+    return _rebuilt(model, old, lambda key, new: _grown(key, old[key], new))
+
+
+def _rebuilt(model: Any, old: dict[str, Any], grow: Callable[[str, Any], Any]) -> Any:
+    """``model`` with its policy built anew from its (changed) spaces and ``policy_kwargs``, each
+    parameter ``grow(key, new_value)`` of the old ones ``old``, and the padded distribution of
+    its action space; returns the model."""
+    import torch  # lazy: torch is slow to import
+
+    from agents.distributions import use_padded_distribution  # lazy: SB3 is slow to import
+
     model._setup_model()
-    grown = {key: _grown(key, old[key], value) for key, value in model.policy.state_dict().items()}
+    grown = {key: grow(key, value) for key, value in model.policy.state_dict().items()}
     with torch.no_grad():
         model.policy.load_state_dict(grown)
     use_padded_distribution(model.policy)
@@ -180,27 +198,20 @@ def grow_state_scores(model: Any, what: str = "the model") -> Any:
     the old one bit for bit. The optimizer starts afresh.
 
     Raises:
-        WidthTableError: no application table, or state scores already.
+        WidthTableError: no application table, state scores already, or a job row whose
+            features are not :data:`STATE_FEATURES` (checked before the model is touched).
     """
     import torch  # lazy: torch is slow to import
 
-    from agents.distributions import use_padded_distribution  # lazy: SB3 is slow to import
-
     _application_table(model, what)
-    if getattr(model.policy.mlp_extractor, "state_scores", None) is not None:
+    if has_state_scores(model):
         raise WidthTableError(f"{what}: has state scores already")
-    old = model.policy.state_dict()
-    model.policy_kwargs = {**(model.policy_kwargs or {}), "application_scores": 2}
-    model._setup_model()
-    new = model.policy.state_dict()
-    grown = {key: old[key].clone() if key in old else torch.zeros_like(value) for key, value in new.items()}
-    with torch.no_grad():
-        model.policy.load_state_dict(grown)
-    use_padded_distribution(model.policy)
-    reads = model.policy.mlp_extractor.state_scores.in_features
+    reads = model.policy.mlp_extractor.state_width
     if reads != len(STATE_FEATURES):
         raise WidthTableError(f"{what}: a job row of {reads} features after the one-hot, not {len(STATE_FEATURES)}")
-    return model
+    old = model.policy.state_dict()
+    model.policy_kwargs = {**(model.policy_kwargs or {}), "application_scores": 2}
+    return _rebuilt(model, old, lambda key, new: old[key].clone() if key in old else torch.zeros_like(new))
 
 
 def _grown(key: str, old: Any, new: Any) -> Any:

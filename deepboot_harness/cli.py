@@ -651,7 +651,8 @@ def _benchmark_parser(sub: Subparsers) -> None:
         "--reference",
         default=REFERENCE_POLICY,
         metavar="P",
-        help="the policy every JCT ratio is paired against, one of --policies (default ats), e.g. a model's prior",
+        help=f"the policy every JCT ratio is paired against, one of --policies (default {REFERENCE_POLICY}), "
+        "e.g. a model's prior",
     )
     bench.add_argument(
         "--dynamics",

@@ -308,3 +308,6 @@ def test_state_scores_are_per_job_and_permutation_equivariant(tiny_csv) -> None:
     np.testing.assert_allclose(moved_logits[:SLOTS], scores[order], atol=1e-5)
     np.testing.assert_allclose(moved_logits[-1], logits[-1], atol=1e-5)
     assert moved_value == pytest.approx(value, abs=1e-5)
+    # made state-independent, the state scores go too: every slot's score is the bias
+    model.policy.set_state_independent(np.array([0.25] * SLOTS + [-0.5]))
+    np.testing.assert_allclose(_logits_and_value(model, obs)[0], [0.25] * SLOTS + [-0.5], atol=1e-6)
