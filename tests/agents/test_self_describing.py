@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from builders import REPO
+from stable_baselines3 import PPO
 
 import agents
 from agents.checkpoint import CheckpointError, load_checkpoint
@@ -24,7 +25,7 @@ from agents.described_policy import (
     observation_mismatch,
 )
 from agents.export import export_model
-from agents.factory import build_model, make_vec_env_for
+from agents.factory import build_model, make_vec_env_for, policy_class
 from traces.generate import generate_workload
 
 SHIPPED = REPO / "agents" / "pretrained" / "deepboot-v0.zip"
@@ -112,6 +113,30 @@ def test_training_builds_a_described_policy_and_v1_maps_to_its_id(tiny, tmp_path
     assert make_env.args == ("DeepBoot-v1",)
     assert make_env.keywords == {"max_jobs": 8, "action_mode": "residual", "base_policy": "fifo", "lend_levels": 5}
     assert env_call(kwargs) == "gym.make('DeepBoot-v1', action_mode='residual', base_policy='fifo', max_jobs=8)"
+
+
+@pytest.mark.parametrize("arch", ["mlp", "set"])
+def test_policies_step_adam_fused_unless_told_other_optimizer_arguments(tiny, tmp_path: Path, arch: str) -> None:
+    """A policy whose ``policy_kwargs`` name no optimizer arguments runs SB3's Adam (eps 1e-5) in
+    torch's fused kernel, also once saved and loaded; arguments given are kept as given."""
+    kwargs = {"max_jobs": 8, "action_mode": "score", "base_policy": "ats-srpt"}
+    vec = make_vec_env_for(tiny, 1, 0, kwargs)
+    policy = {
+        "mlp": {"policy": "MultiInputPolicy", "policy_kwargs": {"net_arch": [8]}},
+        "set": {"policy": "SetPolicy", "policy_kwargs": {"embed_dim": 8}},
+    }[arch]
+    model = build_model("ppo", vec, seed=0, hyperparams={"n_steps": 16, "batch_size": 16, **policy}, env_kwargs=kwargs)
+    group = model.policy.optimizer.param_groups[0]
+    assert (group["fused"], group["eps"]) == (True, 1e-5)
+    model.learn(16)
+    model.save(tmp_path / "m.zip")
+    loaded = load_checkpoint(tmp_path / "m.zip", "ppo", device="cpu")
+    assert loaded.policy.optimizer.param_groups[0]["fused"] is True
+    told = {**policy["policy_kwargs"], "optimizer_kwargs": {"eps": 1e-7}}
+    other = PPO(policy_class("ppo", arch), vec, n_steps=16, batch_size=16, policy_kwargs=told)
+    vec.close()
+    group = other.policy.optimizer.param_groups[0]
+    assert (group["fused"], group["eps"]) == (None, 1e-7)
 
 
 @pytest.mark.parametrize("arch", ["mlp", "set"])

@@ -240,6 +240,42 @@ def test_packed_jobs_compute_what_the_padded_network_computes(layers, tiny_csv) 
         torch.testing.assert_close(empty_rows, empty_rows[:1].expand_as(empty_rows))
 
 
+@pytest.mark.parametrize("layers", [1, 2])
+def test_jobs_of_unequal_counts_attend_within_their_state_with_finite_gradients(layers, tiny_csv) -> None:
+    """Attention runs on a compact layout as wide as the batch's largest state: states of 1, 2,
+    3 and all their jobs (and one without jobs) give the padded computation's outputs, and the
+    gradient of everything stays finite (a state without jobs must not put NaN in it)."""
+    import torch
+
+    model = _model("ppo", tiny_csv, attention_layers=layers)
+    network = model.policy.mlp_extractor
+    obs = _busy_observation(model)
+    rows = obs["jobs"].reshape(SLOTS, -1)
+    busy = np.flatnonzero(rows[:, 0] > 0.5)
+    rng = np.random.default_rng(5)
+    batch = []
+    for keep in (1, 2, 3, len(busy), 0):
+        observation = _permute(obs, rng.permutation(SLOTS))
+        kept = observation["jobs"].reshape(SLOTS, -1).copy()
+        for slot in np.flatnonzero(kept[:, 0] > 0.5)[keep:]:
+            kept[slot] = 0.0
+        observation["jobs"] = kept.reshape(1, -1)
+        batch.append(observation)
+    features = torch.cat([model.policy.extract_features(model.policy.obs_to_tensor(o)[0]) for o in batch])
+    logits, latent_vf = network(features)
+    with torch.no_grad():
+        want_jobs, want_lend, want_vf, present = _padded_reference(network, features)
+    assert present.sum(dim=1).tolist() == [1, 2, 3, len(busy), 0]
+    per_slot = logits[:, : SLOTS * network.slot_choices].reshape(-1, SLOTS, network.slot_choices)
+    torch.testing.assert_close(per_slot[present], want_jobs, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(logits[:, SLOTS * network.slot_choices :], want_lend, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(latent_vf, want_vf, atol=1e-5, rtol=1e-5)
+    (logits.sum() + latent_vf.sum()).backward()
+    grads = [p.grad for p in network.parameters() if p.grad is not None]
+    assert grads and all(torch.isfinite(g).all() for g in grads)
+    assert any(float(g.abs().sum()) > 0 for g in (b.attention.in_proj_weight.grad for b in network.blocks))
+
+
 def test_application_scores_give_each_application_one_score_in_every_state(tiny_csv, tmp_path) -> None:
     """With ``application_scores: 1`` a present job's score mean is its application's row of a
     table (whatever the state, the slot or the other jobs), starting at exactly 0 (the prior);
