@@ -3,24 +3,29 @@
     python benchmarks/bench_learner.py [--algos maskable_ppo ppo] [--modes target residual score]
                                        [--archs mlp set] [--n-envs 4] [--n-steps 256]
                                        [--rollouts 4] [--repeat 1] [--workload train] [--threads 1]
-                                       [--device cpu|cuda]
+                                       [--device cpu|cuda] [--preset P]
 
 For every (algorithm, action mode, policy architecture) it builds the model exactly as
 ``train_policy.py`` does with the default hyperparameters (``agents.factory.build_model``: MLP
 256x256 or the set network, ``n_steps`` 256 per env, batch 256, 10 epochs) on ``--n-envs``
 ``DummyVecEnv`` copies of ``DeepBoot-v0`` (torch.distributions argument validation off, as
-``train_policy.py`` runs), runs one untimed rollout and update (rate tables and
-torch warm up), then ``--rollouts`` timed ones, and reports, per CPU-second of this process
-(``time.process_time``; torch runs ``--threads`` threads):
+``train_policy.py`` runs); with ``--preset P``, the one model that ``train_policy.py --preset P
+--workload W`` trains (say ``--preset score-app --workload family:mixed``, the README's first
+training command: its envs, env arguments, group size and hyperparameters). It runs one
+untimed rollout and update (rate tables and torch warm up), then ``--rollouts`` timed ones, and
+reports, per CPU-second of this process (``time.process_time``; torch runs ``--threads``
+threads):
 
 * ``rollout``: env steps collected per CPU-second of ``collect_rollouts``;
 * ``update``: env steps per CPU-second of ``train`` (the PPO epochs over the rollout);
 * ``overall``: env steps per CPU-second of both;
 * where a collected step's time goes, in microseconds per env step: ``env`` (``DeepBootEnv.step``
-  without its observation), ``obs`` (building the observation, base policy proposal included in
-  residual mode), ``mask`` (``action_masks``), ``forward`` (the policy's forward pass and action
-  sampling), ``buffer`` (``RolloutBuffer.add``) and ``other`` (SB3's tensor conversions, the
-  VecEnv and Monitor wrappers, callbacks);
+  without its observation), ``reset`` (``DeepBootEnv.reset`` without its observation: a new
+  scenario and, under ``relative_reward``, the prior's reference episode), ``obs`` (building
+  the observation, base policy proposal included in residual mode), ``mask``
+  (``action_masks``), ``forward`` (the policy's forward pass and action sampling), ``buffer``
+  (``RolloutBuffer.add``) and ``other`` (SB3's tensor conversions, the VecEnv and Monitor
+  wrappers, callbacks, a group learner's own buffer);
 * ``env step residual/target`` (and ``score/target``): the ratio of that mode's env step (env +
   obs + mask) to the target mode's, per algorithm and architecture;
 * ``wall``: env steps per second of wall-clock time, rollouts and updates together (what counts
@@ -43,14 +48,17 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
+from agents.errors import ConfigError
 from agents.factory import build_model, make_vec_env_for
-from agents.hyperparameters import ALGOS, POLICY_ARCHS, resolve_hyperparams, switch_arch
+from agents.hyperparameters import ALGOS, POLICY_ARCHS, policy_arch, resolve_hyperparams, switch_arch
+from agents.run_config import TrainSettings, resolve_settings
+from agents.training_run import training_source
 from deepboot_env.argparsing import ArgumentParser
 from deepboot_env.env import DeepBootEnv
 
-PARTS = ("env", "obs", "mask", "forward", "buffer", "other")
+PARTS = ("env", "reset", "obs", "mask", "forward", "buffer", "other")
 """Where a collected step's CPU time goes (see the module docstring)."""
 
 
@@ -86,6 +94,7 @@ class _Timers:
 def _timed_parts(model: Any, timers: _Timers) -> Iterator[None]:
     restore = [
         timers.wrap(DeepBootEnv, "step", "env"),
+        timers.wrap(DeepBootEnv, "reset", "reset"),
         timers.wrap(DeepBootEnv, "_observe", "obs"),
         timers.wrap(DeepBootEnv, "action_masks", "mask"),
         timers.wrap(model.policy, "forward", "forward"),
@@ -111,19 +120,63 @@ def _cpu_timed(fn: Callable[..., Any], cpu: dict[str, float], key: str) -> Calla
     return timed
 
 
-def measure(algo: str, mode: str, arch: str, args: argparse.Namespace) -> dict[str, float]:
-    """One configuration's figures (see the module docstring)."""
+class Learner(NamedTuple):
+    """A model to time and its env."""
+
+    model: Any
+    env: Any
+    rollout_steps: int
+    """Env steps of one rollout (envs times ``n_steps``)."""
+
+
+def default_learner(algo: str, mode: str, arch: str, args: argparse.Namespace) -> Learner:
+    """The default preset's model for (``algo``, ``mode``, ``arch``) on ``--n-envs`` envs of
+    ``--workload`` (the score mode over ``ats-srpt``)."""
     hyperparams = resolve_hyperparams(algo, {"n_steps": args.n_steps, "batch_size": args.n_steps})
     switch_arch(hyperparams, arch, keep_policy_kwargs=False)
     env_kwargs = {"action_mode": mode, **({"base_policy": "ats-srpt"} if mode == "score" else {})}
     env = make_vec_env_for(args.workload, n_envs=args.n_envs, seed=args.seed, env_kwargs=env_kwargs)
     model = build_model(algo, env, device=args.device, seed=args.seed, hyperparams=hyperparams)
-    model.learn(total_timesteps=args.n_envs * args.n_steps)  # warm-up: rate tables, torch kernels
+    return Learner(model, env, args.n_envs * args.n_steps)
+
+
+def preset_learner(args: argparse.Namespace) -> tuple[Learner, tuple[str, str, str]]:
+    """The model ``train_policy.py --preset P --workload W`` trains (``ppo``, as it does without
+    ``--algo``; the preset's envs, env arguments, group size and hyperparameters), and its
+    (algo, mode, arch)."""
+    algo = "ppo"
+    resolved = resolve_settings(TrainSettings(algo=algo, preset=args.preset, workload=[args.workload]), algo)
+    hyperparams, env_kwargs = resolved["hyperparams"], resolved["env_kwargs"]
+    env = make_vec_env_for(
+        training_source([args.workload]),
+        resolved["n_envs"],
+        args.seed,
+        env_kwargs,
+        group_size=resolved["group_size"],
+        antithetic=bool(hyperparams.get("group_advantage")),
+    )
+    model = build_model(
+        algo,
+        env,
+        device=args.device,
+        seed=args.seed,
+        hyperparams=hyperparams,
+        env_kwargs=env_kwargs,
+        group_size=resolved["group_size"],
+    )
+    config = (algo, env_kwargs.get("action_mode", "target"), policy_arch(hyperparams["policy"]))
+    return Learner(model, env, resolved["n_envs"] * hyperparams["n_steps"]), config
+
+
+def measure(learner: Learner, args: argparse.Namespace) -> dict[str, float]:
+    """One configuration's figures (see the module docstring)."""
+    model, env = learner.model, learner.env
+    model.learn(total_timesteps=learner.rollout_steps)  # warm-up: rate tables, torch kernels
     cpu: dict[str, float] = defaultdict(float)
     model.collect_rollouts = _cpu_timed(model.collect_rollouts, cpu, "collect")
     model.train = _cpu_timed(model.train, cpu, "update")
     timers = _Timers()
-    steps = args.rollouts * args.n_envs * args.n_steps
+    steps = args.rollouts * learner.rollout_steps
     wall = time.perf_counter()
     with _timed_parts(model, timers):
         model.learn(total_timesteps=steps, reset_num_timesteps=False)
@@ -156,6 +209,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rollouts", type=int, default=4, help="timed rollouts (each followed by its update)")
     parser.add_argument("--repeat", type=int, default=1, help="round-robin passes (the cheapest env step kept)")
     parser.add_argument("--workload", default="train")
+    parser.add_argument(
+        "--preset",
+        help="time the model that train_policy.py --preset P --workload W trains instead (its algorithm, action "
+        "mode, architecture, envs, env arguments and hyperparameters; --algos, --modes, --archs, --n-envs and "
+        "--n-steps do not apply)",
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: the fastest on 2 cores)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the networks run")
@@ -167,10 +226,10 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     with distribution_checks(False):  # as train_policy.py trains
+        setup = f"preset {args.preset!r}" if args.preset else f"{args.n_envs} DummyVecEnv envs, n_steps {args.n_steps}"
         print(
-            f"learner benchmark: {args.n_envs} DummyVecEnv envs on {args.workload!r}, n_steps {args.n_steps}, "
-            f"{args.rollouts} timed rollouts, {args.threads} torch thread(s), networks on {args.device}; env steps "
-            "per CPU-second (wall: per second)"
+            f"learner benchmark: {setup} on {args.workload!r}, {args.rollouts} timed rollouts, {args.threads} "
+            f"torch thread(s), networks on {args.device}; env steps per CPU-second (wall: per second)"
         )
         header = f"{'algo':<13}{'mode':<9}{'arch':<5}{'rollout':>9}{'update':>8}{'overall':>9}{'wall':>8}  " + "".join(
             f"{p:>8}" for p in PARTS
@@ -185,9 +244,17 @@ def main(argv: list[str] | None = None) -> int:
         ]
         best: dict[tuple[str, str, str], dict[str, float]] = {}
         for _ in range(args.repeat):  # round robin: no configuration always runs on the coldest caches
-            for config in configs:
-                algo, arch, mode = config
-                r = measure(algo, mode, arch, args)
+            for config in configs if not args.preset else [None]:
+                if config is None:
+                    try:
+                        learner, (algo, mode, arch) = preset_learner(args)
+                    except (ConfigError, ValueError, TypeError) as exc:  # bad presets, workloads, env arguments
+                        parser.error(str(exc).splitlines()[0])
+                    config = (algo, arch, mode)
+                else:
+                    algo, arch, mode = config
+                    learner = default_learner(algo, mode, arch, args)
+                r = measure(learner, args)
                 if config not in best or _env_step(r) < _env_step(best[config]):
                     best[config] = r
         for (algo, arch, mode), r in best.items():
