@@ -97,10 +97,10 @@ class _AttentionBlock(nn.Module):
 
     The embeddings arrive *packed*, one row per present job (``(jobs, dim)``), so that the
     per-job layers (norms, projections, feed-forward) cost what the jobs cost, not what 32 slots
-    cost. Only the attention itself works on a padded
-    layout, the compact one of :class:`_JobLayout`. The weights are those of
-    ``nn.MultiheadAttention`` (checkpoints keep its parameter names); the call is functional
-    because the module's own forward takes padded input."""
+    cost. Only the attention itself works on a padded layout, the compact one of
+    :class:`_JobLayout`. The weights are those of ``nn.MultiheadAttention`` (checkpoints keep its
+    parameter names); the call is functional because the module's own forward takes padded
+    input."""
 
     def __init__(self, dim: int, heads: int, activation: type[nn.Module]) -> None:
         super().__init__()
@@ -114,25 +114,25 @@ class _AttentionBlock(nn.Module):
         """``h`` (jobs, dim), packed as ``layout`` places them."""
         jobs, dim = h.shape
         heads = self.heads
-        width = dim // heads
+        head_dim = dim // heads
         mha = self.attention
         x = self.norm1(h)
         q, k, v = (
-            self._padded(F.linear(x, weight, bias).view(jobs, heads, width), layout)
+            self._padded(F.linear(x, weight, bias).view(jobs, heads, head_dim), layout)
             for weight, bias in zip(mha.in_proj_weight.chunk(3), mha.in_proj_bias.chunk(3), strict=True)
         )
-        # plain matmuls over (heads, batch, columns, width): on the CPU, scaled_dot_product_attention
+        # plain matmuls over (heads, batch, columns, head_dim): on the CPU, scaled_dot_product_attention
         # with a mask took 1.3-1.4x longer, and a (batch, columns, 3 * dim) layout more in copies
-        scores = th.matmul(q, k.transpose(-1, -2)) * width**-0.5 + layout.keys
+        scores = th.matmul(q, k.transpose(-1, -2)) * head_dim**-0.5 + layout.keys
         mixed = th.matmul(th.softmax(scores, dim=-1), v)[:, layout.place[0], layout.place[1]]
         h = h + F.linear(mixed.transpose(0, 1).reshape(jobs, dim), mha.out_proj.weight, mha.out_proj.bias)
         return h + self.feed_forward(self.norm2(h))
 
     @staticmethod
     def _padded(packed: th.Tensor, layout: _JobLayout) -> th.Tensor:
-        """(heads, batch, columns, width) of ``packed`` (jobs, heads, width), zero past the jobs."""
-        jobs, heads, width = packed.shape
-        padded = packed.new_zeros(heads, layout.keys.shape[0], layout.width, width)
+        """(heads, batch, columns, head_dim) of ``packed`` (jobs, heads, head_dim), zero past the jobs."""
+        heads, head_dim = packed.shape[1:]
+        padded = packed.new_zeros(heads, layout.keys.shape[0], layout.width, head_dim)
         padded[:, layout.place[0], layout.place[1]] = packed.transpose(0, 1)
         return padded
 
