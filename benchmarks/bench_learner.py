@@ -48,13 +48,14 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, NamedTuple
 
 from agents.errors import ConfigError
 from agents.factory import build_model, make_vec_env_for
 from agents.hyperparameters import ALGOS, POLICY_ARCHS, policy_arch, resolve_hyperparams, switch_arch
-from agents.run_config import TrainSettings, resolve_settings
-from agents.training_run import training_source
+from agents.run_config import TrainSettings
+from agents.training_run import build_env, plan_run
 from deepboot_env.argparsing import ArgumentParser
 from deepboot_env.env import DeepBootEnv
 
@@ -129,43 +130,52 @@ class Learner(NamedTuple):
     """Env steps of one rollout (envs times ``n_steps``)."""
 
 
-def default_learner(algo: str, mode: str, arch: str, args: argparse.Namespace) -> Learner:
-    """The default preset's model for (``algo``, ``mode``, ``arch``) on ``--n-envs`` envs of
+Config = tuple[str, str, str]
+"""(algo, arch, mode) of a measured learner."""
+
+
+def default_learner(algo: str, arch: str, mode: str, args: argparse.Namespace) -> tuple[Learner, Config]:
+    """The default preset's model for (``algo``, ``arch``, ``mode``) on ``--n-envs`` envs of
     ``--workload`` (the score mode over ``ats-srpt``)."""
     hyperparams = resolve_hyperparams(algo, {"n_steps": args.n_steps, "batch_size": args.n_steps})
     switch_arch(hyperparams, arch, keep_policy_kwargs=False)
     env_kwargs = {"action_mode": mode, **({"base_policy": "ats-srpt"} if mode == "score" else {})}
     env = make_vec_env_for(args.workload, n_envs=args.n_envs, seed=args.seed, env_kwargs=env_kwargs)
     model = build_model(algo, env, device=args.device, seed=args.seed, hyperparams=hyperparams)
-    return Learner(model, env, args.n_envs * args.n_steps)
+    return Learner(model, env, args.n_envs * args.n_steps), (algo, arch, mode)
 
 
-def preset_learner(args: argparse.Namespace) -> tuple[Learner, tuple[str, str, str]]:
-    """The model ``train_policy.py --preset P --workload W`` trains (``ppo``, as it does without
-    ``--algo``; the preset's envs, env arguments, group size and hyperparameters), and its
-    (algo, mode, arch)."""
-    algo = "ppo"
-    resolved = resolve_settings(TrainSettings(algo=algo, preset=args.preset, workload=[args.workload]), algo)
-    hyperparams, env_kwargs = resolved["hyperparams"], resolved["env_kwargs"]
-    env = make_vec_env_for(
-        training_source([args.workload]),
-        resolved["n_envs"],
-        args.seed,
-        env_kwargs,
-        group_size=resolved["group_size"],
-        antithetic=bool(hyperparams.get("group_advantage")),
-    )
-    model = build_model(
-        algo,
-        env,
-        device=args.device,
+def preset_learner(args: argparse.Namespace) -> tuple[Learner, Config]:
+    """The model ``train_policy.py --preset P --workload W`` trains: its plan and env as
+    :func:`agents.training_run.plan_run` and :func:`~agents.training_run.build_env` make them
+    (no evaluations), the model as :func:`~agents.training_run.start_model` builds a new one.
+
+    Raises:
+        ConfigError: a bad preset, workload or env argument.
+    """
+    settings = TrainSettings(
+        preset=args.preset,
+        workload=[args.workload],
         seed=args.seed,
-        hyperparams=hyperparams,
-        env_kwargs=env_kwargs,
+        device=args.device,
+        num_threads=args.threads,
+        eval_freq=0,
+    )
+    plan = plan_run(settings)
+    resolved = plan.resolved
+    env = build_env(plan).vec_env
+    model = build_model(
+        plan.algo,
+        env,
+        device=plan.device,
+        seed=args.seed,
+        hyperparams=resolved["hyperparams"],
+        env_kwargs=resolved["env_kwargs"],
         group_size=resolved["group_size"],
     )
-    config = (algo, env_kwargs.get("action_mode", "target"), policy_arch(hyperparams["policy"]))
-    return Learner(model, env, resolved["n_envs"] * hyperparams["n_steps"]), config
+    mode = resolved["env_kwargs"].get("action_mode", "target")
+    config = (plan.algo, policy_arch(resolved["hyperparams"]["policy"]), mode)
+    return Learner(model, env, resolved["n_envs"] * resolved["hyperparams"]["n_steps"]), config
 
 
 def measure(learner: Learner, args: argparse.Namespace) -> dict[str, float]:
@@ -242,18 +252,18 @@ def main(argv: list[str] | None = None) -> int:
             for mode in args.modes
             if mode != "score" or algo == "ppo"
         ]
-        best: dict[tuple[str, str, str], dict[str, float]] = {}
+        builders: list[Callable[[], tuple[Learner, Config]]] = (
+            [partial(preset_learner, args)]
+            if args.preset
+            else [partial(default_learner, *config, args) for config in configs]
+        )
+        best: dict[Config, dict[str, float]] = {}
         for _ in range(args.repeat):  # round robin: no configuration always runs on the coldest caches
-            for config in configs if not args.preset else [None]:
-                if config is None:
-                    try:
-                        learner, (algo, mode, arch) = preset_learner(args)
-                    except (ConfigError, ValueError, TypeError) as exc:  # bad presets, workloads, env arguments
-                        parser.error(str(exc).splitlines()[0])
-                    config = (algo, arch, mode)
-                else:
-                    algo, arch, mode = config
-                    learner = default_learner(algo, mode, arch, args)
+            for build in builders:
+                try:
+                    learner, config = build()
+                except ConfigError as exc:  # a bad --preset or --workload
+                    parser.error(str(exc))
                 r = measure(learner, args)
                 if config not in best or _env_step(r) < _env_step(best[config]):
                     best[config] = r
