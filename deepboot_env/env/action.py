@@ -429,6 +429,11 @@ _LOG_WEIGHT_RANGE = 12.0
 """Prior log-weights observed on [-12, 0] (mapped to [0, 1])."""
 
 
+def _clipped(value: float) -> float:
+    """``value`` clipped to [-1, 1] (a score action's entry)."""
+    return -1.0 if value < -1.0 else 1.0 if value > 1.0 else value
+
+
 class ScoreCodec(ActionCodec):
     """Per slot a real score added to a prior's log-weight, then a lending share; ATS's
     knapsack and placement decode it (``action_mode="score"``).
@@ -565,7 +570,8 @@ class ScoreCodec(ActionCodec):
         logs = self.prior.log_weights(state)
         ids = [job.id for job in jobs]
         empty = self.max_jobs - len(ids)
-        prior = [max(0.0, 1.0 + logs[job_id] / _LOG_WEIGHT_RANGE) for job_id in ids]
+        prior = [1.0 + logs[job_id] / _LOG_WEIGHT_RANGE for job_id in ids]
+        prior = [value if value > 0.0 else 0.0 for value in prior]  # max(0.0, value) without a call each
         old = self._codes
         # unpaired: one draw per slot and the lending code, as ever; paired: keyed codes
         if self._noise_key is None:
@@ -624,22 +630,22 @@ class ScoreCodec(ActionCodec):
         raw = np.asarray(action)
         if raw.shape != (self.action_size,):
             raise ValueError(f"score action must have shape ({self.action_size},), got {raw.shape}")
-        values = raw.astype(np.float64, copy=False).tolist() if raw.dtype.kind in "fiu" else [math.nan]
+        # tolist gives the entries as Python floats (or ints), float32 ones exactly
+        values = raw.tolist() if raw.dtype.kind in "fiu" else [math.nan]
         if not all(map(math.isfinite, values)):
             raise ValueError(f"score action must hold finite numbers, got {raw.tolist()[:8]}...")
-        # clipped to [-1, 1] on the Python floats: the values are read one by one below anyway
-        values = [-1.0 if v < -1.0 else 1.0 if v > 1.0 else v for v in values]
         scale = self.score_scale
         jobs = slot_jobs(state, self.max_jobs)  # fewer than the slots: the rest of the scores are unused
-        scores = {job.id: scale * value for job, value in zip(jobs, values, strict=False) if value != 0.0}
+        # only the entries that are used are clipped to [-1, 1], on the Python floats
+        scores = {job.id: scale * _clipped(value) for job, value in zip(jobs, values, strict=False) if value != 0.0}
         widths: dict[int, tuple[float, ...]] = {}
         if self.width_classes:
             width = self.width_classes
             for i, job in enumerate(jobs):
                 row = values[self.max_jobs + i * width : self.max_jobs + (i + 1) * width]
                 if any(row):
-                    widths[job.id] = tuple(scale * value for value in row)
-        return scores, widths, min(1.0, 1.0 + values[-1])
+                    widths[job.id] = tuple(scale * _clipped(value) for value in row)
+        return scores, widths, min(1.0, 1.0 + _clipped(values[-1]))
 
     def decode(self, action: np.ndarray, state: ClusterState) -> tuple[Counts, int]:
         """The prior's schedule under the action's scores, width scores and lending share (kept
