@@ -144,6 +144,7 @@ def test_the_package_comes_from_the_venv_not_the_clone(installed: tuple[Path, Pa
         "ppo:deepboot-score-v5",
         "ppo:deepboot-score-v6",
         "ppo:deepboot-score-v7",
+        "ppo:deepboot-score-v8",
         "priority:deepboot-priority-v1",
     ],
 )

@@ -35,6 +35,8 @@ GOLDEN_SCORE_V6_JCT = 2258.4166666666665
 """Mean JCT of ``deepboot-score-v6`` (v5 with an ES application table) on the same workload."""
 GOLDEN_SCORE_V7_JCT = 2242.3
 """Mean JCT of ``deepboot-score-v7`` (v6's table trained on, with the p99 term) on the same workload."""
+GOLDEN_SCORE_V8_JCT = 2269.75
+"""Mean JCT of ``deepboot-score-v8`` (v7 fine-tuned by PPO) on the same workload."""
 
 
 @pytest.fixture
@@ -53,6 +55,7 @@ def test_every_shipped_model_has_a_short_name() -> None:
         "ppo:deepboot-score-v5",
         "ppo:deepboot-score-v6",
         "ppo:deepboot-score-v7",
+        "ppo:deepboot-score-v8",
         "ppo:deepboot-v0",
         "priority:deepboot-priority-v1",
     ]
@@ -61,7 +64,7 @@ def test_every_shipped_model_has_a_short_name() -> None:
 def test_short_names_reach_the_shipped_files_from_any_folder(elsewhere: Path) -> None:
     assert resolve_model_path("deepboot-v0") == SHIPPED_PPO
     assert resolve_model_path("deepboot-score-v1") == SHIPPED_SCORE
-    for version in ("v2", "v3", "v4", "v5", "v6", "v7"):
+    for version in ("v2", "v3", "v4", "v5", "v6", "v7", "v8"):
         assert resolve_model_path(f"deepboot-score-{version}") == PRETRAINED_DIR / f"deepboot-score-{version}.zip"
     assert resolve_shipped("deepboot-priority-v1", ".json") == SHIPPED_PRIORITY
 
@@ -277,3 +280,20 @@ def test_score_v7_is_v6_with_its_application_table_trained_on(elsewhere: Path) -
     assert min(scores, key=scores.__getitem__) == "imagenet"
     assert scores["imagenet"] < _application_scores(v6)["imagenet"]
     assert _crowded_jcts("ppo:deepboot-score-v7") == {"ppo:deepboot-score-v7": GOLDEN_SCORE_V7_JCT}
+
+
+def test_score_v8_is_v7_fine_tuned_by_ppo(elsewhere: Path) -> None:
+    """``deepboot-score-v8`` is v7 that PPO trained on for 103k steps (every weight, lr 1e-4, the
+    ``score-app`` preset; docs/results.md §7): the same env arguments (the prior) and layers,
+    every layer the policy uses moved (the application table, the lending head and the encoders
+    under it), none far, and it plays its own schedule."""
+    v7, _ = agents.load_agent("deepboot-score-v7")
+    v8, _ = agents.load_agent("deepboot-score-v8")
+    old, new = v7.policy.state_dict(), v8.policy.state_dict()
+    assert new.keys() == old.keys()
+    assert v8.policy.env_kwargs == v7.policy.env_kwargs
+    moved = {key: float((new[key] - old[key]).abs().max()) for key in old}
+    for layer in ("job_encoder", "blocks.0.attention", "summary", "application_table", "lend_head"):
+        assert max(value for key, value in moved.items() if layer in key) > 1e-3, layer
+    assert max(moved.values()) < 0.05
+    assert _crowded_jcts("ppo:deepboot-score-v8") == {"ppo:deepboot-score-v8": GOLDEN_SCORE_V8_JCT}
