@@ -303,15 +303,7 @@ def start_model(run: Run) -> Any:
     """
     plan, settings, resolved = run.plan, run.plan.settings, run.plan.resolved
     if plan.resume is None:
-        model = build_model(
-            plan.algo,
-            run.env.vec_env,
-            device=plan.device,
-            seed=settings.seed,
-            hyperparams=resolved["hyperparams"],
-            env_kwargs=resolved["env_kwargs"],
-            group_size=resolved["group_size"],
-        )
+        model = new_model(plan, run.env.vec_env)
     else:
         model = resumed_model(run)
         adopt_env_kwargs(model, resolved["env_kwargs"])
@@ -322,6 +314,21 @@ def start_model(run: Run) -> Any:
     model.set_logger(Logger(str(run.run_dir), formats))
     log_run_config(model.logger, run.record)
     return model
+
+
+def new_model(plan: RunPlan, vec_env: Any) -> Any:
+    """The new model of ``plan`` (:func:`agents.factory.build_model`: its algorithm, device,
+    ``--seed``, hyperparameters, env arguments and group size) on ``vec_env``, without a logger."""
+    resolved = plan.resolved
+    return build_model(
+        plan.algo,
+        vec_env,
+        device=plan.device,
+        seed=plan.settings.seed,
+        hyperparams=resolved["hyperparams"],
+        env_kwargs=resolved["env_kwargs"],
+        group_size=resolved["group_size"],
+    )
 
 
 def resumed_model(run: Run) -> Any:

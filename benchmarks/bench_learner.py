@@ -55,7 +55,7 @@ from agents.errors import ConfigError
 from agents.factory import build_model, make_vec_env_for
 from agents.hyperparameters import ALGOS, POLICY_ARCHS, policy_arch, resolve_hyperparams, switch_arch
 from agents.run_config import TrainSettings
-from agents.training_run import build_env, plan_run
+from agents.training_run import build_env, new_model, plan_run
 from deepboot_env.argparsing import ArgumentParser
 from deepboot_env.env import DeepBootEnv
 
@@ -148,7 +148,7 @@ def default_learner(algo: str, arch: str, mode: str, args: argparse.Namespace) -
 def preset_learner(args: argparse.Namespace) -> tuple[Learner, Config]:
     """The model ``train_policy.py --preset P --workload W`` trains: its plan and env as
     :func:`agents.training_run.plan_run` and :func:`~agents.training_run.build_env` make them
-    (no evaluations), the model as :func:`~agents.training_run.start_model` builds a new one.
+    (no evaluations), the model as :func:`~agents.training_run.new_model` builds it for a new run.
 
     Raises:
         ConfigError: a bad preset, workload or env argument.
@@ -164,15 +164,7 @@ def preset_learner(args: argparse.Namespace) -> tuple[Learner, Config]:
     plan = plan_run(settings)
     resolved = plan.resolved
     env = build_env(plan).vec_env
-    model = build_model(
-        plan.algo,
-        env,
-        device=plan.device,
-        seed=args.seed,
-        hyperparams=resolved["hyperparams"],
-        env_kwargs=resolved["env_kwargs"],
-        group_size=resolved["group_size"],
-    )
+    model = new_model(plan, env)
     mode = resolved["env_kwargs"].get("action_mode", "target")
     config = (plan.algo, policy_arch(resolved["hyperparams"]["policy"]), mode)
     return Learner(model, env, resolved["n_envs"] * resolved["hyperparams"]["n_steps"]), config
