@@ -280,6 +280,21 @@ def _speedup_index(k_max: int, gpus_per_node: int, max_w: int) -> tuple[np.ndarr
     return multi, replicas
 
 
+def job_rooms(jobs: Sequence[JobView], state: ClusterState, lend: bool | float) -> list[int]:
+    """Each job's room: the most GPUs one node could give it before the reallocation, the node's
+    free GPUs at lending share ``lend`` plus the GPUs the job holds there (what best-fit can place
+    on one node; :func:`placement_aware_options`, :func:`width_scored_options`). One array
+    operation for all the jobs that hold GPUs; a job holding none has the free GPUs' room."""
+    free = np.maximum(state.training_capacity(lend=lend) - state.train_used, 0)
+    rooms = [int(free.max()) if len(free) else 0] * len(jobs)
+    holding = [i for i, job in enumerate(jobs) if job.replicas]
+    if holding:
+        peaks = (np.array([jobs[i].alloc for i in holding]) + free).max(axis=1).tolist()
+        for i, peak in zip(holding, peaks, strict=True):
+            rooms[i] = int(peak)
+    return rooms
+
+
 def placement_aware_options(
     options: Options,
     jobs: Sequence[JobView],
@@ -288,13 +303,14 @@ def placement_aware_options(
     state: ClusterState,
     lend: bool | float,
     linear_untrained: bool = False,
+    rooms: Sequence[int] | None = None,
 ) -> Options:
     """``options`` (of :meth:`Options.of`) with each job's 2..G-GPU options (G GPUs per node)
     valued at its multi-node speedup where no node has room for them now (docs/policies.md §8.8;
     ``fair`` as in :func:`speedup_values`).
 
-    A job's room is the most GPUs one node could give it before the reallocation: the node's free
-    GPUs at lending share ``lend`` plus the GPUs the job holds there. Best-fit splits a w-GPU job
+    A job's room (:func:`job_rooms`; ``rooms``: computed already) is the most GPUs one node could
+    give it before the reallocation. Best-fit splits a w-GPU job
     across nodes when w exceeds every node's room, and ATS's one-node valuation then overrates it
     (by 2-16 % for yolov3, whose rate falls most when split). Jobs valued linearly (not trained,
     with ``linear_untrained``) keep their rows. The split rows are memoised beside the one-node
@@ -307,42 +323,16 @@ def placement_aware_options(
     if options.speedups is not _ARENA.values:
         raise ValueError("placement_aware_options takes the options of the latest Options.of (rows in its array)")
     gpus_per_node = state.gpus_per_node
-    free = np.maximum(state.training_capacity(lend=lend) - state.train_used, 0)
-    most_free = int(free.max()) if len(free) else 0
+    if rooms is None:
+        rooms = job_rooms(jobs, state, lend)
     offsets = options.offsets.copy()
-    for i, (job, cap) in enumerate(zip(jobs, caps, strict=True)):
+    for i, (job, cap, room) in enumerate(zip(jobs, caps, rooms, strict=True)):
         top = min(gpus_per_node, cap)
         if top < 2 or (linear_untrained and not job.trained):
             continue
-        # a job holding no GPUs has the free GPUs' room: no array sum for it
-        room = int((free + job.alloc).max()) if job.replicas else most_free
         if room < top:
             offsets[i] = _ARENA.split_row(job, fair, gpus_per_node, cap, room, top)
     return Options(_ARENA.values, offsets, options.phi, options.held, options.weights)
-
-
-def _reshaped_rows(
-    options: Options,
-    jobs: Sequence[JobView],
-    caps: Sequence[int],
-    state: ClusterState,
-    lend: bool | float,
-    reshape: Callable[[JobView, int, np.ndarray, np.ndarray], np.ndarray],
-) -> Options:
-    """``options`` with job i's row of values ``0..caps[i]`` replaced by ``reshape(job, cap, row,
-    free)`` (``free``: each node's free GPUs at lending share ``lend``, from which a job's room is
-    read), copied into one new array: the memoised rows are never written."""
-    free = np.maximum(state.training_capacity(lend=lend) - state.train_used, 0)
-    rows: list[np.ndarray] = []
-    offsets = np.zeros(len(jobs), dtype=np.int64)
-    position = 0
-    for i, (job, cap, start) in enumerate(zip(jobs, caps, options.offsets.tolist(), strict=True)):
-        row = reshape(job, cap, options.speedups[start : start + cap + 1], free)
-        rows.append(row)
-        offsets[i] = position
-        position += len(row)
-    speedups = np.concatenate(rows) if rows else np.zeros(1)
-    return Options(speedups, offsets, options.phi, options.held, options.weights)
 
 
 def width_class(width: int, gpus_per_node: int, room: int) -> int:
@@ -365,34 +355,63 @@ def width_scored_options(
     lend: bool | float,
     width_scores: Mapping[int, Sequence[float]],
     linear_untrained: bool = False,
+    rooms: Sequence[int] | None = None,
 ) -> Options:
     """``options`` with the options of each job in ``width_scores`` multiplied by
     ``exp(v[class(w)] - v[class(f)])``: ``v = (0, *width_scores[job id])`` its log-multipliers of the
-    :data:`WIDTH_CLASSES` classes of :func:`width_class` (room as in
-    :func:`placement_aware_options`), ``f = min(fair, its most useful GPUs)`` on one node, the
+    :data:`WIDTH_CLASSES` classes of :func:`width_class` (its room of :func:`job_rooms`, at
+    least 1; ``rooms``: computed already), ``f = min(fair, its most useful GPUs)`` on one node, the
     fair-share width that normalises its speedups. The job's value at its fair share is unchanged:
     the multipliers reshape its speedup curve (where the fitted one errs by width, split or
     not) and leave its priority to the score. Jobs valued linearly (not trained, with
-    ``linear_untrained``) and jobs absent from ``width_scores`` keep their rows; the rows are copied.
+    ``linear_untrained``) and jobs absent from ``width_scores`` keep their values. The rows are
+    copied into one new array (the memoised rows are never written), and multiplied by every
+    job's factors in one product (1.0 for the jobs kept: the same floats).
 
     Raises:
         ValueError: if a job's multipliers are not :data:`WIDTH_CLASSES` finite numbers.
     """
     gpus_per_node = state.gpus_per_node
-
-    def width_scored(job: JobView, cap: int, row: np.ndarray, free: np.ndarray) -> np.ndarray:
+    if rooms is None:
+        rooms = job_rooms(jobs, state, lend)
+    factors: list[float] = []
+    for job, cap, room in zip(jobs, caps, rooms, strict=True):
         scores = width_scores.get(job.id)
         if scores is None or cap < 1 or (linear_untrained and not job.trained):
-            return row
-        if len(scores) != WIDTH_CLASSES or not all(math.isfinite(x) for x in scores):
+            factors += [1.0] * (cap + 1)
+            continue
+        if len(scores) != WIDTH_CLASSES or not all(map(math.isfinite, scores)):
             raise ValueError(f"job {job.id}: width scores must be {WIDTH_CLASSES} finite numbers, got {scores!r}")
-        logs = (0.0, *scores)
-        room = max(int((free + job.alloc).max()), 1)
-        base = logs[width_class(max(1, min(fair, job.rates.max_replicas)), gpus_per_node, gpus_per_node)]
-        factors = [1.0] + [math.exp(logs[width_class(w, gpus_per_node, room)] - base) for w in range(1, cap + 1)]
-        return row * np.asarray(factors)
+        fair_class = width_class(max(1, min(fair, job.rates.max_replicas)), gpus_per_node, gpus_per_node)
+        factors += width_factors((0.0, *scores), fair_class, cap, gpus_per_node, max(room, 1))
+    # every job's row 0..cap gathered in one indexing (row i moves from its memo offset to its
+    # place in the new array) and multiplied in one product
+    lengths = np.asarray(caps, dtype=np.int64) + 1
+    offsets = np.cumsum(lengths) - lengths
+    gather = np.arange(len(factors)) + np.repeat(options.offsets - offsets, lengths)
+    values = options.speedups[gather] * np.array(factors) if len(jobs) else np.zeros(1)
+    return Options(values, offsets, options.phi, options.held, options.weights)
 
-    return _reshaped_rows(options, jobs, caps, state, lend, width_scored)
+
+def width_factors(logs: Sequence[float], fair_class: int, cap: int, gpus_per_node: int, room: int) -> list[float]:
+    """The factors of options w = 0..``cap`` (``cap`` >= 1) of :func:`width_scored_options`: 1.0 for
+    w = 0, then ``exp(logs[width_class(w)] - logs[fair_class])``.
+
+    Built class by class, not width by width: the classes are runs of w (1; 2; 3 to the widest
+    one-node option; split beyond), so four exponentials serve a row of up to a cluster's GPUs,
+    each the same float as the width's own (this runs for every job at every decision of a model
+    with width scores)."""
+    base = logs[fair_class]
+    widest = min(gpus_per_node, room)  # the widest option one node can hold now
+    factors = [1.0, math.exp(logs[0] - base)]
+    if cap >= 2:  # only the classes the row holds are exponentiated, as width by width
+        factors.append(math.exp(logs[1 if widest >= 2 else 3] - base))
+        threes = max(0, min(cap, widest) - 2)  # w = 3..min(cap, widest)
+        if threes:
+            factors += [math.exp(logs[2] - base)] * threes
+        if cap - 2 - threes:
+            factors += [math.exp(logs[3] - base)] * (cap - 2 - threes)
+    return factors
 
 
 def _split_valued(row: np.ndarray, table: np.ndarray, room: int, top: int, fair: int) -> np.ndarray:
@@ -784,10 +803,15 @@ class AtsPolicy(BasePolicy):
         """The knapsack's options of ``jobs`` (:meth:`Options.of`), placement-aware at lending
         share ``lend`` if the policy is, then reshaped by the jobs' ``width_scores`` if any."""
         options = Options.of(jobs, fair, state.gpus_per_node, caps, self.linear_untrained, weights)
+        if not (self.placement_aware or width_scores):
+            return options
+        rooms = job_rooms(jobs, state, lend)  # the same for both: computed once
         if self.placement_aware:
-            options = placement_aware_options(options, jobs, caps, fair, state, lend, self.linear_untrained)
+            options = placement_aware_options(options, jobs, caps, fair, state, lend, self.linear_untrained, rooms)
         if width_scores:
-            options = width_scored_options(options, jobs, caps, fair, state, lend, width_scores, self.linear_untrained)
+            options = width_scored_options(
+                options, jobs, caps, fair, state, lend, width_scores, self.linear_untrained, rooms
+            )
         return options
 
     def _bounded_counts(

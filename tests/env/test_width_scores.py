@@ -13,7 +13,7 @@ import torch as th
 from agents.env_shape import spaces_env_shape
 from agents.factory import build_model, make_vec_env_for
 from agents.policy_adapter import AgentPolicy, load_agent_policy
-from baselines.ats import AtsPolicy, Options
+from baselines.ats import AtsPolicy, Options, job_rooms, width_class, width_factors
 from deepboot_env.config import EnvConfigError
 from deepboot_env.env import DeepBootEnv
 from deepboot_env.env.action import ScoreCodec, make_codec
@@ -137,6 +137,30 @@ def test_option_values_are_reshaped_by_the_documented_factors(busy) -> None:
         assert after[0] == before[0]
     assert checked > 0
     assert plain.speedups is not shaped.speedups  # the memoised rows are copied, never written
+
+
+@pytest.mark.parametrize("per_node", [1, 2, 4, 8])
+def test_width_factors_built_by_class_are_the_per_width_floats(per_node: int) -> None:
+    """The run-by-run factors are exactly (==) the width-by-width exponentials, for every cap,
+    room and fair-share class, and leave the classes a row does not hold unevaluated."""
+    logs = (0.0, 0.31, -0.77, 1.9)
+    for fair_class in range(WIDTH_CLASSES + 1):
+        base = logs[fair_class]
+        for room in range(1, 2 * per_node + 2):
+            for cap in range(1, 3 * per_node + 3):
+                by_width = [1.0] + [math.exp(logs[width_class(w, per_node, room)] - base) for w in range(1, cap + 1)]
+                assert width_factors(logs, fair_class, cap, per_node, room) == by_width
+    # only the classes present are exponentiated: a huge unused class raises nothing
+    assert width_factors((0.0, 0.0, 0.0, 1e6), 0, 2, 4, 4) == [1.0, 1.0, 1.0]
+
+
+def test_job_rooms_are_each_jobs_free_gpus_plus_its_own_on_its_best_node(busy) -> None:
+    state = _some_state(busy)
+    jobs = list(state.jobs)
+    assert any(job.replicas for job in jobs) and any(not job.replicas for job in jobs)
+    for lend in (True, 0.5, False):
+        free = np.maximum(state.training_capacity(lend=lend) - state.train_used, 0)
+        assert job_rooms(jobs, state, lend) == [int((free + job.alloc).max()) for job in jobs]
 
 
 @pytest.mark.parametrize(
