@@ -310,8 +310,8 @@ def placement_aware_options(
     ``fair`` as in :func:`speedup_values`).
 
     A job's room (:func:`job_rooms`; ``rooms``: computed already) is the most GPUs one node could
-    give it before the reallocation. Best-fit splits a w-GPU job
-    across nodes when w exceeds every node's room, and ATS's one-node valuation then overrates it
+    give it before the reallocation. Best-fit splits a w-GPU job across nodes when w exceeds
+    every node's room, and ATS's one-node valuation then overrates it
     (by 2-16 % for yolov3, whose rate falls most when split). Jobs valued linearly (not trained,
     with ``linear_untrained``) keep their rows. The split rows are memoised beside the one-node
     rows (:meth:`_RowArena.split_row`), never written over them: only the offsets change.
@@ -405,7 +405,7 @@ def width_factors(logs: Sequence[float], fair_class: int, cap: int, gpus_per_nod
     widest = min(gpus_per_node, room)  # the widest option one node can hold now
     factors = [1.0, math.exp(logs[0] - base)]
     if cap >= 2:  # only the classes the row holds are exponentiated, as width by width
-        factors.append(math.exp(logs[1 if widest >= 2 else 3] - base))
+        factors.append(math.exp(logs[width_class(2, gpus_per_node, room)] - base))
         threes = max(0, min(cap, widest) - 2)  # w = 3..min(cap, widest)
         if threes:
             factors += [math.exp(logs[2] - base)] * threes
