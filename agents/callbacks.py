@@ -37,7 +37,7 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
 
 from agents.policy_adapter import METADATA_FILE
-from agents.selection import P99_MARGIN_S, p99_verdict, replaces, worst_p99_excess
+from agents.selection import P99_MARGIN_S, P99Excess, p99_verdict, replaces, worst_p99_excess
 from deepboot_env.atomic import append_csv, atomic_write
 from deepboot_env.config import EnvConfig
 from deepboot_env.evaluation import run_episode
@@ -401,7 +401,7 @@ class WorkloadEvalCallback(BaseCallback):
             the mean censored JCT without one.
         best_within: whether the best model's inference p99 was within the margin.
         p99_excess: the latest evaluation's largest mean p99 excess over the reference on one
-            family (s) and that family (:func:`~agents.selection.worst_p99_excess`).
+            family (s), that family and its median excess (:func:`~agents.selection.worst_p99_excess`).
         history: ``(timesteps, mean train JCT, score)`` per evaluation.
         last_rows: the rows of the latest evaluation.
         eval_seconds: wall time spent evaluating so far.
@@ -444,7 +444,7 @@ class WorkloadEvalCallback(BaseCallback):
         self._prefetcher: ProcessPoolExecutor | None = None
         self.best_score = math.inf
         self.best_within = False
-        self.p99_excess: tuple[float, str] = (-math.inf, "")
+        self.p99_excess = P99Excess(-math.inf, "", -math.inf, 0)
         self.history: list[tuple[int, float, float]] = []
         self.last_rows: list[dict[str, Any]] = []
         self._last_eval = -1
@@ -606,7 +606,8 @@ class WorkloadEvalCallback(BaseCallback):
     def _p99_within(self, rows: list[dict[str, Any]]) -> bool:
         """Whether the evaluated model's mean inference p99 is within the reference's +
         ``p99_margin`` on every family (always without a reference or a margin); keeps
-        :attr:`p99_excess` and logs it as ``eval/p99_excess``."""
+        :attr:`p99_excess` and logs it as ``eval/p99_excess`` (the family's median as
+        ``eval/p99_excess_median``)."""
         if self.reference is None or self.p99_margin is None:
             return True
         families = {label: scenario.family or label for label, scenario in self.workloads}
@@ -614,19 +615,19 @@ class WorkloadEvalCallback(BaseCallback):
             (families[r["workload"]], float(r["infer_latency_p99"]), self._reference_p99.get(episode, math.nan))
             for episode, r in zip(self._episodes(), rows, strict=True)
         )
-        if math.isfinite(self.p99_excess[0]):
-            self.logger.record("eval/p99_excess", self.p99_excess[0])
-        return self.p99_excess[0] <= self.p99_margin
+        if math.isfinite(self.p99_excess.mean):
+            self.logger.record("eval/p99_excess", self.p99_excess.mean)
+            self.logger.record("eval/p99_excess_median", self.p99_excess.median)
+        return self.p99_excess.mean <= self.p99_margin
 
     def summary(self, episodes: int, truncated: int, seconds: float, jct: float, score: float, improved: bool) -> str:
         """The evaluation's log line: what ran, how many episodes the cap truncated, the score
         that selects the best model and what it is."""
         cap = f"{self.env_config.max_rounds:,} decisions, not before the last job arrival"
         value = f"{score:.4f}" if self.reference is not None else f"{score:,.0f} s"
-        excess, family = self.p99_excess
         p99 = ""
-        if self.reference is not None and self.p99_margin is not None and math.isfinite(excess):
-            p99 = "; " + p99_verdict(excess, family, self.reference, self.p99_margin)
+        if self.reference is not None and self.p99_margin is not None and math.isfinite(self.p99_excess.mean):
+            p99 = "; " + p99_verdict(self.p99_excess, self.reference, self.p99_margin)
         return (
             f"eval @ {self.num_timesteps:,} steps: {episodes} val episodes in {seconds:.1f} s, {truncated} truncated "
             f"(cut at {cap}; unfinished jobs count to the cut); mean JCT of finished jobs {jct:,.0f} s; "

@@ -540,20 +540,21 @@ class EsRun:
         ]
         append_csv(self.run_dir / "evaluations.csv", EVAL_COLUMNS, rows)
         score = float(ratios.mean())
-        excess, family = worst_p99_excess(
+        excess = worst_p99_excess(
             (f, float(p99), float(ats)) for (f, _), p99, ats in zip(self.val, p99s[0], ats_p99s, strict=True)
         )
-        within = excess <= P99_MARGIN_S
+        within = excess.mean <= P99_MARGIN_S
         self.writer.add_scalar("sched/val_jct_ratio", score, st.generation)
-        if math.isfinite(excess):
-            self.writer.add_scalar("sched/val_p99_excess", excess, st.generation)
+        if math.isfinite(excess.mean):
+            self.writer.add_scalar("sched/val_p99_excess", excess.mean, st.generation)
+            self.writer.add_scalar("sched/val_p99_excess_median", excess.median, st.generation)
         if replaces(score, within, st.best_val, st.best_within):
             st.best_val, st.best_within = score, within
             self.write_model("best_model", score)
         if self.log:
             self.log(
                 f"generation {st.generation}: validation JCT ratio to ats {score:.4f} (best {st.best_val:.4f}); "
-                + p99_verdict(excess, family, "ats", P99_MARGIN_S)
+                + p99_verdict(excess, "ats", P99_MARGIN_S)
             )
         return score
 

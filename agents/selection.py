@@ -8,6 +8,11 @@ test seeds). So PPO's validation (:class:`~agents.callbacks.WorkloadEvalCallback
 (:class:`~agents.evolution.EsRun`) compare each candidate's inference p99 with the reference's on
 the same episodes, family by family, and :func:`replaces` prefers a candidate within the margin
 to any outside it, then the lower JCT ratio.
+
+The margin is on each family's *mean* excess (the acceptance's own measure), and one scenario's
+tail can push a mean past it: :class:`P99Excess` carries that family's median excess beside it, so
+that a log line can tell a tail (the mean outside, the median well inside) from a trend (both
+outside). The selection stays on the mean.
 """
 
 from __future__ import annotations
@@ -15,14 +20,31 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable
+from statistics import median
+from typing import NamedTuple
 
 P99_MARGIN_S = 5.0
 """How far a selected model's mean inference p99 latency may exceed the reference's on one family
 (seconds): the project's acceptance margin."""
 
 
-def worst_p99_excess(episodes: Iterable[tuple[str, float, float]]) -> tuple[float, str]:
-    """The largest mean excess of a candidate's inference p99 over the reference's, and its group.
+class P99Excess(NamedTuple):
+    """The family (or group) whose candidate inference p99 exceeds the reference's most, on the mean."""
+
+    mean: float
+    """Mean over the group's episodes of candidate minus reference p99 (s); -inf without a group."""
+    group: str
+    """The group ("" without one)."""
+    median: float
+    """The same group's median excess (s): near the mean for a trend, far below it when one
+    scenario's tail makes the mean."""
+    episodes: int
+    """The group's episodes with a finite excess."""
+
+
+def worst_p99_excess(episodes: Iterable[tuple[str, float, float]]) -> P99Excess:
+    """The largest mean excess of a candidate's inference p99 over the reference's, its group and
+    that group's median excess.
 
     Args:
         episodes: ``(group, candidate p99, reference p99)`` per validation episode (the group: a
@@ -31,7 +53,8 @@ def worst_p99_excess(episodes: Iterable[tuple[str, float, float]]) -> tuple[floa
 
     Returns:
         The largest, over the groups, of the mean over the group's episodes of candidate minus
-        reference (seconds), and that group; ``(-inf, "")`` without a finite episode.
+        reference (seconds), with that group, its median and its episode count;
+        ``(-inf, "", -inf, 0)`` without a finite episode.
     """
     excess: dict[str, list[float]] = defaultdict(list)
     for group, candidate, reference in episodes:
@@ -39,9 +62,9 @@ def worst_p99_excess(episodes: Iterable[tuple[str, float, float]]) -> tuple[floa
             excess[group].append(candidate - reference)
     means = {group: sum(values) / len(values) for group, values in excess.items()}
     if not means:
-        return -math.inf, ""
+        return P99Excess(-math.inf, "", -math.inf, 0)
     group = max(means, key=lambda g: means[g])
-    return means[group], group
+    return P99Excess(means[group], group, median(excess[group]), len(excess[group]))
 
 
 def replaces(score: float, within: bool, best: float | None, best_within: bool) -> bool:
@@ -65,8 +88,13 @@ def replaces(score: float, within: bool, best: float | None, best_within: bool) 
     return score < best
 
 
-def p99_verdict(excess: float, group: str, reference: str, margin: float) -> str:
-    """The validation line's words for :func:`worst_p99_excess`'s ``(excess, group)``: "inference
-    p99 +X s over REFERENCE's on GROUP (within|outside the M s margin)"."""
-    verdict = "within" if excess <= margin else "outside"
-    return f"inference p99 {excess:+.1f} s over {reference}'s on {group or '-'} ({verdict} the {margin:g} s margin)"
+def p99_verdict(excess: P99Excess, reference: str, margin: float) -> str:
+    """The validation line's words for :func:`worst_p99_excess`'s ``excess``: "inference p99 +X s
+    over REFERENCE's on GROUP (within|outside the M s margin)", and with three episodes or more in
+    the group its median: "...; median +Y s over N)"."""
+    verdict = "within" if excess.mean <= margin else "outside"
+    spread = f"; median {excess.median:+.1f} s over {excess.episodes}" if excess.episodes >= 3 else ""
+    return (
+        f"inference p99 {excess.mean:+.1f} s over {reference}'s on {excess.group or '-'} "
+        f"({verdict} the {margin:g} s margin{spread})"
+    )

@@ -10,7 +10,7 @@ import pytest
 from stable_baselines3.common.logger import Logger
 
 from agents.callbacks import WorkloadEvalCallback
-from agents.selection import P99_MARGIN_S, replaces, worst_p99_excess
+from agents.selection import P99_MARGIN_S, P99Excess, p99_verdict, replaces, worst_p99_excess
 from deepboot_env.config import EnvConfig
 from deepboot_env.sim.scenario import Scenario
 from traces.families import cached_scenario
@@ -25,9 +25,25 @@ def test_worst_excess_is_the_largest_family_mean() -> None:
         ("bursty", math.nan, 1.0),  # left out
         ("quiet", 1.0, math.inf),  # left out: quiet has no finite episode
     ]
-    assert worst_p99_excess(episodes) == (6.0, "bursty")
-    assert worst_p99_excess(episodes[:2]) == (4.0, "mixed")
-    assert worst_p99_excess([("quiet", 1.0, math.nan)]) == (-math.inf, "")
+    assert worst_p99_excess(episodes) == (6.0, "bursty", 6.0, 1)
+    assert worst_p99_excess(episodes[:2]) == (4.0, "mixed", 4.0, 2)
+    assert worst_p99_excess([("quiet", 1.0, math.nan)]) == (-math.inf, "", -math.inf, 0)
+
+
+def test_the_median_beside_the_mean_tells_a_tail_from_a_trend() -> None:
+    """One scenario 30 s over and three at 0-1 s make a mean of +7.75 s, past the margin, and a
+    median of +0.5 s; four scenarios at +6-7 s make both outside. The verdict names both, and the
+    selection's measure stays the mean."""
+    tail = worst_p99_excess([("bursty", p99, 10.0) for p99 in (40.0, 10.0, 11.0, 10.0)])
+    assert tail == (7.75, "bursty", 0.5, 4)
+    trend = worst_p99_excess([("bursty", 16.0 + k % 2, 10.0) for k in range(4)])
+    assert trend == (6.5, "bursty", 6.5, 4)
+    assert p99_verdict(tail, "ats", P99_MARGIN_S) == (
+        "inference p99 +7.8 s over ats's on bursty (outside the 5 s margin; median +0.5 s over 4)"
+    )
+    # under three episodes the median says nothing the mean does not: it is left out
+    two = P99Excess(4.0, "mixed", 4.0, 2)
+    assert p99_verdict(two, "ats", P99_MARGIN_S) == "inference p99 +4.0 s over ats's on mixed (within the 5 s margin)"
 
 
 @pytest.mark.parametrize(
