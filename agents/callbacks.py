@@ -37,7 +37,7 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
 
 from agents.policy_adapter import METADATA_FILE
-from agents.selection import P99_MARGIN_S, P99Excess, p99_verdict, replaces, worst_p99_excess
+from agents.selection import NO_P99_EXCESS, P99_MARGIN_S, p99_verdict, replaces, worst_p99_excess
 from deepboot_env.atomic import append_csv, atomic_write
 from deepboot_env.config import EnvConfig
 from deepboot_env.evaluation import run_episode
@@ -444,7 +444,7 @@ class WorkloadEvalCallback(BaseCallback):
         self._prefetcher: ProcessPoolExecutor | None = None
         self.best_score = math.inf
         self.best_within = False
-        self.p99_excess = P99Excess(-math.inf, "", -math.inf, 0)
+        self.p99_excess = NO_P99_EXCESS
         self.history: list[tuple[int, float, float]] = []
         self.last_rows: list[dict[str, Any]] = []
         self._last_eval = -1

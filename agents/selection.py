@@ -42,6 +42,10 @@ class P99Excess(NamedTuple):
     """The group's episodes with a finite excess."""
 
 
+NO_P99_EXCESS = P99Excess(-math.inf, "", -math.inf, 0)
+"""What :func:`worst_p99_excess` gives without a finite episode (and a validation before its first)."""
+
+
 def worst_p99_excess(episodes: Iterable[tuple[str, float, float]]) -> P99Excess:
     """The largest mean excess of a candidate's inference p99 over the reference's, its group and
     that group's median excess.
@@ -54,7 +58,7 @@ def worst_p99_excess(episodes: Iterable[tuple[str, float, float]]) -> P99Excess:
     Returns:
         The largest, over the groups, of the mean over the group's episodes of candidate minus
         reference (seconds), with that group, its median and its episode count;
-        ``(-inf, "", -inf, 0)`` without a finite episode.
+        :data:`NO_P99_EXCESS` without a finite episode.
     """
     excess: dict[str, list[float]] = defaultdict(list)
     for group, candidate, reference in episodes:
@@ -62,7 +66,7 @@ def worst_p99_excess(episodes: Iterable[tuple[str, float, float]]) -> P99Excess:
             excess[group].append(candidate - reference)
     means = {group: sum(values) / len(values) for group, values in excess.items()}
     if not means:
-        return P99Excess(-math.inf, "", -math.inf, 0)
+        return NO_P99_EXCESS
     group = max(means, key=lambda g: means[g])
     return P99Excess(means[group], group, median(excess[group]), len(excess[group]))
 
