@@ -3,7 +3,7 @@
     python benchmarks/bench_learner.py [--algos maskable_ppo ppo] [--modes target residual score]
                                        [--archs mlp set] [--n-envs 4] [--n-steps 256]
                                        [--rollouts 4] [--repeat 1] [--workload train] [--threads 1]
-                                       [--device cpu|cuda] [--preset P]
+                                       [--device cpu|cuda] [--preset P] [--replay]
 
 For every (algorithm, action mode, policy architecture) it builds the model exactly as
 ``train_policy.py`` does with the default hyperparameters (``agents.factory.build_model``: MLP
@@ -31,11 +31,19 @@ threads):
 * ``wall``: env steps per second of wall-clock time, rollouts and updates together (what counts
   with ``--device cuda``, whose kernels run outside this process's CPU time).
 
+``--replay`` measures the learner alone, its **ceiling**: after the warm-up, the ``--rollouts``
+rollouts run once untimed on the real envs, each env's steps, resets and action masks recorded;
+the timed ones then get them back from every env, in the same order (the same states, with their
+real numbers of jobs, the same rewards, episode ends, infos and masks), so that the simulator,
+the codec, the observation, the masks and the resets cost nothing. What is left is the policy's
+forward pass, SB3's loop and buffer, and the update: the most env steps per CPU-second that any
+faster simulator could give this learner.
+
 ``--repeat N`` measures every configuration N times, round robin, and reports for each the pass
-with the cheapest env step. The rate tables are process-wide caches that the first rollouts fill
-for every configuration after them, so a single pass favours whichever runs later (the score mode
-measured 1.5x the target mode run first and 0.9x run second, in one session); the first pass of
-``--repeat 2`` warms them for all.
+with the cheapest env step (replayed: the cheapest learner). The rate tables are process-wide
+caches that the first rollouts fill for every configuration after them, so a single pass favours
+whichever runs later (the score mode measured 1.5x the target mode run first and 0.9x run
+second, in one session); the first pass of ``--repeat 2`` warms them for all.
 
 The score mode (continuous actions over ``ats-srpt``'s knapsack) runs with ``ppo`` only
 (MaskablePPO needs discrete actions).
@@ -44,12 +52,15 @@ The score mode (continuous actions over ``ats-srpt``'s knapsack) runs with ``ppo
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from typing import Any, NamedTuple
+
+import numpy as np
 
 from agents.errors import ConfigError
 from agents.factory import build_model, make_vec_env_for
@@ -170,15 +181,80 @@ def preset_learner(args: argparse.Namespace) -> tuple[Learner, Config]:
     return Learner(model, env, resolved["n_envs"] * resolved["hyperparams"]["n_steps"]), config
 
 
+REPLAYED = ("step", "reset", "action_masks")
+"""The env methods ``--replay`` records and gives back."""
+
+
+def _copied(value: Any) -> Any:
+    """``value`` with its arrays copied (through tuples and dicts): what an env returned, kept."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, dict):
+        return {key: _copied(item) for key, item in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_copied(item) for item in value)
+    return value
+
+
+class _Replay:
+    """What each sub-env's :data:`REPLAYED` methods return while :meth:`recording`, then given
+    back in the same order (``--replay``: the learner without the env's cost)."""
+
+    def __init__(self, vec_env: Any) -> None:
+        self.envs: list[DeepBootEnv] = [monitor.unwrapped for monitor in vec_env.envs]
+        self.seen: list[dict[str, list[Any]]] = [{name: [] for name in REPLAYED} for _ in self.envs]
+
+    @contextmanager
+    def recording(self) -> Iterator[None]:
+        """Keep a copy of what the envs' methods return (instance attributes shadow the class's
+        methods; removed on exit)."""
+        for env, seen in zip(self.envs, self.seen, strict=True):
+            for name in REPLAYED:
+                setattr(env, name, partial(self._recorded, getattr(env, name), seen[name]))
+        try:
+            yield
+        finally:
+            for env in self.envs:
+                for name in REPLAYED:
+                    delattr(env, name)
+
+    @staticmethod
+    def _recorded(method: Callable[..., Any], seen: list[Any], *args: Any, **kwargs: Any) -> Any:
+        out = method(*args, **kwargs)
+        seen.append(_copied(out))
+        return out
+
+    def replay(self) -> None:
+        """From now on, each env's methods return what they returned while recording, in turn
+        (the same observations, rewards, episode ends, infos and masks)."""
+        for env, seen in zip(self.envs, self.seen, strict=True):
+            steps = seen["step"]
+            if not steps:
+                raise ValueError("--replay: the recorded rollouts hold no step")
+            seen["reset"] = seen["reset"] or [(steps[-1][0], {})]  # no episode ended: any state will do
+            for name, returned in seen.items():
+                if returned:  # masks only where the learner asked for them
+                    setattr(env, name, partial(self._replayed, itertools.cycle(returned)))
+
+    @staticmethod
+    def _replayed(turn: Iterator[Any], *_args: Any, **_kwargs: Any) -> Any:
+        return next(turn)
+
+
 def measure(learner: Learner, args: argparse.Namespace) -> dict[str, float]:
     """One configuration's figures (see the module docstring)."""
     model, env = learner.model, learner.env
     model.learn(total_timesteps=learner.rollout_steps)  # warm-up: rate tables, torch kernels
+    steps = args.rollouts * learner.rollout_steps
+    if args.replay:  # the timed rollouts' states, recorded first (untimed), then replayed
+        replay = _Replay(env)
+        with replay.recording():
+            model.learn(total_timesteps=steps, reset_num_timesteps=False)
+        replay.replay()
     cpu: dict[str, float] = defaultdict(float)
     model.collect_rollouts = _cpu_timed(model.collect_rollouts, cpu, "collect")
     model.train = _cpu_timed(model.train, cpu, "update")
     timers = _Timers()
-    steps = args.rollouts * learner.rollout_steps
     wall = time.perf_counter()
     with _timed_parts(model, timers):
         model.learn(total_timesteps=steps, reset_num_timesteps=False)
@@ -200,6 +276,12 @@ def _env_step(figures: dict[str, float]) -> float:
     return figures["env"] + figures["obs"] + figures["mask"]
 
 
+def _cost(figures: dict[str, float], replay: bool) -> float:
+    """What ``--repeat`` keeps the cheapest pass of: the env step, or replayed (an env step of
+    nothing) the learner's CPU time per env step."""
+    return 1.0 / figures["overall"] if replay else _env_step(figures)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point (see the module docstring); returns the exit status."""
     parser = ArgumentParser(description=__doc__.splitlines()[0])
@@ -217,10 +299,18 @@ def main(argv: list[str] | None = None) -> int:
         "mode, architecture, envs, env arguments and hyperparameters; --algos, --modes, --archs, --n-envs and "
         "--n-steps do not apply)",
     )
+    parser.add_argument(
+        "--replay",
+        action="store_true",
+        help="the learner alone: the timed rollouts' steps and resets, recorded on the real envs first, given back "
+        "in the same order (module docstring)",
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: the fastest on 2 cores)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the networks run")
     args = parser.parse_args(argv)
+    if args.rollouts < 1 or args.repeat < 1:
+        parser.error(f"--rollouts and --repeat must be >= 1, got {args.rollouts} and {args.repeat}")
 
     import torch
 
@@ -230,7 +320,8 @@ def main(argv: list[str] | None = None) -> int:
     with distribution_checks(False):  # as train_policy.py trains
         setup = f"preset {args.preset!r}" if args.preset else f"{args.n_envs} DummyVecEnv envs, n_steps {args.n_steps}"
         print(
-            f"learner benchmark: {setup} on {args.workload!r}, {args.rollouts} timed rollouts, {args.threads} "
+            f"learner benchmark: {setup} on {args.workload!r}{' replayed' if args.replay else ''}, {args.rollouts} "
+            f"timed rollouts, {args.threads} "
             f"torch thread(s), networks on {args.device}; env steps per CPU-second (wall: per second)"
         )
         header = f"{'algo':<13}{'mode':<9}{'arch':<5}{'rollout':>9}{'update':>8}{'overall':>9}{'wall':>8}  " + "".join(
@@ -257,14 +348,14 @@ def main(argv: list[str] | None = None) -> int:
                 except ConfigError as exc:  # a bad --preset or --workload
                     parser.error(str(exc))
                 r = measure(learner, args)
-                if config not in best or _env_step(r) < _env_step(best[config]):
+                if config not in best or _cost(r, args.replay) < _cost(best[config], args.replay):
                     best[config] = r
         for (algo, arch, mode), r in best.items():
             print(
                 f"{algo:<13}{mode:<9}{arch:<5}{r['rollout']:>9,.0f}{r['update']:>8,.0f}{r['overall']:>9,.0f}"
                 f"{r['wall']:>8,.0f}  " + "".join(f"{r[p]:>8.0f}" for p in PARTS)
             )
-        for algo in args.algos:
+        for algo in args.algos if not args.replay else ():  # replayed, the env step costs nothing
             for arch in args.archs:
                 for mode in ("residual", "score"):
                     if (algo, arch, mode) in best and (algo, arch, "target") in best:
