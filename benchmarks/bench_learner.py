@@ -4,6 +4,7 @@
                                        [--archs mlp set] [--n-envs 4] [--n-steps 256]
                                        [--rollouts 4] [--repeat 1] [--workload train] [--threads 1]
                                        [--device cpu|cuda] [--preset P] [--replay]
+                                       [-params KEY:VALUE ...]
 
 For every (algorithm, action mode, policy architecture) it builds the model exactly as
 ``train_policy.py`` does with the default hyperparameters (``agents.factory.build_model``: MLP
@@ -30,6 +31,9 @@ threads):
   obs + mask) to the target mode's, per algorithm and architecture;
 * ``wall``: env steps per second of wall-clock time, rollouts and updates together (what counts
   with ``--device cuda``, whose kernels run outside this process's CPU time).
+
+``--hyperparams`` (``-params``) changes the default preset's hyperparameters as
+``train_policy.py`` takes them (``n_epochs:4``, ``'policy_kwargs:dict(attention_layers=0)'``).
 
 ``--replay`` measures the learner alone, its **ceiling**: after the warm-up, the ``--rollouts``
 rollouts run once untimed on the real envs, each env's steps, resets and action masks recorded;
@@ -64,7 +68,7 @@ import numpy as np
 
 from agents.errors import ConfigError
 from agents.factory import build_model, make_vec_env_for
-from agents.hyperparameters import ALGOS, POLICY_ARCHS, policy_arch, resolve_hyperparams, switch_arch
+from agents.hyperparameters import ALGOS, POLICY_ARCHS, parse_kv, policy_arch, resolve_hyperparams, switch_arch
 from agents.run_config import TrainSettings
 from agents.training_run import build_env, new_model, plan_run
 from deepboot_env.argparsing import ArgumentParser
@@ -147,9 +151,14 @@ Config = tuple[str, str, str]
 
 def default_learner(algo: str, arch: str, mode: str, args: argparse.Namespace) -> tuple[Learner, Config]:
     """The default preset's model for (``algo``, ``arch``, ``mode``) on ``--n-envs`` envs of
-    ``--workload`` (the score mode over ``ats-srpt``)."""
-    hyperparams = resolve_hyperparams(algo, {"n_steps": args.n_steps, "batch_size": args.n_steps})
-    switch_arch(hyperparams, arch, keep_policy_kwargs=False)
+    ``--workload`` (the score mode over ``ats-srpt``), ``--hyperparams`` applied last.
+
+    Raises:
+        ConfigError: a bad ``--hyperparams`` item.
+    """
+    overrides = parse_kv(args.hyperparams)
+    hyperparams = resolve_hyperparams(algo, {"n_steps": args.n_steps, "batch_size": args.n_steps}, overrides)
+    switch_arch(hyperparams, arch, keep_policy_kwargs="policy_kwargs" in overrides)
     env_kwargs = {"action_mode": mode, **({"base_policy": "ats-srpt"} if mode == "score" else {})}
     env = make_vec_env_for(args.workload, n_envs=args.n_envs, seed=args.seed, env_kwargs=env_kwargs)
     model = build_model(algo, env, device=args.device, seed=args.seed, hyperparams=hyperparams)
@@ -305,12 +314,22 @@ def main(argv: list[str] | None = None) -> int:
         help="the learner alone: the timed rollouts' steps and resets, recorded on the real envs first, given back "
         "in the same order (module docstring)",
     )
+    parser.add_argument(
+        "-params",
+        "--hyperparams",
+        nargs="+",
+        metavar="KEY:VALUE",
+        help="hyperparameters over the default preset's, as train_policy.py takes them (say n_epochs:4 or "
+        "'policy_kwargs:dict(attention_layers=0)'; not with --preset)",
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: the fastest on 2 cores)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the networks run")
     args = parser.parse_args(argv)
     if args.rollouts < 1 or args.repeat < 1:
         parser.error(f"--rollouts and --repeat must be >= 1, got {args.rollouts} and {args.repeat}")
+    if args.preset and args.hyperparams:
+        parser.error("--hyperparams applies to the default preset's learners, not with --preset")
 
     import torch
 
@@ -345,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
             for build in builders:
                 try:
                     learner, config = build()
-                except ConfigError as exc:  # a bad --preset or --workload
+                except ConfigError as exc:  # a bad --preset, --workload or --hyperparams
                     parser.error(str(exc))
                 r = measure(learner, args)
                 if config not in best or _cost(r, args.replay) < _cost(best[config], args.replay):
