@@ -151,12 +151,13 @@ Config = tuple[str, str, str]
 
 def default_learner(algo: str, arch: str, mode: str, args: argparse.Namespace) -> tuple[Learner, Config]:
     """The default preset's model for (``algo``, ``arch``, ``mode``) on ``--n-envs`` envs of
-    ``--workload`` (the score mode over ``ats-srpt``), ``--hyperparams`` applied last.
+    ``--workload`` (the score mode over ``ats-srpt``), ``args.overrides`` (the parsed
+    ``--hyperparams``) applied last.
 
     Raises:
-        ConfigError: a bad ``--hyperparams`` item.
+        ConfigError: a bad hyperparameter value.
     """
-    overrides = parse_kv(args.hyperparams)
+    overrides = args.overrides
     hyperparams = resolve_hyperparams(algo, {"n_steps": args.n_steps, "batch_size": args.n_steps}, overrides)
     switch_arch(hyperparams, arch, keep_policy_kwargs="policy_kwargs" in overrides)
     env_kwargs = {"action_mode": mode, **({"base_policy": "ats-srpt"} if mode == "score" else {})}
@@ -311,8 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--replay",
         action="store_true",
-        help="the learner alone: the timed rollouts' steps and resets, recorded on the real envs first, given back "
-        "in the same order (module docstring)",
+        help="the learner alone: the timed rollouts' steps, resets and masks, recorded on the real envs first, "
+        "given back in the same order (module docstring)",
     )
     parser.add_argument(
         "-params",
@@ -330,6 +331,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--rollouts and --repeat must be >= 1, got {args.rollouts} and {args.repeat}")
     if args.preset and args.hyperparams:
         parser.error("--hyperparams applies to the default preset's learners, not with --preset")
+    try:
+        args.overrides = parse_kv(args.hyperparams)
+    except ConfigError as exc:  # an item without KEY:
+        parser.error(str(exc))
 
     import torch
 
