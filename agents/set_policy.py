@@ -80,16 +80,44 @@ class _JobLayout(NamedTuple):
     holds NaN, even where nothing reads it)."""
 
 
-def _job_layout(present: th.Tensor, batch_index: th.Tensor, dtype: th.dtype) -> _JobLayout:
-    """The compact layout of ``present``'s jobs (packed in its row-major order)."""
+def _job_layout(present: th.Tensor, where: tuple[th.Tensor, th.Tensor], dtype: th.dtype) -> _JobLayout:
+    """The compact layout of ``present``'s jobs, packed at ``where`` (its row-major order)."""
     counts = present.sum(dim=1, keepdim=True)
-    column = (present.cumsum(dim=1) - 1)[present]
+    column = (present.cumsum(dim=1) - 1)[where]
     most = int(counts.max()) if present.shape[0] else 0
     width = max(1, -(-most // LAYOUT_COLUMNS)) * LAYOUT_COLUMNS
     open_key = th.arange(width, device=present.device) < counts
     open_key |= counts == 0
     keys = th.zeros(open_key.shape, dtype=dtype, device=present.device).masked_fill_(~open_key, float("-inf"))
-    return _JobLayout((batch_index, column), width, keys[:, None, :])
+    return _JobLayout((where[0], column), width, keys[:, None, :])
+
+
+class _SegmentPeak(th.autograd.Function):
+    """The largest of each observation's packed job embeddings in every dimension (zeros for
+    an observation without jobs): ``scatter_reduce(..., "amax", include_self=False)`` with a
+    backward of its own.
+
+    The gradient is the one torch gives (a job at its observation's maximum gets the gradient
+    split over the jobs tied there, the others none), computed with one-dimensional
+    ``index_select``/``index_add_`` where torch's backward gathers and scatters through a
+    (jobs, dim) index: 0.59 ms instead of 1.04 ms forward and backward for 256 observations of
+    7 jobs (measured), in every minibatch of every update. (Where a whole column of an
+    observation's jobs is 0, torch also counts the zero it starts from as a tie; that column
+    comes out of a ReLU, whose backward sends none of it on either way.)"""
+
+    @staticmethod
+    def forward(ctx: Any, h: th.Tensor, batch_index: th.Tensor, batch: int) -> th.Tensor:
+        spread = batch_index.unsqueeze(1).expand_as(h)
+        peak = h.new_zeros(batch, h.shape[1]).scatter_reduce(0, spread, h, "amax", include_self=False)
+        ctx.save_for_backward(h, batch_index, peak)
+        return peak
+
+    @staticmethod
+    def backward(ctx: Any, grad: th.Tensor) -> tuple[th.Tensor, None, None]:
+        h, batch_index, peak = ctx.saved_tensors
+        at_peak = (h == peak.index_select(0, batch_index)).to(grad.dtype)
+        ties = grad.new_zeros(grad.shape).index_add_(0, batch_index, at_peak)
+        return (grad / ties.clamp(min=1.0)).index_select(0, batch_index) * at_peak, None, None
 
 
 class _AttentionBlock(nn.Module):
@@ -144,8 +172,10 @@ class _Encoded(NamedTuple):
     """(jobs, d): the present jobs' embeddings, packed in ``present``'s row-major order."""
     present: th.Tensor
     """(batch, slots) bool: where a job is."""
-    batch_index: th.Tensor
-    """(jobs,): the observation each packed job belongs to."""
+    where: tuple[th.Tensor, th.Tensor]
+    """(observation, slot) of each packed job: ``present.nonzero(as_tuple=True)``, found once
+    and used as the index of every gather and scatter between slots and packed jobs (a boolean
+    mask index finds them again at each use, forward and backward)."""
     summary: th.Tensor
     """(batch, d): the permutation-invariant summary."""
     job_rows: th.Tensor
@@ -269,23 +299,22 @@ class SetNetwork(nn.Module):
             dim=2,
         )
         present = rows[:, :, self._present_column] > 0.5
-        batch_index = present.nonzero()[:, 0]
-        job_rows = rows[present]
+        where = present.nonzero(as_tuple=True)
+        batch_index = where[0]
+        job_rows = rows[where]
         h = self.job_encoder(job_rows)
         if len(self.blocks):
-            layout = _job_layout(present, batch_index, h.dtype)
+            layout = _job_layout(present, where, h.dtype)
             for block in self.blocks:
                 h = block(h, layout)
         count = present.sum(dim=1, keepdim=True).clamp(min=1).to(h.dtype)
         mean = h.new_zeros(batch, h.shape[1]).index_add_(0, batch_index, h) / count
-        # a state without jobs keeps the zeros it starts with (include_self=False)
-        spread = batch_index.unsqueeze(1).expand_as(h)
-        peak = h.new_zeros(batch, h.shape[1]).scatter_reduce(0, spread, h, "amax", include_self=False)
+        peak = cast(th.Tensor, _SegmentPeak.apply(h, batch_index, batch))
         parts = [mean, peak]
         if self.global_encoder is not None:
             glob = th.cat([features[:, off : off + size] for off, size in self.global_parts], dim=1)
             parts.append(self.global_encoder(glob))
-        return _Encoded(h, present, batch_index, self.summary(th.cat(parts, dim=1)), job_rows)
+        return _Encoded(h, present, where, self.summary(th.cat(parts, dim=1)), job_rows)
 
     def forward(self, features: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
         """(flat logits, summary) of ``features``."""
@@ -304,7 +333,7 @@ class SetNetwork(nn.Module):
         """Per slot, the shared head of ``[job embedding, summary]``; an empty slot's logits are
         the head of the empty row's embedding (the job encoder of zeros, no attention) with the
         summary: one row per observation, copied to its empty slots."""
-        jobs, present, batch_index, summary, job_rows = encoded
+        jobs, present, where, summary, job_rows = encoded
         batch, slots = present.shape
         table = self.application_table
         if table is not None:  # an empty row has no application: the table's bias
@@ -321,9 +350,9 @@ class SetNetwork(nn.Module):
             per_observation = F.linear(summary, summary_part, first.bias)
             empty_job = F.linear(self.job_encoder(summary.new_zeros(1, self.job_width)), job_part)
             empty = rest(empty_job + per_observation)
-            present_logits = rest(F.linear(jobs, job_part) + per_observation[batch_index])
+            present_logits = rest(F.linear(jobs, job_part) + per_observation[where[0]])
         per_slot = empty.unsqueeze(1).expand(batch, slots, self.slot_choices).clone()
-        per_slot[present] = present_logits
+        per_slot[where] = present_logits
         if self.firsts_apart:
             parts = [per_slot[:, :, 0], per_slot[:, :, 1:].reshape(batch, -1)]
         else:

@@ -240,6 +240,46 @@ def test_packed_jobs_compute_what_the_padded_network_computes(layers, tiny_csv) 
         torch.testing.assert_close(empty_rows, empty_rows[:1].expand_as(empty_rows))
 
 
+@pytest.mark.parametrize("layers", [0, 1])
+def test_the_update_computes_the_rollout_outputs_and_the_padded_gradients(layers, tiny_csv) -> None:
+    """The max pooling's own backward (``_SegmentPeak``): with the gradient on, the network
+    gives the outputs it gives without, and the padded computation's gradients of every weight,
+    over states of unequal job counts and one without jobs."""
+    import torch
+
+    model = _model("ppo", tiny_csv, attention_layers=layers)
+    network = model.policy.mlp_extractor
+    obs = _busy_observation(model)
+    rng = np.random.default_rng(7)
+    batch = []
+    for keep in (1, 3, SLOTS, 0):
+        observation = _permute(obs, rng.permutation(SLOTS))
+        kept = observation["jobs"].reshape(SLOTS, -1).copy()
+        kept[np.flatnonzero(kept[:, 0] > 0.5)[keep:]] = 0.0
+        observation["jobs"] = kept.reshape(1, -1)
+        observation["cluster"] = rng.uniform(size=obs["cluster"].shape).astype(np.float32)
+        batch.append(observation)
+    features = torch.cat([model.policy.extract_features(model.policy.obs_to_tensor(o)[0]) for o in batch])
+    weights = [p for p in network.parameters() if p.requires_grad]
+
+    def gradients(outputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        loss = sum((out * torch.linspace(-1.0, 1.0, out.numel()).reshape(out.shape)).sum() for out in outputs)
+        grads = torch.autograd.grad(loss, weights, allow_unused=True)
+        return [g if g is not None else torch.zeros_like(p) for p, g in zip(weights, grads, strict=True)]
+
+    logits, latent_vf = network(features)
+    with torch.no_grad():
+        rollout_logits, rollout_vf = network(features)
+    torch.testing.assert_close(logits, rollout_logits, atol=0.0, rtol=0.0)
+    torch.testing.assert_close(latent_vf, rollout_vf, atol=0.0, rtol=0.0)
+    want_jobs, want_lend, want_vf, present = _padded_reference(network, features)
+    assert present.sum(dim=1).tolist()[-1] == 0 and len(set(present.sum(dim=1).tolist())) == 4
+    k = network.slot_choices
+    got = [logits[:, : SLOTS * k].reshape(-1, SLOTS, k)[present], logits[:, SLOTS * k :], latent_vf]
+    for mine, theirs in zip(gradients(got), gradients([want_jobs, want_lend, want_vf]), strict=True):
+        torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=1e-4)
+
+
 @pytest.mark.parametrize("layers", [1, 2])
 def test_jobs_of_unequal_counts_attend_within_their_state_with_finite_gradients(layers, tiny_csv) -> None:
     """Attention runs on a compact layout as wide as the batch's largest state: states of 1, 2,
