@@ -299,8 +299,8 @@ class SetNetwork(nn.Module):
             dim=2,
         )
         present = rows[:, :, self._present_column] > 0.5
-        where = present.nonzero(as_tuple=True)
-        batch_index = where[0]
+        batch_index, slot_index = present.nonzero(as_tuple=True)
+        where = (batch_index, slot_index)
         job_rows = rows[where]
         h = self.job_encoder(job_rows)
         if len(self.blocks):
