@@ -162,22 +162,27 @@ class NodeLayout(NamedTuple):
 
 
 _LAYOUTS: dict[bytes, NodeLayout] = {}
-_LAST_LAYOUT: list = [None, NodeLayout((), (), ())]
-"""The node-kinds array seen last (held, so its id is not reused) and its layout: a simulator
-hands the same array to every state (node kinds never change during an episode)."""
+_SEEN_LAYOUTS: dict[int, tuple[np.ndarray, NodeLayout]] = {}
+"""Node-kinds arrays seen, by id, each held with its layout (so that its id is not reused while
+it is here): a simulator hands the same array to every state (node kinds never change during an
+episode), and vectorised envs step several simulators in turn, each with its own array."""
+_SEEN_LIMIT = 64
 
 
 def node_layout(kinds: np.ndarray) -> NodeLayout:
-    """The :class:`NodeLayout` of the node kinds ``kinds`` (cached per layout)."""
-    if kinds is _LAST_LAYOUT[0]:
-        return _LAST_LAYOUT[1]
+    """The :class:`NodeLayout` of the node kinds ``kinds`` (cached per layout, and per array)."""
+    seen = _SEEN_LAYOUTS.get(id(kinds))
+    if seen is not None and seen[0] is kinds:
+        return seen[1]
     key = kinds.tobytes() + kinds.dtype.str.encode()
     layout = _LAYOUTS.get(key)
     if layout is None:
         infer = kinds == NODE_INFER
         lendable = tuple(np.flatnonzero(kinds != NODE_TRAIN).tolist())
         layout = _LAYOUTS[key] = NodeLayout(tuple(np.flatnonzero(infer).tolist()), tuple((~infer).tolist()), lendable)
-    _LAST_LAYOUT[:] = (kinds, layout)
+    if len(_SEEN_LAYOUTS) >= _SEEN_LIMIT:
+        _SEEN_LAYOUTS.clear()
+    _SEEN_LAYOUTS[id(kinds)] = (kinds, layout)
     return layout
 
 

@@ -408,6 +408,26 @@ def test_speedup_rows_serve_narrower_widths_and_fair_seconds_are_memoised(monkey
     assert all(a != b for a, b in zip(wider.offsets.tolist(), wide.offsets.tolist(), strict=True))
     for job, start in zip(jobs, wider.offsets.tolist(), strict=True):
         np.testing.assert_array_equal(wider.speedups[start : start + 31], speedup_values(job.rate_table(), 2, 4, 30))
+    monkeypatch.setattr(ats, "_SRPT_WEIGHTS", {})
     for fair in (1, 3, 1):
         fresh = [epochs_left_work(job) / fair_share_base(job, fair) for job in jobs]
         assert fair_share_seconds(jobs, fair).tolist() == fresh
+        for power in (1.0, 0.5, 1.0):  # the second pass of each reads the memo; half of the jobs first
+            expected = (np.maximum(np.array(fresh), 1.0) ** -power).tolist()
+            assert ats.srpt_weights(jobs[::2], fair, power).tolist() == expected[::2]
+            assert ats.srpt_weights(jobs, fair, power).tolist() == expected
+
+
+def test_node_layout_serves_arrays_in_turn_and_a_new_array_afresh() -> None:
+    """Several simulators' node-kinds arrays, asked for in turn (vectorised envs), each get their
+    own layout, and a new array with other kinds (the same id may come back once the old one is
+    gone) gets its own, not a cached one."""
+    from deepboot_env.sim.cluster import NODE_INFER, NODE_TRAIN, node_layout
+
+    first = np.array([NODE_TRAIN, NODE_INFER, NODE_INFER])
+    second = np.array([NODE_INFER, NODE_TRAIN, NODE_TRAIN, NODE_TRAIN])
+    for _ in range(3):
+        assert node_layout(first).inference == (1, 2) and node_layout(first).own == (True, False, False)
+        assert node_layout(second).inference == (0,) and node_layout(second).lendable == (0,)
+    for kinds in ([NODE_TRAIN] * 2, [NODE_INFER] * 2):  # made and dropped in turn
+        assert node_layout(np.array(kinds)).inference == tuple(i for i, k in enumerate(kinds) if k == NODE_INFER)
