@@ -148,9 +148,14 @@ class Options(NamedTuple):
                 arena.linear_row(fair, cap) if not job.trained else arena.speedup_row(job, fair, gpus_per_node, cap)
                 for job, cap in zip(jobs, caps, strict=True)
             ]
-        else:  # the memo's hits read inline (the commonest case by far), misses through speedup_row
+            held = [job.replicas for job in jobs]
+            phi = list(map(restart_factor, jobs))
+        else:
+            # one pass over the jobs for the three lists: this runs at every decision, where the
+            # passes, not the arithmetic, are what it costs. The memo's hits are read inline (the
+            # commonest case by far), misses through speedup_row
             hits = arena.rows.get
-            offsets = []
+            offsets, held, phi = [], [], []
             for job, cap in zip(jobs, caps, strict=True):
                 rates = job.rates
                 hit = hits((id(rates), job.epoch, fair, gpus_per_node))
@@ -158,11 +163,13 @@ class Options(NamedTuple):
                     offsets.append(hit[1])
                 else:
                     offsets.append(arena.speedup_row(job, fair, gpus_per_node, cap))
-        held = np.array([job.replicas for job in jobs], dtype=np.int64)
-        phi = np.array(list(map(restart_factor, jobs)))
+                held.append(job.replicas)
+                phi.append(restart_factor(job))
+        n = len(offsets)
         if weights is None:
-            weights = np.ones(len(offsets))
-        return cls(arena.values, np.array(offsets, dtype=np.int64), phi, held, weights)
+            weights = np.ones(n)
+        ints = np.array(offsets + held, dtype=np.int64)  # one array for both, its halves views
+        return cls(arena.values, ints[:n], np.array(phi), ints[n:], weights)
 
 
 class _RowArena:
@@ -897,11 +904,11 @@ class AtsPolicy(BasePolicy):
     def _capacity_and_fair(state: ClusterState, lend: bool | float) -> tuple[int, int]:
         """The GPUs training may hold at lending share ``lend`` and the fair share of the active
         jobs, ``ceil(capacity / jobs)`` (1 without capacity); ``state`` has active jobs."""
-        capacity = sum(state.training_capacity_list(lend))
+        capacity = state.training_capacity_total(lend)
         return capacity, math.ceil(capacity / len(state.jobs)) if capacity > 0 else 1
 
     def _ranked_weights(self, state: ClusterState, fair: int, capacity: int) -> tuple[list[JobView], np.ndarray | None]:
-        """``state``'s active jobs in priority order (:func:`job_priority_key`) and their
+        """``state``'s active jobs in priority order (:data:`~baselines.job_order.job_priority_key`) and their
         :meth:`job_weights` at ``fair`` and ``capacity``.
 
         Memoised for the latest state: the score action mode asks for them when it observes a
@@ -966,5 +973,6 @@ class AtsPolicy(BasePolicy):
     def job_caps(self, jobs: Sequence[JobView], capacity: int, fair: int) -> list[int]:
         """The most GPUs the knapsack may give each job: its cap, at most the whole ``capacity``
         (``fair`` is the fair share ``ceil(capacity / jobs)``; a variant may cap at it)."""
-        # min(cap, capacity) without a call per job: this runs over every active job at every decision
-        return [cap if cap < capacity else capacity for cap in [job.max_replicas for job in jobs]]
+        # min(cap, capacity) in one pass, without a call per job: this runs over every active job
+        # at every decision
+        return [cap if (cap := job.max_replicas) < capacity else capacity for job in jobs]

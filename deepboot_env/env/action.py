@@ -564,14 +564,14 @@ class ScoreCodec(ActionCodec):
     def observe(self, state: ClusterState) -> dict[str, np.ndarray]:
         """The prior's log-weights and the exploration codes of the slot jobs.
 
-        Both arrays are built from Python lists in one call each (the observation is made at
-        every env step: numpy's per-call cost, not the few values, is what it costs)."""
+        Both arrays are views of one array built from one Python list (the observation is made
+        at every env step: numpy's per-call cost, not the few values, is what it costs)."""
         jobs = slot_jobs(state, self.max_jobs)
         logs = self.prior.log_weights(state)
         ids = [job.id for job in jobs]
         empty = self.max_jobs - len(ids)
-        prior = [1.0 + logs[job_id] / _LOG_WEIGHT_RANGE for job_id in ids]
-        prior = [value if value > 0.0 else 0.0 for value in prior]  # max(0.0, value) without a call each
+        # max(0.0, 1 + log / range) per slot, in one pass and without a call each
+        prior = [value if (value := 1.0 + logs[job_id] / _LOG_WEIGHT_RANGE) > 0.0 else 0.0 for job_id in ids]
         old = self._codes
         # unpaired: one draw per slot and the lending code, as ever; paired: keyed codes
         if self._noise_key is None:
@@ -587,10 +587,8 @@ class ScoreCodec(ActionCodec):
         if self.width_classes:
             noise += self._width_noise(jobs).tolist()
         noise.append(lend_code)
-        return {
-            "prior": np.array(prior + [0.0] * empty, dtype=np.float32),
-            "noise": np.array(noise, dtype=np.float32),
-        }
+        both = np.array(prior + [0.0] * empty + noise, dtype=np.float32)  # one array, two views
+        return {"prior": both[: self.max_jobs], "noise": both[self.max_jobs :]}
 
     def _width_noise(self, jobs: Sequence[JobView]) -> np.ndarray:
         """The slots' width-score codes, slot-major (0.5 for empty slots): drawn once per job (or

@@ -225,22 +225,41 @@ class ClusterState:
         Computed once per state and ``lend`` (a policy, the placement and the validation all ask
         for it at one decision); every call returns a new list.
         """
-        memo: dict[float, list[int]] = self.__dict__.setdefault("_capacity_memo", {})
+        return self._capacity_of(lend)[0].copy()
+
+    def training_capacity_total(self, lend: float = 1.0) -> int:
+        """The GPUs training may hold in all at lending share ``lend``: the sum of
+        :meth:`training_capacity_list`, without a list (memoised with it)."""
+        return self._capacity_of(lend)[1]
+
+    def _capacity_of(self, lend: float) -> tuple[list[int], int]:
+        """The memo of :meth:`training_capacity_list`: its list (never handed out: callers get
+        copies) and the list's sum, by ``lend``."""
+        memo: dict[float, tuple[list[int], int]] = self.__dict__.setdefault("_capacity_memo", {})
         key = float(lend)
-        cap = memo.get(key)
-        if cap is None:
-            cap = memo[key] = self._training_capacity(key)
-        return cap.copy()
+        hit = memo.get(key)
+        if hit is None:
+            cap = self._training_capacity(key)
+            hit = memo[key] = (cap, sum(cap))
+        return hit
+
+    @cached_property
+    def _unpinned(self) -> tuple[list[int], int]:
+        """GPUs per node not pinned by RUNNING/PROTECT pods, and how many of them are on the
+        inference nodes (the lendable GPUs): the same at every lending share, so a state asked at
+        two shares (the score action mode's prior, then its action's) computes them once."""
+        g = self.config.gpus_per_node
+        _, running, protect, _ = self.node_counts
+        cap = [g - pinned for pinned in map(operator.add, running, protect)]
+        return cap, sum([cap[node] for node in node_layout(self.node_kinds).inference])
 
     def _training_capacity(self, lend: float) -> list[int]:
-        """:meth:`training_capacity_list`, computed."""
-        g = self.config.gpus_per_node
-        used, running, protect, _ = self.node_counts
-        cap = [g - pinned for pinned in map(operator.add, running, protect)]
+        """:meth:`training_capacity_list`, computed (the list may be :attr:`_unpinned`'s own:
+        it is only read)."""
+        cap, lendable = self._unpinned
         infer = node_layout(self.node_kinds).inference
         if not infer:
             return cap
-        lendable = sum([cap[node] for node in infer])
         budget = int(math.floor(lend * lendable + 1e-9))
         if budget >= lendable:  # every inference node lends all it can: the order does not matter
             return cap
@@ -249,6 +268,7 @@ class ClusterState:
             out[node] = 0
         if budget == 0:
             return out
+        used = self.node_counts[0]
         for _, _, node in sorted([(-used[n], -cap[n], n) for n in infer]):
             take = min(budget, cap[node])
             out[node] = take

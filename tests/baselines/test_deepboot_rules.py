@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 from builders import SHARED_DATA, cluster_state, job_view
 
-from baselines.ats import AtsPolicy, option_values, restart_factor
+from baselines.ats import AtsPolicy, Options, option_values, restart_factor
+from baselines.job_order import job_priority_key
 from deepboot_env.config import sim_config
 from deepboot_env.evaluation import run_episode
 from deepboot_env.placement import place_counts
@@ -85,6 +86,22 @@ def test_linear_untrained_values_a_new_job_at_w_over_fair() -> None:
     # a trained job, or the option off, keeps the rate-table values
     for view, linear in ((trained, True), (new, False)):
         np.testing.assert_array_equal(option_values(view, 4, 4, 3, linear), option_values(trained, 4, 4, 3))
+
+
+def test_options_hold_each_jobs_restart_factor_gpus_and_priority_order() -> None:
+    """Options.of's restart factors are restart_factor's, clipped at 0 by many restarts, in
+    both valuations; the priority key is (attained service, arrival, id)."""
+    jobs = [
+        job_view(0, "cifar10", [2, 0], age=30.0, restarts=0),
+        job_view(1, "bert", [0, 1], age=25.0, restarts=3, service=0.0),  # 25 - 30 < 0: phi 0
+        job_view(2, "ncf", [0, 0], age=0.0, restarts=0, service=0.0, arrival=102.0),
+    ]
+    for linear in (False, True):
+        options = Options.of(jobs, 2, 4, [3, 3, 3], linear)
+        assert options.phi.tolist() == [restart_factor(job) for job in jobs] and options.phi[1] == 0.0
+        assert options.held.tolist() == [2, 1, 0]
+    assert [job_priority_key(job) for job in jobs] == [(0.0, 100.0, 0), (0.0, 101.0, 1), (0.0, 102.0, 2)]
+    assert sorted(reversed(jobs), key=job_priority_key) == jobs
 
 
 def test_linear_untrained_keeps_the_held_count_without_restart_factor() -> None:

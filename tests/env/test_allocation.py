@@ -229,6 +229,13 @@ def test_state_memos_hand_out_fresh_or_read_only_values() -> None:
     first[0] = -99
     assert state.training_capacity_list(lend=0.5) == [4, 2, 0]
     assert state.training_capacity_list(lend=True) == [4, 3, 1] == state.training_capacity(1.0).tolist()
+    assert (state.training_capacity_total(0.5), state.training_capacity_total(True)) == (6, 8)
+    # the shares of a state share its unpinned GPUs: a list handed out for one does not alias them
+    fresh = make_state(ClusterConfig(train_nodes=1, infer_nodes=2), [make_job(0, 4)], running=[0, 1, 3])
+    whole = fresh.training_capacity_list(lend=1.0)
+    whole[1] = -99
+    assert fresh.training_capacity_list(lend=0.5) == [4, 2, 0]
+    assert fresh.training_capacity_list(lend=1.0) == [4, 3, 1] and fresh.training_capacity_total(0.0) == 4
     with pytest.raises(TypeError):
         state.job_by_id[1] = state.jobs[0]  # type: ignore[index]
     assert state.job_by_id[0] is state.jobs[0]

@@ -164,6 +164,8 @@ def test_job_seconds_curve_integrates_jobs_in_the_system(tiny) -> None:
     [
         (np.full(MAX_JOBS + 1, np.nan, dtype=np.float32), "finite"),
         (np.full(MAX_JOBS + 1, np.inf), "finite"),
+        (np.eye(1, MAX_JOBS + 1, 3, dtype=np.float32).ravel() * np.float32(np.inf), "finite"),  # one entry
+        (np.r_[np.inf, -np.inf, np.zeros(MAX_JOBS - 1)], "finite"),  # their sum is NaN, not inf
         (np.zeros(MAX_JOBS, dtype=np.float32), "shape"),
         (np.zeros((MAX_JOBS + 1, 1), dtype=np.float32), "shape"),
         (np.array(["a"] * (MAX_JOBS + 1)), "finite"),
@@ -175,6 +177,15 @@ def test_bad_scores_are_one_line_errors(tiny, action: np.ndarray, message: str) 
     with pytest.raises(ValueError, match=message) as info:
         env.step(action)
     assert "\n" not in str(info.value)
+
+
+def test_huge_finite_scores_are_clipped_not_refused(tiny) -> None:
+    """Entries whose sum overflows are still finite: clipped to 1, as the all-ones action."""
+    huge, ones = _score_env(tiny, base_policy="ats-srpt"), _score_env(tiny, base_policy="ats-srpt")
+    huge.reset(seed=0), ones.reset(seed=0)
+    for _ in range(3):
+        assert huge.step(np.full(MAX_JOBS + 1, 1e308))[1] == ones.step(np.ones(MAX_JOBS + 1))[1]
+    assert {j.id: j.replicas for j in huge.state.jobs} == {j.id: j.replicas for j in ones.state.jobs}
 
 
 def test_score_mode_refuses_priors_without_scores_and_bad_settings() -> None:
