@@ -16,8 +16,8 @@ ATS's speedup rows are process-wide caches that the first episodes fill. The obj
 them (those caches, the envs) are then frozen out of the garbage collector's passes
 (:func:`gc.freeze`): a pass that visits them is long, and it lands in whichever call happens to
 cross the collector's threshold. Unfrozen, two versions of the code that decide bit for bit alike
-read 1.37x and 1.44x same-dynamics ratios, run after run; frozen, both read 1.36-1.37x, as both do
-with the collector off (session 40).
+read 1.35-1.38x and 1.43-1.46x same-dynamics ratios, run after run; frozen, both read 1.36-1.37x,
+as both do with the collector off (session 40).
 
 Reported: microseconds per env step for each mode and its ratio to the target mode (the issue's
 "score mode within 1.3x of target mode"). That ratio mixes two things: what the action costs to
