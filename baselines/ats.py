@@ -148,14 +148,9 @@ class Options(NamedTuple):
                 arena.linear_row(fair, cap) if not job.trained else arena.speedup_row(job, fair, gpus_per_node, cap)
                 for job, cap in zip(jobs, caps, strict=True)
             ]
-            held = [job.replicas for job in jobs]
-            phi = list(map(restart_factor, jobs))
-        else:
-            # one pass over the jobs for the three lists: this runs at every decision, where the
-            # passes, not the arithmetic, are what it costs. The memo's hits are read inline (the
-            # commonest case by far), misses through speedup_row
+        else:  # the memo's hits read inline (the commonest case by far), misses through speedup_row
             hits = arena.rows.get
-            offsets, held, phi = [], [], []
+            offsets = []
             for job, cap in zip(jobs, caps, strict=True):
                 rates = job.rates
                 hit = hits((id(rates), job.epoch, fair, gpus_per_node))
@@ -163,8 +158,8 @@ class Options(NamedTuple):
                     offsets.append(hit[1])
                 else:
                     offsets.append(arena.speedup_row(job, fair, gpus_per_node, cap))
-                held.append(job.replicas)
-                phi.append(restart_factor(job))
+        held = [job.replicas for job in jobs]
+        phi = list(map(restart_factor, jobs))
         n = len(offsets)
         if weights is None:
             weights = np.ones(n)
