@@ -149,17 +149,16 @@ class Options(NamedTuple):
                 for job, cap in zip(jobs, caps, strict=True)
             ]
         else:  # the memo's hits read inline (the commonest case by far), misses through speedup_row
-            hits = arena.rows.get
-            offsets = []
-            for job, cap in zip(jobs, caps, strict=True):
-                rates = job.rates
-                hit = hits((id(rates), job.epoch, fair, gpus_per_node))
-                if hit is not None and hit[0] is rates and hit[2] >= cap:
-                    offsets.append(hit[1])
-                else:
-                    offsets.append(arena.speedup_row(job, fair, gpus_per_node, cap))
+            get = arena.rows.get
+            # an entry holds its rates object, so a key found is the job's own (_RowArena)
+            found = [get((id(job.rates), job.epoch, fair, gpus_per_node)) for job in jobs]
+            offsets = [
+                hit[1] if hit is not None and hit[2] >= cap else arena.speedup_row(job, fair, gpus_per_node, cap)
+                for hit, job, cap in zip(found, jobs, caps, strict=True)
+            ]
         held = [job.replicas for job in jobs]
-        phi = list(map(restart_factor, jobs))
+        # restart_factor's expression inline: a call per job is most of its cost here
+        phi = [max(job.age - RESTART_PENALTY_S * job.num_restarts, 0.0) / (job.age + RESTART_PENALTY_S) for job in jobs]
         n = len(offsets)
         if weights is None:
             weights = np.ones(n)
@@ -175,8 +174,10 @@ class _RowArena:
     memoised by the rates object's identity and the epoch (with the fair share and the GPUs per
     node; the entry holds the object, so the identity cannot be reused while it is cached). An
     entry serves every width up to the one it was computed for (a row's first w + 1 values do not
-    depend on how far it goes): a job's width changes with the lending share and the capacity at
-    every decision, its row only when it needs a wider one. Rows are never overwritten: the array
+    depend on how far it goes), and a row is computed at least as wide as its job can use (its
+    rate table's ``max_replicas``): a job's width changes with the lending share and the capacity
+    at every decision, and rows cut at the width asked missed at the next wider one a third of
+    the score action mode's decisions. Rows are never overwritten: the array
     grows by copying, and when the memo holds :data:`_ROWS_LIMIT` entries at the start of an
     :meth:`Options.of`, a new array starts empty; arrays handed out earlier stay valid.
     """
@@ -203,7 +204,10 @@ class _RowArena:
         hit = self.rows.get(key)
         if hit is not None and hit[0] is rates and hit[2] >= max_w:
             return hit[1]
-        return self._store(key, rates, speedup_values(job.rate_table(), fair, gpus_per_node, max_w))
+        # as wide as the job can use (at least): a job's cap moves with the capacity at every
+        # decision, and a row cut at one cap would miss at the next wider one
+        width = max(max_w, rates.max_replicas)
+        return self._store(key, rates, speedup_values(job.rate_table(), fair, gpus_per_node, width))
 
     def split_row(self, job: JobView, fair: int, gpus_per_node: int, max_w: int, room: int, top: int) -> int:
         """Offset of :meth:`speedup_row`'s row of ``job`` (at least ``max_w + 1`` values) whose
@@ -215,8 +219,9 @@ class _RowArena:
         hit = self.rows.get(key)
         if hit is not None and hit[0] is rates and hit[2] >= max_w:
             return hit[1]
-        start = self.speedup_row(job, fair, gpus_per_node, max_w)
-        row = _split_valued(self.values[start : start + max_w + 1], job.rate_table(), room, top, fair)
+        width = max(max_w, rates.max_replicas)  # as in speedup_row
+        start = self.speedup_row(job, fair, gpus_per_node, width)
+        row = _split_valued(self.values[start : start + width + 1], job.rate_table(), room, top, fair)
         return self._store(key, rates, row)
 
     def linear_row(self, fair: int, max_w: int) -> int:
@@ -490,26 +495,46 @@ def _knapsack_loops(
     ``dp[i, c]`` is the best value of the jobs before i within c GPUs; the trace-back takes, for
     each job in reverse order, the smallest w > 0 attaining the optimum within a relative 1e-12,
     else 0.
+
+    Only the cells a choice can depend on are computed, each as the maximum of the same sums as
+    the full table's (so the same floats and the same choice): row i's cells beyond ``top[i]``,
+    the GPUs the jobs before i can take in all, equal the cell at ``top[i]`` (every sum there
+    reads the previous row beyond its own top), so they are copies of it; and cells below
+    ``bottom[i]``, what the jobs from i on must leave to the jobs before them for the whole
+    capacity to be reached, are never read by the rows after or the trace-back. With a few
+    jobs whose widths add up to about the capacity, that is most of the table.
     """
     n = widths.shape[0]
+    clipped = np.minimum(widths, capacity)
+    top = np.zeros(n + 1, dtype=np.int64)
+    for i in range(n):
+        top[i + 1] = min(capacity, top[i] + clipped[i])
+    reach = top[n]  # the most GPUs all the jobs can take: every cell beyond equals this one
+    bottom = np.zeros(n + 1, dtype=np.int64)
+    left = 0
+    for i in range(n, -1, -1):
+        bottom[i] = max(0, reach - left)
+        if i > 0:
+            left += clipped[i - 1]
     values = np.zeros(capacity + 1)
     dp = np.zeros((n + 1, capacity + 1))
     for i in range(n):
-        width = min(widths[i], capacity)
+        width = clipped[i]
         start = offsets[i]
         for w in range(1, width + 1):
             value = speedups[start + w] * weights[i]
             values[w] = value if w == held[i] else value * phi[i]
         before, after = dp[i], dp[i + 1]
-        after[:] = before
+        low, high = bottom[i + 1], top[i + 1]
+        after[low : high + 1] = before[low : high + 1]
         # width outermost: the loop over cells has no dependence between iterations, so it is
         # compiled into vector instructions (about 1.5x the cell-major order's speed here); a
         # cell's maximum is over the same sums whatever their order, so the floats are the same
         for w in range(1, width + 1):
             value = values[w]
-            source, sink = before[: capacity + 1 - w], after[w:]
-            for c in range(source.shape[0]):
-                sink[c] = max(sink[c], source[c] + value)
+            for c in range(max(w, low), high + 1):
+                after[c] = max(after[c], before[c - w] + value)
+        after[high + 1 :] = after[high]
     choice = np.zeros(n, dtype=np.int64)
     c = capacity
     for i in range(n - 1, -1, -1):

@@ -385,8 +385,9 @@ def test_score_codec_placement_equals_decide_scored(workload, prior: str) -> Non
 
 
 def test_speedup_rows_serve_narrower_widths_and_fair_seconds_are_memoised(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A speedup row computed for a wide job serves every narrower width (its first values are
-    the narrower row's), a wider one is computed anew, and ``fair_share_seconds`` memoised equals
+    """A speedup row is computed at least as wide as its job can use (its rate table's
+    ``max_replicas``) whatever width is asked, so that it serves every narrower width (its first values are the
+    narrower row's); a wider one is computed anew, and ``fair_share_seconds`` memoised equals
     the work left over the fair-share rate computed afresh."""
     import baselines.ats as ats
     from baselines.ats import Options, epochs_left_work, fair_share_seconds, speedup_values
@@ -404,10 +405,17 @@ def test_speedup_rows_serve_narrower_widths_and_fair_seconds_are_memoised(monkey
     assert narrow.offsets.tolist() == wide.offsets.tolist() and len(arena.rows) == len({id(j.rates) for j in jobs})
     for job, start in zip(jobs, narrow.offsets.tolist(), strict=True):
         np.testing.assert_array_equal(narrow.speedups[start : start + 6], speedup_values(job.rate_table(), 2, 4, 5))
-    wider = Options.of(jobs, 2, 4, [30] * len(jobs), False)
+    rows = [arena.rows[(id(job.rates), job.epoch, 2, 4)] for job in jobs]
+    assert [width for _, _, width in rows] == [max(20, job.rates.max_replicas) for job in jobs]
+    usable = Options.of(jobs, 2, 4, [job.rates.max_replicas for job in jobs], False)
+    assert usable.offsets.tolist() == wide.offsets.tolist()  # as wide as the jobs can use: no new row
+    caps = [max(20, job.rates.max_replicas) + 6 for job in jobs]
+    wider = Options.of(jobs, 2, 4, caps, False)
     assert all(a != b for a, b in zip(wider.offsets.tolist(), wide.offsets.tolist(), strict=True))
-    for job, start in zip(jobs, wider.offsets.tolist(), strict=True):
-        np.testing.assert_array_equal(wider.speedups[start : start + 31], speedup_values(job.rate_table(), 2, 4, 30))
+    for job, start, cap in zip(jobs, wider.offsets.tolist(), caps, strict=True):
+        np.testing.assert_array_equal(
+            wider.speedups[start : start + cap + 1], speedup_values(job.rate_table(), 2, 4, cap)
+        )
     monkeypatch.setattr(ats, "_SRPT_WEIGHTS", {})
     for fair in (1, 3, 1):
         fresh = [epochs_left_work(job) / fair_share_base(job, fair) for job in jobs]
