@@ -371,15 +371,26 @@ def _within_stall(job: TrainingJob, t1: float, start: ProjectionState) -> RunRes
     """Fast path where ``[t0, t1]`` lies inside a restart stall heading the phases (else None).
 
     The reference loop's only segment is then the stall cut at ``t1``: nothing trains, the stall
-    shrinks by ``t1 - t0`` and no constant-rate stretch runs (anchor None). ``job`` is unused:
+    keeps its end (:func:`_cut_phase`) and no constant-rate stretch runs (anchor None). ``job`` is unused:
     every fast path takes what :func:`_run` takes."""
     t0, epoch, progress, phases, _ = start
-    if not (phases and phases[0].replicas == 0 and t0 + phases[0].seconds > t1):
+    if not (phases and phases[0].replicas == 0 and (end := _phase_end(t0, phases[0])) > t1):
         return None
-    head = phases[0]
     rest = list(phases)
-    rest[0] = Phase(head.seconds - (t1 - t0), head.replicas, head.multi_node, head.counts)
+    rest[0] = _cut_phase(phases[0], end, t1)
     return epoch, progress, rest, None, None
+
+
+def _phase_end(t: float, phase: Phase) -> float:
+    """When ``phase``, running since ``t``, ends: its recorded end once it has been cut
+    (:attr:`Phase.end`), else ``t`` plus its seconds."""
+    end = phase.end
+    return t + phase.seconds if end is None else end
+
+
+def _cut_phase(phase: Phase, end: float, t1: float) -> Phase:
+    """``phase``, ending at ``end``, cut at ``t1`` before it: the seconds left, and the same end."""
+    return Phase(end - t1, phase.replicas, phase.multi_node, phase.counts, end)
 
 
 def _project_after_stall(job: TrainingJob, t1: float, start: ProjectionState) -> RunResult | None:
@@ -392,7 +403,7 @@ def _project_after_stall(job: TrainingJob, t1: float, start: ProjectionState) ->
     t0, epoch, progress, phases, _ = start
     if not (t1 == math.inf and job.speed == 1.0 and len(phases) == 1 and phases[0].replicas == 0):
         return None
-    t = t0 + phases[0].seconds
+    t = _phase_end(t0, phases[0])
     rate = job.epoch_rates[epoch]
     if rate <= 0:  # the job never completes at this placement
         return epoch, progress, [], None, None
@@ -414,9 +425,11 @@ def _advance_after_stall(job: TrainingJob, t1: float, start: ProjectionState) ->
     cuts it at ``t1`` before the epoch ends: :func:`_advance_within_epoch` from the stall's end,
     with that stretch running."""
     t0, epoch, progress, phases, _ = start
-    if not (t1 < math.inf and len(phases) == 1 and phases[0].replicas == 0 and t0 + phases[0].seconds <= t1):
+    if not (t1 < math.inf and len(phases) == 1 and phases[0].replicas == 0):
         return None
-    t_anchor = t0 + phases[0].seconds
+    t_anchor = _phase_end(t0, phases[0])
+    if t_anchor > t1:
+        return None
     return _advance_within_epoch(job, t1, (t_anchor, epoch, progress, (), (t_anchor, progress)))
 
 
@@ -478,13 +491,14 @@ def _phase_segment(truth: ProgressRates, t: float, t1: float, phases: list[Phase
     whether the phase ends by ``t1``). The phase is removed when it ends, else shortened to what
     is left after ``t1`` (``phases`` is changed in place)."""
     head = phases[0]
-    seg_end = min(t + head.seconds, t1)
+    end = _phase_end(t, head)
+    seg_end = min(end, t1)
     k = head.replicas
     cls = truth.phase_class(head) if k else False
-    if seg_end >= t + head.seconds:
+    if seg_end >= end:
         phases.pop(0)
         return seg_end, k, cls, True
-    phases[0] = Phase(head.seconds - (seg_end - t), head.replicas, head.multi_node, head.counts)
+    phases[0] = _cut_phase(head, end, seg_end)
     return seg_end, k, cls, False
 
 

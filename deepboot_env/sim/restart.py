@@ -57,12 +57,18 @@ class Phase(NamedTuple):
         multi_node: whether those replicas span more than one node.
         counts: GPUs per node of those replicas, in node order (only for a phase that trains;
             the measured truth reads the placement shape from it, docs/goodput.md §9).
+        end: when the phase ends, once a job's advance has cut it (None: ``seconds`` after it
+            starts). A cut phase keeps the end it had: its ``seconds`` left, added back to the
+            time of the cut, may round to a neighbour of that end (the cut times are event
+            times, fractions of a second), and the stretch after the phase, and the job's
+            completion, would move with it.
     """
 
     seconds: float
     replicas: int
     multi_node: bool
     counts: tuple[int, ...] = ()
+    end: float | None = None
 
 
 @dataclass(frozen=True)
