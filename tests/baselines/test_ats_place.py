@@ -90,7 +90,7 @@ def test_split_rows_are_memoised_beside_the_one_node_rows_and_serve_narrower_cap
     np.testing.assert_array_equal(np.delete(split, [3, 4]), np.delete(one_node[:7], [3, 4]))
     plain = Options.of([new], 4, 4, [8], False)
     np.testing.assert_array_equal(plain.speedups[plain.offsets[0] : plain.offsets[0] + 9], one_node)
-    foreign = Options(one_node.copy(), np.zeros(1, dtype=np.int64), np.ones(1), np.zeros(1, dtype=np.int64), np.ones(1))
+    foreign = Options.of_arrays(one_node.copy(), [0], [8], [0], [1.0], [1.0])
     with pytest.raises(ValueError, match="latest Options.of"):
         placement_aware_options(foreign, [new], [8], 4, state, True)
 

@@ -116,7 +116,7 @@ def test_option_values_are_reshaped_by_the_documented_factors(busy) -> None:
     plain = policy.job_options(state, jobs, caps, fair, True, weights)
     rng = np.random.default_rng(3)
     scores = {job.id: tuple(rng.normal(0, 0.5, WIDTH_CLASSES).tolist()) for job in jobs[::2]}
-    shaped = policy.job_options(state, jobs, caps, fair, True, weights, scores)
+    shaped = policy.job_options(state, jobs, caps, fair, True, weights, width_scores=scores)
     assert isinstance(shaped, Options)
     per_node = state.gpus_per_node
     free = np.maximum(state.training_capacity(lend=True) - state.train_used, 0)

@@ -316,10 +316,8 @@ def test_knapsack_compiles_where_numba_cannot_cache(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(caching.CacheImpl, "_locator_classes", [])  # no writable location anywhere
     compiled = ats._compiled_knapsack.__wrapped__()
     values = [np.array([0.0, 1.0, 1.5]), np.array([0.0, 2.0]), np.zeros(3)]
-    options = ats.Options(np.concatenate(values), np.array([0, 3, 5]), np.ones(3), np.full(3, -1), np.ones(3))
-    chosen = compiled(
-        options.speedups, options.offsets, np.array([2, 1, 2]), options.phi, options.held, options.weights, 3
-    )
+    options = ats.Options.of_arrays(np.concatenate(values), [0, 3, 5], [2, 1, 2], [-1] * 3, np.ones(3), np.ones(3))
+    chosen = compiled(options.speedups, options.table, 3)
     assert chosen.tolist() == reference_knapsack(values, 3) == knapsack(values, 3)
 
 

@@ -201,9 +201,10 @@ def test_ats_decisions_with_and_without_the_bound(monkeypatch, jobs: int, cluste
     sizes: list[tuple[int, int, int]] = []
     real = ats.knapsack_options
 
-    def spy(options, widths, capacity):
+    def spy(options, capacity):
+        widths = options.widths.tolist()
         sizes.append((len(widths), sum(widths), capacity))
-        return real(options, widths, capacity)
+        return real(options, capacity)
 
     monkeypatch.setattr(ats, "knapsack_options", spy)
     counts = AtsPolicy().propose_counts(state)
