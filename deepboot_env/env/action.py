@@ -425,6 +425,8 @@ class ResidualCodec(ActionCodec):
 
 SCORE_SCALE: float = 1.0
 """Default log-weight change of a score of 1 (score mode: a job's weight goes from w to w e^+-1)."""
+_DRAW_BLOCK = 512
+"""Uniforms the score codec draws from its generator at a time (:meth:`ScoreCodec._uniforms`)."""
 _LOG_WEIGHT_RANGE = 12.0
 """Prior log-weights observed on [-12, 0] (mapped to [0, 1])."""
 
@@ -502,6 +504,7 @@ class ScoreCodec(ActionCodec):
         self.hooks = prior
         self.score_scale = float(score_scale)
         self.width_classes = int(width_classes)
+        self._action_shape = (self.action_size,)
         self.held: dict[int, float] = {}
         """Job id -> log-weight change of the latest decision (what :meth:`redecode` applies)."""
         self.held_widths: dict[int, tuple[float, ...]] = {}
@@ -512,6 +515,9 @@ class ScoreCodec(ActionCodec):
         self._width_codes: dict[int, list[float]] = {}
         """Job id -> its codes of the width scores (held for its life, as its score's code)."""
         self._rng = np.random.default_rng()
+        self._drawn: list[float] = []
+        self._next_drawn = 0
+        """Uniforms of :attr:`_rng` drawn ahead (see :meth:`_uniforms`) and the index of the next."""
         self._noise_key: int | None = None
         """With :meth:`pair_noise`: the key from which each job's code is derived (else None: the
         codes come from :attr:`_rng`)."""
@@ -544,6 +550,7 @@ class ScoreCodec(ActionCodec):
         self.prior.reset(seed)  # type: ignore[attr-defined]
         if seed is not None:
             self._rng = np.random.default_rng(seed)
+            self._drawn, self._next_drawn = [], 0
         self.held, self.held_widths, self.held_lend, self._codes, self._width_codes = {}, {}, 1.0, {}, {}
         self._noise_key, self._mirrored, self._decisions = None, False, 0
 
@@ -554,6 +561,17 @@ class ScoreCodec(ActionCodec):
         job (antithetic pairs, as evolution strategies pair ``theta +- sigma e``), so that the
         difference of their returns is the effect of the noise's direction alone."""
         self._noise_key, self._mirrored = int(key), bool(mirrored)
+
+    def _uniforms(self, count: int) -> list[float]:
+        """The next ``count`` uniforms of :attr:`_rng`'s stream, drawn ahead in blocks of
+        :data:`_DRAW_BLOCK`: the generator returns the same floats in one call as in several,
+        and a call costs more than a few hundred floats do (one per env step otherwise)."""
+        start, drawn = self._next_drawn, self._drawn
+        if start + count > len(drawn):
+            drawn = self._drawn = drawn[start:] + self._rng.random(max(_DRAW_BLOCK, count)).tolist()
+            start = 0
+        self._next_drawn = start + count
+        return drawn[start : start + count]
 
     def _paired_code(self, *ids: int) -> float:
         """The code of ``ids`` under the episode's noise key (see :meth:`pair_noise`)."""
@@ -575,7 +593,7 @@ class ScoreCodec(ActionCodec):
         old = self._codes
         # unpaired: one draw per slot and the lending code, as ever; paired: keyed codes
         if self._noise_key is None:
-            fresh = self._rng.random(len(ids) + 1).tolist()
+            fresh = self._uniforms(len(ids) + 1)
             codes = {job_id: old.get(job_id, fresh[i]) for i, job_id in enumerate(ids)}
             lend_code = fresh[-1]
         else:
@@ -600,7 +618,7 @@ class ScoreCodec(ActionCodec):
             codes = old.get(job.id)
             if codes is None:
                 if self._noise_key is None:
-                    codes = self._rng.random(width).tolist()
+                    codes = self._uniforms(width)
                 else:
                     codes = [self._paired_code(2, job.id, k) for k in range(width)]
             kept[job.id] = codes
@@ -626,7 +644,7 @@ class ScoreCodec(ActionCodec):
             ValueError: if the action is not :attr:`action_size` finite numbers.
         """
         raw = np.asarray(action)
-        if raw.shape != (self.action_size,):
+        if raw.shape != self._action_shape:
             raise ValueError(f"score action must have shape ({self.action_size},), got {raw.shape}")
         # tolist gives the entries as Python floats (or ints), float32 ones exactly
         values = raw.tolist() if raw.dtype.kind in "fiu" else [math.nan]
