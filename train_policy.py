@@ -125,8 +125,8 @@ def _algorithm_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--policy-arch",
         choices=tuple(POLICY_ARCHS),
-        help="mlp: SB3's MLP over the flattened job slots; set: one shared per-job encoder, attention pooling "
-        "(agents.set_policy). Default: the preset's policy (mlp)",
+        help="mlp: SB3's MLP over the flattened job slots; set: one shared per-job encoder, a pooled-context "
+        "block (or attention), pooling (agents.set_policy). Default: the preset's policy (mlp)",
     )
     p.add_argument("--seed", type=int, help=f"seed of torch, numpy and env i (seed + i); default {_default('seed')}")
 

@@ -46,7 +46,12 @@ import numpy as np
 from agents.env_shape import score_layout
 from agents.errors import ConfigError
 from agents.factory import algo_class, policy_class
-from agents.hyperparameters import HYPERPARAM_RANGES, check_hyperparam_range, policy_kwargs_from_mapping
+from agents.hyperparameters import (
+    HYPERPARAM_RANGES,
+    LEGACY_SET_SIZES,
+    check_hyperparam_range,
+    policy_kwargs_from_mapping,
+)
 from deepboot_env.config import EnvConfig
 from deepboot_env.env.action import ScoreCodec, make_codec, mode_of_nvec
 from deepboot_env.env.deepboot_env import spaces_for
@@ -381,6 +386,17 @@ def safe_custom_objects(path: Path, data: dict[str, Any], algo: str) -> dict[str
     return out
 
 
+def fill_legacy_set_sizes(data: dict[str, Any], custom: dict[str, Any]) -> None:
+    """Give a set policy's ``policy_kwargs`` the sizes it does not name, as they were before
+    session 46 (:data:`~agents.hyperparameters.LEGACY_SET_SIZES`: one attention block, no
+    pooled-context block), in ``custom`` (SB3's ``custom_objects``): a model built since names
+    them all, so only an older file lacks one, and the defaults of today would build it another
+    network than its weights'. A pickled ``policy_kwargs`` (``--trust-checkpoint``) is left as it is."""
+    kwargs = custom.get("policy_kwargs", data.get("policy_kwargs"))
+    if saved_arch(data) == "set" and isinstance(kwargs, dict) and SERIALIZED not in kwargs:
+        custom["policy_kwargs"] = {**LEGACY_SET_SIZES, **kwargs}
+
+
 def check_saved_hyperparams(path: Path, data: dict[str, Any], custom: dict[str, Any]) -> None:
     """Refuse a checkpoint whose hyperparameters are out of range, NaN or infinite (``gamma``,
     ``learning_rate``, the rebuilt schedules at the start and the end of training, ...): the
@@ -441,6 +457,7 @@ def load_checkpoint(
     else:
         custom = safe_custom_objects(path, data, found)
         check_saved_hyperparams(path, data, custom)
+    fill_legacy_set_sizes(data, custom)
     try:
         model = algo_class(found).load(path, env=env, device=device, custom_objects=custom, **overrides)
     except Exception as exc:  # noqa: BLE001 - a malformed file fails in SB3 or torch in many ways: one line

@@ -20,7 +20,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from agents.errors import ConfigError
-from agents.hyperparameters import check_algo, check_policy_kwargs_arch, model_kwargs, policy_arch, resolve_hyperparams
+from agents.hyperparameters import (
+    SET_POLICY_KWARGS,
+    check_algo,
+    check_policy_kwargs_arch,
+    model_kwargs,
+    policy_arch,
+    resolve_hyperparams,
+)
 from deepboot_env.env import DeepBootEnv
 from deepboot_env.limits import shown
 from deepboot_env.ray_pool import RayBackendError
@@ -245,8 +252,10 @@ def build_model(
     kwargs = model_kwargs(resolve_hyperparams(algo, hyperparams))
     cls = model_class(algo, kwargs, group_size)
     arch = policy_arch(kwargs.pop("policy"))
-    check_policy_kwargs_arch(arch, kwargs.get("policy_kwargs") or {})
-    kwargs["policy_kwargs"] = {**(kwargs.get("policy_kwargs") or {}), ENV_ARGUMENTS_KEY: dict(env_kwargs or {})}
+    given = kwargs.get("policy_kwargs") or {}
+    check_policy_kwargs_arch(arch, given)
+    sizes = SET_POLICY_KWARGS if arch == "set" else {}  # named, so that the checkpoint keeps them
+    kwargs["policy_kwargs"] = {**sizes, **given, ENV_ARGUMENTS_KEY: dict(env_kwargs or {})}
     model = cls(
         policy_class(algo, arch),
         env,

@@ -157,6 +157,7 @@ POLICY_KWARGS_KEYS: dict[str, str] = {
     "embed_dim": "an integer >= 1 (set policy)",
     "attention_heads": "an integer >= 1 dividing embed_dim (set policy)",
     "attention_layers": "an integer >= 0 (set policy)",
+    "pool_layers": "an integer >= 0 (set policy; pooled-context blocks after the attention blocks)",
     "application_scores": (
         "0, 1 or 2 (set policy; 1: one learned score per application; 2: plus a linear score of the job's features)"
     ),
@@ -170,16 +171,26 @@ slots, or the set-based actor-critic of :mod:`agents.set_policy`."""
 SET_POLICY_KWARGS: dict[str, int] = {
     "embed_dim": 64,
     "attention_heads": 4,
-    "attention_layers": 1,
+    "attention_layers": 0,
     "application_scores": 0,
+    "pool_layers": 1,
 }
-"""Default sizes of the set network (``policy_kwargs`` of ``--policy-arch set``, :mod:`agents.set_policy`)."""
+"""Default sizes of the set network (``policy_kwargs`` of ``--policy-arch set``, :mod:`agents.set_policy`):
+one pooled-context block and no attention since session 46 (as fast as the set learner's target
+asks, and it learns as well as the attention block on the README's recipe: docs/results.md §7).
+A model is built with all of them named (:func:`agents.factory.build_model`), so its checkpoint
+keeps its sizes whatever the defaults become."""
+
+LEGACY_SET_SIZES: dict[str, int] = {"attention_layers": 1, "pool_layers": 0}
+"""What a set checkpoint saved before session 46 had where it names no size: one attention block
+(the default then) and no pooled-context block (there were none); the loader fills them in."""
 
 SET_SIZE_MINIMUMS: dict[str, int] = {
     "embed_dim": 1,
     "attention_heads": 1,
     "attention_layers": 0,
     "application_scores": 0,
+    "pool_layers": 0,
 }
 """The set policy's size arguments and their smallest values (checked here and by the policy)."""
 

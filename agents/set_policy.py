@@ -7,7 +7,9 @@ active jobs as a *set*, as Decima (Mao et al., SIGCOMM 2019) treats a job DAG's 
 * one **job encoder**, shared by every slot: a job's features (and, in residual mode, the base
   policy's GPUs for it) -> an embedding of ``embed_dim``;
 * ``attention_layers`` blocks of masked multi-head **self-attention** over the present jobs
-  (pre-norm Transformer blocks without positional encoding; 0 layers: DeepSets);
+  (pre-norm Transformer blocks without positional encoding; 0 layers: DeepSets), then
+  ``pool_layers`` **pooled-context** blocks, in which each job reads the mean of its state's jobs
+  (the equivariant layer of DeepSets: a quarter of an attention block's arithmetic per job);
 * a permutation-invariant **summary**: masked mean and max of the job embeddings, with the
   embedding of every non-slot entry (``cluster``, ``outlook``), through one layer;
 * **per-job logits** from shared weights applied to ``[job embedding, summary]``, and the lending
@@ -167,6 +169,30 @@ class _AttentionBlock(nn.Module):
         return padded
 
 
+class _PoolBlock(nn.Module):
+    """A pooled-context block over the present jobs' packed embeddings: each job's
+    ``h + W_o act(W_s x + W_p mean(x))``, ``x = LayerNorm(h)`` and the mean over its observation's
+    jobs (the permutation-equivariant layer of DeepSets, Zaheer et al. 2017, pre-norm and
+    residual as the attention block is). Every job reads the others through their mean alone: two
+    ``dim x dim`` products per job and one per observation, where an attention block costs eight
+    per job and its scores (the set learner's speed target, docs/results.md §7)."""
+
+    def __init__(self, dim: int, activation: type[nn.Module]) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.own = nn.Linear(dim, dim)
+        self.pooled = nn.Linear(dim, dim, bias=False)
+        self.act = activation()
+        self.out = nn.Linear(dim, dim)
+
+    def forward(self, h: th.Tensor, batch_index: th.Tensor, count: th.Tensor) -> th.Tensor:
+        """``h`` (jobs, dim) packed; ``batch_index`` each job's observation; ``count`` (batch, 1)
+        the jobs per observation (at least 1)."""
+        x = self.norm(h)
+        mean = x.new_zeros(count.shape[0], x.shape[1]).index_add_(0, batch_index, x) / count
+        return h + self.out(self.act(self.own(x) + self.pooled(mean)[batch_index]))
+
+
 class _Encoded(NamedTuple):
     """What :meth:`SetNetwork.encode` makes of a batch of observations."""
 
@@ -192,6 +218,7 @@ class SetNetwork(nn.Module):
         slots: job slots (the action's dimensions but the last).
         slot_choices: choices per slot; lend_levels: choices of the last action dimension.
         embed_dim, attention_heads, attention_layers: network sizes.
+        pool_layers: pooled-context blocks after the attention blocks (:class:`_PoolBlock`).
         application_scores: 1: a job's logits are one learned row per application (a table
             over the ``jobs`` rows' application one-hot), the same in every state; the lending
             logits and the critic still read the whole state. 2: that row plus a linear function
@@ -218,6 +245,7 @@ class SetNetwork(nn.Module):
         attention_heads: int = SET_POLICY_KWARGS["attention_heads"],
         attention_layers: int = SET_POLICY_KWARGS["attention_layers"],
         application_scores: int = SET_POLICY_KWARGS["application_scores"],
+        pool_layers: int = SET_POLICY_KWARGS["pool_layers"],
         activation: type[nn.Module] = nn.ReLU,
         firsts_apart: bool = False,
     ) -> None:
@@ -243,6 +271,7 @@ class SetNetwork(nn.Module):
         d = embed_dim
         self.job_encoder = nn.Sequential(nn.Linear(job_width, d), activation(), nn.Linear(d, d), activation())
         self.blocks = nn.ModuleList(_AttentionBlock(d, attention_heads, activation) for _ in range(attention_layers))
+        self.pools = nn.ModuleList(_PoolBlock(d, activation) for _ in range(pool_layers))
         self.global_encoder = nn.Sequential(nn.Linear(global_width, d), activation()) if global_width else None
         self.summary = nn.Sequential(nn.Linear(3 * d if global_width else 2 * d, d), activation())
         self.slot_head = nn.Sequential(nn.Linear(2 * d, d), activation(), nn.Linear(d, slot_choices))
@@ -310,6 +339,8 @@ class SetNetwork(nn.Module):
             for block in self.blocks:
                 h = block(h, layout)
         count = present.sum(dim=1, keepdim=True).clamp(min=1).to(h.dtype)
+        for pool in self.pools:
+            h = pool(h, batch_index, count)
         mean = h.new_zeros(batch, h.shape[1]).index_add_(0, batch_index, h) / count
         peak = cast(th.Tensor, _SegmentPeak.apply(h, batch_index, batch))
         parts = [mean, peak]
@@ -378,18 +409,22 @@ class _SetPolicyMixin(DescribedPolicyMixin):
         attention_heads: int = SET_POLICY_KWARGS["attention_heads"],
         attention_layers: int = SET_POLICY_KWARGS["attention_layers"],
         application_scores: int = SET_POLICY_KWARGS["application_scores"],
+        pool_layers: int = SET_POLICY_KWARGS["pool_layers"],
         **kwargs: Any,
     ) -> None:
-        self._set_sizes(embed_dim, attention_heads, attention_layers, application_scores)
+        self._set_sizes(embed_dim, attention_heads, attention_layers, application_scores, pool_layers)
         kwargs.setdefault("activation_fn", nn.ReLU)
         super().__init__(*args, **kwargs)
 
-    def _set_sizes(self, embed_dim: int, attention_heads: int, attention_layers: int, application_scores: int) -> None:
+    def _set_sizes(
+        self, embed_dim: int, attention_heads: int, attention_layers: int, application_scores: int, pool_layers: int
+    ) -> None:
         sizes = {
             "embed_dim": embed_dim,
             "attention_heads": attention_heads,
             "attention_layers": attention_layers,
             "application_scores": application_scores,
+            "pool_layers": pool_layers,
         }
         for name, value in sizes.items():
             low, high = SET_SIZE_MINIMUMS[name], SET_SIZE_MAXIMUMS.get(name)

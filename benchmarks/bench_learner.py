@@ -33,7 +33,8 @@ threads):
   with ``--device cuda``, whose kernels run outside this process's CPU time).
 
 ``--hyperparams`` (``-params``) changes the default preset's hyperparameters as
-``train_policy.py`` takes them (``n_epochs:4``, ``'policy_kwargs:dict(attention_layers=0)'``).
+``train_policy.py`` takes them (``n_epochs:4``; ``'policy_kwargs:dict(attention_layers=1,pool_layers=0)'``:
+the attention block in place of the default pooled-context one).
 
 ``--replay`` measures the learner alone, its **ceiling**: after the warm-up, the ``--rollouts``
 rollouts run once untimed on the real envs, each env's steps, resets and action masks recorded;

@@ -73,9 +73,15 @@ def _logits_and_value(model, obs: dict[str, np.ndarray]) -> tuple[np.ndarray, fl
     return logits, value
 
 
-@pytest.mark.parametrize(("algo", "mode"), [("maskable_ppo", "target"), ("ppo", "residual")])
-def test_permuting_jobs_permutes_the_actions_and_keeps_the_value(algo, mode, tiny_csv) -> None:
-    model = _model(algo, tiny_csv, action_mode=mode)
+POOLED = {"attention_layers": 0, "pool_layers": 1}
+"""The set network with a pooled-context block in place of attention."""
+
+
+@pytest.mark.parametrize(
+    ("algo", "mode", "sizes"), [("maskable_ppo", "target", {}), ("ppo", "residual", {}), ("ppo", "target", POOLED)]
+)
+def test_permuting_jobs_permutes_the_actions_and_keeps_the_value(algo, mode, sizes, tiny_csv) -> None:
+    model = _model(algo, tiny_csv, action_mode=mode, **sizes)
     obs = _busy_observation(model)
     order = np.random.default_rng(5).permutation(SLOTS)
     assert not np.array_equal(order, np.arange(SLOTS))
@@ -118,13 +124,14 @@ def test_saved_set_policy_loads_safely_and_predicts_the_same(tiny_csv, tmp_path)
     from agents.checkpoint import load_checkpoint
     from agents.set_policy import MaskableSetActorCriticPolicy
 
-    model = _model("maskable_ppo", tiny_csv, attention_layers=2)
+    model = _model("maskable_ppo", tiny_csv, attention_layers=2, pool_layers=1)
     model.learn(64)
     path = tmp_path / "set.zip"
     model.save(path)
     loaded = load_checkpoint(path)  # no unpickling: the class is rebuilt from its plain-text module
     assert type(loaded.policy) is MaskableSetActorCriticPolicy
-    assert len(loaded.policy.mlp_extractor.blocks) == 2 and loaded.policy.mlp_extractor.latent_dim_vf == 32
+    network = loaded.policy.mlp_extractor
+    assert (len(network.blocks), len(network.pools), network.latent_dim_vf) == (2, 1, 32)
     obs = _busy_observation(model)
     np.testing.assert_allclose(_logits_and_value(loaded, obs)[0], _logits_and_value(model, obs)[0], atol=1e-6)
 
@@ -152,6 +159,7 @@ def test_residual_start_reproduces_the_base_policy(tiny_csv) -> None:
         ({"policy_kwargs": {"embed_dim": 32}}, "embed_dim is for --policy-arch set"),
         ({"policy": "SetPolicy", "policy_kwargs": {"embed_dim": 30}}, "multiple of attention_heads"),
         ({"policy": "SetPolicy", "policy_kwargs": {"attention_layers": -1}}, "attention_layers must be"),
+        ({"policy": "SetPolicy", "policy_kwargs": {"pool_layers": 1.5}}, "pool_layers must be"),
         ({"policy": "SetPolicy", "policy_kwargs": {"application_scores": 3}}, "application_scores must be 0, 1 or 2"),
         ({"policy": "GraphPolicy"}, "unknown policy 'GraphPolicy'"),
     ],
@@ -169,7 +177,10 @@ def test_policy_arch_set_trains_resumes_and_runs_as_a_policy(tiny_csv, tmp_path)
 
     common = ["--preset", "smoke", "--workload", str(tiny_csv), "--eval-workload", str(tiny_csv)]
     common += ["--log-folder", str(tmp_path), "--no-progress", "--verbose", "0"]
-    run = train_policy.run(["--algo", "maskable_ppo", "--policy-arch", "set", "-n", "1024", *common])
+    # one attention block: the smoke preset's 1,024 steps leave a target-mode policy at its start, whose
+    # deterministic targets hold GPUs with this network (with the pooled one of the default, none)
+    sizes = "policy_kwargs:dict(attention_layers=1,pool_layers=0)"
+    run = train_policy.run(["--algo", "maskable_ppo", "--policy-arch", "set", "-n", "1024", "-params", sizes, *common])
     import yaml
 
     config = yaml.safe_load((run / "config.yml").read_text())
@@ -198,6 +209,10 @@ def _padded_reference(network, features):
         h = h + block.attention(y, y, y, key_padding_mask=~present, need_weights=False)[0]
         h = h + block.feed_forward(block.norm2(h))
     weight = present.unsqueeze(2).float()
+    for pool in network.pools:
+        x = pool.norm(h)
+        context = pool.pooled((x * weight).sum(1) / weight.sum(1).clamp(min=1.0)).unsqueeze(1)
+        h = h + pool.out(pool.act(pool.own(x) + context))
     mean = (h * weight).sum(1) / weight.sum(1).clamp(min=1.0)
     peak = h.masked_fill(~present.unsqueeze(2), -1e9).max(1).values
     peak = torch.where(present.any(1, keepdim=True), peak, torch.zeros_like(peak))
@@ -208,14 +223,14 @@ def _padded_reference(network, features):
     return per_slot[present], network.lend_head(summary), network.value_head(summary), present
 
 
-@pytest.mark.parametrize("layers", [0, 1, 2])
-def test_packed_jobs_compute_what_the_padded_network_computes(layers, tiny_csv) -> None:
+@pytest.mark.parametrize(("layers", "pools"), [(0, 0), (1, 0), (2, 0), (0, 1), (1, 2)])
+def test_packed_jobs_compute_what_the_padded_network_computes(layers, pools, tiny_csv) -> None:
     """The network runs its per-job layers on the present jobs only (packed); on jobs scattered
     over the slots it gives the padded computation's logits and value, and an empty slot's
     logits depend on the summary alone."""
     import torch
 
-    model = _model("ppo", tiny_csv, attention_layers=layers)
+    model = _model("ppo", tiny_csv, attention_layers=layers, pool_layers=pools)
     network = model.policy.mlp_extractor
     obs = _busy_observation(model)
     rng = np.random.default_rng(3)
@@ -240,14 +255,14 @@ def test_packed_jobs_compute_what_the_padded_network_computes(layers, tiny_csv) 
         torch.testing.assert_close(empty_rows, empty_rows[:1].expand_as(empty_rows))
 
 
-@pytest.mark.parametrize("layers", [0, 1])
-def test_the_update_computes_the_rollout_outputs_and_the_padded_gradients(layers, tiny_csv) -> None:
+@pytest.mark.parametrize(("layers", "pools"), [(0, 0), (1, 0), (0, 1)])
+def test_the_update_computes_the_rollout_outputs_and_the_padded_gradients(layers, pools, tiny_csv) -> None:
     """The max pooling's own backward (``_SegmentPeak``): with the gradient on, the network
     gives the outputs it gives without, and the padded computation's gradients of every weight,
     over states of unequal job counts and one without jobs."""
     import torch
 
-    model = _model("ppo", tiny_csv, attention_layers=layers)
+    model = _model("ppo", tiny_csv, attention_layers=layers, pool_layers=pools)
     network = model.policy.mlp_extractor
     obs = _busy_observation(model)
     rng = np.random.default_rng(7)
@@ -387,3 +402,41 @@ def test_state_scores_are_per_job_and_permutation_equivariant(tiny_csv) -> None:
     # made state-independent, the state scores go too: every slot's score is the bias
     model.policy.set_state_independent(np.array([0.25] * SLOTS + [-0.5]))
     np.testing.assert_allclose(_logits_and_value(model, obs)[0], [0.25] * SLOTS + [-0.5], atol=1e-6)
+
+
+def test_a_checkpoint_names_its_sizes_and_an_older_one_loads_with_the_sizes_of_its_time(tiny_csv, tmp_path) -> None:
+    """A model is built with every set size named, so its file keeps them; a file from before the
+    pooled-context blocks, which names neither ``attention_layers`` nor ``pool_layers``, loads
+    with one attention block and no pooled one (the network its weights are), not today's
+    defaults."""
+    import json
+    import zipfile
+
+    from agents.checkpoint import load_checkpoint
+    from agents.hyperparameters import SET_POLICY_KWARGS
+
+    model = _model("ppo", tiny_csv, attention_layers=1, pool_layers=0)
+    path = tmp_path / "sized.zip"
+    model.save(path)
+    saved = json.loads(zipfile.ZipFile(path).read("data"))["policy_kwargs"]
+    assert set(SET_POLICY_KWARGS) <= set(saved)
+    fresh = _model("ppo", tiny_csv)
+    fresh_path = tmp_path / "default.zip"
+    fresh.save(fresh_path)
+    defaults = json.loads(zipfile.ZipFile(fresh_path).read("data"))["policy_kwargs"]
+    assert {k: defaults[k] for k in SET_POLICY_KWARGS} == {**SET_POLICY_KWARGS, **SMALL}
+    older = tmp_path / "older.zip"
+    with zipfile.ZipFile(path) as source, zipfile.ZipFile(older, "w") as target:
+        for item in source.infolist():
+            content = source.read(item.filename)
+            if item.filename == "data":
+                data = json.loads(content)
+                for key in ("attention_layers", "pool_layers"):
+                    del data["policy_kwargs"][key]
+                content = json.dumps(data).encode()
+            target.writestr(item, content)
+    loaded = load_checkpoint(older)
+    network = loaded.policy.mlp_extractor
+    assert (len(network.blocks), len(network.pools)) == (1, 0)
+    obs = _busy_observation(model)
+    np.testing.assert_allclose(_logits_and_value(loaded, obs)[0], _logits_and_value(model, obs)[0], atol=1e-6)
