@@ -209,11 +209,14 @@ def _padded_reference(network, features):
         h = h + block.attention(y, y, y, key_padding_mask=~present, need_weights=False)[0]
         h = h + block.feed_forward(block.norm2(h))
     weight = present.unsqueeze(2).float()
+
+    def masked_mean(rows):
+        return (rows * weight).sum(1) / weight.sum(1).clamp(min=1.0)
+
     for pool in network.pools:
         x = pool.norm(h)
-        context = pool.pooled((x * weight).sum(1) / weight.sum(1).clamp(min=1.0)).unsqueeze(1)
-        h = h + pool.out(pool.act(pool.own(x) + context))
-    mean = (h * weight).sum(1) / weight.sum(1).clamp(min=1.0)
+        h = h + pool.out(pool.act(pool.own(x) + pool.pooled(masked_mean(x)).unsqueeze(1)))
+    mean = masked_mean(h)
     peak = h.masked_fill(~present.unsqueeze(2), -1e9).max(1).values
     peak = torch.where(present.any(1, keepdim=True), peak, torch.zeros_like(peak))
     glob = torch.cat([features[:, o : o + s] for o, s in network.global_parts], dim=1)
