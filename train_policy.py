@@ -43,6 +43,11 @@ run itself is :func:`agents.training_run.train`.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # first, before the imports below: a stop while they run is clean too
+    from deepboot_harness.launch import launch
+
+    raise SystemExit(launch("train_policy.py", "train_policy:main"))
+
 import argparse
 import shlex
 import sys
@@ -64,7 +69,7 @@ from agents.run_config import (
     preset_descriptions,
 )
 from deepboot_env import FRONT_END_DYNAMICS, REFERENCE_POLICY
-from deepboot_env.argparsing import ArgumentParser
+from deepboot_env.argparsing import ArgumentParser, whole
 from deepboot_env.extras import MissingExtraError, require_extra
 from deepboot_env.stops import Stopped, StopSignals
 
@@ -128,7 +133,11 @@ def _algorithm_flags(p: argparse.ArgumentParser) -> None:
         help="mlp: SB3's MLP over the flattened job slots; set: one shared per-job encoder, a pooled-context "
         "block (or attention), pooling (agents.set_policy). Default: the preset's policy (mlp)",
     )
-    p.add_argument("--seed", type=int, help=f"seed of torch, numpy and env i (seed + i); default {_default('seed')}")
+    p.add_argument(
+        "--seed",
+        type=whole(0, 2**32 - 1),
+        help=f"seed of torch, numpy and env i (seed + i); default {_default('seed')}",
+    )
 
 
 def _env_flags(p: argparse.ArgumentParser) -> None:
@@ -158,7 +167,9 @@ def _env_flags(p: argparse.ArgumentParser) -> None:
         "cuda -> cpu if absent",
     )
     p.add_argument(
-        "--num-threads", type=int, help=f"torch threads (default {_default('num_threads')}; <= 0: torch's default)"
+        "--num-threads",
+        type=whole(0, 1024),
+        help=f"torch threads (default {_default('num_threads')}; 0: torch's default)",
     )
 
 
@@ -176,7 +187,7 @@ def _evaluation_flags(p: argparse.ArgumentParser) -> None:
         help=f"validation workloads (default {_default('eval_workload')}); family:<name> stands for the family's "
         f"first {FAMILY_SEEDS} val seeds",
     )
-    p.add_argument("--eval-freq", type=int, help="evaluate every N timesteps; <= 0: never (preset)")
+    p.add_argument("--eval-freq", type=whole(0), help="evaluate every N timesteps; 0: never (preset)")
     p.add_argument("--eval-episodes", type=int, help="episodes per evaluation (0: one per workload)")
     p.add_argument(
         "--eval-jobs",
@@ -195,7 +206,7 @@ def _evaluation_flags(p: argparse.ArgumentParser) -> None:
 def _output_flags(p: argparse.ArgumentParser) -> None:
     """What the run writes where: checkpoints, the run folder, TensorBoard."""
     p.add_argument(
-        "--save-freq", type=int, help=f"checkpoint every N timesteps (default {_default('save_freq')}); <= 0: never"
+        "--save-freq", type=whole(0), help=f"checkpoint every N timesteps (default {_default('save_freq')}); 0: never"
     )
     p.add_argument("-f", "--log-folder", help=f"runs go to <log-folder>/<algo>_<n>/ (default {_default('log_folder')})")
     p.add_argument("-tb", "--tensorboard-log", help="TensorBoard root (default: <run>/tb)")
@@ -274,37 +285,45 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
         help="keep torch.distributions argument validation (off by default: ~40%% faster MaskablePPO)",
     )
     p.add_argument(
-        "--verbose", type=int, help=f"0: quiet; {_default('verbose')} (default): log tables and evaluation lines"
+        "--verbose",
+        type=whole(0, 2),
+        help=f"0: quiet; {_default('verbose')} (default): log tables and evaluation lines",
     )
 
 
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     """Command-line entry point; returns the exit status (2 for bad flags or files, and for a
-    file that cannot be written; 130 / 143 for a run stopped by SIGINT / SIGTERM). ``prog``
-    names the command in messages and in the run's recorded command (``deepboot train``)."""
+    file that cannot be written; 130 / 143 / 129 for a run stopped by SIGINT / SIGTERM / SIGHUP).
+    ``prog`` names the command in messages and in the run's recorded command (``deepboot train``)."""
     with StopSignals():  # a signal before the run folder exists stops at once
-        parser = build_parser(prog)
-        args = parser.parse_args(argv)
-        args.command = recorded_command(argv, prog)
         try:
-            require_extra("rl", prog)
-        except MissingExtraError as exc:
-            parser.error(str(exc))
-        from agents.evolution import EsConfigError  # lazy: the trainers load after the extra's check (above)
-
-        try:
-            dispatch(args)
-        except (ConfigError, CheckpointError, EsConfigError, FileNotFoundError) as exc:
-            parser.error(str(exc))
-        except TrainingInterrupted as stop:
-            print(f"{prog}: {stop}", file=sys.stderr)
-            return stop.exit_status
-        except Stopped as stop:
+            return _main(argv, prog)
+        except Stopped as stop:  # in the flags' checks, the trainers' imports or before a model was saved
             print(f"{prog}: {stop}: stopped before a run folder held a model; nothing to resume", file=sys.stderr)
             return stop.exit_status
-        except OSError as exc:  # a run folder in use, a full disk: the previous files are intact
-            print(f"{prog}: error: {exc}", file=sys.stderr)
-            return 2
+
+
+def _main(argv: Sequence[str] | None, prog: str) -> int:
+    """:func:`main` inside its stop handler."""
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    args.command = recorded_command(argv, prog)
+    try:
+        require_extra("rl", prog)
+    except MissingExtraError as exc:
+        parser.error(str(exc))
+    from agents.evolution import EsConfigError  # lazy: the trainers load after the extra's check (above)
+
+    try:
+        dispatch(args)
+    except (ConfigError, CheckpointError, EsConfigError, FileNotFoundError) as exc:
+        parser.error(str(exc))
+    except TrainingInterrupted as stop:
+        print(f"{prog}: {stop}", file=sys.stderr)
+        return stop.exit_status
+    except OSError as exc:  # a run folder in use, a full disk: the previous files are intact
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -346,7 +365,3 @@ def dispatch(args: argparse.Namespace) -> Path:
     from agents.training_run import train  # lazy: the trainers load after the extra's check (above)
 
     return train(settings)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -31,21 +31,25 @@ Any other pickled field makes loading fail with one line naming it, unless ``tru
 from __future__ import annotations
 
 import ast
+import io
 import json
 import math
+import os
 import re
 import warnings
 import zipfile
 import zlib
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import numpy as np
 
 from agents.env_shape import score_layout
 from agents.errors import ConfigError
-from agents.factory import algo_class, policy_class
+from agents.factory import algo_class, check_parameter_count, policy_class
 from agents.hyperparameters import (
     HYPERPARAM_RANGES,
     LEGACY_SET_SIZES,
@@ -55,7 +59,16 @@ from agents.hyperparameters import (
 from deepboot_env.config import EnvConfig
 from deepboot_env.env.action import ScoreCodec, make_codec, mode_of_nvec
 from deepboot_env.env.deepboot_env import spaces_for
-from deepboot_env.limits import MAX_ZIP_DATA_BYTES, MAX_ZIP_ENTRY_BYTES, parse_json, read_stream, shown
+from deepboot_env.limits import (
+    MAX_JSON_BYTES,
+    MAX_ZIP_DATA_BYTES,
+    MAX_ZIP_MEMBERS,
+    MAX_ZIP_TOTAL_BYTES,
+    open_regular,
+    parse_json,
+    read_stream,
+    shown,
+)
 
 SERIALIZED = ":serialized:"
 """The marker SB3 puts on a field it stored as a cloudpickle."""
@@ -71,7 +84,13 @@ def read_data(path: Path) -> dict[str, Any]:
     Raises:
         CheckpointError: if the file is not such a zip.
     """
-    data = parse_json(read_entry(path, "data", MAX_ZIP_DATA_BYTES), f"{path}: entry 'data'", CheckpointError)
+    with open_model_zip(path) as (_, zf):
+        return _data(path, zf)
+
+
+def _data(path: Path, zf: zipfile.ZipFile) -> dict[str, Any]:
+    """The ``data`` JSON object of the open model zip ``zf`` (at ``path``)."""
+    data = parse_json(_member(path, zf, "data", MAX_ZIP_DATA_BYTES), f"{path}: entry 'data'", CheckpointError)
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: its 'data' entry is not a JSON object")
     return data
@@ -89,23 +108,122 @@ _ZIP_ERRORS = (
 )
 """What reading a malformed zip raises (bad headers, CRCs, compression methods, encryption)."""
 
+METADATA_FILE = "deepboot_env.json"
+"""Entry of a model zip exported by older versions, holding the env arguments it was trained with
+(newer exports keep them in the policy: :mod:`agents.described_policy`)."""
+
+MODEL_MEMBERS: dict[str, int] = {
+    "data": MAX_ZIP_DATA_BYTES,
+    "policy.pth": MAX_ZIP_TOTAL_BYTES,
+    "policy.optimizer.pth": MAX_ZIP_TOTAL_BYTES,
+    "pytorch_variables.pth": MAX_ZIP_TOTAL_BYTES,
+    "_stable_baselines3_version": 1 << 10,
+    "system_info.txt": 1 << 16,
+    METADATA_FILE: MAX_JSON_BYTES,
+}
+"""The entries a PPO / MaskablePPO model zip may hold, each with the most bytes it may unpack to:
+SB3's six and the project's older metadata. SB3's loader unpacks every ``.pth`` entry it finds, so
+an entry the policy does not use is refused rather than read."""
+
+
+@contextmanager
+def open_model_zip(path: Path) -> Iterator[tuple[IO[bytes], zipfile.ZipFile]]:
+    """The model zip at ``path``, open (the file and its archive), after :func:`check_members`:
+    a regular file only (:func:`~deepboot_env.limits.open_regular`), its entry count read from
+    the archive's end record before its directory is listed. Everything a load reads comes
+    through the one file object, so that the file checked is the file loaded.
+
+    Raises:
+        CheckpointError: not a zip, too many or unknown entries, entries too large, unreadable.
+    """
+    try:
+        fh = open_regular(path)
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot read the model ({exc.strerror or exc})") from None
+    with fh:
+        try:
+            members = _declared_member_count(fh)
+            if members > MAX_ZIP_MEMBERS:
+                raise CheckpointError(f"{path}: holds {members:,} entries; a model zip holds at most {MAX_ZIP_MEMBERS}")
+            fh.seek(0)
+            zf = zipfile.ZipFile(fh)
+        except _ZIP_ERRORS as exc:
+            if isinstance(exc, CheckpointError):
+                raise
+            raise CheckpointError(f"{path}: not a stable-baselines3 model zip ({shown(str(exc))})") from None
+        with zf:
+            check_members(path, zf)
+            yield fh, zf
+
+
+_END_RECORD = b"PK\x05\x06"
+"""The signature of a zip's end-of-central-directory record (followed by its entry counts)."""
+
+
+def _declared_member_count(fh: IO[bytes]) -> int:
+    """The entry count a zip's end record declares (0 where there is no record: ``zipfile`` then
+    says the file is not a zip); a ZIP64 archive's escape value 0xFFFF reads as that many."""
+    size = fh.seek(0, os.SEEK_END)
+    tail_size = min(size, 22 + 0xFFFF)  # the record, then a comment of at most 65,535 bytes
+    fh.seek(size - tail_size)
+    tail = fh.read(tail_size)
+    at = tail.rfind(_END_RECORD)
+    if at < 0 or len(tail) < at + 12:
+        return 0
+    return int.from_bytes(tail[at + 10 : at + 12], "little")
+
+
+def check_members(path: Path, zf: zipfile.ZipFile) -> None:
+    """Refuse a zip with an entry that is not one of :data:`MODEL_MEMBERS`, a name twice, an
+    entry whose declared size is beyond its own limit, or entries whose declared sizes add up to
+    more than :data:`~deepboot_env.limits.MAX_ZIP_TOTAL_BYTES` (a zip entry is never read past its
+    declared size, so this bounds everything a loader unpacks).
+
+    Raises:
+        CheckpointError: naming the entry, or the total.
+    """
+    seen: set[str] = set()
+    total = 0
+    for info in zf.infolist():
+        name = info.filename
+        if name not in MODEL_MEMBERS:
+            raise CheckpointError(
+                f"{path}: entry {shown(name, 40)} is not part of a PPO model zip (its entries: docs/usage.md §7.1)"
+            )
+        if name in seen:
+            raise CheckpointError(f"{path}: entry {shown(name, 40)} is in the zip twice")
+        seen.add(name)
+        if info.file_size > MODEL_MEMBERS[name]:
+            raise CheckpointError(
+                f"{path}: entry {shown(name)} unpacks to {info.file_size:,} bytes (limit {MODEL_MEMBERS[name]:,})"
+            )
+        total += info.file_size
+    if total > MAX_ZIP_TOTAL_BYTES:
+        raise CheckpointError(
+            f"{path}: its entries unpack to {total:,} bytes together "
+            f"(limit {MAX_ZIP_TOTAL_BYTES:,}, docs/usage.md §7.1)"
+        )
+
 
 def read_entry(path: Path, name: str, limit: int) -> bytes:
-    """Entry ``name`` of the zip at ``path``, refused when its declared size, its actual unpacked
-    size or any entry's declared size (:data:`~deepboot_env.limits.MAX_ZIP_ENTRY_BYTES`) is too
-    large: a zip bomb is refused after reading at most ``limit`` bytes of it.
+    """Entry ``name`` of the model zip at ``path`` (:func:`open_model_zip`), read no further than
+    ``limit`` bytes whatever its header declares.
 
     Raises:
         CheckpointError: not a zip, no such entry, an entry too large, a corrupt entry.
     """
+    with open_model_zip(path) as (_, zf):
+        return _member(path, zf, name, limit)
+
+
+def _member(path: Path, zf: zipfile.ZipFile, name: str, limit: int) -> bytes:
+    """Entry ``name`` of the open model zip ``zf`` (at ``path``), at most ``limit`` bytes."""
     try:
-        with zipfile.ZipFile(path) as zf:
-            info = zf.getinfo(name)
-            if info.file_size > limit:
-                raise CheckpointError(f"{path}: entry {name!r} unpacks to {info.file_size:,} bytes (limit {limit:,})")
-            check_entry_sizes(path, zf)
-            with zf.open(info) as fh:
-                data = read_stream(fh, limit)
+        info = zf.getinfo(name)
+        if info.file_size > limit:
+            raise CheckpointError(f"{path}: entry {name!r} unpacks to {info.file_size:,} bytes (limit {limit:,})")
+        with zf.open(info) as fh:
+            data = read_stream(fh, limit)
     except _ZIP_ERRORS as exc:
         if isinstance(exc, CheckpointError):
             raise
@@ -115,23 +233,14 @@ def read_entry(path: Path, name: str, limit: int) -> bytes:
     return data
 
 
-def check_entry_sizes(path: Path, zf: zipfile.ZipFile) -> None:
-    """Refuse a zip with an entry whose declared size is beyond
-    :data:`~deepboot_env.limits.MAX_ZIP_ENTRY_BYTES` or with a name that leaves the archive
-    (absolute, ``..``): SB3's loader unpacks every entry it knows.
-
-    Raises:
-        CheckpointError: naming the entry.
-    """
-    for info in zf.infolist():
-        if info.file_size > MAX_ZIP_ENTRY_BYTES:
-            raise CheckpointError(
-                f"{path}: entry {shown(info.filename)} unpacks to {info.file_size:,} bytes "
-                f"(limit {MAX_ZIP_ENTRY_BYTES:,})"
-            )
-        parts = info.filename.replace("\\", "/").split("/")
-        if info.filename.startswith(("/", "\\")) or ".." in parts:
-            raise CheckpointError(f"{path}: entry {shown(info.filename)} names a path outside the archive")
+def has_member(path: Path, name: str) -> bool:
+    """Whether the model zip at ``path`` holds entry ``name`` (False for a file that is no model
+    zip: its loader says why)."""
+    try:
+        with open_model_zip(path) as (_, zf):
+            return name in zf.namelist()
+    except CheckpointError:
+        return False
 
 
 def _algo_classes(algo: str, arch: str = "mlp", described: bool = False) -> tuple[type, type]:
@@ -420,6 +529,31 @@ def check_saved_hyperparams(path: Path, data: dict[str, Any], custom: dict[str, 
             raise CheckpointError(f"{path}: {exc}") from None
 
 
+def check_saved_network(path: Path, data: dict[str, Any], custom: dict[str, Any]) -> None:
+    """Refuse a checkpoint whose ``policy_kwargs`` describe a network of more than
+    :data:`~deepboot_env.limits.MAX_POLICY_PARAMETERS` parameters, counted before SB3 builds it
+    (:func:`agents.factory.check_parameter_count`): the weights entries are bounded, but the
+    network SB3 builds from the plain-text sizes is not.
+
+    Raises:
+        CheckpointError: naming the file and the count.
+    """
+    from agents.described_policy import ENV_ARGUMENTS_KEY  # lazy: SB3 is slow to import
+
+    kwargs = custom.get("policy_kwargs", data.get("policy_kwargs"))
+    kwargs = kwargs if isinstance(kwargs, dict) else {}
+    if "observation_space" not in custom or "action_space" not in custom:
+        return  # not a model of this project's spaces: SB3 fails on it before building anything
+    try:
+        sizes = policy_kwargs_from_mapping({k: v for k, v in kwargs.items() if k != ENV_ARGUMENTS_KEY})
+    except ConfigError as exc:
+        raise CheckpointError(f"{path}: {exc}") from None
+    try:
+        check_parameter_count(custom["observation_space"], custom["action_space"], saved_arch(data), sizes, str(path))
+    except ConfigError as exc:
+        raise CheckpointError(str(exc)) from None
+
+
 def load_checkpoint(
     path: str | Path,
     algo: str | None = None,
@@ -445,22 +579,28 @@ def load_checkpoint(
     from agents.distributions import use_padded_distribution  # lazy: SB3 is slow to import
 
     path = Path(path)
-    data = read_data(path)
-    found = saved_algo(path, data)
-    if algo is not None and algo != found:
-        raise CheckpointError(f"{path}: holds a {found} model, not {algo}")
-    if trust:
-        warnings.warn(
-            f"{path}: loading pickled fields (--trust-checkpoint): only do this for files you trust", stacklevel=2
-        )
-        custom: dict[str, Any] = {}
-    else:
-        custom = safe_custom_objects(path, data, found)
-        check_saved_hyperparams(path, data, custom)
-    fill_legacy_set_sizes(data, custom)
-    try:
-        model = algo_class(found).load(path, env=env, device=device, custom_objects=custom, **overrides)
-    except Exception as exc:  # noqa: BLE001 - a malformed file fails in SB3 or torch in many ways: one line
-        raise CheckpointError(f"{path}: cannot load the model ({type(exc).__name__}: {shown(str(exc))})") from None
+    with open_model_zip(path) as (fh, zf):
+        data = _data(path, zf)
+        found = saved_algo(path, data)
+        if algo is not None and algo != found:
+            raise CheckpointError(f"{path}: holds a {found} model, not {algo}")
+        if trust:
+            warnings.warn(
+                f"{path}: loading pickled fields (--trust-checkpoint): only do this for files you trust", stacklevel=2
+            )
+            custom: dict[str, Any] = {}
+        else:
+            custom = safe_custom_objects(path, data, found)
+            check_saved_hyperparams(path, data, custom)
+        fill_legacy_set_sizes(data, custom)
+        if not trust:
+            check_saved_network(path, data, custom)
+        fh.seek(0)
+        try:
+            model = algo_class(found).load(
+                cast(io.BufferedReader, fh), env=env, device=device, custom_objects=custom, **overrides
+            )
+        except Exception as exc:  # noqa: BLE001 - a malformed file fails in SB3 or torch in many ways: one line
+            raise CheckpointError(f"{path}: cannot load the model ({type(exc).__name__}: {shown(str(exc))})") from None
     use_padded_distribution(model.policy)
     return model

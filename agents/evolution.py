@@ -69,7 +69,7 @@ from baselines.ats import AtsPolicy
 from deepboot_env.atomic import append_csv, lock_folder, write_text
 from deepboot_env.config import sim_config
 from deepboot_env.evaluation import StalledEpisodeError, run_episode
-from deepboot_env.limits import MAX_ES_STATE_BYTES, names, parse_json, read_bounded, shown
+from deepboot_env.limits import MAX_ES_STATE_BYTES, names, open_regular, parse_json, read_bounded, shown
 from deepboot_env.policy import Policy
 from deepboot_env.pool import LOCAL, Backend, available_cpus, run_pool
 from deepboot_env.sim.apps import APP_NAMES
@@ -673,7 +673,7 @@ def last_generation(path: Path) -> int | None:
     """The ``generation`` of the last row of an ``evaluations.csv`` (None: no file or no row)."""
     if not path.is_file():
         return None
-    with open(path, newline="", encoding="utf-8") as fh:
+    with open_regular(path, encoding="utf-8", newline="") as fh:
         last = None
         for row in csv.DictReader(fh):
             last = row

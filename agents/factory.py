@@ -7,6 +7,8 @@
   self-describing policy and :data:`~agents.hyperparameters.DEFAULT_HYPERPARAMS` overridden by
   the caller's hyperparameters (parsed and checked by :mod:`agents.hyperparameters`).
 * :func:`algo_class`: the SB3 class of an algorithm name.
+* :func:`parameter_count` / :func:`check_parameter_count`: the size of the network a policy's
+  ``policy_kwargs`` describe, counted before anything is allocated.
 * :func:`resolve_device`: SB3's ``get_device`` (``auto`` -> ``cuda`` when available else ``cpu``; ``mps`` allowed).
 """
 
@@ -15,9 +17,11 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from gymnasium import spaces
 
 from agents.errors import ConfigError
 from agents.hyperparameters import (
@@ -29,7 +33,8 @@ from agents.hyperparameters import (
     resolve_hyperparams,
 )
 from deepboot_env.env import DeepBootEnv
-from deepboot_env.limits import shown
+from deepboot_env.limits import MAX_POLICY_PARAMETERS, shown
+from deepboot_env.pool import start_env_worker, stop_signals_blocked
 from deepboot_env.ray_pool import RayBackendError
 
 if TYPE_CHECKING:  # imported where used: SB3 and torch are slow to import
@@ -144,7 +149,7 @@ def _vec_env_class(n_envs: int, vec_env: str, address: str | None, group_size: i
     Raises:
         ConfigError: for a bad ``n_envs``, ``vec_env`` or ``group_size``.
     """
-    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv  # lazy: SB3 is slow to import
+    from stable_baselines3.common.vec_env import DummyVecEnv  # lazy: SB3 is slow to import
 
     if int(n_envs) < 1:
         raise ConfigError(f"n_envs must be >= 1, got {n_envs}")
@@ -152,11 +157,40 @@ def _vec_env_class(n_envs: int, vec_env: str, address: str | None, group_size: i
         raise ConfigError(f"unknown vec_env {shown(vec_env)}; choose from {', '.join(VEC_ENVS)}")
     if group_size < 1 or int(n_envs) % group_size:
         raise ConfigError(f"group_size must be >= 1 and divide n_envs {n_envs}, got {group_size}")
+    if vec_env == "subproc" and int(n_envs) > MAX_SUBPROC_ENVS:
+        raise ConfigError(
+            f"n_envs {n_envs} with vec_env subproc would start {n_envs} processes (the limit is {MAX_SUBPROC_ENVS}); "
+            "use vec_env dummy or ray"
+        )
     if vec_env == "ray":
         from agents.ray_vec_env import RayVecEnv  # lazy: SB3 is slow to import
 
         return RayVecEnv, {"address": address}
-    return {"dummy": DummyVecEnv, "subproc": SubprocVecEnv}[vec_env], {}
+    return {"dummy": DummyVecEnv, "subproc": quiet_subproc_vec_env()}[vec_env], {}
+
+
+MAX_SUBPROC_ENVS = 64
+"""Most envs of ``--vec-env subproc``: one process each."""
+
+
+def quiet_subproc_vec_env() -> type:
+    """SB3's ``SubprocVecEnv`` whose workers ignore the stop signals
+    (:func:`~deepboot_env.pool.start_env_worker`): a Ctrl-C reaches the whole process group, and
+    workers that died of it first left the parent an ``EOFError`` instead of a clean stop."""
+    from stable_baselines3.common.vec_env import SubprocVecEnv  # lazy: SB3 is slow to import
+
+    class QuietSubprocVecEnv(SubprocVecEnv):
+        def __init__(self, env_fns: list[Any], start_method: str | None = None) -> None:
+            with stop_signals_blocked():  # the workers start with them held back, then ignore them
+                super().__init__([partial(_env_in_worker, fn) for fn in env_fns], start_method)
+
+    return QuietSubprocVecEnv
+
+
+def _env_in_worker(make: Any) -> Any:
+    """``make()`` in an env worker, once its signal dispositions are set."""
+    start_env_worker()
+    return make()
 
 
 def _grouped_env_fns(
@@ -243,8 +277,9 @@ def build_model(
             :class:`agents.group_ppo.GroupPPO` over groups of this size.
 
     Raises:
-        ConfigError: unknown algo, device or hyperparameter, or ``group_advantage`` without
-            ``ppo`` and groups of at least two envs.
+        ConfigError: unknown algo, device or hyperparameter, ``group_advantage`` without
+            ``ppo`` and groups of at least two envs, or a network beyond
+            :data:`~deepboot_env.limits.MAX_POLICY_PARAMETERS`.
     """
     from agents.described_policy import ENV_ARGUMENTS_KEY  # lazy: SB3 is slow to import
     from agents.distributions import use_padded_distribution  # lazy: SB3 is slow to import
@@ -255,6 +290,7 @@ def build_model(
     given = kwargs.get("policy_kwargs") or {}
     check_policy_kwargs_arch(arch, given)
     sizes = SET_POLICY_KWARGS if arch == "set" else {}  # named, so that the checkpoint keeps them
+    check_parameter_count(env.observation_space, env.action_space, arch, {**sizes, **given}, "hyperparameters")
     kwargs["policy_kwargs"] = {**sizes, **given, ENV_ARGUMENTS_KEY: dict(env_kwargs or {})}
     model = cls(
         policy_class(algo, arch),
@@ -280,3 +316,57 @@ def policy_class(algo: str, arch: str) -> type:
     from agents.described_policy import described_policy_class  # lazy: SB3 is slow to import
 
     return described_policy_class(algo)
+
+
+MLP_NET_ARCH: dict[str, list[int]] = {"pi": [64, 64], "vf": [64, 64]}
+"""SB3's hidden layers of a multi-input actor-critic that names no ``net_arch``."""
+
+
+def parameter_count(observation_space: Any, action_space: Any, arch: str, policy_kwargs: Mapping[str, Any]) -> int:
+    """The parameters of the policy that ``policy_kwargs`` describe over these spaces (``arch``
+    ``mlp`` or ``set``), counted without allocating them: the body (SB3's ``MlpExtractor`` or the
+    :class:`~agents.set_policy.SetNetwork`) is built on torch's ``meta`` device, where a tensor has
+    a shape and no storage, and the output layers are counted by arithmetic. A few numbers of
+    SB3's (log standard deviations) are left out: the count is for refusing networks that do not
+    fit in memory, not for bookkeeping."""
+    import torch as th  # lazy: torch is slow to import
+
+    activation = th.nn.ReLU  # the allowed activations hold no parameters
+    with th.device("meta"):
+        if arch == "set":
+            from agents.set_policy import set_network  # lazy: torch is slow to import
+
+            sizes = {key: policy_kwargs.get(key, value) for key, value in SET_POLICY_KWARGS.items()}
+            body: Any = set_network(observation_space, action_space, activation, sizes)
+            heads = body.latent_dim_vf + 1  # the value layer; the action layer is the identity
+        else:
+            from stable_baselines3.common.torch_layers import MlpExtractor  # lazy: SB3 is slow to import
+
+            features = sum(int(np.prod(space.shape)) for space in observation_space.spaces.values())
+            net_arch = policy_kwargs.get("net_arch") or MLP_NET_ARCH
+            body = MlpExtractor(features, net_arch=net_arch, activation_fn=activation, device="meta")
+            is_discrete = isinstance(action_space, spaces.MultiDiscrete)
+            actions = int(np.sum(action_space.nvec)) if is_discrete else int(np.prod(action_space.shape))
+            heads = (body.latent_dim_pi + 1) * actions + body.latent_dim_vf + 1
+        return sum(weights.numel() for weights in body.parameters()) + heads
+
+
+def check_parameter_count(
+    observation_space: Any, action_space: Any, arch: str, policy_kwargs: Mapping[str, Any], source: str
+) -> None:
+    """Refuse a network of more than :data:`~deepboot_env.limits.MAX_POLICY_PARAMETERS`
+    parameters before it is built (a 2 MB checkpoint naming ``net_arch: [12000, 12000]`` would
+    otherwise take gigabytes first).
+
+    Raises:
+        ConfigError: ``"<source>: policy_kwargs describe a network of N parameters ..."``.
+    """
+    try:
+        count = parameter_count(observation_space, action_space, arch, policy_kwargs)
+    except (ValueError, TypeError, RuntimeError) as exc:  # sizes the network cannot be built with
+        raise ConfigError(f"{source}: policy_kwargs do not describe a network ({shown(str(exc))})") from None
+    if count > MAX_POLICY_PARAMETERS:
+        raise ConfigError(
+            f"{source}: policy_kwargs describe a network of {count:,} parameters, more than the limit of "
+            f"{MAX_POLICY_PARAMETERS:,} (docs/usage.md §7.1)"
+        )

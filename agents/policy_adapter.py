@@ -25,7 +25,6 @@ the zip (older exports), else ``config.yml``'s ``env_kwargs``, else it is ``ats`
 from __future__ import annotations
 
 import functools
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,7 +33,9 @@ import gymnasium
 import numpy as np
 
 from agents.checkpoint import (
+    METADATA_FILE,
     CheckpointError,
+    has_member,
     load_checkpoint,
     read_data,
     read_entry,
@@ -74,10 +75,6 @@ __all__ = [
 
 MODEL_FILES: tuple[str, ...] = ("best_model.zip", "final_model.zip")
 """Files looked for, in order, when ``ppo:<path>`` names a run folder."""
-
-METADATA_FILE = "deepboot_env.json"
-"""Entry of a model zip exported by older versions, holding the env arguments it was trained with
-(newer exports keep them in the policy: :mod:`agents.described_policy`)."""
 
 
 def uses_masks(model: Any) -> bool:
@@ -253,9 +250,9 @@ def resolve_model_path(path: str | Path) -> Path:
             if (p / name).is_file():
                 return p / name
         raise FileNotFoundError(f"no {' or '.join(MODEL_FILES)} in {p}")
-    if p.is_file():
+    if p.exists():  # a file (anything but a regular one is refused when it is opened)
         return p
-    if p.with_name(p.name + ".zip").is_file():
+    if p.with_name(p.name + ".zip").exists():
         return p.with_name(p.name + ".zip")
     raise FileNotFoundError(f"no saved model at {p}")
 
@@ -276,12 +273,7 @@ def run_config(path: str | Path) -> dict[str, Any]:
 def model_env_kwargs(path: str | Path) -> dict[str, Any]:
     """The env arguments a saved model was trained with: the zip's :data:`METADATA_FILE`, else
     ``config.yml``'s ``env_kwargs`` ({} if neither)."""
-    try:
-        with zipfile.ZipFile(path) as zf:
-            has_metadata = METADATA_FILE in zf.namelist()
-    except (OSError, ValueError, zipfile.BadZipFile):
-        has_metadata = False
-    if has_metadata:
+    if has_member(Path(path), METADATA_FILE):
         source = f"{path}: entry {METADATA_FILE!r}"
         data = parse_json(read_entry(Path(path), METADATA_FILE, MAX_JSON_BYTES), source, CheckpointError)
         field = data.get("env_kwargs", {}) if isinstance(data, dict) else None

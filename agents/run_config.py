@@ -265,7 +265,7 @@ def resolve_settings(flags: TrainSettings, algo: str) -> dict[str, Any]:
         raise ConfigError(
             f"--group-size must be >= 1 and divide --n-envs {settings['n_envs']}, got {settings['group_size']}"
         )
-    for key in ("eval_episodes", "eval_jobs"):
+    for key in ("eval_episodes", "eval_jobs", "eval_freq", "save_freq"):  # 0: one per workload, auto, never
         if settings[key] < 0:
             raise ConfigError(f"--{key.replace('_', '-')} must be >= 0, got {shown(settings[key])}")
     settings["eval_reference"] = resolve_eval_reference(flags, conf)

@@ -399,6 +399,36 @@ class SetNetwork(nn.Module):
         return th.cat([*parts, self.lend_head(summary)], dim=1)
 
 
+def set_network(
+    observation_space: spaces.Dict, action_space: spaces.Space, activation: type[nn.Module], sizes: dict[str, int]
+) -> SetNetwork:
+    """The :class:`SetNetwork` of a set policy over these spaces, with the network ``sizes``
+    (``embed_dim`` and the others of :data:`~agents.hyperparameters.SET_POLICY_KWARGS`), on
+    torch's current default device: the policy builds it, and the loader builds it on the
+    ``meta`` device to count a checkpoint's parameters before allocating any
+    (:func:`agents.factory.parameter_count`)."""
+    firsts_apart = False
+    if isinstance(action_space, spaces.Box):  # score mode: means per slot, then the lending share
+        shape = spaces_env_shape(observation_space, action_space)
+        slots, lend_levels = shape["max_jobs"], 1
+        slot_choices = 1 + shape.get("width_classes", 0)  # a score, then its width scores
+        firsts_apart = slot_choices > 1
+    else:
+        nvec = np.asarray(cast(spaces.MultiDiscrete, action_space).nvec).reshape(-1)
+        if nvec.size < 2 or len(set(nvec[:-1].tolist())) != 1:
+            raise ValueError(f"the set policy needs slots of equal choices plus a lending level, got nvec {nvec}")
+        slots, slot_choices, lend_levels = int(nvec.size - 1), int(nvec[0]), int(nvec[-1])
+    return SetNetwork(
+        observation_space,
+        slots=slots,
+        slot_choices=slot_choices,
+        lend_levels=lend_levels,
+        activation=activation,
+        firsts_apart=firsts_apart,
+        **sizes,
+    )
+
+
 class _SetPolicyMixin(DescribedPolicyMixin):
     """What both set policies add to SB3's multi-input actor-critic: the set network as
     ``mlp_extractor`` and an identity ``action_net``, and the env arguments of
@@ -446,25 +476,8 @@ class _SetPolicyMixin(DescribedPolicyMixin):
 
     def _build_mlp_extractor(self) -> None:
         policy: Any = self
-        firsts_apart = False
-        if isinstance(policy.action_space, spaces.Box):  # score mode: means per slot, then the lending share
-            shape = spaces_env_shape(policy.observation_space, policy.action_space)
-            slots, lend_levels = shape["max_jobs"], 1
-            slot_choices = 1 + shape.get("width_classes", 0)  # a score, then its width scores
-            firsts_apart = slot_choices > 1
-        else:
-            nvec = np.asarray(policy.action_space.nvec).reshape(-1)
-            if nvec.size < 2 or len(set(nvec[:-1].tolist())) != 1:
-                raise ValueError(f"the set policy needs slots of equal choices plus a lending level, got nvec {nvec}")
-            slots, slot_choices, lend_levels = int(nvec.size - 1), int(nvec[0]), int(nvec[-1])
-        policy.mlp_extractor = SetNetwork(
-            policy.observation_space,
-            slots=slots,
-            slot_choices=slot_choices,
-            lend_levels=lend_levels,
-            activation=policy.activation_fn,
-            firsts_apart=firsts_apart,
-            **self.set_sizes,
+        policy.mlp_extractor = set_network(
+            policy.observation_space, policy.action_space, policy.activation_fn, self.set_sizes
         ).to(policy.device)
 
     def _build(self, lr_schedule: Any) -> None:

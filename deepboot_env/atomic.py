@@ -14,6 +14,12 @@
   when the process ends, however it ends; a second command on the same folder is refused with
   :class:`FolderInUse`, naming the holder's process id.
 
+No write follows a symbolic link: the atomic writers replace a link at the target with the new
+file (the link's target is left as it was), and :func:`append_text`, :func:`append_csv` and
+:func:`lock_folder` refuse a link, or anything but a regular file, where they would write
+(:func:`open_for_writing`). A folder handed over with ``runs.jsonl -> ~/.bashrc`` in it therefore
+changes nothing outside it.
+
 Errors are :class:`OSError` naming the target file (not the temporary one), so that commands
 report them in one line.
 """
@@ -21,8 +27,10 @@ report them in one line.
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import os
+import stat
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -38,9 +46,53 @@ class FolderInUse(OSError):
     """A run folder is locked by another process: the message is one line for the user."""
 
 
+class LinkInFolder(OSError):
+    """A run folder holds a symbolic link: the message is one line for the user."""
+
+
 def temporary_path(path: Path) -> Path:
     """Where :func:`atomic_write` writes ``path`` before renaming it."""
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+_WRITE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
+"""Added to every open for writing: no link is followed, and a FIFO does not block the open."""
+
+
+def open_for_writing(path: Path, flags: int) -> int:
+    """A descriptor of the regular file at ``path`` opened with ``flags`` (``os.O_WRONLY`` and
+    the like) and never through a symbolic link; a FIFO, a device or a folder there is refused.
+
+    Raises:
+        OSError: ``ELOOP`` for a link, ``EINVAL`` for another kind of file, or the open's own
+            error, naming ``path``.
+    """
+    try:
+        fd = os.open(path, flags | _WRITE_FLAGS, 0o666)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EISDIR) or (exc.errno == errno.ENXIO and stat.S_ISFIFO(_lmode(path))):
+            raise _refused(path) from None
+        raise _named(exc, path) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _refused(path)
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _lmode(path: Path) -> int:
+    """The mode of ``path`` itself (a link's own), 0 if there is nothing."""
+    try:
+        return os.lstat(path).st_mode
+    except OSError:
+        return 0
+
+
+def _refused(path: Path) -> OSError:
+    """The error for a write refused at ``path``: a link (``ELOOP``), or not a regular file."""
+    link = stat.S_ISLNK(_lmode(path))
+    kind, code = ("a symbolic link", errno.ELOOP) if link else ("not a regular file", errno.EINVAL)
+    return OSError(code, f"is {kind}; nothing is written through it (remove it, or use another folder)", str(path))
 
 
 def _named(exc: OSError, path: Path) -> OSError:
@@ -61,8 +113,10 @@ def atomic_write(path: str | Path, binary: bool = False, encoding: str = "utf-8"
     """
     target = Path(path)
     tmp = temporary_path(target)
+    with suppress(FileNotFoundError):
+        tmp.unlink()  # a stale one of an earlier process of this id, or a link planted there
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _WRITE_FLAGS, 0o666)
     except OSError as exc:
         raise _named(exc, target) from None
     try:
@@ -120,14 +174,12 @@ def append_text(path: str | Path, text: str, encoding: str = "utf-8") -> None:
     that saw them in the file may count them saved.
 
     Raises:
-        OSError: a write failure (disk full, permission), naming ``path``.
+        OSError: a write failure (disk full, permission), or ``path`` is a link or not a regular
+            file (:func:`open_for_writing`), naming ``path``.
     """
     target = Path(path)
     data = memoryview(text.encode(encoding))
-    try:
-        fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-    except OSError as exc:
-        raise _named(exc, target) from None
+    fd = open_for_writing(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
         end = os.fstat(fd).st_size
         try:
@@ -153,10 +205,26 @@ def append_csv(path: str | Path, columns: Sequence[str], rows: Iterable[Mapping[
     text = io.StringIO()
     writer = csv.DictWriter(text, fieldnames=list(columns), lineterminator="\r\n")
     target = Path(path)
-    if not target.exists() or target.stat().st_size == 0:
+    if not stat.S_ISREG(_lmode(target)) or target.lstat().st_size == 0:  # new (a link is refused below)
         writer.writeheader()
     writer.writerows({key: safe_cell(value) for key, value in row.items()} for row in rows)
     append_text(target, text.getvalue())
+
+
+def _refuse_links_in(folder: Path, flag: str) -> None:
+    """Refuse a run folder that holds a symbolic link, before any work: a command writes only
+    its own files there, and would refuse the link only at its first write to it (minutes in).
+
+    Raises:
+        LinkInFolder: naming ``flag``, the folder and the link.
+    """
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.is_symlink():
+                raise LinkInFolder(
+                    f"{flag} {folder}: {entry.name!r} is a symbolic link; a run folder's files must be its own "
+                    "(nothing is written through a link)"
+                )
 
 
 @contextmanager
@@ -165,7 +233,9 @@ def lock_folder(folder: str | Path, flag: str = "--out") -> Iterator[Path]:
 
     Raises:
         FolderInUse: another process holds it (one line naming ``flag``, the folder and its id).
-        OSError: the folder or its lock file cannot be created.
+        LinkInFolder: the folder holds a symbolic link.
+        OSError: the folder or its lock file cannot be created, or the lock file is not a
+            regular file (:func:`open_for_writing`).
     """
     where = Path(folder)
     try:
@@ -174,11 +244,9 @@ def lock_folder(folder: str | Path, flag: str = "--out") -> Iterator[Path]:
         yield where
         return
     where.mkdir(parents=True, exist_ok=True)
+    _refuse_links_in(where, flag)
     lock = where / LOCK_FILE
-    try:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError as exc:
-        raise _named(exc, lock) from None
+    fd = open_for_writing(lock, os.O_RDWR | os.O_CREAT)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

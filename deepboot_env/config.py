@@ -29,6 +29,7 @@ action), ``hold`` (1 boundary per decision) and
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -257,11 +258,16 @@ class EnvConfig:
         """The config of flat options (``restart="full", max_jobs=16, ...``); absent ones default.
 
         Raises:
-            EnvConfigError: for an unknown option (listing the known ones) or a value out of range.
+            EnvConfigError: for an unknown option (with the closest known ones) or a value out of range.
         """
         unknown = sorted(set(options) - set(cls.option_names()))
         if unknown:
-            raise EnvConfigError(f"unknown env option(s) {names(unknown)}; known: {', '.join(cls.option_names())}")
+            close = difflib.get_close_matches(str(unknown[0]), cls.option_names(), n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise EnvConfigError(
+                f"unknown env option(s) {names(unknown, most=3)}{hint} (all {len(cls.option_names())} options: "
+                "docs/usage.md §5)"
+            )
         sim_options = {k: options.pop(k) for k in SIM_OPTIONS if k in options}
         try:
             sim = sim_config(**sim_options)

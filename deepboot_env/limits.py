@@ -3,8 +3,10 @@
 Every loader of a user's file reads it through these helpers, so that a small crafted file can
 neither exhaust memory nor escape as a traceback (docs/usage.md §7.1):
 
+* :func:`open_regular`: the one way a user's file is opened: a FIFO, a device, a socket or a
+  folder is refused at once (:class:`NotRegularFile`), never waited on;
 * :func:`read_bounded` / :func:`read_stream`: at most ``limit`` bytes of a file or stream
-  (``/dev/zero`` and zip entries included), read in chunks;
+  (zip entries included), read in chunks;
 * :func:`parse_json` / :func:`parse_yaml`: the document with its nesting, integer size and (for
   YAML, whose aliases share one value between many places) number of values once aliases are
   expanded checked;
@@ -30,7 +32,7 @@ from typing import Any
 
 from deepboot_env.sim.cluster import MAX_NODES
 from deepboot_env.sim.config import MIN_INTERVAL_S
-from deepboot_env.sim.files import read_stream
+from deepboot_env.sim.files import NotRegularFile, open_regular, read_stream
 
 __all__ = [
     "BYTES_PER_WORKLOAD_ROW",
@@ -46,16 +48,20 @@ __all__ = [
     "MAX_NAME_CHARS",
     "MAX_NESTING",
     "MAX_NODES",
+    "MAX_POLICY_PARAMETERS",
     "MAX_ROLLOUT",
     "MAX_SHOWN_CHARS",
     "MAX_TIME_S",
     "MAX_VALUES",
     "MAX_WORKLOAD_ROWS",
     "MAX_ZIP_DATA_BYTES",
-    "MAX_ZIP_ENTRY_BYTES",
+    "MAX_ZIP_MEMBERS",
+    "MAX_ZIP_TOTAL_BYTES",
     "MIN_DURATION_S",
     "MIN_INTERVAL_S",
+    "NotRegularFile",
     "names",
+    "open_regular",
     "parse_json",
     "parse_yaml",
     "plain",
@@ -76,8 +82,18 @@ MAX_ES_STATE_BYTES = 64 << 20
 """Largest ES ``state.json`` (its ATS cache grows with the scenarios run): 64 MiB."""
 MAX_ZIP_DATA_BYTES = 64 << 20
 """Largest ``data`` entry of a model zip, declared and actually unpacked: 64 MiB."""
-MAX_ZIP_ENTRY_BYTES = 1 << 30
-"""Largest declared size of any other entry of a model zip (weights): 1 GiB."""
+MAX_ZIP_TOTAL_BYTES = 128 << 20
+"""Most bytes all the entries of a model zip may unpack to together, as declared (a zip entry is
+never read past its declared size): 128 MiB, room for a network of
+:data:`MAX_POLICY_PARAMETERS` with its optimiser's two moments (the shipped models unpack to
+under 2.4 MB). Loading reads each weights entry whole and builds its tensors, so the bound on the
+sum is what bounds a loader's memory."""
+MAX_ZIP_MEMBERS = 16
+"""Most entries of a model zip (SB3 writes 6, an export 7), counted from the archive's end record
+before its directory is read: a zip of 300,000 entries took 13 s to list."""
+MAX_POLICY_PARAMETERS = 8_000_000
+"""Most parameters of a policy network, counted from its ``policy_kwargs`` before it is built
+(32 MB of float32 weights, 96 MB with Adam's moments; the shipped score models have 73,000)."""
 MAX_NESTING = 64
 """Deepest nesting of lists and mappings in a JSON or YAML document."""
 MAX_VALUES = 100_000
@@ -164,9 +180,10 @@ def read_bounded(path: str | Path, limit: int, what: str, error: ErrorFactory = 
 
     Raises:
         error: ``"<path>: <what> is larger than <limit> bytes"``.
-        OSError: the file cannot be opened or read (callers name it in their own words).
+        OSError: the file cannot be opened or read, or is not a regular file
+            (:class:`NotRegularFile`: callers name it in their own words).
     """
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:
         data = read_stream(fh, limit)
     if data is None:
         raise error(f"{path}: {what} is larger than the limit of {limit:,} bytes (docs/usage.md §7.1)")
@@ -174,7 +191,7 @@ def read_bounded(path: str | Path, limit: int, what: str, error: ErrorFactory = 
 
 
 class _TooBig(Exception):
-    """Internal: a JSON integer beyond :data:`MAX_INT_DIGITS`."""
+    """Internal: a JSON integer beyond :data:`MAX_INT_DIGITS`, or a key given twice."""
 
 
 def _bounded_int(text: str) -> int:
@@ -183,17 +200,31 @@ def _bounded_int(text: str) -> int:
     return int(text)
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's pairs as a dict, refusing a key given twice."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _TooBig(f"key {shown(key)} is given twice in one object")
+            seen.add(key)
+    return out
+
+
 def parse_json(
     data: bytes | str, source: str, error: ErrorFactory = ValueError, max_values: int = MAX_VALUES, what: str = "JSON"
 ) -> Any:
     """The JSON document in ``data``, checked against :data:`MAX_NESTING`, :data:`MAX_INT_DIGITS`
-    and ``max_values``; ``what`` names the document in the error for text that is not JSON.
+    and ``max_values``, with no key twice in an object (``json`` would keep the last silently: an
+    ES state naming ``generation`` twice); ``what`` names the document in the error for text that
+    is not JSON.
 
     Raises:
         error: ``"<source>: not JSON (...)"`` or the limit exceeded, in one line.
     """
     try:
-        value = json.loads(data, parse_int=_bounded_int)
+        value = json.loads(data, parse_int=_bounded_int, object_pairs_hook=_unique_keys)
     except _TooBig as exc:
         raise error(f"{source}: {exc}") from None
     except RecursionError:

@@ -19,8 +19,9 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal, TypeVar, cast
@@ -141,18 +142,54 @@ def process_pool(workers: int, context: Any = None) -> ProcessPoolExecutor:
 
 
 def _start_worker() -> None:
-    """A worker's signal dispositions: SIGINT ignored (the parent stops the pool), SIGTERM ends it
-    (the parent's handler, inherited by fork, is dropped), and on Linux SIGKILL when its parent
-    dies, so that not even a killed parent leaves a worker behind."""
+    """A worker's signal dispositions: SIGINT and SIGHUP ignored (the parent stops the pool: Ctrl-C
+    and a closed terminal reach the whole process group), SIGTERM ends it (the parent's handler,
+    inherited by fork, is dropped), and on Linux SIGKILL when its parent dies, so that not even a
+    killed parent leaves a worker behind."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    die_with_parent()
+
+
+STOP_SIGNALS: frozenset[signal.Signals] = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+"""What a worker of an env must not die of (the parent stops it)."""
+
+
+@contextmanager
+def stop_signals_blocked() -> Iterator[None]:
+    """The stop signals held back in this thread for the block (delivered at its end): processes
+    started in it inherit the mask, so that an env worker cannot die of a Ctrl-C before
+    :func:`start_env_worker` sets its dispositions (with SB3's default ``forkserver``, the server
+    started here passes the mask on to every worker it forks)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def start_env_worker() -> None:
+    """An env worker's signal dispositions (SB3's ``SubprocVecEnv``): every stop signal ignored,
+    since the parent, which gets the same Ctrl-C, ``kill`` of the group or closed terminal, stops
+    training at its next step, saves the model and closes its envs; then the signals the parent
+    held back while starting it (:func:`stop_signals_blocked`) let through, to be ignored; and
+    SIGKILL when the parent dies (:func:`die_with_parent`)."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    die_with_parent()
+
+
+def die_with_parent() -> None:
+    """On Linux, have this process get SIGKILL when its parent dies (``PR_SET_PDEATHSIG``)."""
     if sys.platform.startswith("linux"):
         import ctypes
 
         pr_set_pdeathsig = 1
         try:
             ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
-        except (OSError, AttributeError):  # pragma: no cover - no prctl: the parent still stops the pool
+        except (OSError, AttributeError):  # pragma: no cover - no prctl: the parent still stops its workers
             pass
 
 

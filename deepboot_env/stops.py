@@ -1,24 +1,28 @@
-"""Clean stops on SIGINT and SIGTERM: the one mechanism of every long command.
+"""Clean stops on SIGINT, SIGTERM and SIGHUP: the one mechanism of every long command.
 
-While a :class:`StopSignals` is entered (in the main thread), SIGINT (Ctrl-C) and SIGTERM are
-caught and the first one is recorded (:attr:`StopSignals.signum`). What happens next depends on the
-section the program is in:
+While a :class:`StopSignals` is entered (in the main thread), SIGINT (Ctrl-C), SIGTERM and SIGHUP
+(a closed terminal) are caught and the first one is recorded (:attr:`StopSignals.signum`). What
+happens next depends on the section the program is in:
 
 * **interruptible** (the default: ``deepboot compare``, ``benchmark``, ``generate``, ``simulate``,
   and any :func:`interruptible` block such as a pool of worker processes): the handler raises
-  :class:`Stopped` at once, a :class:`KeyboardInterrupt` that ``except Exception`` does not catch;
-  the pool stops its workers (:func:`deepboot_env.pool.run_pool`) and the command saves what
-  finished, prints one line and exits with :attr:`Stopped.exit_status`;
+  :class:`Stopped` at once (inside an import or numba's compiler, :data:`RETRY_S` later, when the
+  signal comes again: :func:`in_unsafe_code`), a :class:`KeyboardInterrupt` that
+  ``except Exception`` does not catch; the pool stops its workers
+  (:func:`deepboot_env.pool.run_pool`) and the command saves what finished, prints one line and
+  exits with :attr:`Stopped.exit_status`;
 * **deferred** (a training loop between two steps, a model being saved): the signal is only
   recorded; the code polls :func:`stop_requested` at its next safe point and ends there.
 
 Only the first signal counts: a second one while stopping is recorded and ignored, so the saving
 of what finished is never cut short. The exit status is that of a shell for a process ended by the
-signal: 128 + its number (130 for SIGINT, 143 for SIGTERM).
+signal: 128 + its number (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP). Before a command's
+:class:`StopSignals` is entered (its imports), :mod:`deepboot_harness.launch` stops it as cleanly.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -26,8 +30,9 @@ from contextlib import contextmanager
 from types import FrameType, TracebackType
 from typing import Any
 
-SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)
-"""The signals that stop a command cleanly."""
+SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""The signals that stop a command cleanly: Ctrl-C, ``kill``, and a closed terminal or dropped
+SSH session (SIGHUP, treated as SIGTERM is)."""
 
 
 class Stopped(KeyboardInterrupt):
@@ -46,6 +51,25 @@ class Stopped(KeyboardInterrupt):
 def signal_name(signum: int) -> str:
     """``SIGINT``, ``SIGTERM``, ... for a signal number."""
     return signal.Signals(signum).name
+
+
+UNSAFE_MODULES: tuple[str, ...] = ("importlib._bootstrap", "llvmlite", "numba")
+"""Code that a :class:`Stopped` raised by the handler must not cut: an import in progress (an
+exception inside a compiled extension's initialisation can abort the interpreter) and numba's
+compiler, whose LLVM callbacks swallow an exception ("Exception ignored on calling ctypes callback
+function") and would lose the stop."""
+
+RETRY_S = 0.05
+"""How soon a signal that came in :data:`UNSAFE_MODULES`' code is sent again (to this process)."""
+
+
+def in_unsafe_code(frame: FrameType | None) -> bool:
+    """Whether ``frame`` or a caller of it runs code of :data:`UNSAFE_MODULES`."""
+    while frame is not None:
+        if str(frame.f_globals.get("__name__", "")).startswith(UNSAFE_MODULES):
+            return True
+        frame = frame.f_back
+    return False
 
 
 _ACTIVE: list[StopSignals] = []
@@ -93,8 +117,17 @@ class StopSignals:
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.signum is None:
             self.signum = signum
-        if self._interruptible:
-            self._raise()
+        if not self._interruptible:
+            return
+        if in_unsafe_code(frame):  # raised there, it would be swallowed or abort: come back shortly
+            threading.Timer(RETRY_S, self._again, (signum,)).start()
+            return
+        self._raise()
+
+    def _again(self, signum: int) -> None:
+        """Send ``signum`` to this process again, if this handler is still the one entered."""
+        if self in _ACTIVE:
+            os.kill(os.getpid(), signum)
 
     def _raise(self) -> None:
         """Raise :class:`Stopped` for the recorded signal, once."""

@@ -31,7 +31,15 @@ from deepboot_env.atomic import lock_folder
 from deepboot_env.config import sim_config
 from deepboot_env.pool import LOCAL, Backend, run_pool
 from deepboot_env.sim.bounds import jct_bounds
-from deepboot_harness.run_log import RUNS_FILE, RunLogError, append_run, check_run_folder, open_run_log, read_runs
+from deepboot_harness.run_log import (
+    RUNS_FILE,
+    RowFields,
+    RunLogError,
+    append_run,
+    check_run_folder,
+    open_run_log,
+    read_runs,
+)
 
 DEFAULT_POLICIES: tuple[str, ...] = (
     "fifo",
@@ -171,6 +179,16 @@ class BenchmarkSpec:
 # one run (worker side)
 
 
+ROW_FIELDS: RowFields = {
+    "policy": (str,),
+    "family": (str,),
+    "seed": (int,),
+    "train_jct_mean": (float, int, type(None)),
+    "jcts": (dict,),
+}
+"""What every saved run of a benchmark holds (:func:`run_one`'s row; checked on resume)."""
+
+
 def run_one(policy: str, family: str, seed: int, options: dict[str, Any]) -> dict[str, Any]:
     """Run ``policy`` on scenario ``seed`` of ``family``; the result row with per-job JCTs
     (``jcts``), the run's CPU seconds (``cpu_s``) and the scenario's JCT lower bounds
@@ -278,7 +296,7 @@ def prepare_folder(out: Path, spec: BenchmarkSpec, resume: bool) -> set[tuple[st
             ``resume`` is off; if ``resume`` is on and its settings differ.
     """
     try:
-        rows = open_run_log(out, "benchmark", spec.settings(), resume, extra=asdict(spec))
+        rows = open_run_log(out, "benchmark", spec.settings(), resume, ROW_FIELDS, extra=asdict(spec))
     except RunLogError as exc:
         raise BenchmarkError(str(exc)) from None
     return {(r["policy"], r["family"], r["seed"]) for r in rows}
@@ -384,7 +402,7 @@ def _run_missing(
             progress(count[0], len(runs), row)
 
     execute(todo, spec.options, jobs, save, backend)
-    rows = {(r["policy"], r["family"], r["seed"]): r for r in read_runs(out / RUNS_FILE)}
+    rows = {(r["policy"], r["family"], r["seed"]): r for r in read_runs(out / RUNS_FILE, ROW_FIELDS)}
     done_rows = [rows[run] for run in runs if run in rows]
     for row in done_rows:  # resumed runs too
         check_bound(row)

@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deepboot_env import FRONT_END_DYNAMICS, REFERENCE_POLICY
-from deepboot_env.argparsing import ArgumentParser
+from deepboot_env.argparsing import ArgumentParser, number
 from deepboot_env.atomic import lock_folder
 from deepboot_env.config import DYNAMICS, dynamics_notes, sim_config
 from deepboot_env.evaluation import EpisodeProgress
 from deepboot_env.extras import MissingExtraError
-from deepboot_env.limits import MAX_JSON_BYTES, read_bounded
+from deepboot_env.limits import MIN_INTERVAL_S
 from deepboot_env.pool import BACKENDS, Backend
 from deepboot_env.sim.aryl_mode import INFERENCE_PLACEMENTS
 from deepboot_env.sim.cluster import ClusterConfigError
@@ -65,9 +65,7 @@ def interference_from_args(args: argparse.Namespace) -> InterferenceModel | None
     if flat is not None and matrix is not None:
         raise InterferenceError("give either --interference or --interference-matrix, not both")
     if matrix is not None:
-        if matrix != "default" and Path(matrix).is_file():  # the size bound first: the model reads it whole
-            read_bounded(matrix, MAX_JSON_BYTES, "an interference matrix", InterferenceError)
-        return InterferenceModel.from_file(matrix)
+        return InterferenceModel.from_file(matrix)  # read bounded, a regular file only
     if flat is None:
         return None
     try:
@@ -165,7 +163,9 @@ def _cluster_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shared-pool", metavar="NxG", help="one shared pool with inference priority, e.g. 16x4")
     parser.add_argument("--restart", choices=RESTART_MODELS, default="afe", help="restart-cost model (default afe)")
     parser.add_argument("--protect-scale", type=float, default=1.0, help="P: pod protect time scale (default 1)")
-    parser.add_argument("--interval", type=float, default=60.0, help="seconds between scheduling boundaries")
+    parser.add_argument(
+        "--interval", type=number(MIN_INTERVAL_S, 86_400.0), default=60.0, help="seconds between scheduling boundaries"
+    )
     parser.add_argument(
         "--interference",
         type=float,
@@ -361,7 +361,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from deepboot_env.ray_pool import RunsFailed
     from deepboot_harness.compare import resolve_reference, write_results
     from deepboot_harness.compare_grid import run_comparison
-    from deepboot_harness.compare_runs import outcome_from_row, outcome_row
+    from deepboot_harness.compare_runs import ROW_FIELDS, outcome_from_row, outcome_row
     from deepboot_harness.compare_tables import print_summary_table
     from deepboot_harness.run_log import append_run, open_run_log
 
@@ -380,7 +380,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     def saved_runs() -> dict[tuple[str, str, int], Any]:
         held.enter_context(lock_folder(out))
-        rows = open_run_log(out, "comparison", {**settings, "config": repr(config)}, args.resume, overwrite=True)
+        saved = {**settings, "config": repr(config)}
+        rows = open_run_log(out, "comparison", saved, args.resume, ROW_FIELDS, overwrite=True)
         return {(r["policy"], r["workload"], r["seed"]): outcome_from_row(r) for r in rows}
 
     try:

@@ -113,6 +113,17 @@ def run_tasks(
     return outcomes
 
 
+ROW_FIELDS: dict[str, tuple[type, ...]] = {
+    "policy": (str,),
+    "workload": (str,),
+    "seed": (int,),
+    "metrics": (dict,),
+    "jcts": (dict,),
+    "timeline": (list, type(None)),
+}
+"""What every saved run of a comparison holds (:func:`outcome_row`; checked on resume)."""
+
+
 def outcome_row(task: RunTask, outcome: RunOutcome) -> dict[str, object]:
     """A finished run as one JSON-able line of a comparison's ``runs.jsonl``."""
     return {

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from deepboot_env.argparsing import ArgumentParser
+from deepboot_env.limits import open_regular
 
 
 def evaluation_curve(run: str | Path, column: str = "train_jct_mean") -> list[tuple[float, float]]:
@@ -38,7 +39,7 @@ def evaluation_curve(run: str | Path, column: str = "train_jct_mean") -> list[tu
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no evaluations.csv (was the run trained with --eval-freq > 0?)")
     by_step: dict[float, list[float]] = defaultdict(list)
-    with open(path, newline="", encoding="utf-8") as fh:
+    with open_regular(path, encoding="utf-8", newline="") as fh:
         reader = csv.DictReader(fh)
         if column not in (reader.fieldnames or ()):
             raise ValueError(f"{path}: no {column} column (--ratio needs a run evaluated with a reference)")

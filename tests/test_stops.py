@@ -30,7 +30,7 @@ from builders import REPO
 from deepboot_harness.cli import main
 from deepboot_harness.run_log import RUNS_FILE, read_runs
 
-CLI = [sys.executable, "-m", "deepboot_harness.cli"]
+CLI = [sys.executable, "-m", "deepboot_harness"]
 TRAIN = [sys.executable, str(REPO / "train_policy.py")]
 
 
@@ -56,15 +56,15 @@ def _start(argv: list[str], cwd: Path) -> tuple[subprocess.Popen[bytes], Path, P
 
 
 def _stop_when(argv: list[str], cwd: Path, ready: Callable[[], bool], signum: int) -> tuple[int, str, str]:
-    """Start ``argv``, wait for ``ready()``, send ``signum`` (SIGINT to the group, SIGTERM to the
-    command alone); the exit status, stdout and stderr once it ended and its group is gone."""
+    """Start ``argv``, wait for ``ready()``, send ``signum`` (SIGINT and SIGHUP to the group,
+    SIGTERM to the command alone); the exit status, stdout and stderr once it ended and its group is gone."""
     proc, out, err = _start(argv, cwd)
     deadline = time.monotonic() + 120
     while not ready() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     assert proc.poll() is None, f"ended before the signal: {err.read_text()}"
     was_ready = ready()
-    if signum == signal.SIGINT:
+    if signum in (signal.SIGINT, signal.SIGHUP):  # Ctrl-C, a closed terminal: the whole group
         os.killpg(proc.pid, signum)
     else:
         proc.send_signal(signum)
@@ -141,18 +141,21 @@ def _run_printed(command: str, cwd: Path) -> None:
     assert done.returncode == 0, done.stderr
 
 
-def test_benchmark_sigterm_stops_its_workers_and_resume_completes(tmp_path) -> None:
-    """``kill`` reaches the parent alone: it stops its worker processes, keeps the finished runs."""
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_benchmark_sigterm_stops_its_workers_and_resume_completes(signum: int, tmp_path) -> None:
+    """``kill`` reaches the parent alone, a closed terminal (SIGHUP) the whole group: it stops its
+    worker processes, keeps the finished runs."""
     out = tmp_path / "bench"
     grid = ["--families", "short-period", "--policies", "ats", "fifo", "--seeds", "2", "--jobs", "2"]
     code, _, err = _stop_when(
         [*CLI, "benchmark", *grid, "--out", str(out), "--quiet"],
         tmp_path,
         lambda: bool(read_runs(out / RUNS_FILE)),
-        signal.SIGTERM,
+        signum,
     )
-    assert code == 143
-    assert _one_line(err) == f"deepboot benchmark: SIGTERM: stopped; the finished runs are saved in {out}: " + (
+    assert code == 128 + signum
+    name = signal.Signals(signum).name
+    assert _one_line(err) == f"deepboot benchmark: {name}: stopped; the finished runs are saved in {out}: " + (
         "continue with --resume"
     )
     _assert_whole_files(out)
@@ -287,6 +290,52 @@ def test_es_ctrl_c_during_a_generation_resumes_as_printed_without_duplicates(tmp
         assert [int(r["generation"]) for r in csv.DictReader(fh)] == [1, 2]
     with open(run / "evaluations.csv", newline="") as fh:
         assert [int(r["generation"]) for r in csv.DictReader(fh)] == [0, 1, 2]
+    _assert_whole_files(run)
+
+
+def _after(seconds: float) -> Callable[[], bool]:
+    """A ``ready`` that is true ``seconds`` after it is made (a moment in a command's start)."""
+    start = time.monotonic()
+    return lambda: time.monotonic() >= start + seconds
+
+
+LONG_COMMANDS: dict[str, list[str]] = {
+    "benchmark": [*CLI, "benchmark", "--families", "mixed", "--policies", "ats", "--seeds", "8", "--out", "bench"],
+    "train": [*TRAIN, "--algo", "ppo", "--preset", "smoke", "--workload", "tiny", "--eval-workload", "tiny"]
+    + ["-n", "1000000", "--no-progress", "--verbose", "0", "-f", "runs"],
+}
+"""Commands that run for minutes, stopped at a moment of their start."""
+
+
+@pytest.mark.parametrize("delay", [0.1, 0.5, 1.5])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+@pytest.mark.parametrize("command", list(LONG_COMMANDS))
+def test_a_signal_while_a_command_starts_is_one_line(command: str, signum: int, delay: float, tmp_path) -> None:
+    """During the imports (or just after): one line, the shell's status, no traceback, no orphan."""
+    code, _, err = _stop_when(LONG_COMMANDS[command], tmp_path, _after(delay), signum)
+    assert code == 128 + signum, err
+    line = _one_line(err)
+    assert signal.Signals(signum).name in line and len(line) <= 300
+
+
+@pytest.mark.parametrize(
+    ("vec_env", "signum"),
+    [("subproc", signal.SIGINT), ("subproc", signal.SIGHUP), ("dummy", signal.SIGHUP)],
+    ids=["subproc-ctrl-c", "subproc-sighup", "dummy-sighup"],
+)
+def test_training_stopped_from_its_terminal_saves_its_model(vec_env: str, signum: int, tmp_path) -> None:
+    """Ctrl-C or a closed terminal reach the env workers too: they ignore it, and the parent saves
+    the model and exits with the shell's status, as with in-process envs."""
+    argv = [*TRAIN, "--algo", "ppo", "--preset", "smoke", "--workload", "tiny", "--eval-workload", "tiny"]
+    argv += ["-n", "1000000", "--n-envs", "2", "--vec-env", vec_env, "--eval-freq", "0", "--no-progress"]
+    argv += ["--verbose", "0", "-f", "runs", "--hyperparams", "n_steps:32", "batch_size:32"]
+    checkpoints = tmp_path / "runs" / "ppo_1" / "config.yml"
+    code, _, err = _stop_when(argv, tmp_path, checkpoints.is_file, signum)
+    assert code == 128 + signum, err
+    assert "resume with: " in _one_line(err)
+    run = tmp_path / "runs" / "ppo_1"
+    assert yaml.safe_load((run / "config.yml").read_text())["results"]["interrupted"] == signal.Signals(signum).name
+    assert (run / "final_model.zip").is_file()
     _assert_whole_files(run)
 
 

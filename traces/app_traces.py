@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from deepboot_env.limits import open_regular
+
 _PLACEMENT_COLUMNS = ("placement", "local_bsz", "step_time", "sync_time")
 _SCALABILITY_COLUMNS = ("num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time")
 _VALIDATION_COLUMNS = ("progress", "iteration", "metric", "grad_sqr", "grad_var")
@@ -122,9 +124,13 @@ def placement_shape(placement: str) -> tuple[int, int]:
 
 def _read_rows(path: Path, columns: Sequence[str]) -> list[tuple[int, dict[str, str]]]:
     """Rows of a CSV file as (line number, row) after checking the header has ``columns``."""
-    if not path.is_file():
-        raise TraceFormatError(f"{path}: file not found")
-    with path.open(newline="") as fh:
+    try:
+        fh = open_regular(path, encoding="utf-8", newline="")
+    except FileNotFoundError:
+        raise TraceFormatError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise TraceFormatError(f"{path}: cannot open it ({exc.strerror or exc})") from None
+    with fh:
         reader = csv.DictReader(fh)
         header = [h.strip() for h in (reader.fieldnames or [])]
         missing = [c for c in columns if c not in header]

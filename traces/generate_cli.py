@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from deepboot_env.argparsing import ArgumentParser
+from deepboot_env.argparsing import ArgumentParser, number, whole
 from deepboot_env.atomic import write_text
 from deepboot_env.sim.scenario import Scenario
 from deepboot_env.sim.workload import Workload
@@ -49,12 +49,12 @@ def build_generate_parser(parser: argparse.ArgumentParser | None = None) -> argp
     p.add_argument("--out", metavar="FILE", default=None, help="output CSV (default: standard output)")
     p.add_argument(
         "--inference-gpus",
-        type=int,
+        type=whole(1, 1_000_000),
         default=32,
         help="GPUs of the inference cluster the peak offered load is compared with (default 32: 8x4)",
     )
     p.add_argument("--name", default=None, help="workload name (default: the output file stem)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--seed", type=whole(0, 2**63 - 1), default=0, help="random seed (default 0)")
     p.add_argument("--num-jobs", type=int, default=160, help="training jobs at load 1.0 (default 160)")
     p.add_argument("--load", type=float, default=1.0, help="relative job load: round(num_jobs * load) jobs")
     p.add_argument("--start-hour", type=float, default=2.0, help="Philly time of day of the window start (default 2)")
@@ -71,17 +71,24 @@ def build_generate_parser(parser: argparse.ArgumentParser | None = None) -> argp
         default=DEFAULT_INFERENCE_AMPLITUDE,
         help=f"relative day/night amplitude in [0, 1] (default {DEFAULT_INFERENCE_AMPLITUDE:g})",
     )
-    p.add_argument("--period-hours", type=float, default=DEFAULT_PERIOD_HOURS, help="period of the inference rate")
+    p.add_argument(
+        "--period-hours", type=number(0.01, 1e6), default=DEFAULT_PERIOD_HOURS, help="period of the inference rate"
+    )
     p.add_argument(
         "--phase-hours",
-        type=float,
+        type=number(-1e6, 1e6),
         default=DEFAULT_PHASE_HOURS,
         help=f"phase of the inference rate (default {DEFAULT_PHASE_HOURS:g}: trough at 2 h, peak at 14 h)",
     )
     p.add_argument(
-        "--horizon-hours", type=float, default=DEFAULT_HORIZON_HOURS, help="inference arrivals in [0, horizon)"
+        "--horizon-hours",
+        type=number(0.01, 1e6),
+        default=DEFAULT_HORIZON_HOURS,
+        help="inference arrivals in [0, horizon)",
     )
-    p.add_argument("--instances-per-app", type=int, default=1, help="inference app instances per model (default 1)")
+    p.add_argument(
+        "--instances-per-app", type=whole(1, 1000), default=1, help="inference app instances per model (default 1)"
+    )
     p.add_argument("--no-inference", action="store_true", help="training jobs only")
     p.add_argument("--stats", metavar="JSON", default=None, help="Philly statistics (default: shipped)")
     p.add_argument(

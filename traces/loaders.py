@@ -45,8 +45,12 @@ from deepboot_env.limits import (
     MAX_TIME_S,
     MAX_WORKLOAD_ROWS,
     MIN_DURATION_S,
+    open_regular,
     plain,
     shown,
+)
+from deepboot_env.limits import (
+    names as list_names,
 )
 from deepboot_env.sim.apps import APP_NAMES, UnknownApplicationError, get_app, inference_model_of
 from deepboot_env.sim.workload import InferenceRequestSpec, TrainingJobSpec, Workload, WorkloadError
@@ -56,6 +60,9 @@ POLLUX_COLUMNS: tuple[str, ...] = ("name", "time", "application", "num_replicas"
 DEEPBOOT_COLUMNS: tuple[str, ...] = (*POLLUX_COLUMNS, "duration")
 """Required columns of the DeepBoot format (``num_task`` is optional and unused)."""
 DEEPBOOT_OUTPUT_COLUMNS: tuple[str, ...] = (*DEEPBOOT_COLUMNS, "num_task")
+MAX_NUM_TASK = 1_000_000
+"""Largest ``num_task`` accepted (the column is read for nothing, and the generator writes -1, but a
+value of 1e20 is no count)."""
 """Columns :func:`traces.generate.write_workload_csv` writes."""
 PHILLY_COLUMNS: tuple[str, ...] = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
 """Columns of the raw Philly trace (docs/workloads.md §3)."""
@@ -163,7 +170,7 @@ def resolve_workload(source: str | Path) -> Path:
     path = Path(source)
     if path.is_dir():
         raise TraceError("is a directory, not a workload CSV file", path)
-    if path.is_file():
+    if path.exists():  # a file (anything but a regular one is refused when it is opened)
         return path
     key = str(source).replace("\\", "/")
     if key.endswith(".csv"):
@@ -176,7 +183,7 @@ def resolve_workload(source: str | Path) -> Path:
         return WORKLOADS_DIR / f"{matches[0]}.csv"
     if len(matches) > 1:
         raise TraceError(f"ambiguous shipped workload name; use one of {', '.join(matches)}", source)
-    hint = f"shipped workloads: {', '.join(names)}" if names else "no workloads are shipped"
+    hint = f"shipped workloads: {list_names(names, most=6)}" if names else "no workloads are shipped"
     raise TraceError(f"no such file, and not the name of a shipped workload ({hint})", source)
 
 
@@ -255,6 +262,11 @@ def load_workload(source: str | Path, name: str | None = None) -> Workload:
                     "time",
                 )
             prev_time, prev_line = t, line
+            if "num_task" in col and get("num_task"):  # unused, but a value must still be a count
+                tasks = _integer(get("num_task"), path, line, "num_task")
+                if not -1 <= tasks <= MAX_NUM_TASK:
+                    why = f"must be a count from 0 to {MAX_NUM_TASK:,} (or -1: unset), got {tasks:g}"
+                    raise TraceError(why, path, line, "num_task")
             app = get("application")
             if app.startswith("infer"):
                 if not has_duration:
@@ -411,7 +423,7 @@ def load_philly(path: str | Path) -> PhillyTrace:
 
 def _open(path: Path):
     try:
-        return open(path, newline="", encoding="utf-8-sig")
+        return open_regular(path, encoding="utf-8-sig", newline="")
     except OSError as exc:
         raise TraceError(f"cannot open: {exc.strerror or exc}", path) from None
 

@@ -37,6 +37,7 @@ from typing import ClassVar
 import numpy as np
 
 from deepboot_env.env.observation import slot_jobs
+from deepboot_env.limits import shown
 from deepboot_env.placement import place_count_lists, placement_order
 from deepboot_env.policy import WIDTH_CLASSES, CountProposer, Policy, ScoredProposer, make_policy
 from deepboot_env.sim.cluster import node_layout
@@ -80,7 +81,7 @@ def split_action(action: np.ndarray, max_jobs: int, slot_choices: int, lend_leve
     choices = raw.tolist()
     lend = choices.pop()
     if not (0 <= lend < lend_levels and 0 <= min(choices) and max(choices) < slot_choices):
-        raise ValueError(f"action {raw.tolist()} outside the action space")
+        raise ValueError(f"action {shown(raw.tolist())} outside the action space")
     return choices, lend
 
 
@@ -744,4 +745,4 @@ def mode_of_nvec(nvec: np.ndarray) -> str:
         for mode, codec in CODECS.items():
             if int(nvec[0]) == codec.slot_choices:
                 return mode
-    raise ValueError(f"action space sizes {nvec.tolist()} are not those of a DeepBoot action codec")
+    raise ValueError(f"action space sizes {shown(nvec.tolist())} are not those of a DeepBoot action codec")

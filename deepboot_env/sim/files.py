@@ -9,12 +9,55 @@ naming the file, not a ``RecursionError`` or a ``MemoryError``.
 
 from __future__ import annotations
 
+import errno
+import io
 import json
+import os
+import stat
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 MAX_TABLE_BYTES = 16 << 20
 """The largest table read (the shipped ones are 68 KB and 286 KB)."""
+
+
+_KINDS = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFDIR: "a folder",
+}
+
+
+class NotRegularFile(OSError):
+    """A path a reader was given is not a regular file (a FIFO, a device, a socket, a folder)."""
+
+
+def open_regular(path: str | Path, encoding: str | None = None, newline: str | None = None) -> IO[Any]:
+    """The file at ``path`` open for reading (binary, or text in ``encoding``), refused at once
+    when it is not a regular file. The one way the project opens a file a user names: ``open()``
+    of a FIFO blocks until a writer comes (no signal handler runs meanwhile), and ``/dev/zero``
+    or a folder never ends or fails late. The path is opened non-blocking and checked on the
+    descriptor (no window between a check and the open), then read as usual.
+
+    Raises:
+        NotRegularFile: ``[Errno 22] is a FIFO, not a regular file: '<path>'`` and the like.
+        OSError: the file cannot be opened.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    try:
+        kind = stat.S_IFMT(os.fstat(fd).st_mode)
+        if kind != stat.S_IFREG:
+            what = _KINDS.get(kind, "a special file")
+            raise NotRegularFile(errno.EINVAL, f"is {what}, not a regular file", str(path))
+        os.set_blocking(fd, True)
+        binary = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    return binary if encoding is None else io.TextIOWrapper(binary, encoding=encoding, newline=newline)
 
 
 def read_stream(fh: Any, limit: int, chunk: int = 1 << 20) -> bytes | None:
@@ -32,6 +75,22 @@ def read_stream(fh: Any, limit: int, chunk: int = 1 << 20) -> bytes | None:
     return b"".join(parts)
 
 
+def read_file(path: str | Path, what: str, limit: int | None = None) -> bytes:
+    """The bytes of the regular file at ``path`` (a ``what``, for the message), at most ``limit``
+    (None: :data:`MAX_TABLE_BYTES`).
+
+    Raises:
+        ValueError: the file is larger than ``limit``, naming it.
+        OSError: the file cannot be opened or read, or is not a regular file (:class:`NotRegularFile`).
+    """
+    limit = MAX_TABLE_BYTES if limit is None else limit
+    with open_regular(path) as fh:
+        data = read_stream(fh, limit)
+    if data is None:
+        raise ValueError(f"{path}: {what} is larger than the limit of {limit:,} bytes")
+    return data
+
+
 def read_table(path: str | Path, what: str) -> Any:
     """The JSON value of the file at ``path`` (a ``what``, for the message), read with a bound.
 
@@ -39,10 +98,7 @@ def read_table(path: str | Path, what: str) -> Any:
         ValueError: the file is larger than :data:`MAX_TABLE_BYTES`, or not JSON, naming it.
         OSError: the file cannot be opened or read.
     """
-    with open(path, "rb") as fh:
-        data = read_stream(fh, MAX_TABLE_BYTES)
-    if data is None:
-        raise ValueError(f"{path}: {what} is larger than the limit of {MAX_TABLE_BYTES:,} bytes")
+    data = read_file(path, what)
     try:
         return json.loads(data)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors

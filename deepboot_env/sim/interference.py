@@ -87,6 +87,10 @@ from typing import Any, cast
 import numpy as np
 
 from deepboot_env.sim.apps import APP_NAMES
+from deepboot_env.sim.files import read_file
+
+MAX_MATRIX_BYTES = 1 << 20
+"""Largest interference matrix file read (a full matrix of the six applications is about 2 KB)."""
 
 INTERFERENCE_KINDS: tuple[str, ...] = ("flat", "matrix")
 MATRIX_FIELDS: tuple[str, ...] = ("app", "neighbor", "network", "host")
@@ -237,12 +241,15 @@ class InterferenceModel:
         if str(path) == "default":
             return cls.default_matrix()
         p = Path(path)
-        if not p.is_file():
-            raise InterferenceError(f"interference matrix {str(p)!r}: no such file")
         try:
-            text = p.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InterferenceError(f"interference matrix {str(p)!r}: cannot read: {exc}") from None
+            text = read_file(p, "an interference matrix", MAX_MATRIX_BYTES).decode("utf-8")
+        except FileNotFoundError:
+            raise InterferenceError(f"interference matrix {str(p)!r}: no such file") from None
+        except OSError as exc:
+            raise InterferenceError(f"interference matrix {str(p)!r}: cannot read it ({exc.strerror or exc})") from None
+        except ValueError as exc:  # too large, or not UTF-8
+            why = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)
+            raise InterferenceError(f"interference matrix {str(p)!r}: {why[:200]}") from None
         where = str(p)
         if p.suffix.lower() == ".json":
             try:

@@ -20,7 +20,6 @@ import time as wallclock
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -84,13 +83,11 @@ class EpisodeMetrics:
             out[name] = dict(value) if isinstance(value, dict) else value
         return out
 
-    def to_json(self, path: str | Path | None = None, include_jcts: bool = True) -> str:
+    def to_json(self, include_jcts: bool = True) -> str:
         """Strict JSON text (sorted keys, stable floats; a NaN or infinite value, such as the mean
-        JCT of an episode where no job completed, is ``null``); written to ``path`` if given."""
-        text = json.dumps(_json_safe(self.to_dict(include_jcts)), indent=2, sort_keys=True, allow_nan=False)
-        if path is not None:
-            Path(path).write_text(text + "\n")
-        return text
+        JCT of an episode where no job completed, is ``null``). To save it, use
+        :func:`deepboot_env.atomic.write_text` (atomic, and never through a link)."""
+        return json.dumps(_json_safe(self.to_dict(include_jcts)), indent=2, sort_keys=True, allow_nan=False)
 
     def deterministic_dict(self) -> dict[str, object]:
         """The metrics without wall-clock time (equal across runs with the same seed)."""
