@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import io
 import json
 import math
 import platform
@@ -69,7 +70,7 @@ from baselines.ats import AtsPolicy
 from deepboot_env.atomic import append_csv, lock_folder, write_text
 from deepboot_env.config import sim_config
 from deepboot_env.evaluation import StalledEpisodeError, run_episode
-from deepboot_env.limits import MAX_ES_STATE_BYTES, names, open_regular, parse_json, read_bounded, shown
+from deepboot_env.limits import MAX_ES_STATE_BYTES, names, parse_json, read_bounded, shown
 from deepboot_env.policy import Policy
 from deepboot_env.pool import LOCAL, Backend, available_cpus, run_pool
 from deepboot_env.sim.apps import APP_NAMES
@@ -670,17 +671,49 @@ class EsRun:
 
 
 def last_generation(path: Path) -> int | None:
-    """The ``generation`` of the last row of an ``evaluations.csv`` (None: no file or no row)."""
-    if not path.is_file():
-        return None
-    with open_regular(path, encoding="utf-8", newline="") as fh:
-        last = None
-        for row in csv.DictReader(fh):
-            last = row
+    """The ``generation`` of the last row of an ``evaluations.csv`` (None: no file or no row).
+
+    Raises:
+        EsConfigError: the file is not one this trainer wrote (:func:`read_run_csv`).
+    """
+    rows = read_run_csv(path, EVAL_COLUMNS)
     try:
-        return int(last["generation"]) if last else None
-    except (KeyError, TypeError, ValueError):
-        return None
+        return int(rows[-1]["generation"]) if rows else None
+    except ValueError:
+        raise EsConfigError(f"{path}: line {len(rows) + 1}: field 'generation' is not a whole number") from None
+
+
+MAX_RUN_CSV_BYTES = 64 << 20
+"""Largest ``evaluations.csv`` / ``generations.csv`` a resume reads (a row is about 100 bytes)."""
+
+
+def read_run_csv(path: Path, columns: Sequence[str]) -> list[dict[str, str]]:
+    """The rows of a run folder's CSV (``[]`` if there is none), read bounded and checked: the
+    header starts with ``columns`` and every row has the header's length. A resume reads both of
+    its CSVs so before its first episode, not after a generation's work.
+
+    Raises:
+        EsConfigError: one line naming the file and the line.
+    """
+    if not path.exists():
+        return []
+    try:
+        text = read_bounded(path, MAX_RUN_CSV_BYTES, "a run's CSV", EsConfigError).decode("utf-8")
+        table = list(csv.reader(io.StringIO(text, newline="")))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise EsConfigError(f"{path}: cannot resume from it ({shown(why)})") from None
+    if not table:
+        return []
+    header, rows = table[0], table[1:]
+    if tuple(header[: len(columns)]) != tuple(columns):
+        raise EsConfigError(
+            f"{path}: line 1: header {shown(header, 60)} is not this trainer's ({', '.join(columns)}, ...)"
+        )
+    for number, row in enumerate(rows, 2):
+        if len(row) != len(header):
+            raise EsConfigError(f"{path}: line {number}: {len(row)} fields, the header has {len(header)}")
+    return [dict(zip(header, row, strict=True)) for row in rows]
 
 
 def machine() -> str:
@@ -911,6 +944,8 @@ def es_state(
     """
     state = EsState.load(run_dir / "state.json") if resumed_folder(flags) is not None else None
     if state is not None:
+        last_generation(run_dir / "evaluations.csv")  # both CSVs checked before any work
+        read_run_csv(run_dir / "generations.csv", GENERATION_COLUMNS)
         verify_cache(run_dir / "state.json", state)
     if state is not None and flags.n_timesteps is not None:
         values["generations"] = state.generation + flags.n_timesteps

@@ -608,3 +608,33 @@ def test_crafted_files_stay_under_500_mb_through_the_commands(tmp_path: Path) ->
         error_lines = [line for line in out.stderr.splitlines() if "error:" in line]
         assert code == 2 and len(error_lines) == 1 and "Traceback" not in out.stderr, (name, out.stderr[-2000:])
         assert peak_mb < 500, (name, peak_mb)
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "fragment"),
+    [
+        ("generations.csv", "generation,episodes\n1,2,3\n", "line 1: header"),
+        ("evaluations.csv", "timesteps,generation,workload,train_jct_mean,jct_ratio\n1,2\n", "line 2: 2 fields"),
+        ("evaluations.csv", 'timesteps,generation,workload,train_jct_mean,jct_ratio\n1,"x' + "y" * 200_000, "field"),
+        ("evaluations.csv", "timesteps,generation,workload,train_jct_mean,jct_ratio\n1,x,w,1,1\n", "generation"),
+    ],
+    ids=["header", "short-row", "huge-field", "not-a-number"],
+)
+def test_an_es_resume_checks_its_csvs_before_any_work(name: str, content: str, fragment: str, tmp_path: Path, capsys):
+    """A run folder's CSVs are read bounded and checked when the resume starts (they used to fail
+    with a ``_csv.Error`` traceback after a generation's work)."""
+    import time
+
+    from builders import es_smoke_argv
+
+    import train_policy
+
+    run = train_policy.run(es_smoke_argv("priority-es", tmp_path / "runs", "-n", "1"))
+    (run / name).write_text(content)
+    capsys.readouterr()
+    start = time.monotonic()
+    with pytest.raises(SystemExit) as stop:
+        train_policy.main([*es_smoke_argv("priority-es", tmp_path / "runs", "-n", "1"), "--resume", str(run)])
+    assert stop.value.code == 2 and time.monotonic() - start < 10
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and name in err[0] and fragment in err[0] and len(err[0]) <= 300, err
