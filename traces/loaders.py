@@ -541,8 +541,15 @@ def _number(text: str, path: Path, line: int, field: str) -> float:
     return value
 
 
+MAX_COUNT = 10**12
+"""Largest whole number a workload field may hold (counts and sizes; each field has its own
+tighter check): a value such as 1e308 is refused here, before a message would print its 309 digits."""
+
+
 def _integer(text: str, path: Path, line: int, field: str) -> int:
     value = _number(text, path, line, field)
+    if abs(value) > MAX_COUNT:
+        raise TraceError(f"{shown(text)} is beyond the limit of {MAX_COUNT:.0e} for a whole number", path, line, field)
     if value != int(value):
         raise TraceError(f"not an integer: {shown(text)}", path, line, field)
     return int(value)
