@@ -103,13 +103,12 @@ def _check_saved_settings(path: Path, kind: str, now: dict[str, Any]) -> None:
         raise RunLogError(f"{path}: not a {kind}'s settings (expected an object with a 'settings' object)")
     if before != now:
         differ = "; ".join(
-            f"{key} {shown(before.get(key), 40)}, not {shown(now.get(key), 40)}"
+            f"{key} {shown(before.get(key), 30)}, not {shown(now.get(key), 30)}"
             for key in sorted(set(before) | set(now))
             if before.get(key) != now.get(key)
         )
-        raise RunLogError(
-            f"--resume: {path} was run with other settings ({shown(differ, 160)[1:-1]}); use another --out"
-        )
+        differ = differ if len(differ) <= 80 else differ[:80] + "..."
+        raise RunLogError(f"--resume: {path} was run with other settings ({differ}); use another --out")
 
 
 def check_run_folder(out: Path) -> None:

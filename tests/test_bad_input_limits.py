@@ -638,3 +638,105 @@ def test_an_es_resume_checks_its_csvs_before_any_work(name: str, content: str, f
     assert stop.value.code == 2 and time.monotonic() - start < 10
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and name in err[0] and fragment in err[0] and len(err[0]) <= 300, err
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 67: a resume's own files, command-line numbers, messages
+
+BENCH = ["benchmark", "--families", "bursty", "--policies", "ats", "--seeds", "1", "--quiet"]
+ROW = '{"policy": "ats", "family": "bursty", "seed": 1, "train_jct_mean": 1.0, "jcts": {}}\n'
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "fragment"),
+    [
+        ("benchmark.json", "[" * 100_000 + "]" * 100_000, "nested deeper than the limit"),
+        ("benchmark.json", "[1, 2]", "not a benchmark's settings"),
+        ("benchmark.json", "null", "not a benchmark's settings"),
+        ("benchmark.json", '{"settings": {"policies": "' + "x" * 50_000_000 + '"}}', "larger than the limit"),
+        ("benchmark.json", '{"settings": {"policies": "' + "x" * 500_000 + '"}}', "was run with other settings"),
+        ("runs.jsonl", "[1]\n", "line 1: not a run"),
+        (
+            "runs.jsonl",
+            '{"policy": "ats", "family": "bursty", "seed": 1, "train_jct_mean": 1.0}\n',
+            "'jcts' is missing",
+        ),
+        (
+            "runs.jsonl",
+            '{"policy": "ats", "family": "bursty", "seed": "1", "train_jct_mean": 1, "jcts": {}}\n',
+            "'seed'",
+        ),
+    ],
+    ids=["deep", "list", "null", "50-mb", "long-value", "not-an-object", "no-jcts", "seed-text"],
+)
+def test_a_resume_reads_its_own_folder_bounded_and_checked(name: str, content: str, fragment: str, tmp_path, capsys):
+    from deepboot_harness.cli import main
+
+    out = tmp_path / "bench"
+    assert main([*BENCH, "--out", str(out)]) == 0
+    (out / name).write_text(content)
+    capsys.readouterr()
+    assert main([*BENCH, "--out", str(out), "--resume"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and fragment in err and len(err) <= 300, err[:400]
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["train", "--seed", "-1"], "--seed: must be a whole number from 0 to 4,294,967,295"),
+        (["train", "--num-threads", "-2"], "--num-threads: must be a whole number from 0 to 1,024"),
+        (["train", "--eval-freq", "-5"], "--eval-freq: must be a whole number >= 0"),
+        (["train", "--save-freq", "-5"], "--save-freq: must be a whole number >= 0"),
+        (["train", "--verbose", "-1"], "--verbose: must be a whole number from 0 to 2"),
+        (["train", "--n-envs", "300", "--vec-env", "subproc", "-n", "64"], "would start 300 processes"),
+        (["generate", "--inference-gpus", "0"], "--inference-gpus: must be a whole number from 1"),
+        (["generate", "--inference-gpus", "-1"], "--inference-gpus: must be a whole number from 1"),
+        (["generate", "--phase-hours", "nan"], "--phase-hours: expected a number"),
+        (["generate", "--phase-hours", "inf"], "--phase-hours: expected a number"),
+        (["generate", "--horizon-hours", "1e-9"], "--horizon-hours: must be a number from 0.01"),
+        (["generate", "--instances-per-app", "0"], "--instances-per-app: must be a whole number from 1"),
+        (["simulate", "--interval", "1e30"], "--interval: must be a number from 1 to 86400"),
+    ],
+)
+def test_command_line_numbers_out_of_range_are_one_line(argv: list[str], fragment: str, tmp_path, capsys) -> None:
+    from deepboot_harness.cli import main
+
+    argv = [*argv, "-f", str(tmp_path)] if argv[0] == "train" else argv
+    try:
+        code = main(argv)
+    except SystemExit as stop:
+        code = stop.code
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and fragment in err[0] and len(err[0]) <= 300 and "Traceback" not in err[0], err
+
+
+def test_a_huge_num_task_is_refused(tmp_path: Path) -> None:
+    from traces.loaders import TraceError, load_workload
+
+    path = tmp_path / "w.csv"
+    path.write_text("name,time,application,num_replicas,batch_size,duration,num_task\nj,0,ncf,1,32,-1,1e20\n")
+    with pytest.raises(TraceError, match="'num_task'") as err:
+        load_workload(path)
+    one_line(err.value, 300)
+
+
+def test_a_key_given_twice_in_an_es_state_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    text = json.dumps(EsState.start(EsSettings(), seed=0).__dict__)
+    path.write_text(text.replace('"generation": 0', '"generation": 0, "generation": 1'))
+    with pytest.raises(EsConfigError, match="key 'generation' is given twice") as err:
+        EsState.load(path)
+    one_line(err.value, 300)
+
+
+def test_an_action_error_at_4096_slots_is_short() -> None:
+    import numpy as np
+
+    from deepboot_env.env.action import split_action
+
+    action = np.full(MAX_JOB_SLOTS + 1, 99, dtype=np.int64)
+    with pytest.raises(ValueError, match="outside the action space") as err:
+        split_action(action, MAX_JOB_SLOTS, 9, 5)
+    one_line(err.value, 300)

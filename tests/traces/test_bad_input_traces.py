@@ -68,7 +68,12 @@ WORKLOAD_CASES: dict[str, tuple[str, int, str, str]] = {
     "hex_number": (POLLUX + "ncf-1,0x10,ncf,1,32768\n", 2, "'time'", "not a number"),
     # value classes once accepted silently (issue 33)
     "replicas_beyond_batch": (POLLUX + "ncf-1,10,ncf,64,32\n", 2, "'num_replicas'", "each GPU needs a sample"),
-    "huge_replicas": (POLLUX + "ncf-1,10,ncf,1e300,32768\n", 2, "'num_replicas'", "is beyond the limit of 1e+12 for a whole number"),
+    "huge_replicas": (
+        POLLUX + "ncf-1,10,ncf,1e300,32768\n",
+        2,
+        "'num_replicas'",
+        "is beyond the limit of 1e+12 for a whole number",
+    ),
     "name_beyond_limit": (POLLUX + "n" * 300 + ",10,ncf,1,32768\n", 2, "'name'", "longer than the limit of 256"),
     "newline_in_name": (POLLUX + '"a\nb",10,ncf,1,32768\n', 3, "'name'", "control character"),
     "nul_in_name": (POLLUX + "a\x00b,10,ncf,1,32768\n", 2, "'name'", "control character"),
