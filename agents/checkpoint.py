@@ -554,12 +554,63 @@ def check_saved_network(path: Path, data: dict[str, Any], custom: dict[str, Any]
         raise CheckpointError(str(exc)) from None
 
 
+def saved_trainer(path: Path, data: dict[str, Any]) -> dict[str, Any] | None:
+    """The GroupPPO settings a model saved by :class:`agents.group_ppo.GroupPPO` names (its
+    ``deepboot_trainer`` field, plain JSON), checked; None for a plain PPO or MaskablePPO model.
+
+    Raises:
+        CheckpointError: a field that is not such a record.
+    """
+    field = data.get("deepboot_trainer")
+    if field is None:
+        return None
+    size = field.get("group_size") if isinstance(field, dict) else None
+    ok = (
+        isinstance(field, dict)
+        and field.get("algorithm") == "group_ppo"
+        and isinstance(size, int)
+        and not isinstance(size, bool)
+        and 2 <= size <= MAX_GROUP_SIZE
+        and isinstance(field.get("per_job_ratio"), bool)
+    )
+    if not ok:
+        raise CheckpointError(f"{path}: field 'deepboot_trainer' is not a trainer this loader knows ({shown(field)})")
+    return field
+
+
+MAX_GROUP_SIZE = 1024
+"""Largest ``group_size`` a saved GroupPPO may name."""
+
+
+def _loading_class(
+    path: Path, data: dict[str, Any], found: str, model_class: Any, overrides: dict[str, Any]
+) -> tuple[Any, dict[str, Any]]:
+    """The class a model is loaded as (``model_class``; None: GroupPPO where the model names it,
+    :func:`saved_trainer`, else ``found``'s) and the overrides, with a GroupPPO's saved group
+    settings under those given.
+
+    Raises:
+        CheckpointError: a GroupPPO record on a model that is not a PPO one.
+    """
+    trainer = saved_trainer(path, data)
+    if trainer is not None and found != "ppo":
+        raise CheckpointError(f"{path}: names a GroupPPO trainer but holds a {found} model")
+    if model_class is None and trainer is not None:
+        from agents.group_ppo import GroupPPO  # lazy: torch is slow to import
+
+        model_class = GroupPPO
+    if trainer is not None and model_class.__name__ == "GroupPPO":
+        overrides = {"group_size": trainer["group_size"], "per_job_ratio": trainer["per_job_ratio"], **overrides}
+    return model_class or algo_class(found), overrides
+
+
 def load_checkpoint(
     path: str | Path,
     algo: str | None = None,
     device: str = "cpu",
     env: Any = None,
     trust: bool = False,
+    model_class: Any = None,
     **overrides: Any,
 ) -> Any:
     """Load a PPO / MaskablePPO zip without unpickling anything (``trust=False``).
@@ -570,6 +621,8 @@ def load_checkpoint(
         device: torch device.
         env: the env to attach (for resuming training).
         trust: load pickled fields as plain SB3 does (runs any code the file holds); warns.
+        model_class: the class to load it as (None: :class:`agents.group_ppo.GroupPPO` with its
+            saved settings for a model that one saved, :func:`saved_trainer`, else the algorithm's).
         overrides: attributes to set on the loaded model (SB3 ``load`` keyword arguments).
 
     Raises:
@@ -595,9 +648,10 @@ def load_checkpoint(
         fill_legacy_set_sizes(data, custom)
         if not trust:
             check_saved_network(path, data, custom)
+        model_class, overrides = _loading_class(path, data, found, model_class, overrides)
         fh.seek(0)
         try:
-            model = algo_class(found).load(
+            model = model_class.load(
                 cast(io.BufferedReader, fh), env=env, device=device, custom_objects=custom, **overrides
             )
         except Exception as exc:  # noqa: BLE001 - a malformed file fails in SB3 or torch in many ways: one line

@@ -116,6 +116,16 @@ def per_job_surrogate(
     return -(surrogate * acting).sum() / count, kl, clipped
 
 
+TRAINER_FIELD = "deepboot_trainer"
+"""The field of a saved model's ``data`` naming the trainer beyond SB3's algorithm (plain JSON:
+``{"algorithm": "group_ppo", "group_size": 2, "per_job_ratio": true}``)."""
+
+
+def trainer_record(group_size: int, per_job_ratio: bool) -> dict[str, Any]:
+    """What :data:`TRAINER_FIELD` holds for a GroupPPO of these settings."""
+    return {"algorithm": "group_ppo", "group_size": int(group_size), "per_job_ratio": bool(per_job_ratio)}
+
+
 class GroupPPO(PPO):
     """:class:`stable_baselines3.PPO` with whole-episode rollouts and the group baseline of the
     module docstring. ``group_size``: envs per group (>= 2, dividing the env count).
@@ -139,9 +149,16 @@ class GroupPPO(PPO):
             self._check_env(self.env)
 
     def _excluded_save_params(self) -> list[str]:
-        """``group_size`` and ``per_job_ratio`` stay out of the saved model (a loaded model is a
-        plain PPO policy)."""
+        """``group_size`` and ``per_job_ratio`` stay out of the saved model as such: the model
+        names its trainer in :data:`TRAINER_FIELD`, plain JSON written by :meth:`save`, which the
+        loader reads back (:func:`agents.checkpoint.saved_trainer`)."""
         return [*super()._excluded_save_params(), "group_size", "per_job_ratio"]
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """SB3's ``save``, with the trainer named in the file (:data:`TRAINER_FIELD`), so that a
+        run started from it (``-i``) trains on as GroupPPO, not as plain PPO."""
+        setattr(self, TRAINER_FIELD, trainer_record(self.group_size, self.per_job_ratio))
+        super().save(*args, **kwargs)
 
     def train(self) -> None:
         """SB3's update, or with ``per_job_ratio`` the per-entry one (:meth:`_train_per_job`)."""

@@ -167,7 +167,7 @@ def load_conf(path: str | Path | None, preset: str, algo: str, common: bool = Tr
     elif preset in data:
         section = data[preset]
     else:
-        raise ConfigError(f"--conf-file {p}: no preset {shown(preset)}; presets: {names(list(data))}")
+        raise ConfigError(f"--conf-file {p}: no preset {shown(preset)}; presets: {names(list(data), most=20)}")
     if not isinstance(section, dict):
         raise ConfigError(f"--conf-file {p}: preset {shown(preset)} is not a mapping")
     out: dict[str, Any] = {}

@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -56,12 +57,12 @@ from agents.callbacks import (
     WorkloadEvalCallback,
     save_model,
 )
-from agents.checkpoint import load_checkpoint, read_data, saved_arch
+from agents.checkpoint import load_checkpoint, read_data, saved_arch, saved_trainer
 from agents.described_policy import ENV_ARGUMENTS_KEY
 from agents.distributions import distribution_checks
 from agents.env_shape import env_shape_of
 from agents.errors import ConfigError
-from agents.factory import build_model, make_vec_env_for, resolve_device
+from agents.factory import build_model, make_vec_env_for, model_class, resolve_device
 from agents.hyperparameters import check_algo, model_kwargs
 from agents.imitation import collect_demonstrations, init_residual_policy, pretrain
 from agents.interrupt import TrainingInterrupted, command_words, resume_command
@@ -222,6 +223,7 @@ def check_resume(plan: RunPlan) -> None:
         return
     settings, resolved = plan.settings, plan.resolved
     env_kwargs = resolved["env_kwargs"]
+    resolved["resume_hyperparams"] = resume_hyperparams(plan)
     saved_shape = env_shape_of(load_checkpoint(plan.resume, plan.algo, device="cpu", trust=settings.trust_checkpoint))
     grows = saved_shape["action_mode"] == "score" and not saved_shape.get("width_classes")
     plan.grows_widths = grows and bool(env_kwargs.get("width_classes"))
@@ -235,6 +237,33 @@ def check_resume(plan: RunPlan) -> None:
     arch = saved_arch(read_data(Path(plan.resume)))
     if settings.policy_arch not in (None, arch):
         raise ConfigError(f"--resume model has the {arch} policy architecture, not {settings.policy_arch}")
+
+
+NETWORK_KEYS = ("policy", "policy_kwargs")
+"""Hyperparameters a model fixes: a run from it keeps its network."""
+
+
+def resume_hyperparams(plan: RunPlan) -> dict[str, Any]:
+    """The hyperparameters a run from a saved model (``-i``) trains with, over the model's own:
+    the preset's when ``--preset`` or ``--conf-file`` names one (its network keys aside), else
+    the trainer the model names (GroupPPO's group settings: :func:`~agents.checkpoint.saved_trainer`,
+    whose ``group_size`` the run's envs then take unless ``--group-size`` says otherwise); then
+    ``--hyperparams`` over either. So the README's ``--preset score-app -i <model>`` trains with
+    the preset's algorithm and learning rate, and a bare ``-i`` with the model's.
+
+    Raises:
+        agents.checkpoint.CheckpointError: the model names a trainer the loader does not know.
+    """
+    assert plan.resume is not None
+    settings, resolved = plan.settings, plan.resolved
+    if settings.preset != "default" or settings.conf_file:
+        base = {key: value for key, value in resolved["hyperparams"].items() if key not in NETWORK_KEYS}
+    else:
+        trainer = saved_trainer(Path(plan.resume), read_data(Path(plan.resume)))
+        base = {} if trainer is None else {"group_advantage": True, "per_job_ratio": trainer["per_job_ratio"]}
+        if trainer is not None and settings.group_size is None:
+            resolved["group_size"] = trainer["group_size"]
+    return {**base, **resolved["cli_hyperparams"]}
 
 
 def build_env(plan: RunPlan) -> TrainingEnv:
@@ -267,8 +296,8 @@ def build_env(plan: RunPlan) -> TrainingEnv:
 
 def run_record(plan: RunPlan, run_dir: Path, tb_dir: Path) -> dict[str, Any]:
     """What ``config.yml`` records of a run before it trains: where it writes, its resolved
-    settings (a resumed run: the flags' hyperparameters), its arguments and command line, the
-    versions."""
+    settings (a run from a model: the hyperparameters it applies over the model's,
+    :func:`resume_hyperparams`), its arguments and command line, the versions."""
     settings, resolved, resume = plan.settings, plan.resolved, plan.resume
     return {
         "algo": plan.algo,
@@ -281,7 +310,7 @@ def run_record(plan: RunPlan, run_dir: Path, tb_dir: Path) -> dict[str, Any]:
         **{k: resolved[k] for k in RUN_KEYS},
         "eval_reference": resolved["eval_reference"],
         "env_kwargs": resolved["env_kwargs"],
-        "hyperparams": resolved["cli_hyperparams"] if resume else resolved["hyperparams"],
+        "hyperparams": resolved["resume_hyperparams"] if resume else resolved["hyperparams"],
         "resumed_from": str(resume) if resume else None,
         **{k: resolved[k] for k in PRETRAIN_KEYS},
         "conf_file": str(settings.conf_file or (DEFAULT_CONF if DEFAULT_CONF.is_file() else "")),
@@ -308,6 +337,7 @@ def start_model(run: Run) -> Any:
         model = resumed_model(run)
         adopt_env_kwargs(model, resolved["env_kwargs"])
         model.set_random_seed(settings.seed)
+    run.record["trainer"] = type(model).__name__  # PPO, MaskablePPO or GroupPPO: what trains, as config.yml says
     formats = [make_output_format("csv", str(run.run_dir)), make_output_format("tensorboard", str(run.tb_dir))]
     if settings.verbose >= 1:
         formats.append(make_output_format("stdout", str(run.run_dir)))
@@ -341,11 +371,13 @@ def resumed_model(run: Run) -> Any:
     """
     plan, vec_env = run.plan, run.env.vec_env
     assert plan.resume is not None
-    overrides = model_kwargs(plan.resolved["cli_hyperparams"])
+    overrides = model_kwargs(plan.resolved["resume_hyperparams"])
+    cls = model_class(plan.algo, overrides, plan.resolved["group_size"])  # the group settings move into overrides
     trust = plan.settings.trust_checkpoint
+    load = partial(load_checkpoint, plan.resume, plan.algo, device=plan.device, trust=trust, model_class=cls)
     if not plan.grows_widths:
-        return load_checkpoint(plan.resume, plan.algo, device=plan.device, env=vec_env, trust=trust, **overrides)
-    model = load_checkpoint(plan.resume, plan.algo, device=plan.device, trust=trust, **overrides)
+        return load(env=vec_env, **overrides)
+    model = load(**overrides)
     model.n_envs = vec_env.num_envs  # the rollout buffer the grown model builds is the run's
     grow_width_outputs(model, str(plan.resume))
     model.set_env(vec_env)

@@ -34,6 +34,22 @@ def missing_modules(extra: str) -> list[str]:
     return missing
 
 
+CPU_TORCH = "torch==2.13.0"
+"""The torch the README's commands pin: a CPU build from the package index (an unpinned torch pulls
+a multi-GB CUDA build); GPU users install any ``torch>=2.8,<3`` CUDA build instead."""
+
+TORCH_EXTRAS = ("rl", "zoo")
+"""Extras that pull torch."""
+
+
+def install_command(extra: str, clone: bool = False) -> str:
+    """The pip command that installs ``extra`` (from the package index, or a ``clone``'s folder),
+    with the README's CPU torch where the extra pulls torch."""
+    torch = f"{CPU_TORCH} " if extra in TORCH_EXTRAS else ""
+    target = f"-e '.[{extra}]'" if clone else f"'deepboot-env[{extra}]'"
+    return f"pip install {torch}{target}"
+
+
 def require_extra(extra: str, what: str) -> None:
     """Raise :class:`MissingExtraError` if ``extra`` is not installed; ``what`` names what needs it
     (``ppo:<path>``, ``deepboot train``).
@@ -45,5 +61,5 @@ def require_extra(extra: str, what: str) -> None:
     if missing:
         raise MissingExtraError(
             f"{what} needs the {extra!r} extra ({', '.join(EXTRAS[extra])}; missing: {', '.join(missing)}): "
-            f"pip install 'deepboot-env[{extra}]' (in a clone: pip install -e '.[{extra}]')"
+            f"{install_command(extra)} (in a clone: {install_command(extra, clone=True)})"
         )

@@ -3,6 +3,8 @@ pytest puts it on the path for the modules of every subfolder)."""
 
 from __future__ import annotations
 
+import re
+import shlex
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -428,3 +430,29 @@ def episode_record(sim, events: bool = False) -> str:
     records = [(r.index, r.arrival, r.start, r.finish, r.cold, r.pod) for r in sim.requests]
     parts = [metrics, sim.timeline, records, sim.reclaims, sim.restarts]
     return json.dumps([*parts, sim.num_events] if events else parts, sort_keys=True)
+
+
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```", flags=re.S | re.M)
+"""A Markdown fenced block: its language and its body."""
+
+
+def shell_commands(markdown: str) -> list[list[str]]:
+    """The commands of a Markdown text's fenced ``bash`` blocks, each as its argv: continuation
+    lines joined, comments dropped, ``&&`` / ``;`` / ``|`` chains split."""
+    commands = []
+    for language, body in FENCE.findall(markdown):
+        if language not in ("bash", "sh", "shell"):
+            continue
+        for line in body.replace("\\\n", " ").splitlines():
+            lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|")
+            lexer.whitespace_split = True
+            lexer.commenters = "#"
+            argv: list[str] = []
+            for token in lexer:
+                if token in ("&&", ";", "|", "||", "&"):
+                    commands.append(argv)
+                    argv = []
+                else:
+                    argv.append(token)
+            commands.append(argv)
+    return [argv for argv in commands if argv]

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from builders import REPO
+from builders import FENCE, REPO, shell_commands
 
 _MD = re.compile(r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.md)\b")
 GENERATED = {"results.md", "leaderboard.md"}
@@ -66,7 +66,6 @@ MACHINE_NOTES = ("../shared", "2-core", "development machine", "CI machines", "a
 the README (timings with their machine: docs/results.md §8; contributors' commands: docs/usage.md §2)."""
 
 _LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
-_FENCE = re.compile(r"^```(\w*)\n(.*?)^```", flags=re.S | re.M)
 
 
 def _slug(heading: str) -> str:
@@ -82,7 +81,7 @@ def _anchors(path: Path) -> set[str]:
 
 
 def _without_fences(text: str) -> str:
-    return _FENCE.sub("", text)
+    return FENCE.sub("", text)
 
 
 def broken_links(path: Path, root: Path = REPO) -> list[str]:
@@ -132,28 +131,6 @@ def test_broken_links_are_found(tmp_path: Path) -> None:
         f"c{md} (no such file)",
         f"b{md}#nope (no such anchor)",
     ]
-
-
-def shell_commands(markdown: str) -> list[list[str]]:
-    """The commands of a Markdown text's fenced ``bash`` blocks, each as its argv: continuation
-    lines joined, comments dropped, ``&&`` / ``;`` / ``|`` chains split."""
-    commands = []
-    for language, body in _FENCE.findall(markdown):
-        if language not in ("bash", "sh", "shell"):
-            continue
-        for line in body.replace("\\\n", " ").splitlines():
-            lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|")
-            lexer.whitespace_split = True
-            lexer.commenters = "#"
-            argv: list[str] = []
-            for token in lexer:
-                if token in ("&&", ";", "|", "||", "&"):
-                    commands.append(argv)
-                    argv = []
-                else:
-                    argv.append(token)
-            commands.append(argv)
-    return [argv for argv in commands if argv]
 
 
 def inline_commands(markdown: str) -> list[list[str]]:
@@ -228,7 +205,7 @@ def test_readme_python_snippets_run(capsys: pytest.CaptureFixture[str], monkeypa
     """The README's Python runs as written (the SB3 snippet where the rl extra is installed), and a
     number the environment snippet prints is the one its comment states."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    blocks = [body for language, body in _FENCE.findall(README.read_text(encoding="utf-8")) if language == "python"]
+    blocks = [body for language, body in FENCE.findall(README.read_text(encoding="utf-8")) if language == "python"]
     assert blocks, "README.md has no python block"
     for code in blocks:
         if "sb3_contrib" in code and importlib.util.find_spec("sb3_contrib") is None:

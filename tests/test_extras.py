@@ -76,7 +76,7 @@ def test_a_ppo_model_names_the_missing_extra_in_one_line() -> None:
     )
     lines = err.strip().splitlines()
     assert rc == 2 and len(lines) == 1, err
-    assert "needs the 'rl' extra" in lines[0] and "pip install 'deepboot-env[rl]'" in lines[0]
+    assert "needs the 'rl' extra" in lines[0] and "pip install torch==2.13.0 'deepboot-env[rl]'" in lines[0]
 
 
 def test_training_names_the_missing_extra_and_help_still_lists_the_presets() -> None:
@@ -106,3 +106,15 @@ def test_training_names_the_missing_extra_and_help_still_lists_the_presets() -> 
         """
     )
     assert rc == 0, err
+
+
+def test_the_missing_extra_command_pins_the_readme_s_cpu_torch() -> None:
+    """Issue 68: the message once suggested an unpinned ``deepboot-env[rl]``, which pulls a
+    multi-GB CUDA torch on a CPU machine; it gives the pin the README's commands use."""
+    from builders import REPO
+
+    from deepboot_env.extras import CPU_TORCH, install_command
+
+    assert f"pip install {CPU_TORCH} -e" in (REPO / "README.md").read_text()
+    assert install_command("rl") == f"pip install {CPU_TORCH} 'deepboot-env[rl]'"
+    assert install_command("ray", clone=True) == "pip install -e '.[ray]'"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from builders import REPO
+from builders import REPO, shell_commands
 
 sys.path.insert(0, str(REPO))  # train_policy.py is a script at the repository root
 
@@ -392,3 +392,27 @@ def test_eval_family_takes_a_seed_count() -> None:
     for bad in ("family:mixed:val:0", "family:mixed:val:x"):
         with pytest.raises(ConfigError, match="seed count"):
             load_workloads([bad])
+
+
+def test_the_readme_s_ppo_training_commands_train_their_preset_s_algorithm(tmp_path, monkeypatch) -> None:
+    """Issue 68: the README's first training command and its fourth (``-i`` over another prior),
+    run as written with ``-n 1``, both train GroupPPO with the preset's learning rate; the fourth
+    used to train plain PPO at SB3's defaults and record ``hyperparams: {}``. A bare ``-i`` keeps
+    the trainer the model names."""
+    commands = [
+        argv[2:] for argv in shell_commands((REPO / "README.md").read_text()) if argv[:2] == ["deepboot", "train"]
+    ]
+    ppo = [argv for argv in commands if "--algo" not in argv]
+    assert len(ppo) == 2 and "-i" in ppo[1], ppo
+    monkeypatch.chdir(tmp_path)  # the README's runs/ppo_1 is relative
+    quick = ["-n", "1", "--no-progress", "--verbose", "0"]
+    configs = [yaml.safe_load((train_policy.run([*argv, *quick]) / "config.yml").read_text()) for argv in ppo]
+    for config in configs:
+        assert config["trainer"] == "GroupPPO", config["trainer"]
+        assert config["hyperparams"]["learning_rate"] == 1e-3 and config["hyperparams"]["group_advantage"]
+    assert configs[1]["resumed_from"].endswith("ppo_1/final_model.zip")
+    bare = train_policy.run(
+        ["--workload", "family:mixed", "-i", "runs/ppo_1/final_model.zip", "--eval-freq", "0", *quick]
+    )
+    config = yaml.safe_load((bare / "config.yml").read_text())
+    assert config["trainer"] == "GroupPPO" and config["group_size"] == 2
