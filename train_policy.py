@@ -51,7 +51,7 @@ if __name__ == "__main__":  # first, before the imports below: a stop while they
 import argparse
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
@@ -60,6 +60,7 @@ from agents.errors import ConfigError
 from agents.factory import DEVICES, VEC_ENVS
 from agents.hyperparameters import ALGOS, POLICY_ARCHS
 from agents.interrupt import TrainingInterrupted
+from agents.policy_adapter import run_config
 from agents.run_config import (
     ENV_IDS,
     FAMILY_SEEDS,
@@ -72,6 +73,7 @@ from deepboot_env import FRONT_END_DYNAMICS, REFERENCE_POLICY
 from deepboot_env.argparsing import ArgumentParser, whole
 from deepboot_env.extras import MissingExtraError, require_extra
 from deepboot_env.stops import Stopped, StopSignals
+from deepboot_harness.curves import write_run_curve
 
 # The modules that train import torch and stable-baselines3 (the `rl` extra): imported when a run
 # starts, after the check that names the extra, so that --help and a missing extra need neither.
@@ -354,14 +356,26 @@ def dispatch(args: argparse.Namespace) -> Path:
     folder = Path(settings.log_folder)
     if folder.exists() and not folder.is_dir():
         raise ConfigError(f"-f/--log-folder {folder}: is a file, not a folder")
-    if settings.algo == "es":
-        from agents.evolution import train_es  # lazy: the trainers load after the extra's check (above)
-
-        return train_es(settings)
     if settings.tune:
         from agents.sweep import sweep  # lazy: the trainers load after the extra's check (above)
 
         return sweep(settings)
+    from agents.evolution import train_es  # lazy: the trainers load after the extra's check (above)
     from agents.training_run import train  # lazy: the trainers load after the extra's check (above)
 
-    return train(settings)
+    trainer: Callable[[TrainSettings], Path] = train_es if settings.algo == "es" else train
+    try:
+        run_dir = trainer(settings)
+    except TrainingInterrupted as stop:
+        write_curve(stop.run_dir, settings.algo)
+        raise
+    write_curve(run_dir, settings.algo)
+    return run_dir
+
+
+def write_curve(run_dir: Path, algo: str | None) -> Path | None:
+    """The run's ``curve.png``: its validation ratio to its evaluation reference
+    (:func:`deepboot_harness.curves.write_run_curve`; ES runs validate against ``ats``)."""
+    reference = "ats" if algo == "es" else run_config(run_dir / "final_model.zip").get("eval_reference")
+    x_label = "training episodes" if algo == "es" else "training timesteps"
+    return write_run_curve(run_dir, reference if isinstance(reference, str) else None, x_label)

@@ -1,4 +1,4 @@
-"""Learned agents for DeepBoot-v0: PPO / MaskablePPO construction, callbacks, policy adapter.
+"""Learned agents for DeepBoot-v1 (and v0): PPO / MaskablePPO construction, callbacks, policy adapter.
 
 * :mod:`agents.factory`: :func:`~agents.factory.make_vec_env_for`,
   :func:`~agents.factory.build_model`, device resolution.

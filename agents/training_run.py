@@ -52,6 +52,7 @@ from torch.utils.tensorboard.summary import hparams
 import deepboot_env
 from agents.callbacks import (
     AtomicCheckpointCallback,
+    EnvStepProgressBar,
     SchedMetricsCallback,
     StopOnSignal,
     WorkloadEvalCallback,
@@ -549,13 +550,13 @@ def learn(run: Run, model: Any, cbs: RunCallbacks) -> None:
     callbacks' training end (their background workers stopped)."""
     if run.stops.signum is not None:
         return
-    callback = CallbackList(cbs.all)
+    bar = [] if run.plan.settings.no_progress else [EnvStepProgressBar()]  # counts env steps, as SB3's did not
+    callback = CallbackList([*cbs.all, *bar])
     try:
         model.learn(
             total_timesteps=run.plan.resolved["n_timesteps"],
             callback=callback,
             reset_num_timesteps=run.plan.resume is None,
-            progress_bar=not run.plan.settings.no_progress,
         )
     except Stopped:
         cbs.skip_final_evaluation()

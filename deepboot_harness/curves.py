@@ -58,6 +58,30 @@ def chained_curve(runs: str, column: str = "train_jct_mean") -> list[tuple[float
     return sorted(points.items())
 
 
+CURVE_FILE = "curve.png"
+"""The picture a training run leaves in its folder (:func:`write_run_curve`)."""
+
+
+def write_run_curve(run_dir: Path, reference: str | None, x_label: str = "training timesteps") -> Path | None:
+    """``curve.png`` in ``run_dir``: the run's validation ratio to its evaluation ``reference``
+    (``jct_ratio`` of ``evaluations.csv``) against the training steps, the reference the line at
+    1, so that a run that beats it shows without TensorBoard. None where the run has no ratio to
+    draw (no evaluation, or no reference)."""
+    from deepboot_harness.plots import plot_learning_curves
+
+    if reference is None:
+        return None
+    try:
+        points = evaluation_curve(run_dir, "jct_ratio")
+    except (FileNotFoundError, ValueError):
+        return None
+    if not points:
+        return None
+    return plot_learning_curves(
+        {run_dir.name: points}, run_dir / CURVE_FILE, {reference: 1.0}, ratio_to=reference, xlabel=x_label
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point."""
     from deepboot_harness.plots import plot_learning_curves

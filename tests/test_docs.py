@@ -208,7 +208,8 @@ def test_readme_python_snippets_run(capsys: pytest.CaptureFixture[str], monkeypa
     blocks = [body for language, body in FENCE.findall(README.read_text(encoding="utf-8")) if language == "python"]
     assert blocks, "README.md has no python block"
     for code in blocks:
-        if "sb3_contrib" in code and importlib.util.find_spec("sb3_contrib") is None:
+        needs_rl = "sb3_contrib" in code or "load_agent" in code
+        if needs_rl and importlib.util.find_spec("sb3_contrib") is None:
             continue
         exec(compile(code, str(README), "exec"), {"__name__": "__readme__"})  # noqa: S102 - the README's own code
         printed = capsys.readouterr().out.split()

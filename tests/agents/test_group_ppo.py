@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch as th
 
+from agents.checkpoint import load_checkpoint
 from agents.errors import ConfigError
 from agents.factory import build_model, make_vec_env_for
 from agents.group_ppo import Episode, GroupPPO, group_advantages, per_job_surrogate
@@ -91,6 +92,20 @@ def test_group_ppo_plays_whole_episodes_and_centres_each_pair(tmp_path: Path) ->
     path = tmp_path / "group.zip"
     model.save(path)
     assert load_agent_policy(path).action_mode == "score"  # a plain PPO policy to load
+    loaded = load_checkpoint(path)  # the trainer it names comes back (issue 68)
+    assert isinstance(loaded, GroupPPO) and loaded.group_size == 2 and not loaded.per_job_ratio
+
+
+def test_the_progress_bar_counts_env_steps() -> None:
+    """GroupPPO steps only the envs whose episode goes on: the bar adds what the model counts."""
+    from agents.callbacks import EnvStepProgressBar
+
+    env_kwargs = {**SCORE_ENV, "max_rounds": 12}
+    vec = make_vec_env_for("family:mixed", 4, 0, env_kwargs, group_size=2, antithetic=True)
+    model = build_model("ppo", vec, hyperparams=SMALL_SET, env_kwargs=env_kwargs, group_size=2)
+    bar = EnvStepProgressBar()
+    model.learn(1, callback=bar)
+    assert bar.pbar.n == model.num_timesteps > 0
 
 
 def test_group_advantage_needs_ppo_and_pairs() -> None:

@@ -406,7 +406,9 @@ def test_the_readme_s_ppo_training_commands_train_their_preset_s_algorithm(tmp_p
     assert len(ppo) == 2 and "-i" in ppo[1], ppo
     monkeypatch.chdir(tmp_path)  # the README's runs/ppo_1 is relative
     quick = ["-n", "1", "--no-progress", "--verbose", "0"]
-    configs = [yaml.safe_load((train_policy.run([*argv, *quick]) / "config.yml").read_text()) for argv in ppo]
+    runs = [train_policy.run([*argv, *quick]) for argv in ppo]
+    configs = [yaml.safe_load((run / "config.yml").read_text()) for run in runs]
+    assert (runs[0] / "curve.png").is_file()  # the validation ratio to ats, next to its TensorBoard events
     for config in configs:
         assert config["trainer"] == "GroupPPO", config["trainer"]
         assert config["hyperparams"]["learning_rate"] == 1e-3 and config["hyperparams"]["group_advantage"]
