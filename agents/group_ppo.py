@@ -35,7 +35,7 @@ from gymnasium import spaces
 from stable_baselines3 import PPO
 from stable_baselines3.common.buffers import DictRolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.utils import obs_as_tensor
+from stable_baselines3.common.utils import explained_variance, obs_as_tensor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
 
@@ -183,7 +183,7 @@ class GroupPPO(PPO):
         advantages = th.as_tensor(buffer.advantages[:, 0], device=self.device).float()
         advantages = advantages / (advantages.std() + 1e-8)
         old, acting = self._entry_log_probs(obs, actions)
-        kls, clipped = [], []
+        kls, clipped, losses = [], [], []
         minibatches = (
             idx
             for _ in range(self.n_epochs)
@@ -194,6 +194,7 @@ class GroupPPO(PPO):
             loss, kl, share = per_job_surrogate(new, old[idx], acting[idx], advantages[idx], clip)
             kls.append(float(kl))
             clipped.append(float(share))
+            losses.append(float(loss))
             if self.target_kl is not None and kls[-1] > 1.5 * self.target_kl:
                 break  # as SB3: the KL limit ends the whole update, not just the epoch
             policy.optimizer.zero_grad()
@@ -204,6 +205,24 @@ class GroupPPO(PPO):
         self.logger.record("train/approx_kl", float(np.mean(kls)))
         self.logger.record("train/clip_fraction", float(np.mean(clipped)))
         self.logger.record("train/n_updates", self._n_updates)
+        self._record_per_job_curves(losses)
+
+    def _record_per_job_curves(self, losses: list[float]) -> None:
+        """The rest of SB3's ``train/*`` curves for the per-job update, so that TensorBoard shows
+        them for the score presets too: the surrogate loss, the score policy's entropy (a Gaussian
+        per entry: its log standard deviations), its standard deviation, and the explained variance
+        of the value head (which this update does not train: a diagnostic only)."""
+        policy: Any = self.policy
+        if losses:
+            self.logger.record("train/policy_gradient_loss", float(np.mean(losses)))
+        log_std = getattr(policy, "score_log_std", None)
+        if log_std is not None:
+            entropy = 0.5 * (1.0 + np.log(2.0 * np.pi)) + log_std.detach()
+            self.logger.record("train/entropy_loss", -float(entropy.mean()))
+            self.logger.record("train/std", float(th.exp(log_std.detach()).mean()))
+        buffer = self.rollout_buffer
+        values, returns = buffer.values.flatten(), buffer.returns.flatten()
+        self.logger.record("train/explained_variance", float(explained_variance(values, returns)))
 
     def _entry_log_probs(self, obs: dict[str, th.Tensor], actions: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
         """The acting policy's per-entry log probabilities and acting weights of the whole rollout."""

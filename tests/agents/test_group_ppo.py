@@ -147,6 +147,9 @@ def test_group_ppo_per_job_ratio_updates_the_score_policy() -> None:
     assert np.abs(model.rollout_buffer.advantages).max() > 0  # the pair's episodes differ
     moved = [not th.equal(a, b) for a, b in zip(before, model.policy.parameters(), strict=True)]
     assert any(moved)
+    logged = model.logger.name_to_value  # TensorBoard's training curves for the score presets (issue 68)
+    for key in ("policy_gradient_loss", "entropy_loss", "std", "explained_variance", "approx_kl", "learning_rate"):
+        assert np.isfinite(logged[f"train/{key}"]), key
     assert "per_job_ratio" not in model.get_parameters()  # a plain PPO policy to load
     with pytest.raises(ConfigError, match="per_job_ratio needs group_advantage"):
         build_model("ppo", vec, hyperparams={**SMALL_SET, "group_advantage": False, "per_job_ratio": True})
