@@ -77,12 +77,12 @@ def test_crafted_model_zips_stay_under_1_gb_and_fail_in_one_line(tmp_path: Path)
     """Each crafted zip is at most 10 MB; each is refused by the command in one line with status
     2, and the whole process (imports included) peaks under 1 GB."""
     tensors = _tensor_file(256)  # 256 MB unpacked: three of them were loaded whole before the bound
+    under = _tensor_file(42)  # three of 42 MB: just under the total, so they are read (peak about 490 MB)
     shipped = _entries(SHIPPED_MODEL)
+    weights = ("policy.pth", "policy.optimizer.pth", "pytorch_variables.pth")
     cases = {
-        "three 256 MB tensor entries": _zip(
-            tmp_path / "tensors.zip",
-            {**shipped, "policy.pth": tensors, "policy.optimizer.pth": tensors, "pytorch_variables.pth": tensors},
-        ),
+        "three 256 MB tensor entries": _zip(tmp_path / "tensors.zip", {**shipped, **dict.fromkeys(weights, tensors)}),
+        "three 42 MB tensor entries": _zip(tmp_path / "under.zip", {**shipped, **dict.fromkeys(weights, under)}),
         "a 12k x 12k network": _zip(
             tmp_path / "wide.zip", shipped, _policy_kwargs(SHIPPED_MODEL, net_arch=[12_000, 12_000])
         ),
