@@ -31,6 +31,7 @@ Any other pickled field makes loading fail with one line naming it, unless ``tru
 from __future__ import annotations
 
 import ast
+import dataclasses
 import io
 import json
 import math
@@ -42,12 +43,13 @@ import zlib
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any
 
 import numpy as np
 
-from agents.env_shape import score_layout
+from agents.env_shape import score_layout, spaces_env_shape
 from agents.errors import ConfigError
 from agents.factory import algo_class, check_parameter_count, policy_class
 from agents.hyperparameters import (
@@ -66,6 +68,7 @@ from deepboot_env.limits import (
     MAX_ZIP_TOTAL_BYTES,
     open_regular,
     parse_json,
+    read_bounded,
     read_stream,
     shown,
 )
@@ -130,8 +133,7 @@ an entry the policy does not use is refused rather than read."""
 def open_model_zip(path: Path) -> Iterator[tuple[IO[bytes], zipfile.ZipFile]]:
     """The model zip at ``path``, open (the file and its archive), after :func:`check_members`:
     a regular file only (:func:`~deepboot_env.limits.open_regular`), its entry count read from
-    the archive's end record before its directory is listed. Everything a load reads comes
-    through the one file object, so that the file checked is the file loaded.
+    the archive's end record before its directory is listed.
 
     Raises:
         CheckpointError: not a zip, too many or unknown entries, entries too large, unreadable.
@@ -140,20 +142,31 @@ def open_model_zip(path: Path) -> Iterator[tuple[IO[bytes], zipfile.ZipFile]]:
         fh = open_regular(path)
     except OSError as exc:
         raise CheckpointError(f"{path}: cannot read the model ({exc.strerror or exc})") from None
-    with fh:
-        try:
-            members = _declared_member_count(fh)
-            if members > MAX_ZIP_MEMBERS:
-                raise CheckpointError(f"{path}: holds {members:,} entries; a model zip holds at most {MAX_ZIP_MEMBERS}")
-            fh.seek(0)
-            zf = zipfile.ZipFile(fh)
-        except _ZIP_ERRORS as exc:
-            if isinstance(exc, CheckpointError):
-                raise
-            raise CheckpointError(f"{path}: not a stable-baselines3 model zip ({shown(str(exc))})") from None
-        with zf:
-            check_members(path, zf)
-            yield fh, zf
+    with fh, model_archive(path, fh) as zf:
+        yield fh, zf
+
+
+@contextmanager
+def model_archive(path: Path, fh: IO[bytes]) -> Iterator[zipfile.ZipFile]:
+    """The model zip in the binary stream ``fh`` (read from ``path``, for the messages), after
+    :func:`check_members`.
+
+    Raises:
+        CheckpointError: not a zip, too many or unknown entries, entries too large.
+    """
+    try:
+        members = _declared_member_count(fh)
+        if members > MAX_ZIP_MEMBERS:
+            raise CheckpointError(f"{path}: holds {members:,} entries; a model zip holds at most {MAX_ZIP_MEMBERS}")
+        fh.seek(0)
+        zf = zipfile.ZipFile(fh)
+    except _ZIP_ERRORS as exc:
+        if isinstance(exc, CheckpointError):
+            raise
+        raise CheckpointError(f"{path}: not a stable-baselines3 model zip ({shown(str(exc))})") from None
+    with zf:
+        check_members(path, zf)
+        yield zf
 
 
 _END_RECORD = b"PK\x05\x06"
@@ -604,6 +617,110 @@ def _loading_class(
     return model_class or algo_class(found), overrides
 
 
+MAX_MODEL_FILE_BYTES = MAX_ZIP_TOTAL_BYTES + (1 << 20)
+"""Largest model zip file read: its entries' bound, stored, plus the zip's own headers."""
+
+
+@dataclass(frozen=True)
+class SavedModel:
+    """A PPO / MaskablePPO model zip, read once and validated once (:meth:`read`), then loaded
+    from the bytes read (:meth:`load`): what a run from a model asks of it (its algorithm,
+    architecture, trainer, env shape) costs no second read and no loading of weights.
+
+    Attributes:
+        path: the file, for messages.
+        content: its bytes.
+        data: its ``data`` JSON, as stored (pickled fields unread).
+        algo: ``ppo`` or ``maskable_ppo``.
+        trust: pickled fields are unpickled at :meth:`load` (``--trust-checkpoint``).
+        custom: SB3's ``custom_objects``: every pickled field rebuilt from checked data ({} when trusted).
+    """
+
+    path: Path
+    content: bytes = dataclasses.field(repr=False)
+    data: dict[str, Any] = dataclasses.field(repr=False)
+    algo: str
+    trust: bool
+    custom: dict[str, Any] = dataclasses.field(repr=False)
+
+    @classmethod
+    def read(cls, path: str | Path, algo: str | None = None, trust: bool = False) -> SavedModel:
+        """The model zip at ``path``, read and checked (see the module docstring).
+
+        Raises:
+            CheckpointError: not a PPO/MaskablePPO zip, a different algorithm than ``algo``, a
+                pickled field that cannot be rebuilt safely, a network or entries too large.
+        """
+        path = Path(path)
+        try:
+            content = read_bounded(path, MAX_MODEL_FILE_BYTES, "a model zip", CheckpointError)
+        except OSError as exc:
+            raise CheckpointError(f"{path}: cannot read the model ({exc.strerror or exc})") from None
+        with model_archive(path, io.BytesIO(content)) as zf:
+            data = _data(path, zf)
+        found = saved_algo(path, data)
+        if algo is not None and algo != found:
+            raise CheckpointError(f"{path}: holds a {found} model, not {algo}")
+        custom: dict[str, Any] = {}
+        if trust:
+            warnings.warn(
+                f"{path}: loading pickled fields (--trust-checkpoint): only do this for files you trust", stacklevel=2
+            )
+        else:
+            custom = safe_custom_objects(path, data, found)
+            check_saved_hyperparams(path, data, custom)
+        fill_legacy_set_sizes(data, custom)
+        if not trust:
+            check_saved_network(path, data, custom)
+        saved_trainer(path, data)  # checked now, not at the load
+        return cls(path, content, data, found, trust, custom)
+
+    @property
+    def arch(self) -> str:
+        """``set`` or ``mlp`` (:func:`saved_arch`)."""
+        return saved_arch(self.data)
+
+    @property
+    def trainer(self) -> dict[str, Any] | None:
+        """The GroupPPO settings it names (:func:`saved_trainer`), or None."""
+        return saved_trainer(self.path, self.data)
+
+    @property
+    def env_shape(self) -> dict[str, Any]:
+        """The env arguments its spaces fix (:func:`~agents.env_shape.spaces_env_shape` of the
+        spaces rebuilt from its plain text)."""
+        return spaces_env_shape(*_spaces(self.path, self.data))
+
+    def load(self, device: str = "cpu", env: Any = None, model_class: Any = None, **overrides: Any) -> Any:
+        """The SB3 model, loaded from the bytes :meth:`read` checked.
+
+        Args:
+            device: torch device.
+            env: the env to attach (for training on).
+            model_class: the class to load it as (None: :class:`agents.group_ppo.GroupPPO` with
+                its saved settings for a model that one saved, :func:`saved_trainer`, else the
+                algorithm's).
+            overrides: attributes to set on the loaded model (SB3 ``load`` keyword arguments).
+
+        Raises:
+            CheckpointError: SB3 or torch cannot load it (one line).
+        """
+        from agents.distributions import use_padded_distribution  # lazy: SB3 is slow to import
+
+        model_class, overrides = _loading_class(self.path, self.data, self.algo, model_class, overrides)
+        custom = dict(self.custom)  # SB3 may keep what it is given
+        try:
+            model = model_class.load(
+                io.BytesIO(self.content), env=env, device=device, custom_objects=custom, **overrides
+            )
+        except Exception as exc:  # noqa: BLE001 - a malformed file fails in SB3 or torch in many ways: one line
+            raise CheckpointError(
+                f"{self.path}: cannot load the model ({type(exc).__name__}: {shown(str(exc))})"
+            ) from None
+        use_padded_distribution(model.policy)
+        return model
+
+
 def load_checkpoint(
     path: str | Path,
     algo: str | None = None,
@@ -613,48 +730,11 @@ def load_checkpoint(
     model_class: Any = None,
     **overrides: Any,
 ) -> Any:
-    """Load a PPO / MaskablePPO zip without unpickling anything (``trust=False``).
-
-    Args:
-        path: the model zip.
-        algo: ``ppo`` or ``maskable_ppo``; None: the algorithm the zip's policy class names.
-        device: torch device.
-        env: the env to attach (for resuming training).
-        trust: load pickled fields as plain SB3 does (runs any code the file holds); warns.
-        model_class: the class to load it as (None: :class:`agents.group_ppo.GroupPPO` with its
-            saved settings for a model that one saved, :func:`saved_trainer`, else the algorithm's).
-        overrides: attributes to set on the loaded model (SB3 ``load`` keyword arguments).
+    """Load a PPO / MaskablePPO zip without unpickling anything (``trust=False``):
+    :meth:`SavedModel.read` then :meth:`SavedModel.load`.
 
     Raises:
         CheckpointError: not a PPO/MaskablePPO zip, a different algorithm than ``algo``, or a
             pickled field that cannot be rebuilt safely.
     """
-    from agents.distributions import use_padded_distribution  # lazy: SB3 is slow to import
-
-    path = Path(path)
-    with open_model_zip(path) as (fh, zf):
-        data = _data(path, zf)
-        found = saved_algo(path, data)
-        if algo is not None and algo != found:
-            raise CheckpointError(f"{path}: holds a {found} model, not {algo}")
-        if trust:
-            warnings.warn(
-                f"{path}: loading pickled fields (--trust-checkpoint): only do this for files you trust", stacklevel=2
-            )
-            custom: dict[str, Any] = {}
-        else:
-            custom = safe_custom_objects(path, data, found)
-            check_saved_hyperparams(path, data, custom)
-        fill_legacy_set_sizes(data, custom)
-        if not trust:
-            check_saved_network(path, data, custom)
-        model_class, overrides = _loading_class(path, data, found, model_class, overrides)
-        fh.seek(0)
-        try:
-            model = model_class.load(
-                cast(io.BufferedReader, fh), env=env, device=device, custom_objects=custom, **overrides
-            )
-        except Exception as exc:  # noqa: BLE001 - a malformed file fails in SB3 or torch in many ways: one line
-            raise CheckpointError(f"{path}: cannot load the model ({type(exc).__name__}: {shown(str(exc))})") from None
-    use_padded_distribution(model.policy)
-    return model
+    return SavedModel.read(path, algo, trust).load(device, env, model_class, **overrides)

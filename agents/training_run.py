@@ -37,7 +37,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -58,10 +57,9 @@ from agents.callbacks import (
     WorkloadEvalCallback,
     save_model,
 )
-from agents.checkpoint import load_checkpoint, read_data, saved_arch, saved_trainer
+from agents.checkpoint import SavedModel
 from agents.described_policy import ENV_ARGUMENTS_KEY
 from agents.distributions import distribution_checks
-from agents.env_shape import env_shape_of
 from agents.errors import ConfigError
 from agents.factory import build_model, make_vec_env_for, model_class, resolve_device
 from agents.hyperparameters import check_algo, model_kwargs
@@ -101,6 +99,7 @@ class RunPlan:
             (:func:`~agents.run_config.resolve_settings`; :func:`check_resume` completes
             ``env_kwargs`` from the resumed model's spaces).
         grows_widths: the resumed score model grows width scores (:func:`check_resume`).
+        saved: the model a run from a model starts at, read and checked once (:func:`check_resume`).
     """
 
     settings: TrainSettings
@@ -109,6 +108,7 @@ class RunPlan:
     resume: Path | None
     resolved: dict[str, Any]
     grows_widths: bool = False
+    saved: SavedModel | None = None
 
 
 @dataclass
@@ -224,8 +224,9 @@ def check_resume(plan: RunPlan) -> None:
         return
     settings, resolved = plan.settings, plan.resolved
     env_kwargs = resolved["env_kwargs"]
-    resolved["resume_hyperparams"] = resume_hyperparams(plan)
-    saved_shape = env_shape_of(load_checkpoint(plan.resume, plan.algo, device="cpu", trust=settings.trust_checkpoint))
+    plan.saved = saved = SavedModel.read(plan.resume, plan.algo, trust=settings.trust_checkpoint)
+    resolved["resume_hyperparams"] = resume_hyperparams(plan, saved)
+    saved_shape = saved.env_shape
     grows = saved_shape["action_mode"] == "score" and not saved_shape.get("width_classes")
     plan.grows_widths = grows and bool(env_kwargs.get("width_classes"))
     for key, value in saved_shape.items():
@@ -235,7 +236,7 @@ def check_resume(plan: RunPlan) -> None:
     for key in ("policy", "policy_kwargs"):
         if key in resolved["cli_hyperparams"]:
             raise ConfigError(f"--hyperparams {key} cannot change when resuming")
-    arch = saved_arch(read_data(Path(plan.resume)))
+    arch = saved.arch
     if settings.policy_arch not in (None, arch):
         raise ConfigError(f"--resume model has the {arch} policy architecture, not {settings.policy_arch}")
 
@@ -244,7 +245,7 @@ NETWORK_KEYS = ("policy", "policy_kwargs")
 """Hyperparameters a model fixes: a run from it keeps its network."""
 
 
-def resume_hyperparams(plan: RunPlan) -> dict[str, Any]:
+def resume_hyperparams(plan: RunPlan, saved: SavedModel) -> dict[str, Any]:
     """The hyperparameters a run from a saved model (``-i``) trains with, over the model's own:
     the preset's when ``--preset`` or ``--conf-file`` names one (its network keys aside), else
     the trainer the model names (GroupPPO's group settings: :func:`~agents.checkpoint.saved_trainer`,
@@ -255,12 +256,11 @@ def resume_hyperparams(plan: RunPlan) -> dict[str, Any]:
     Raises:
         agents.checkpoint.CheckpointError: the model names a trainer the loader does not know.
     """
-    assert plan.resume is not None
     settings, resolved = plan.settings, plan.resolved
     if settings.preset != "default" or settings.conf_file:
         base = {key: value for key, value in resolved["hyperparams"].items() if key not in NETWORK_KEYS}
     else:
-        trainer = saved_trainer(Path(plan.resume), read_data(Path(plan.resume)))
+        trainer = saved.trainer
         base = {} if trainer is None else {"group_advantage": True, "per_job_ratio": trainer["per_job_ratio"]}
         if trainer is not None and settings.group_size is None:
             resolved["group_size"] = trainer["group_size"]
@@ -371,14 +371,12 @@ def resumed_model(run: Run) -> Any:
         agents.checkpoint.CheckpointError: a model that cannot be loaded.
     """
     plan, vec_env = run.plan, run.env.vec_env
-    assert plan.resume is not None
+    assert plan.saved is not None
     overrides = model_kwargs(plan.resolved["resume_hyperparams"])
     cls = model_class(plan.algo, overrides, plan.resolved["group_size"])  # the group settings move into overrides
-    trust = plan.settings.trust_checkpoint
-    load = partial(load_checkpoint, plan.resume, plan.algo, device=plan.device, trust=trust, model_class=cls)
     if not plan.grows_widths:
-        return load(env=vec_env, **overrides)
-    model = load(**overrides)
+        return plan.saved.load(plan.device, vec_env, cls, **overrides)
+    model = plan.saved.load(plan.device, None, cls, **overrides)
     model.n_envs = vec_env.num_envs  # the rollout buffer the grown model builds is the run's
     grow_width_outputs(model, str(plan.resume))
     model.set_env(vec_env)

@@ -189,3 +189,26 @@ def test_training_refuses_a_network_beyond_the_limit(tmp_path: Path, capsys) -> 
     assert stop.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert "more than the limit" in err[-1] and len(err[-1]) <= 300
+
+
+def test_a_saved_model_is_read_once_and_loaded_from_what_was_checked(tmp_path: Path) -> None:
+    """Issue 68's SavedModel: one read, one validation; the load uses the bytes checked, so a file
+    swapped (or removed) after the check is never what loads."""
+    from agents.checkpoint import SavedModel
+
+    path = tmp_path / "model.zip"
+    path.write_bytes(SCORE_MODEL.read_bytes())
+    saved = SavedModel.read(path)
+    assert (saved.algo, saved.arch, saved.trainer) == ("ppo", "set", None)
+    assert saved.env_shape == {
+        "max_jobs": 32,
+        "lend_levels": 5,
+        "action_mode": "score",
+        "outlook": True,
+        "width_classes": 3,
+    }
+    path.write_bytes(b"not a zip any more")
+    model = saved.load()
+    assert type(model).__name__ == "PPO" and sum(p.numel() for p in model.policy.parameters()) > 0
+    with pytest.raises(CheckpointError, match="not a stable-baselines3 model zip"):
+        SavedModel.read(path)
