@@ -60,7 +60,7 @@ from agents.errors import ConfigError
 from agents.factory import DEVICES, VEC_ENVS
 from agents.hyperparameters import ALGOS, POLICY_ARCHS
 from agents.interrupt import TrainingInterrupted
-from agents.policy_adapter import run_config
+from agents.policy_adapter import resolve_model_path, run_config
 from agents.run_config import (
     ENV_IDS,
     FAMILY_SEEDS,
@@ -72,6 +72,7 @@ from agents.run_config import (
 from deepboot_env import FRONT_END_DYNAMICS, REFERENCE_POLICY
 from deepboot_env.argparsing import ArgumentParser, whole
 from deepboot_env.extras import MissingExtraError, require_extra
+from deepboot_env.limits import NotRegularFile, open_regular
 from deepboot_env.stops import Stopped, StopSignals
 from deepboot_harness.curves import write_run_curve
 
@@ -312,7 +313,8 @@ def _main(argv: Sequence[str] | None, prog: str) -> int:
     args.command = recorded_command(argv, prog)
     try:
         require_extra("rl", prog)
-    except MissingExtraError as exc:
+        check_input_files(args)
+    except (MissingExtraError, ConfigError, FileNotFoundError) as exc:
         parser.error(str(exc))
     from agents.evolution import EsConfigError  # lazy: the trainers load after the extra's check (above)
 
@@ -327,6 +329,33 @@ def _main(argv: Sequence[str] | None, prog: str) -> int:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+INPUT_FLAGS: dict[str, str] = {"conf_file": "--conf-file", "tune": "--tune", "resume": "-i/--resume"}
+"""The flags that name a file to read (a run folder too, for ``-i``)."""
+
+
+def check_input_files(args: argparse.Namespace) -> None:
+    """Refuse, before the trainers import (seconds), a flag's file that is a FIFO, a device, a
+    socket or a folder (:func:`~deepboot_env.limits.open_regular`; ``-i`` takes a run folder and
+    reads the model in it, :func:`~agents.policy_adapter.resolve_model_path`, or with ``--algo
+    es`` an ES run folder, whose files its reader checks). A missing file is left to the reader's
+    own message.
+
+    Raises:
+        ConfigError: naming the flag, the path and what it is.
+        FileNotFoundError: ``-i`` names a folder without a model.
+    """
+    for key, flag in INPUT_FLAGS.items():
+        path = getattr(args, key, None)
+        if key == "resume" and path and args.algo != "es":
+            path = resolve_model_path(path)  # a run folder's model, a shipped name's file
+        if not path or not Path(path).exists() or (key == "resume" and Path(path).is_dir()):
+            continue  # an ES run folder: its own reader checks its files
+        try:
+            open_regular(path).close()
+        except NotRegularFile as exc:
+            raise ConfigError(f"{flag} {path}: {exc.strerror}") from None
 
 
 def recorded_command(argv: Sequence[str] | None, prog: str = PROG) -> str:

@@ -35,8 +35,8 @@ import numpy as np
 from agents.checkpoint import (
     METADATA_FILE,
     CheckpointError,
+    SavedModel,
     has_member,
-    load_checkpoint,
     read_data,
     read_entry,
     refuse_named_files,
@@ -352,8 +352,9 @@ def load_model(
             loaded safely (the message names the field).
     """
     require_extra("rl", "a saved PPO model (ppo:<path>, agents.load_agent)")
+    saved = SavedModel.read(resolve_model_path(path), algo, trust)  # a bad file is refused before torch loads
     use_torch_threads(num_threads)
-    return load_checkpoint(resolve_model_path(path), algo=algo, device=resolve_device(device), trust=trust)
+    return saved.load(resolve_device(device))
 
 
 def load_agent_policy(
