@@ -42,7 +42,7 @@ import zipfile
 import zlib
 from collections import deque
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -55,6 +55,7 @@ from agents.factory import algo_class, check_parameter_count, policy_class
 from agents.hyperparameters import (
     HYPERPARAM_RANGES,
     LEGACY_SET_SIZES,
+    TRAINER_FIELD,
     check_hyperparam_range,
     policy_kwargs_from_mapping,
 )
@@ -87,7 +88,7 @@ def read_data(path: Path) -> dict[str, Any]:
     Raises:
         CheckpointError: if the file is not such a zip.
     """
-    with open_model_zip(path) as (_, zf):
+    with open_model_zip(path) as zf:
         return _data(path, zf)
 
 
@@ -130,8 +131,8 @@ an entry the policy does not use is refused rather than read."""
 
 
 @contextmanager
-def open_model_zip(path: Path) -> Iterator[tuple[IO[bytes], zipfile.ZipFile]]:
-    """The model zip at ``path``, open (the file and its archive), after :func:`check_members`:
+def open_model_zip(path: Path) -> Iterator[zipfile.ZipFile]:
+    """The model zip at ``path``, open, after :func:`check_members`:
     a regular file only (:func:`~deepboot_env.limits.open_regular`), its entry count read from
     the archive's end record before its directory is listed.
 
@@ -143,7 +144,7 @@ def open_model_zip(path: Path) -> Iterator[tuple[IO[bytes], zipfile.ZipFile]]:
     except OSError as exc:
         raise CheckpointError(f"{path}: cannot read the model ({exc.strerror or exc})") from None
     with fh, model_archive(path, fh) as zf:
-        yield fh, zf
+        yield zf
 
 
 @contextmanager
@@ -218,15 +219,20 @@ def check_members(path: Path, zf: zipfile.ZipFile) -> None:
         )
 
 
-def read_entry(path: Path, name: str, limit: int) -> bytes:
+def optional_entry(path: Path, name: str, limit: int) -> bytes | None:
     """Entry ``name`` of the model zip at ``path`` (:func:`open_model_zip`), read no further than
-    ``limit`` bytes whatever its header declares.
+    ``limit`` bytes whatever its header declares; None where the zip has no such entry, or the
+    file is no model zip at all (its loader says why).
 
     Raises:
-        CheckpointError: not a zip, no such entry, an entry too large, a corrupt entry.
+        CheckpointError: the entry too large or corrupt.
     """
-    with open_model_zip(path) as (_, zf):
-        return _member(path, zf, name, limit)
+    with ExitStack() as stack:
+        try:
+            zf = stack.enter_context(open_model_zip(path))
+        except CheckpointError:
+            return None  # not a model zip: its loader says why
+        return _member(path, zf, name, limit) if name in zf.namelist() else None
 
 
 def _member(path: Path, zf: zipfile.ZipFile, name: str, limit: int) -> bytes:
@@ -244,16 +250,6 @@ def _member(path: Path, zf: zipfile.ZipFile, name: str, limit: int) -> bytes:
     if data is None:
         raise CheckpointError(f"{path}: entry {name!r} unpacks to more than {limit:,} bytes")
     return data
-
-
-def has_member(path: Path, name: str) -> bool:
-    """Whether the model zip at ``path`` holds entry ``name`` (False for a file that is no model
-    zip: its loader says why)."""
-    try:
-        with open_model_zip(path) as (_, zf):
-            return name in zf.namelist()
-    except CheckpointError:
-        return False
 
 
 def _algo_classes(algo: str, arch: str = "mlp", described: bool = False) -> tuple[type, type]:
@@ -569,12 +565,12 @@ def check_saved_network(path: Path, data: dict[str, Any], custom: dict[str, Any]
 
 def saved_trainer(path: Path, data: dict[str, Any]) -> dict[str, Any] | None:
     """The GroupPPO settings a model saved by :class:`agents.group_ppo.GroupPPO` names (its
-    ``deepboot_trainer`` field, plain JSON), checked; None for a plain PPO or MaskablePPO model.
+    :data:`TRAINER_FIELD`), checked; None for a plain PPO or MaskablePPO model.
 
     Raises:
         CheckpointError: a field that is not such a record.
     """
-    field = data.get("deepboot_trainer")
+    field = data.get(TRAINER_FIELD)
     if field is None:
         return None
     size = field.get("group_size") if isinstance(field, dict) else None
@@ -587,7 +583,7 @@ def saved_trainer(path: Path, data: dict[str, Any]) -> dict[str, Any] | None:
         and isinstance(field.get("per_job_ratio"), bool)
     )
     if not ok:
-        raise CheckpointError(f"{path}: field 'deepboot_trainer' is not a trainer this loader knows ({shown(field)})")
+        raise CheckpointError(f"{path}: field {TRAINER_FIELD!r} is not a trainer this loader knows ({shown(field)})")
     return field
 
 

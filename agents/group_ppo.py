@@ -38,6 +38,8 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.utils import explained_variance, obs_as_tensor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
+from agents.hyperparameters import TRAINER_FIELD
+
 
 @dataclass
 class Episode:
@@ -114,11 +116,6 @@ def per_job_surrogate(
         kl = (((ratio - 1.0) - log_ratio) * acting).sum() / count
         clipped = (((ratio - 1.0).abs() > clip).to(acting.dtype) * acting).sum() / count
     return -(surrogate * acting).sum() / count, kl, clipped
-
-
-TRAINER_FIELD = "deepboot_trainer"
-"""The field of a saved model's ``data`` naming the trainer beyond SB3's algorithm (plain JSON:
-``{"algorithm": "group_ppo", "group_size": 2, "per_job_ratio": true}``)."""
 
 
 def trainer_record(group_size: int, per_job_ratio: bool) -> dict[str, Any]:

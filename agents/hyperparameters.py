@@ -181,6 +181,11 @@ asks, and it learns as well as the attention block on the README's recipe: docs/
 A model is built with all of them named (:func:`agents.factory.build_model`), so its checkpoint
 keeps its sizes whatever the defaults become."""
 
+TRAINER_FIELD = "deepboot_trainer"
+"""The field of a saved model's ``data`` naming the trainer beyond SB3's algorithm (plain JSON,
+written by :meth:`agents.group_ppo.GroupPPO.save`: ``{"algorithm": "group_ppo", "group_size": 2,
+"per_job_ratio": true}``), which the loader reads back (:func:`agents.checkpoint.saved_trainer`)."""
+
 LEGACY_SET_SIZES: dict[str, int] = {"attention_layers": 1, "pool_layers": 0}
 """What a set checkpoint saved before session 46 had where it names no size: one attention block
 (the default then) and no pooled-context block (there were none); the loader fills them in."""

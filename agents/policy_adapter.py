@@ -36,9 +36,8 @@ from agents.checkpoint import (
     METADATA_FILE,
     CheckpointError,
     SavedModel,
-    has_member,
+    optional_entry,
     read_data,
-    read_entry,
     refuse_named_files,
     saved_algo,
     saved_env_kwargs,
@@ -273,9 +272,9 @@ def run_config(path: str | Path) -> dict[str, Any]:
 def model_env_kwargs(path: str | Path) -> dict[str, Any]:
     """The env arguments a saved model was trained with: the zip's :data:`METADATA_FILE`, else
     ``config.yml``'s ``env_kwargs`` ({} if neither)."""
-    if has_member(Path(path), METADATA_FILE):
-        source = f"{path}: entry {METADATA_FILE!r}"
-        data = parse_json(read_entry(Path(path), METADATA_FILE, MAX_JSON_BYTES), source, CheckpointError)
+    metadata = optional_entry(Path(path), METADATA_FILE, MAX_JSON_BYTES)
+    if metadata is not None:
+        data = parse_json(metadata, f"{path}: entry {METADATA_FILE!r}", CheckpointError)
         field = data.get("env_kwargs", {}) if isinstance(data, dict) else None
         return saved_env_kwargs(Path(path), field)
     kwargs = run_config(path).get("env_kwargs")

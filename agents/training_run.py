@@ -65,7 +65,7 @@ from agents.factory import build_model, make_vec_env_for, model_class, resolve_d
 from agents.hyperparameters import check_algo, model_kwargs
 from agents.imitation import collect_demonstrations, init_residual_policy, pretrain
 from agents.interrupt import TrainingInterrupted, command_words, resume_command
-from agents.policy_adapter import detect_algo, resolve_model_path
+from agents.policy_adapter import resolve_model_path
 from agents.run_config import (
     DEFAULT_CONF,
     FAMILY_SEEDS,
@@ -99,7 +99,7 @@ class RunPlan:
             (:func:`~agents.run_config.resolve_settings`; :func:`check_resume` completes
             ``env_kwargs`` from the resumed model's spaces).
         grows_widths: the resumed score model grows width scores (:func:`check_resume`).
-        saved: the model a run from a model starts at, read and checked once (:func:`check_resume`).
+        saved: the model a run from a model starts at, read and checked once (:func:`plan_run`).
     """
 
     settings: TrainSettings
@@ -202,14 +202,15 @@ def plan_run(settings: TrainSettings) -> RunPlan:
         FileNotFoundError: no model where ``--resume`` points.
     """
     resume = resolve_model_path(settings.resume) if settings.resume else None
-    algo = settings.algo or (detect_algo(resume) if resume else "ppo")
+    saved = SavedModel.read(resume, trust=settings.trust_checkpoint) if resume else None  # the one read
+    algo = settings.algo or (saved.algo if saved else "ppo")
     check_algo(algo)
-    if resume is not None and detect_algo(resume) != algo:
-        raise ConfigError(f"--resume {resume} holds a {detect_algo(resume)} model, not {algo}")
+    if saved is not None and saved.algo != algo:
+        raise ConfigError(f"--resume {resume} holds a {saved.algo} model, not {algo}")
     if settings.num_threads > 0:
         torch.set_num_threads(settings.num_threads)
     device = resolve_device(settings.device)
-    return RunPlan(settings, algo, device, resume, resolve_settings(settings, algo))
+    return RunPlan(settings, algo, device, resume, resolve_settings(settings, algo), saved=saved)
 
 
 def check_resume(plan: RunPlan) -> None:
@@ -222,9 +223,9 @@ def check_resume(plan: RunPlan) -> None:
     """
     if plan.resume is None:
         return
-    settings, resolved = plan.settings, plan.resolved
+    settings, resolved, saved = plan.settings, plan.resolved, plan.saved
+    assert saved is not None
     env_kwargs = resolved["env_kwargs"]
-    plan.saved = saved = SavedModel.read(plan.resume, plan.algo, trust=settings.trust_checkpoint)
     resolved["resume_hyperparams"] = resume_hyperparams(plan, saved)
     saved_shape = saved.env_shape
     grows = saved_shape["action_mode"] == "score" and not saved_shape.get("width_classes")

@@ -32,7 +32,7 @@ from typing import Any
 
 from deepboot_env.sim.cluster import MAX_NODES
 from deepboot_env.sim.config import MIN_INTERVAL_S
-from deepboot_env.sim.files import NotRegularFile, open_regular, read_stream
+from deepboot_env.sim.files import NotRegularFile, open_regular, read_file, read_stream
 
 __all__ = [
     "BYTES_PER_WORKLOAD_ROW",
@@ -183,11 +183,7 @@ def read_bounded(path: str | Path, limit: int, what: str, error: ErrorFactory = 
         OSError: the file cannot be opened or read, or is not a regular file
             (:class:`NotRegularFile`: callers name it in their own words).
     """
-    with open_regular(path) as fh:
-        data = read_stream(fh, limit)
-    if data is None:
-        raise error(f"{path}: {what} is larger than the limit of {limit:,} bytes (docs/usage.md §7.1)")
-    return data
+    return read_file(path, what, limit, error)
 
 
 class _TooBig(Exception):

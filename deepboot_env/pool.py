@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal, TypeVar, cast
 
-from deepboot_env.stops import interruptible
+from deepboot_env.stops import SIGNALS, interruptible
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -152,21 +152,17 @@ def _start_worker() -> None:
     die_with_parent()
 
 
-STOP_SIGNALS: frozenset[signal.Signals] = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
-"""What a worker of an env must not die of (the parent stops it)."""
-
-
 @contextmanager
 def stop_signals_blocked() -> Iterator[None]:
     """The stop signals held back in this thread for the block (delivered at its end): processes
     started in it inherit the mask, so that an env worker cannot die of a Ctrl-C before
     :func:`start_env_worker` sets its dispositions (with SB3's default ``forkserver``, the server
     started here passes the mask on to every worker it forks)."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
 
 
 def start_env_worker() -> None:
@@ -175,9 +171,9 @@ def start_env_worker() -> None:
     training at its next step, saves the model and closes its envs; then the signals the parent
     held back while starting it (:func:`stop_signals_blocked`) let through, to be ignored; and
     SIGKILL when the parent dies (:func:`die_with_parent`)."""
-    for sig in STOP_SIGNALS:
+    for sig in SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
     die_with_parent()
 
 

@@ -405,3 +405,12 @@ def test_a_full_filesystem_fails_each_command_in_one_line_and_keeps_the_previous
     subprocess.run(["tar", "-C", str(full), "-xf", str(log / "after.tar")], check=True)  # full is unmounted now
     for rel, data in before.items():
         assert (full / rel).read_bytes() == data, f"{rel} changed"
+
+
+def test_the_launcher_catches_the_signals_the_commands_stop_on() -> None:
+    """``deepboot_harness.launch`` imports nothing of the project before its handler is in place,
+    so it spells the signals out: they must be :data:`deepboot_env.stops.SIGNALS`."""
+    from deepboot_env.stops import SIGNALS
+    from deepboot_harness.launch import STOP_SIGNALS
+
+    assert set(STOP_SIGNALS) == set(SIGNALS)

@@ -60,10 +60,10 @@ POLLUX_COLUMNS: tuple[str, ...] = ("name", "time", "application", "num_replicas"
 DEEPBOOT_COLUMNS: tuple[str, ...] = (*POLLUX_COLUMNS, "duration")
 """Required columns of the DeepBoot format (``num_task`` is optional and unused)."""
 DEEPBOOT_OUTPUT_COLUMNS: tuple[str, ...] = (*DEEPBOOT_COLUMNS, "num_task")
+"""Columns :func:`traces.generate.write_workload_csv` writes."""
 MAX_NUM_TASK = 1_000_000
 """Largest ``num_task`` accepted (the column is read for nothing, and the generator writes -1, but a
 value of 1e20 is no count)."""
-"""Columns :func:`traces.generate.write_workload_csv` writes."""
 PHILLY_COLUMNS: tuple[str, ...] = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
 """Columns of the raw Philly trace (docs/workloads.md §3)."""
 

@@ -14,6 +14,7 @@ import io
 import json
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -75,19 +76,22 @@ def read_stream(fh: Any, limit: int, chunk: int = 1 << 20) -> bytes | None:
     return b"".join(parts)
 
 
-def read_file(path: str | Path, what: str, limit: int | None = None) -> bytes:
+def read_file(
+    path: str | Path, what: str, limit: int | None = None, error: Callable[[str], Exception] = ValueError
+) -> bytes:
     """The bytes of the regular file at ``path`` (a ``what``, for the message), at most ``limit``
-    (None: :data:`MAX_TABLE_BYTES`).
+    (None: :data:`MAX_TABLE_BYTES`): the one bounded read of a named file (``read_bounded`` of
+    :mod:`deepboot_env.limits` is this one).
 
     Raises:
-        ValueError: the file is larger than ``limit``, naming it.
+        error: ``"<path>: <what> is larger than the limit of <limit> bytes"``.
         OSError: the file cannot be opened or read, or is not a regular file (:class:`NotRegularFile`).
     """
     limit = MAX_TABLE_BYTES if limit is None else limit
     with open_regular(path) as fh:
         data = read_stream(fh, limit)
     if data is None:
-        raise ValueError(f"{path}: {what} is larger than the limit of {limit:,} bytes")
+        raise error(f"{path}: {what} is larger than the limit of {limit:,} bytes (docs/usage.md §7.1)")
     return data
 
 
