@@ -11,7 +11,7 @@ Examples::
     python train_policy.py --algo maskable_ppo --policy-arch set --env DeepBoot-v1 \
         --workload family:mixed --eval-workload family:mixed   # the set-based policy
     python train_policy.py --algo maskable_ppo --vec-env ray --n-envs 16 --address auto  # envs on a Ray cluster
-    python train_policy.py --algo maskable_ppo --tune sweep.yml --address auto  # a sweep on Ray Tune (agents.sweep)
+    python train_policy.py --algo maskable_ppo --tune sweep.yml --address auto  # a Ray Tune sweep
     python train_policy.py --algo maskable_ppo -i runs/maskable_ppo_1/final_model.zip -n 100000  # resume
     python train_policy.py --algo es --preset priority-es --workload family:mixed  # the learned priority
     python train_policy.py --algo es --preset width-es -i agents/pretrained/deepboot-score-v3.zip \
@@ -30,15 +30,15 @@ episode, ``eval/*``, ``train/*``, the settings as hparams and text, and ``pretra
 step (an evaluation or the warm start in progress sooner): the model, its config and the
 evaluations so far are saved as at a normal end, one line gives the command that resumes it, and
 the exit status is 130 or 143 (``docs/usage.md`` §2, stops and locks). ``--algo es`` trains the learned priority
-of :mod:`agents.priority` by evolution strategies instead (:func:`agents.evolution.train_es`:
+of :mod:`agents.models.priority` by evolution strategies instead (:func:`agents.trainers.evolution.train_es`:
 ``es_<n>/`` with ``best_model.json``, loaded as ``priority:<path>``); ``--algo es -i MODEL.zip``
-trains a score model's width table (:mod:`agents.width_table`; ``best_model.zip``). Evaluate the result like
+trains a score model's width table (:mod:`agents.models.width_table`; ``best_model.zip``). Evaluate the result like
 any baseline::
 
     deepboot compare --policies ats ppo:runs/maskable_ppo_1/best_model.zip --workloads test
 
-This script holds the command line; the settings are resolved in :mod:`agents.run_config` and the
-run itself is :func:`agents.training_run.train`.
+This script holds the command line; the settings are resolved in :mod:`agents.runs.run_config` and the
+run itself is :func:`agents.trainers.training_run.train`.
 """
 
 from __future__ import annotations
@@ -55,13 +55,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from agents.checkpoint import CheckpointError
 from agents.errors import ConfigError
-from agents.factory import DEVICES, VEC_ENVS
 from agents.hyperparameters import ALGOS, POLICY_ARCHS
-from agents.interrupt import TrainingInterrupted
-from agents.policy_adapter import resolve_model_path, run_config
-from agents.run_config import (
+from agents.models.algorithms import DEVICES
+from agents.runs.interrupt import TrainingInterrupted
+from agents.runs.run_config import (
     ENV_IDS,
     FAMILY_SEEDS,
     PRETRAIN_KEYS,
@@ -69,6 +67,9 @@ from agents.run_config import (
     TrainSettings,
     preset_descriptions,
 )
+from agents.saved.checkpoint import CheckpointError
+from agents.saved.policy_adapter import resolve_model_path, run_config
+from agents.trainers.ppo import VEC_ENVS
 from deepboot_env import FRONT_END_DYNAMICS, REFERENCE_POLICY
 from deepboot_env.argparsing import ArgumentParser, whole
 from deepboot_env.extras import MissingExtraError, require_extra
@@ -84,7 +85,7 @@ PROG = "train_policy.py"
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
-    """The command-line parser: one flag per field of :class:`~agents.run_config.TrainSettings`,
+    """The command-line parser: one flag per field of :class:`~agents.runs.run_config.TrainSettings`,
     whose defaults it takes (None where a preset may set the value); the defaults its help names
     come from the same place (:func:`_default`)."""
     presets = preset_descriptions()
@@ -106,8 +107,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
 
 def _default(name: str) -> str:
     """The built-in default of the setting ``name`` as ``--help`` writes it: the field's of
-    :class:`~agents.run_config.TrainSettings`, or, where that is None (the preset decides), the one
-    a preset may override (:data:`~agents.run_config.RUN_KEYS`, :data:`~agents.run_config.PRETRAIN_KEYS`,
+    :class:`~agents.runs.run_config.TrainSettings`, or, where that is None (the preset decides), the one
+    a preset may override (:data:`~agents.runs.run_config.RUN_KEYS`, :data:`~agents.runs.run_config.PRETRAIN_KEYS`,
     :data:`~deepboot_env.REFERENCE_POLICY`). A default is written in one place; the
     parser's defaults and its help follow it."""
     value = getattr(TrainSettings(), name)
@@ -122,7 +123,7 @@ def _algorithm_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--algo",
         help=f"{' | '.join(ALGOS)} | es (default: ppo, or the --resume model's); es: evolution strategies "
-        "for the learned priority of agents.priority (agents.evolution)",
+        "for the learned priority of agents.models.priority (agents.trainers.evolution)",
     )
     p.add_argument(
         "-n",
@@ -134,7 +135,7 @@ def _algorithm_flags(p: argparse.ArgumentParser) -> None:
         "--policy-arch",
         choices=tuple(POLICY_ARCHS),
         help="mlp: SB3's MLP over the flattened job slots; set: one shared per-job encoder, a pooled-context "
-        "block (or attention), pooling (agents.set_policy). Default: the preset's policy (mlp)",
+        "block (or attention), pooling (agents.models.set_policy). Default: the preset's policy (mlp)",
     )
     p.add_argument(
         "--seed",
@@ -279,7 +280,7 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
         "--tune",
         metavar="SPEC",
         help="sweep seeds and hyperparameters on Ray Tune (ASHA on the validation score) from this YAML search "
-        "space; the other flags are every trial's (agents.sweep; the ray extra)",
+        "space; the other flags are every trial's (agents.trainers.sweep; the ray extra)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
@@ -316,7 +317,7 @@ def _main(argv: Sequence[str] | None, prog: str) -> int:
         check_input_files(args)
     except (MissingExtraError, ConfigError, FileNotFoundError) as exc:
         parser.error(str(exc))
-    from agents.evolution import EsConfigError  # lazy: the trainers load after the extra's check (above)
+    from agents.trainers.evolution import EsConfigError  # lazy: the trainers load after the extra's check (above)
 
     try:
         dispatch(args)
@@ -338,7 +339,7 @@ INPUT_FLAGS: dict[str, str] = {"conf_file": "--conf-file", "tune": "--tune", "re
 def check_input_files(args: argparse.Namespace) -> None:
     """Refuse, before the trainers import (seconds), a flag's file that is a FIFO, a device, a
     socket or a folder (:func:`~deepboot_env.limits.open_regular`; ``-i`` takes a run folder and
-    reads the model in it, :func:`~agents.policy_adapter.resolve_model_path`, or with ``--algo
+    reads the model in it, :func:`~agents.saved.policy_adapter.resolve_model_path`, or with ``--algo
     es`` an ES run folder, whose files its reader checks). A missing file is left to the reader's
     own message.
 
@@ -375,7 +376,7 @@ def run(argv: Sequence[str]) -> Path:
 
 
 def dispatch(args: argparse.Namespace) -> Path:
-    """Run what ``args`` ask for (as :class:`~agents.run_config.TrainSettings`): an ES run
+    """Run what ``args`` ask for (as :class:`~agents.runs.run_config.TrainSettings`): an ES run
     (``--algo es``), a sweep (``--tune``) or a PPO run.
 
     Raises:
@@ -386,11 +387,11 @@ def dispatch(args: argparse.Namespace) -> Path:
     if folder.exists() and not folder.is_dir():
         raise ConfigError(f"-f/--log-folder {folder}: is a file, not a folder")
     if settings.tune:
-        from agents.sweep import sweep  # lazy: the trainers load after the extra's check (above)
+        from agents.trainers.sweep import sweep  # lazy: the trainers load after the extra's check (above)
 
         return sweep(settings)
-    from agents.evolution import train_es  # lazy: the trainers load after the extra's check (above)
-    from agents.training_run import train  # lazy: the trainers load after the extra's check (above)
+    from agents.trainers.evolution import train_es  # lazy: the trainers load after the extra's check (above)
+    from agents.trainers.training_run import train  # lazy: the trainers load after the extra's check (above)
 
     trainer: Callable[[TrainSettings], Path] = train_es if settings.algo == "es" else train
     try:

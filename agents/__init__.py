@@ -1,22 +1,22 @@
 """Learned agents for DeepBoot-v1 (and v0): PPO / MaskablePPO construction, callbacks, policy adapter.
 
-* :mod:`agents.factory`: :func:`~agents.factory.make_vec_env_for`,
-  :func:`~agents.factory.build_model`, device resolution.
+* :mod:`agents.trainers.ppo`: :func:`~agents.trainers.ppo.make_vec_env_for`,
+  :func:`~agents.trainers.ppo.build_model`, device resolution.
 * :mod:`agents.hyperparameters`: defaults, ``k:v`` parsing and checks of the hyperparameters;
   :mod:`agents.errors`: :class:`~agents.errors.ConfigError`, the error of every bad setting.
-* :mod:`agents.callbacks`: :class:`~agents.callbacks.SchedMetricsCallback` (``sched/*`` and
-  ``reward/*`` TensorBoard scalars) and :class:`~agents.callbacks.WorkloadEvalCallback`
+* :mod:`agents.runs.callbacks`: :class:`~agents.runs.callbacks.SchedMetricsCallback` (``sched/*`` and
+  ``reward/*`` TensorBoard scalars) and :class:`~agents.runs.callbacks.WorkloadEvalCallback`
   (validation episodes, ``evaluations.csv``, ``best_model.zip``).
-* :mod:`agents.policy_adapter`: a saved model as a :class:`~deepboot_env.policy.Policy`
+* :mod:`agents.saved.policy_adapter`: a saved model as a :class:`~deepboot_env.policy.Policy`
   (``make_policy("ppo:<path>")``); :func:`load_agent`: a saved model with a factory of its env.
-* :mod:`agents.run_config`: a training run's settings (:class:`~agents.run_config.TrainSettings`;
+* :mod:`agents.runs.run_config`: a training run's settings (:class:`~agents.runs.run_config.TrainSettings`;
   presets of ``agents/conf/deepboot.yml`` < flags).
-* :mod:`agents.training_run`: one training run (:func:`~agents.training_run.train`) as a
-  sequence of steps; :mod:`agents.run_folder`: the run folder and its ``config.yml``.
-* :mod:`agents.priority`: a learned per-job priority inside ATS's knapsack
-  (``make_policy("priority:<path>")``), trained by evolution strategies (:mod:`agents.evolution`,
+* :mod:`agents.trainers.training_run`: one training run (:func:`~agents.trainers.training_run.train`) as a
+  sequence of steps; :mod:`agents.runs.run_folder`: the run folder and its ``config.yml``.
+* :mod:`agents.models.priority`: a learned per-job priority inside ATS's knapsack
+  (``make_policy("priority:<path>")``), trained by evolution strategies (:mod:`agents.trainers.evolution`,
   ``train_policy.py --algo es``).
-* :mod:`agents.shipped`: the shipped models by short name (``ppo:deepboot-v0``,
+* :mod:`agents.saved.shipped`: the shipped models by short name (``ppo:deepboot-v0``,
   ``priority:deepboot-priority-v1``), from any folder.
 
 Training from the command line: ``deepboot train --help`` (``python train_policy.py --help`` in a
@@ -33,8 +33,8 @@ from typing import Any
 
 from deepboot_env.policy import register_prefix
 
-register_prefix("ppo", "agents.policy_adapter:load_agent_policy", arg="path")
-register_prefix("priority", "agents.shipped:load_priority_policy", arg="path")
+register_prefix("ppo", "agents.saved.policy_adapter:load_agent_policy", arg="path")
+register_prefix("priority", "agents.saved.shipped:load_priority_policy", arg="path")
 
 
 def load_agent(
@@ -48,8 +48,8 @@ def load_agent(
     Nothing in the file is unpickled unless ``trust=True``. Torch is set to one thread unless the
     user chose a count (``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS``, or ``num_threads``): these
     small networks run several times faster on one (:mod:`agents.threads`). See
-    :func:`agents.policy_adapter.load_agent` (stable-baselines3 is imported when called).
+    :func:`agents.saved.policy_adapter.load_agent` (stable-baselines3 is imported when called).
     """
-    from agents.policy_adapter import load_agent as load  # lazy: importing agents stays cheap
+    from agents.saved.policy_adapter import load_agent as load  # lazy: importing agents stays cheap
 
     return load(path, device=device, trust=trust, num_threads=num_threads)

@@ -9,7 +9,7 @@
   :func:`policy_kwargs_from_mapping`).
 * :func:`check_hyperparams` / :func:`check_hyperparam_range`: known keys, types and ranges
   (:data:`HYPERPARAM_TYPES`, :data:`HYPERPARAM_RANGES`), checked before any model is built and
-  again on every checkpoint loaded (:mod:`agents.checkpoint`).
+  again on every checkpoint loaded (:mod:`agents.saved.checkpoint`).
 * The policy architectures (:data:`POLICY_ARCHS`: ``mlp``, ``set``) and the ``policy_kwargs``
   keys each takes (:func:`check_policy_kwargs_arch`, :func:`switch_arch`).
 
@@ -31,7 +31,7 @@ from agents.errors import ConfigError
 from deepboot_env.limits import MAX_ROLLOUT, shown
 
 ALGOS: tuple[str, ...] = ("ppo", "maskable_ppo")
-"""Algorithms :func:`agents.factory.build_model` accepts."""
+"""Algorithms :func:`agents.trainers.ppo.build_model` accepts."""
 
 
 def check_algo(algo: str) -> str:
@@ -166,7 +166,7 @@ POLICY_KWARGS_KEYS: dict[str, str] = {
 
 POLICY_ARCHS: dict[str, str] = {"mlp": "MultiInputPolicy", "set": "SetPolicy"}
 """``--policy-arch`` -> the ``policy`` hyperparameter: SB3's multi-input MLP over the flattened
-slots, or the set-based actor-critic of :mod:`agents.set_policy`."""
+slots, or the set-based actor-critic of :mod:`agents.models.set_policy`."""
 
 SET_POLICY_KWARGS: dict[str, int] = {
     "embed_dim": 64,
@@ -175,16 +175,16 @@ SET_POLICY_KWARGS: dict[str, int] = {
     "application_scores": 0,
     "pool_layers": 1,
 }
-"""Default sizes of the set network (``policy_kwargs`` of ``--policy-arch set``, :mod:`agents.set_policy`):
+"""Default sizes of the set network (``policy_kwargs`` of ``--policy-arch set``, :mod:`agents.models.set_policy`):
 one pooled-context block and no attention since session 46 (as fast as the set learner's target
 asks, and it learns as well as the attention block on the README's recipe: docs/results.md §7).
-A model is built with all of them named (:func:`agents.factory.build_model`), so its checkpoint
+A model is built with all of them named (:func:`agents.trainers.ppo.build_model`), so its checkpoint
 keeps its sizes whatever the defaults become."""
 
 TRAINER_FIELD = "deepboot_trainer"
 """The field of a saved model's ``data`` naming the trainer beyond SB3's algorithm (plain JSON,
-written by :meth:`agents.group_ppo.GroupPPO.save`: ``{"algorithm": "group_ppo", "group_size": 2,
-"per_job_ratio": true}``), which the loader reads back (:func:`agents.checkpoint.saved_trainer`)."""
+written by :meth:`agents.models.group_ppo.GroupPPO.save`: ``{"algorithm": "group_ppo", "group_size": 2,
+"per_job_ratio": true}``), which the loader reads back (:func:`agents.saved.checkpoint.saved_trainer`)."""
 
 LEGACY_SET_SIZES: dict[str, int] = {"attention_layers": 1, "pool_layers": 0}
 """What a set checkpoint saved before session 46 had where it names no size: one attention block

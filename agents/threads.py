@@ -5,7 +5,7 @@ default (a thread per core) makes each forward pass pay OpenMP synchronisation f
 work: on a 2-core machine plain ``evaluate_policy`` on one test-01 episode took 27.3 s on 2 threads
 against 0.69 s in ``deepboot compare`` on 1, and a process forked after torch ran ops on several
 threads deadlocks on its first parallel op (``deepboot compare --jobs N``). So every loader of the
-project (:func:`agents.load_agent`, the ``ppo:<path>`` adapter, ``agents.policy_adapter.load_model``)
+project (:func:`agents.load_agent`, the ``ppo:<path>`` adapter, ``agents.saved.policy_adapter.load_model``)
 calls :func:`use_torch_threads`, which sets one thread unless the user chose a count: the
 ``OMP_NUM_THREADS`` or ``MKL_NUM_THREADS`` environment variable (torch reads them at start-up), or a
 count passed to the loader.

@@ -16,10 +16,10 @@ A score model with a width table also reshapes each job's option values by width
 draws with ``width_sigma`` > 0 one more normal per width class and job, held for the job's life,
 and decodes them as that job's width log-multipliers: random scores of the size of the model's own
 (``deepboot-score-v5``'s are 0.047 per job, centred, and 0.054 per width class, in log-weight RMS
-over the families' first val seeds: ``python -m agents.score_sizes``; docs/results.md §7).
+over the families' first val seeds: ``python -m agents.saved.score_sizes``; docs/results.md §7).
 ``-wjitter-v6`` is the same at ``deepboot-score-v6``'s size: 0.13 per job and 0.14 per width class,
 and ``wjitter:<sigma>,<width_sigma>`` is the same at any size (a new model's control, measured by
-``python -m agents.score_sizes MODEL``).
+``python -m agents.saved.score_sizes MODEL``).
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from agents.evolution import EsState, adam_step, antithetic_gradient
+from agents.trainers.evolution import EsState, adam_step, antithetic_gradient
 from baselines.ats import AtsPolicy
 from deepboot_env import FRONT_END_DYNAMICS
 from deepboot_env.argparsing import ArgumentParser

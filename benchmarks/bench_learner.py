@@ -7,7 +7,7 @@
                                        [-params KEY:VALUE ...]
 
 For every (algorithm, action mode, policy architecture) it builds the model exactly as
-``train_policy.py`` does with the default hyperparameters (``agents.factory.build_model``: MLP
+``train_policy.py`` does with the default hyperparameters (``agents.trainers.ppo.build_model``: MLP
 256x256 or the set network, ``n_steps`` 256 per env, batch 256, 10 epochs) on ``--n-envs``
 ``DummyVecEnv`` copies of ``DeepBoot-v0`` (torch.distributions argument validation off, as
 ``train_policy.py`` runs); with ``--preset P``, the one model that ``train_policy.py --preset P
@@ -68,10 +68,10 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from agents.errors import ConfigError
-from agents.factory import build_model, make_vec_env_for
 from agents.hyperparameters import ALGOS, POLICY_ARCHS, parse_kv, policy_arch, resolve_hyperparams, switch_arch
-from agents.run_config import TrainSettings
-from agents.training_run import build_env, new_model, plan_run
+from agents.runs.run_config import TrainSettings
+from agents.trainers.ppo import build_model, make_vec_env_for
+from agents.trainers.training_run import build_env, new_model, plan_run
 from deepboot_env.argparsing import ArgumentParser
 from deepboot_env.env import DeepBootEnv
 
@@ -169,8 +169,8 @@ def default_learner(algo: str, arch: str, mode: str, args: argparse.Namespace) -
 
 def preset_learner(args: argparse.Namespace) -> tuple[Learner, Config]:
     """The model ``train_policy.py --preset P --workload W`` trains: its plan and env as
-    :func:`agents.training_run.plan_run` and :func:`~agents.training_run.build_env` make them
-    (no evaluations), the model as :func:`~agents.training_run.new_model` builds it for a new run.
+    :func:`agents.trainers.training_run.plan_run` and :func:`~agents.trainers.training_run.build_env` make them
+    (no evaluations), the model as :func:`~agents.trainers.training_run.new_model` builds it for a new run.
 
     Raises:
         ConfigError: a bad preset, workload or env argument.
@@ -339,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from agents.distributions import distribution_checks
+    from agents.models.distributions import distribution_checks
 
     torch.set_num_threads(args.threads)
     with distribution_checks(False):  # as train_policy.py trains

@@ -3,8 +3,8 @@
 The one pool of the project: ``deepboot compare`` runs its (policy, workload, seed) runs through
 it (:mod:`deepboot_harness.compare_runs`), ``deepboot benchmark`` its (policy, family, seed)
 runs (:mod:`deepboot_harness.benchmark`), ``train_policy.py`` its validation episodes
-(:class:`agents.callbacks.WorkloadEvalCallback`) and its warm start's demonstrations
-(:func:`agents.imitation.collect_demonstrations`). A :class:`Backend` says where the tasks run:
+(:class:`agents.runs.callbacks.WorkloadEvalCallback`) and its warm start's demonstrations
+(:func:`agents.trainers.imitation.collect_demonstrations`). A :class:`Backend` says where the tasks run:
 local processes (the default) or Ray tasks (``--backend ray``: :mod:`deepboot_env.ray_pool`,
 this pool's Ray side).
 

@@ -42,8 +42,8 @@ def trained_dynamics_warnings(policies: Iterable[str], config: SimConfig) -> lis
     ppo = [p for p in policies if p.startswith("ppo:")]
     if not ppo:
         return []
-    from agents.checkpoint import CheckpointError
-    from agents.policy_adapter import saved_dynamics
+    from agents.saved.checkpoint import CheckpointError
+    from agents.saved.policy_adapter import saved_dynamics
 
     running = dynamics_name(config)
     lines = []

@@ -13,10 +13,10 @@ import pytest
 from builders import SHIPPED_MODEL
 
 from agents.errors import ConfigError
-from agents.evolution import EsConfigError, EsSettings, EsState
 from agents.hyperparameters import check_hyperparams
-from agents.priority import FEATURES, PriorityModel, PriorityModelError
-from agents.run_config import load_conf
+from agents.models.priority import FEATURES, PriorityModel, PriorityModelError
+from agents.runs.run_config import load_conf
+from agents.trainers.evolution import EsConfigError, EsSettings, EsState
 from deepboot_env.config import EnvConfig, EnvConfigError
 from deepboot_env.limits import (
     MAX_CONFIG_BYTES,
@@ -371,7 +371,7 @@ def _rewrite(src: Path, out: Path, data: dict | None = None, extra: dict[str, by
 
 
 def test_a_zip_bomb_data_entry_is_refused_without_unpacking_it(tmp_path: Path) -> None:
-    from agents.checkpoint import CheckpointError, read_data
+    from agents.saved.checkpoint import CheckpointError, read_data
 
     bomb = tmp_path / "bomb.zip"
     with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as zf, zf.open("data", "w", force_zip64=True) as fh:
@@ -387,7 +387,7 @@ def test_a_zip_bomb_data_entry_is_refused_without_unpacking_it(tmp_path: Path) -
 
 
 def test_a_zip_whose_data_lies_about_its_size_is_read_no_further(tmp_path: Path) -> None:
-    from agents.checkpoint import CheckpointError, read_data
+    from agents.saved.checkpoint import CheckpointError, read_data
 
     liar = tmp_path / "liar.zip"
     with zipfile.ZipFile(liar, "w", zipfile.ZIP_DEFLATED) as zf:
@@ -412,7 +412,7 @@ def test_a_zip_whose_data_lies_about_its_size_is_read_no_further(tmp_path: Path)
     ],
 )
 def test_the_safe_loader_refuses_non_finite_hyperparameters(data: dict, fragment: str, tmp_path: Path) -> None:
-    from agents.checkpoint import CheckpointError, load_checkpoint
+    from agents.saved.checkpoint import CheckpointError, load_checkpoint
 
     path = _rewrite(SHIPPED_MODEL, tmp_path / "bad.zip", data=data)
     with pytest.raises(CheckpointError, match=fragment) as err:
@@ -422,8 +422,8 @@ def test_the_safe_loader_refuses_non_finite_hyperparameters(data: dict, fragment
 
 @pytest.mark.parametrize("base", ["ppo:other.zip", "priority:/dev/zero"])
 def test_metadata_naming_a_file_is_refused(base: str, tmp_path: Path) -> None:
-    from agents.checkpoint import CheckpointError
-    from agents.policy_adapter import METADATA_FILE, model_env_kwargs
+    from agents.saved.checkpoint import CheckpointError
+    from agents.saved.policy_adapter import METADATA_FILE, model_env_kwargs
     from deepboot_env.policy import make_policy
 
     meta = json.dumps({"env_kwargs": {"base_policy": base}}).encode()
@@ -502,7 +502,7 @@ def test_interference_matrix_files_are_bounded(name: str, content: str, fragment
 def test_a_poisoned_but_plausible_ats_cache_is_caught_on_resume(tmp_path: Path, capsys) -> None:
     """The range check cannot see a plausible wrong value: resuming recomputes a cached entry."""
     import train_policy
-    from agents.evolution import episode_jct, verify_cache
+    from agents.trainers.evolution import episode_jct, verify_cache
 
     seed = _train_seed()
     true = episode_jct((None, "bursty", seed, ()))

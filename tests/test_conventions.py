@@ -16,7 +16,7 @@ import pytest
 from builders import REPO
 
 from agents.errors import ConfigError
-from agents.run_config import ENV_IDS, TrainSettings, preset_descriptions, resolve_settings
+from agents.runs.run_config import ENV_IDS, TrainSettings, preset_descriptions, resolve_settings
 
 
 def _script_main(relative: str) -> Callable[[list[str]], Any]:
@@ -56,8 +56,8 @@ COMMANDS: dict[str, tuple[Callable[[], Callable[[list[str]], Any]], list[str]]] 
     "deepboot generate": (lambda: _module_main("deepboot_harness.cli"), ["generate"]),
     "deepboot calibrate": (lambda: _module_main("deepboot_harness.cli"), ["calibrate", "--apps", "x"]),
     "deepboot_harness.curves": (lambda: _module_main("deepboot_harness.curves"), ["run", "--out", "x.png"]),
-    "agents.export": (lambda: _module_main("agents.export"), ["a.zip", "b.zip"]),
-    "agents.score_sizes": (lambda: _module_main("agents.score_sizes"), ["model.zip"]),
+    "agents.saved.export": (lambda: _module_main("agents.saved.export"), ["a.zip", "b.zip"]),
+    "agents.saved.score_sizes": (lambda: _module_main("agents.saved.score_sizes"), ["model.zip"]),
     "traces.calibrate": (lambda: _module_main("traces.calibrate"), ["--apps", "x"]),
     "traces.philly": (lambda: _module_main("traces.philly"), ["--philly", "x"]),
     "traces.make_shipped": (lambda: _module_main("traces.make_shipped"), []),
@@ -141,7 +141,7 @@ def test_a_default_is_written_once_and_help_follows_it(monkeypatch: pytest.Monke
     """The built-in defaults live in :class:`TrainSettings` and (where a preset may override them)
     ``RUN_KEYS`` / ``PRETRAIN_KEYS``: changed there, the parser and its ``--help`` both follow."""
     import train_policy
-    from agents import run_config
+    from agents.runs import run_config
 
     @dataclass(frozen=True)
     class Changed(TrainSettings):

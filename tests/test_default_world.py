@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.run_config import default_dynamics
+from agents.runs.run_config import default_dynamics
 from deepboot_env import FRONT_END_DYNAMICS
 from deepboot_env.config import sim_config
 from deepboot_harness import plots

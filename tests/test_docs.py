@@ -167,7 +167,7 @@ def test_readme_commands_use_only_flags_the_parsers_accept(capsys: pytest.Captur
     """Every ``deepboot ...`` and ``train_policy.py ...`` command of the README (its fenced bash
     blocks and the commands quoted in its text) parses with the real parsers (nothing runs), and
     every ``--preset`` it names exists."""
-    from agents.run_config import preset_descriptions
+    from agents.runs.run_config import preset_descriptions
 
     presets = set(preset_descriptions())
     checked, bad = 0, []

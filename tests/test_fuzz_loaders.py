@@ -26,7 +26,10 @@ from builders import SHIPPED_MODEL
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agents.checkpoint import (
+from agents.errors import ConfigError
+from agents.models.priority import FEATURES, FORMAT, PriorityModel, PriorityModelError
+from agents.runs.run_config import load_conf
+from agents.saved.checkpoint import (
     CheckpointError,
     check_saved_hyperparams,
     load_checkpoint,
@@ -34,11 +37,8 @@ from agents.checkpoint import (
     safe_custom_objects,
     saved_algo,
 )
-from agents.errors import ConfigError
-from agents.evolution import EsConfigError, EsSettings, EsState
-from agents.policy_adapter import METADATA_FILE, model_env_kwargs
-from agents.priority import FEATURES, FORMAT, PriorityModel, PriorityModelError
-from agents.run_config import load_conf
+from agents.saved.policy_adapter import METADATA_FILE, model_env_kwargs
+from agents.trainers.evolution import EsConfigError, EsSettings, EsState
 from deepboot_env.limits import shown
 from deepboot_harness.benchmark import ROW_FIELDS as BENCHMARK_ROW_FIELDS
 from deepboot_harness.run_log import RunLogError, read_runs

@@ -214,14 +214,14 @@ def test_the_cycle_checker_sees_a_cycle_through_a_function(tmp_path: Path) -> No
 
 def test_the_checker_sees_lazy_and_string_imports(tmp_path: Path) -> None:
     source = (
-        '"""Docstring naming agents.policy_adapter is fine."""\n'
-        "def f():\n    import agents.factory\n"
+        '"""Docstring naming agents.saved.policy_adapter is fine."""\n'
+        "def f():\n    import agents.trainers.ppo\n"
         "ENTRY = 'baselines.ats:AtsPolicy'\n"
     )
     path = tmp_path / "mod.py"
     path.write_text(source)
     found = {target for _, target in imports_of(path)}
-    assert found == {"agents.factory", "baselines.ats"}
+    assert found == {"agents.trainers.ppo", "baselines.ats"}
     assert layer_of("deepboot_env.sim.simulator") == 0 and layer_of("deepboot_env.env.action") == 1
 
 
@@ -259,3 +259,56 @@ def test_the_label_checker_reads_multi_line_imports(tmp_path: Path) -> None:
         "    from a import (  # lazy: a cycle\n        b,\n    )\n    import os\n"
     )
     assert unlabelled_lazy_imports(path) == ["mod.py:6: import os"]
+
+
+AGENT_ROOMS: dict[str, int] = {"agents.models": 1, "agents.saved": 2, "agents.runs": 3, "agents.trainers": 4}
+"""The rooms of :mod:`agents`, bottom to top: network models, saved models, the run lifecycle,
+the trainers. A room imports from itself and those below; the modules at the top of ``agents``
+other than its facades (errors, hyperparameters, threads) are below every room (0)."""
+
+AGENT_FACADES: frozenset[str] = frozenset({"agents", "agents.set_policy", "agents.described_policy", "agents.zoo"})
+"""Modules at the top of ``agents`` that name rooms for their users: the package (``load_agent``,
+the policy prefixes), the names old checkpoints import, the RL Zoo's ``-conf agents.zoo``."""
+
+MAX_AGENT_TOP_MODULES = 8
+"""Modules at the top of ``agents/`` (``__init__`` included): the rest lives in rooms."""
+
+
+def room_of(module: str) -> int | None:
+    """The room rank of an ``agents`` module (None for a facade or a module outside ``agents``)."""
+    if module in AGENT_FACADES or not module.startswith("agents."):
+        return None
+    return next((rank for room, rank in AGENT_ROOMS.items() if module.startswith(room + ".") or module == room), 0)
+
+
+def test_agents_rooms_point_one_way() -> None:
+    files = {module_name(p): p for p in sorted((REPO / "agents").rglob("*.py"))}
+    known = set(files)
+    bad = []
+    for name, path in files.items():
+        own = room_of(name)
+        for line, target in imports_of(path):
+            module = _resolve(target, known)
+            rank = room_of(module) if module else None
+            if own is not None and rank is not None and rank > own and not path.name == "__init__.py":
+                bad.append(f"{path.relative_to(REPO)}:{line} imports {module} (room {rank} > {own})")
+    assert not bad, "\n".join(bad)
+    assert room_of("agents.errors") == 0 and room_of("agents.trainers.ppo") == 4 and room_of("agents.zoo") is None
+
+
+def test_agents_top_holds_few_modules() -> None:
+    top = sorted(path.name for path in (REPO / "agents").glob("*.py"))
+    assert len(top) <= MAX_AGENT_TOP_MODULES, top
+    rooms = {path.parent.name for path in (REPO / "agents").glob("*/__init__.py")}
+    assert {room.rpartition(".")[2] for room in AGENT_ROOMS} <= rooms
+
+
+def test_old_checkpoint_names_stay_importable() -> None:
+    """Checkpoints saved before the rooms name ``agents.set_policy`` and ``agents.described_policy``."""
+    import agents.described_policy
+    import agents.models.described_policy
+    import agents.models.set_policy
+    import agents.set_policy
+
+    assert agents.set_policy.SetActorCriticPolicy is agents.models.set_policy.SetActorCriticPolicy
+    assert agents.described_policy.DescribedMultiInputPolicy is agents.models.described_policy.DescribedMultiInputPolicy

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from builders import REPO, SHIPPED_MODEL
 
-from agents.checkpoint import MODEL_MEMBERS, CheckpointError, load_checkpoint, read_data
 from agents.errors import ConfigError
-from agents.factory import check_parameter_count, parameter_count
+from agents.models.algorithms import check_parameter_count, parameter_count
+from agents.saved.checkpoint import MODEL_MEMBERS, CheckpointError, load_checkpoint, read_data
 from deepboot_env.limits import MAX_POLICY_PARAMETERS, MAX_ZIP_MEMBERS, MAX_ZIP_TOTAL_BYTES
 
 SCORE_MODEL = REPO / "agents" / "pretrained" / "deepboot-score-v8.zip"
@@ -194,7 +194,7 @@ def test_training_refuses_a_network_beyond_the_limit(tmp_path: Path, capsys) -> 
 def test_a_saved_model_is_read_once_and_loaded_from_what_was_checked(tmp_path: Path) -> None:
     """Issue 68's SavedModel: one read, one validation; the load uses the bytes checked, so a file
     swapped (or removed) after the check is never what loads."""
-    from agents.checkpoint import SavedModel
+    from agents.saved.checkpoint import SavedModel
 
     path = tmp_path / "model.zip"
     path.write_bytes(SCORE_MODEL.read_bytes())

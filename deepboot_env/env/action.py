@@ -462,7 +462,7 @@ class ScoreCodec(ActionCodec):
     observation gains ``prior`` (each slot's prior log-weight relative to the heaviest job,
     mapped from [-12, 0] to [0, 1]) and ``noise``: a uniform code per slot, drawn once for each
     job and kept for its life, then one for the lending share drawn at every decision. Policies
-    that explore with noise held per job read it (:mod:`agents.set_policy`); it carries no
+    that explore with noise held per job read it (:mod:`agents.models.set_policy`); it carries no
     information about the state.
 
     Args:

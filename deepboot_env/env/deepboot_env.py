@@ -132,7 +132,7 @@ class DeepBootEnv(gym.Env):
     ``noise_stream`` (score mode): the seed of a generator of each episode's noise key, so that
     envs sharing it explore with the same per-job noise codes; ``antithetic`` mirrors them
     (``1 - u``: opposite noise on every job). Two envs sharing both streams, one of them
-    antithetic, are an antithetic pair on common scenarios (:mod:`agents.group_ppo`).
+    antithetic, are an antithetic pair on common scenarios (:mod:`agents.models.group_ppo`).
     ``config``: an :class:`~deepboot_env.config.EnvConfig`, or instead its flat options as keyword
     arguments (``cluster``, ``shared_pool``, ``restart``, ``protect_scale``, ``interval``,
     ``interference``, ``max_time``, ``max_jobs``, ``lend_levels``, ``jct_scale``, ``infer_weight``,

@@ -12,11 +12,12 @@ import yaml
 from builders import REPO, masked_random_action
 
 import deepboot_env  # noqa: F401  (registers DeepBoot-v0)
-from agents.env_shape import env_shape_of
 from agents.errors import ConfigError
-from agents.factory import build_model, make_vec_env_for, resolve_device
 from agents.hyperparameters import DEFAULT_HYPERPARAMS, model_kwargs, parse_kv, resolve_hyperparams
-from agents.policy_adapter import AgentPolicy, encode_observation, resolve_model_path
+from agents.models.algorithms import resolve_device
+from agents.models.env_shape import env_shape_of
+from agents.saved.policy_adapter import AgentPolicy, encode_observation, resolve_model_path
+from agents.trainers.ppo import build_model, make_vec_env_for
 from deepboot_env.env import DeepBootEnv
 from deepboot_env.env.action import GPU_BUCKETS
 from deepboot_env.evaluation import run_episode

@@ -14,10 +14,10 @@ import pytest
 from builders import SHIPPED_MODEL
 
 import train_policy
-from agents.checkpoint import CheckpointError, load_checkpoint
 from agents.errors import ConfigError
 from agents.hyperparameters import policy_kwargs_from_mapping
-from agents.policy_adapter import load_agent_policy
+from agents.saved.checkpoint import CheckpointError, load_checkpoint
+from agents.saved.policy_adapter import load_agent_policy
 from deepboot_env.policy import make_policy
 from traces.generate import generate_workload, write_workload_csv
 
@@ -83,7 +83,7 @@ def test_a_payload_in_an_unknown_field_is_refused_by_name(tmp_path: Path, marker
 
 
 def test_cli_and_resume_run_no_payload(tmp_path: Path, marker: Path, capsys) -> None:
-    from agents.export import export_model
+    from agents.saved.export import export_model
     from deepboot_harness.cli import main
 
     path = _crafted(tmp_path, "observation_space", marker)

@@ -15,12 +15,12 @@ import torch as th
 from sb3_contrib.common.maskable.distributions import MaskableMultiCategoricalDistribution
 from stable_baselines3.common.distributions import MultiCategoricalDistribution
 
-from agents.distributions import (
+from agents.models.distributions import (
     MaskablePaddedMultiCategorical,
     PaddedMultiCategorical,
     use_padded_distribution,
 )
-from agents.factory import build_model, make_vec_env_for
+from agents.trainers.ppo import build_model, make_vec_env_for
 from traces.generate import generate_workload
 
 DIMS = [5, 5, 5, 3]

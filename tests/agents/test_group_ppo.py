@@ -1,4 +1,4 @@
-"""Group advantages over antithetic pairs (agents.group_ppo) and the env's paired noise codes."""
+"""Group advantages over antithetic pairs (agents.models.group_ppo) and the env's paired noise codes."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch as th
 
-from agents.checkpoint import load_checkpoint
 from agents.errors import ConfigError
-from agents.factory import build_model, make_vec_env_for
-from agents.group_ppo import Episode, GroupPPO, group_advantages, per_job_surrogate
-from agents.policy_adapter import load_agent_policy
+from agents.models.group_ppo import Episode, GroupPPO, group_advantages, per_job_surrogate
+from agents.saved.checkpoint import load_checkpoint
+from agents.saved.policy_adapter import load_agent_policy
+from agents.trainers.ppo import build_model, make_vec_env_for
 from deepboot_env.env import DeepBootEnv
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
@@ -98,7 +98,7 @@ def test_group_ppo_plays_whole_episodes_and_centres_each_pair(tmp_path: Path) ->
 
 def test_the_progress_bar_counts_env_steps() -> None:
     """GroupPPO steps only the envs whose episode goes on: the bar adds what the model counts."""
-    from agents.callbacks import EnvStepProgressBar
+    from agents.runs.callbacks import EnvStepProgressBar
 
     env_kwargs = {**SCORE_ENV, "max_rounds": 12}
     vec = make_vec_env_for("family:mixed", 4, 0, env_kwargs, group_size=2, antithetic=True)

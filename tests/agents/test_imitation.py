@@ -1,4 +1,4 @@
-"""Behaviour-cloning warm start (agents.imitation) and train_policy.py --pretrain-expert."""
+"""Behaviour-cloning warm start (agents.trainers.imitation) and train_policy.py --pretrain-expert."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import torch
 import yaml
 from builders import REPO
 
-from agents.factory import build_model, make_vec_env_for
-from agents.imitation import (
+from agents.trainers.imitation import (
     collect_demonstrations,
     discounted_returns,
     perturb,
     pretrain,
 )
+from agents.trainers.ppo import build_model, make_vec_env_for
 from deepboot_env.env import DeepBootEnv
 from deepboot_env.env.action import GPU_BUCKETS
 from deepboot_env.env.observation import JOB_FEATURES

@@ -1,4 +1,4 @@
-"""The learned priority (agents.priority) and its evolution-strategies training (agents.evolution)."""
+"""The learned priority (agents.models.priority) and its evolution-strategies training (agents.trainers.evolution)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import pytest
 from builders import REPO, es_smoke_argv, job_view
 
 import train_policy
-from agents.evolution import EsSettings, EsState, Subject, adam_step, antithetic_gradient, centered_ranks
-from agents.priority import (
+from agents.models.priority import (
     FEATURES,
     KNOWN_FEATURES,
     PriorityModel,
@@ -21,6 +20,7 @@ from agents.priority import (
     job_features,
     srpt_theta,
 )
+from agents.trainers.evolution import EsSettings, EsState, Subject, adam_step, antithetic_gradient, centered_ranks
 from deepboot_env.config import sim_config
 from deepboot_env.evaluation import run_episode
 from deepboot_env.policy import make_policy
@@ -152,15 +152,15 @@ def test_weights_are_relative_to_the_heaviest_job_and_floored() -> None:
 
 def test_a_stalled_candidate_ranks_last(monkeypatch) -> None:
     """An episode the watchdog stops is an infinite JCT for ES, not an error that ends the run."""
-    import agents.evolution
+    import agents.trainers.evolution
     from deepboot_env.evaluation import StalledEpisodeError
 
     def stall(*args, **kwargs):
         raise StalledEpisodeError("no progress")
 
-    monkeypatch.setattr(agents.evolution, "run_episode", stall)
+    monkeypatch.setattr(agents.trainers.evolution, "run_episode", stall)
     item = (tuple(srpt_theta()), "short-period", 1_000_000, Subject(FEATURES))
-    assert agents.evolution.episode_jct(item) == float("inf")
+    assert agents.trainers.evolution.episode_jct(item) == float("inf")
 
 
 def test_bad_theta_is_refused() -> None:

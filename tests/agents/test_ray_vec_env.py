@@ -1,4 +1,4 @@
-"""``--vec-env ray``: :class:`agents.ray_vec_env.RayVecEnv` behaves as ``DummyVecEnv`` (seeds,
+"""``--vec-env ray``: :class:`agents.trainers.ray_vec_env.RayVecEnv` behaves as ``DummyVecEnv`` (seeds,
 masks, auto-reset, attributes) and a MaskablePPO run on it learns the same parameters.
 
 One local Ray instance per module (``ray_cluster`` of conftest.py). Skipped without the ``ray`` extra.
@@ -15,7 +15,7 @@ pytest.importorskip("ray")
 
 from stable_baselines3.common.monitor import Monitor  # noqa: E402
 
-from agents.factory import build_model, make_vec_env_for  # noqa: E402
+from agents.trainers.ppo import build_model, make_vec_env_for  # noqa: E402
 from deepboot_env.sim.scenario import Scenario  # noqa: E402
 from traces.generate import generate_workload  # noqa: E402
 
@@ -43,7 +43,7 @@ def _assert_obs_equal(got: Any, want: Any) -> None:
 
 
 def test_seeds_masks_auto_reset_and_attributes_match_dummy(ray_cluster: str, tiny: list[Scenario]) -> None:
-    from agents.ray_vec_env import RayVecEnv
+    from agents.trainers.ray_vec_env import RayVecEnv
 
     dummy = make_vec_env_for(tiny, 2, 5, ENV_KWARGS)
     ray_env = make_vec_env_for(tiny, 2, 5, ENV_KWARGS, vec_env="ray")

@@ -1,4 +1,4 @@
-"""The score sizes of a score model (agents/score_sizes.py): what its own-size control draws."""
+"""The score sizes of a score model (agents/saved/score_sizes.py): what its own-size control draws."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from agents.score_sizes import DecisionLog, main, score_sizes, val_scenarios
+from agents.saved.score_sizes import DecisionLog, main, score_sizes, val_scenarios
 from deepboot_env.env.action import ScoreCodec, make_codec
 from deepboot_env.policy import make_policy
 

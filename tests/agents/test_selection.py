@@ -1,4 +1,4 @@
-"""Model selection within an inference p99 margin (agents/selection.py) and PPO's validation using it."""
+"""Model selection within an inference p99 margin (agents/runs/selection.py) and PPO's validation using it."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from stable_baselines3.common.logger import Logger
 
-from agents.callbacks import WorkloadEvalCallback
-from agents.selection import P99_MARGIN_S, P99Excess, p99_verdict, replaces, worst_p99_excess
+from agents.runs.callbacks import WorkloadEvalCallback
+from agents.runs.selection import P99_MARGIN_S, P99Excess, p99_verdict, replaces, worst_p99_excess
 from deepboot_env.config import EnvConfig
 from deepboot_env.sim.scenario import Scenario
 from traces.families import cached_scenario
@@ -121,7 +121,7 @@ def test_without_a_margin_ppo_validation_selects_on_the_score_alone() -> None:
 def _fake_episodes(monkeypatch, candidate) -> list[tuple[str, int]]:
     """Replace the ES's episodes: ``ats`` takes a JCT of 100 s and a p99 of 10 s on every
     scenario, a candidate ``candidate(theta)``; returns the list the ``ats`` runs are added to."""
-    import agents.evolution as evolution
+    import agents.trainers.evolution as evolution
 
     ats_runs: list[tuple[str, int]] = []
 
@@ -140,8 +140,8 @@ def test_es_validation_prefers_models_within_the_p99_margin(tmp_path, monkeypatc
     """The ES's validation selects as PPO's does: a worse JCT within the margin replaces a better
     one outside it, a better one outside does not replace it; ``ats`` runs once per scenario (its
     JCT cached in the state, its p99 in the run) and the state keeps the verdict."""
-    from agents.evolution import EsRun, EsSettings, EsState, Subject
-    from agents.priority import FEATURES, PriorityModel
+    from agents.models.priority import FEATURES, PriorityModel
+    from agents.trainers.evolution import EsRun, EsSettings, EsState, Subject
 
     val = [("mixed", 1_000_000), ("bursty", 1_000_000)]
     # theta[0] -> (JCT, p99) on every scenario; ats: JCT 100 s, p99 10 s
@@ -163,7 +163,7 @@ def test_es_validation_prefers_models_within_the_p99_margin(tmp_path, monkeypatc
 
 
 def test_the_p99_penalty_hinges_each_scenario_and_skips_stalled_episodes() -> None:
-    from agents.evolution import p99_penalty
+    from agents.trainers.evolution import p99_penalty
 
     ats = np.array([10.0, 10.0, 10.0])
     p99s = np.array([[16.0, 4.0, 10.0], [12.0, 12.0, math.nan], [5.0, 5.0, 5.0]])
@@ -174,8 +174,8 @@ def test_the_p99_penalty_hinges_each_scenario_and_skips_stalled_episodes() -> No
 def test_the_es_fitness_weighs_the_p99_penalty_against_the_jct(tmp_path, monkeypatch) -> None:
     """With ``p99_weight`` a candidate whose p99 is past ``ats``'s ranks behind one with a JCT as
     good; without it the JCT alone ranks them. ``ats``'s p99 on a training scenario is run once."""
-    from agents.evolution import EsRun, EsSettings, EsState, Subject
-    from agents.priority import FEATURES
+    from agents.models.priority import FEATURES
+    from agents.trainers.evolution import EsRun, EsSettings, EsState, Subject
 
     # theta[0] up: 1 % shorter JCT per 0.1, p99 10 s over ats's per 0.1
     ats_runs = _fake_episodes(monkeypatch, lambda theta: (100.0 - 10.0 * theta[0], 10.0 + 100.0 * max(theta[0], 0.0)))

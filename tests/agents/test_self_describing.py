@@ -17,15 +17,16 @@ from builders import REPO
 from stable_baselines3 import PPO
 
 import agents
-from agents.checkpoint import CheckpointError, load_checkpoint
-from agents.described_policy import (
+from agents.models.algorithms import policy_class
+from agents.models.described_policy import (
     EnvMismatchError,
     MaskableDescribedMultiInputPolicy,
     env_call,
     observation_mismatch,
 )
-from agents.export import export_model
-from agents.factory import build_model, make_vec_env_for, policy_class
+from agents.saved.checkpoint import CheckpointError, load_checkpoint
+from agents.saved.export import export_model
+from agents.trainers.ppo import build_model, make_vec_env_for
 from traces.generate import generate_workload
 
 SHIPPED = REPO / "agents" / "pretrained" / "deepboot-v0.zip"
@@ -48,7 +49,7 @@ def test_shipped_checkpoint_keeps_its_env_arguments_in_plain_text() -> None:
     with zipfile.ZipFile(SHIPPED) as zf:
         data = json.loads(zf.read("data"))
     expected = {"action_mode": "residual", "base_policy": "ats", "lend_levels": 5, "max_jobs": 32}
-    assert data["policy_class"]["__module__"] == "agents.described_policy"
+    assert data["policy_class"]["__module__"] == "agents.described_policy"  # saved before the rooms
     assert data["policy_kwargs"]["env_kwargs"] == expected  # plain JSON
     model = load_checkpoint(SHIPPED)  # pickle-free
     assert isinstance(model.policy, MaskableDescribedMultiInputPolicy)
@@ -76,7 +77,7 @@ def test_plain_sb3_on_the_wrong_env_fails_with_the_readme_line() -> None:
     message = str(exc.value)
     assert "\n" not in message
     shown = _readme_blocks("text")[0].strip()
-    assert shown == f"agents.described_policy.EnvMismatchError: {message}"
+    assert shown == f"agents.models.described_policy.EnvMismatchError: {message}"
     assert "gym.make('DeepBoot-v0', action_mode='residual', base_policy='ats', lend_levels=5, max_jobs=32)" in message
     # a batch from a VecEnv with other slots
     batch = {k: np.zeros((2, *v.shape), np.float32) for k, v in model.observation_space.spaces.items()}
@@ -96,7 +97,7 @@ def test_readme_snippets_run_as_written(monkeypatch: pytest.MonkeyPatch, tmp_pat
         exec(compile(code, str(README), "exec"), scopes[-1])  # noqa: S102 - the README's own code
     rewards = [scope["mean_reward"] for scope in scopes[:2]]
     assert rewards[0] == rewards[1] and np.isfinite(rewards[0]) and rewards[0] < 0
-    from agents.priority import PriorityPolicy
+    from agents.models.priority import PriorityPolicy
 
     assert isinstance(scopes[2]["policy"], PriorityPolicy)  # the learned priority's snippet
 
@@ -153,7 +154,7 @@ def test_export_of_a_plain_sb3_model_keeps_weights_and_actions(tiny, tmp_path: P
     model.save(tmp_path / "plain.zip")
     out = export_model(tmp_path / "plain.zip", tmp_path / "exported.zip")
     before, after = load_checkpoint(tmp_path / "plain.zip"), load_checkpoint(out)
-    assert type(after.policy).__module__ in ("agents.described_policy", "agents.set_policy")
+    assert type(after.policy).__module__ in ("agents.models.described_policy", "agents.models.set_policy")
     assert after.policy.env_kwargs == {"max_jobs": 8, "lend_levels": 5, "action_mode": "residual"}
     state = before.policy.state_dict()
     assert all(torch.equal(state[k], v) for k, v in after.policy.state_dict().items())

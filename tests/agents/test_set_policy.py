@@ -1,4 +1,4 @@
-"""The set-based actor-critic (agents.set_policy): permutation property, masks, saving and safe
+"""The set-based actor-critic (agents.models.set_policy): permutation property, masks, saving and safe
 loading, the residual start, ``--policy-arch set`` end to end."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ sys.path.insert(0, str(REPO))  # train_policy.py is a script at the repository r
 
 import train_policy  # noqa: E402
 from agents.errors import ConfigError  # noqa: E402
-from agents.factory import build_model, make_vec_env_for  # noqa: E402
+from agents.trainers.ppo import build_model, make_vec_env_for  # noqa: E402
 from deepboot_env.env.observation import JOB_FEATURES  # noqa: E402
 from deepboot_env.sim.apps import APP_NAMES  # noqa: E402
 from traces.generate import generate_workload, write_workload_csv  # noqa: E402
@@ -121,8 +121,8 @@ def test_no_jobs_gives_finite_outputs_and_masks_hold(tiny_csv) -> None:
 
 
 def test_saved_set_policy_loads_safely_and_predicts_the_same(tiny_csv, tmp_path) -> None:
-    from agents.checkpoint import load_checkpoint
-    from agents.set_policy import MaskableSetActorCriticPolicy
+    from agents.models.set_policy import MaskableSetActorCriticPolicy
+    from agents.saved.checkpoint import load_checkpoint
 
     model = _model("maskable_ppo", tiny_csv, attention_layers=2, pool_layers=1)
     model.learn(64)
@@ -137,7 +137,7 @@ def test_saved_set_policy_loads_safely_and_predicts_the_same(tiny_csv, tmp_path)
 
 
 def test_residual_start_reproduces_the_base_policy(tiny_csv) -> None:
-    from agents.imitation import init_residual_policy
+    from agents.trainers.imitation import init_residual_policy
     from deepboot_env.env.action import NEUTRAL
 
     model = _model("ppo", tiny_csv, action_mode="residual")
@@ -340,7 +340,7 @@ def test_application_scores_give_each_application_one_score_in_every_state(tiny_
     the setting survives a save and load."""
     import torch
 
-    from agents.checkpoint import load_checkpoint
+    from agents.saved.checkpoint import load_checkpoint
 
     model = _model("ppo", tiny_csv, action_mode="score", application_scores=1)
     network = model.policy.mlp_extractor
@@ -415,8 +415,8 @@ def test_a_checkpoint_names_its_sizes_and_an_older_one_loads_with_the_sizes_of_i
     import json
     import zipfile
 
-    from agents.checkpoint import load_checkpoint
     from agents.hyperparameters import SET_POLICY_KWARGS
+    from agents.saved.checkpoint import load_checkpoint
 
     model = _model("ppo", tiny_csv, attention_layers=1, pool_layers=0)
     path = tmp_path / "sized.zip"

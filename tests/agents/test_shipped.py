@@ -1,4 +1,4 @@
-"""The shipped models by short name from any folder (agents.shipped), and torch's threads where the
+"""The shipped models by short name from any folder (agents.saved.shipped), and torch's threads where the
 project loads a model (agents.threads, the Zoo's config)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 import agents
-from agents.policy_adapter import resolve_model_path
-from agents.shipped import PRETRAINED_DIR, resolve_shipped, shipped_names
+from agents.saved.policy_adapter import resolve_model_path
+from agents.saved.shipped import PRETRAINED_DIR, resolve_shipped, shipped_names
 from deepboot_env.policy import make_policy
 
 SHIPPED_PPO = PRETRAINED_DIR / "deepboot-v0.zip"
@@ -201,11 +201,11 @@ def test_zoo_config_is_the_shipped_yaml_with_the_one_thread_callback(monkeypatch
 
 
 def test_score_v4_is_v3_grown_with_a_width_table_and_nothing_else(elsewhere: Path) -> None:
-    """``deepboot-score-v4`` is v3 grown to width scores (agents.width_table) whose width outputs
+    """``deepboot-score-v4`` is v3 grown to width scores (agents.models.width_table) whose width outputs
     ES trained (docs/results.md §7): every other weight is v3's."""
     import torch
 
-    from agents.width_table import grow_width_outputs, width_table
+    from agents.models.width_table import grow_width_outputs, width_table
 
     v3, _ = agents.load_agent("deepboot-score-v3")
     v4, _ = agents.load_agent("deepboot-score-v4")
@@ -222,12 +222,12 @@ def test_score_v4_is_v3_grown_with_a_width_table_and_nothing_else(elsewhere: Pat
 
 def test_score_v5_is_v4_over_the_prior_that_keeps_warm_pods(elsewhere: Path) -> None:
     """``deepboot-score-v5`` is v4's network, every weight, decoding over
-    ``ats-srpt-fcfs-place-rr-warm`` (``python -m agents.export ... --prior``, docs/results.md §7);
+    ``ats-srpt-fcfs-place-rr-warm`` (``python -m agents.saved.export ... --prior``, docs/results.md §7);
     re-exported here it is the same model; the export refuses a prior for a model that is not a
     score model, or a prior that takes no scores."""
     import torch
 
-    from agents.export import export_model
+    from agents.saved.export import export_model
 
     v4, _ = agents.load_agent("deepboot-score-v4")
     v5, _ = agents.load_agent("deepboot-score-v5")

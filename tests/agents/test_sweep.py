@@ -16,7 +16,7 @@ sys.path.insert(0, str(REPO))  # train_policy.py is a script at the repository r
 
 import train_policy  # noqa: E402
 from agents.errors import ConfigError  # noqa: E402
-from agents.sweep import parse_space  # noqa: E402
+from agents.trainers.sweep import parse_space  # noqa: E402
 from traces.generate import generate_workload, write_workload_csv  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")

@@ -183,9 +183,9 @@ def test_a_preset_a_single_preset_file_lacks_is_one_line(tmp_path, capsys) -> No
 
 def test_missing_shipped_presets_are_one_line_not_an_empty_preset(tmp_path, capsys, monkeypatch) -> None:
     """A broken install must not train from built-in defaults under a preset's name."""
-    import agents.run_config
+    import agents.runs.run_config
 
-    monkeypatch.setattr(agents.run_config, "DEFAULT_CONF", tmp_path / "missing.yml")
+    monkeypatch.setattr(agents.runs.run_config, "DEFAULT_CONF", tmp_path / "missing.yml")
     err = _one_line_error(["--preset", "residual"], tmp_path, capsys)
     assert "cannot read the shipped presets file" in err and "missing.yml" in err
 
@@ -244,7 +244,7 @@ def test_training_on_a_family_selects_on_its_val_seeds(tmp_path) -> None:
 
 def test_a_family_is_trained_on_alone() -> None:
     from agents.errors import ConfigError
-    from agents.training_run import load_workloads, training_source
+    from agents.trainers.training_run import load_workloads, training_source
 
     assert training_source(["family:mixed"]) == "family:mixed"
     with pytest.raises(ConfigError, match="one workload family or a list of workloads"):
@@ -330,16 +330,16 @@ def test_tune_without_ray_says_in_one_line_how_to_install_it(tiny_csv, tmp_path,
 def test_reference_episodes_run_beside_training(tiny_csv, tmp_path, monkeypatch) -> None:
     """With worker processes, the reference's episodes start in the background at training start
     (none goes through the evaluation's pool) and score the model exactly as in-process ones."""
-    import agents.callbacks
+    import agents.runs.callbacks
 
     pooled: list[str] = []
-    real = agents.callbacks.run_pool
+    real = agents.runs.callbacks.run_pool
 
     def spy(fn, items, *args, **kwargs):
         pooled.extend(getattr(item, "policy", "") for item in items)
         return real(fn, items, *args, **kwargs)
 
-    monkeypatch.setattr(agents.callbacks, "run_pool", spy)  # the evaluation's pool
+    monkeypatch.setattr(agents.runs.callbacks, "run_pool", spy)  # the evaluation's pool
     argv = ["--n-timesteps", "256", "--n-envs", "2", "--eval-freq", "256", "--eval-episodes", "2"]
     rows = {}
     for jobs in ("2", "1"):
@@ -362,12 +362,12 @@ def test_an_in_process_evaluation_leaves_the_global_generators_alone(tiny_csv, t
     import numpy as np
     import torch
 
-    import agents.callbacks
+    import agents.runs.callbacks
 
     def generators() -> tuple:
         return random.getstate(), np.random.get_state()[1].tolist(), torch.get_rng_state().tolist()
 
-    real = agents.callbacks.WorkloadEvalCallback.evaluate
+    real = agents.runs.callbacks.WorkloadEvalCallback.evaluate
     checked: list[bool] = []
 
     def spy(self):
@@ -376,7 +376,7 @@ def test_an_in_process_evaluation_leaves_the_global_generators_alone(tiny_csv, t
         checked.append(generators() == before)
         return rows
 
-    monkeypatch.setattr(agents.callbacks.WorkloadEvalCallback, "evaluate", spy)
+    monkeypatch.setattr(agents.runs.callbacks.WorkloadEvalCallback, "evaluate", spy)
     argv = ["--n-timesteps", "256", "--n-envs", "2", "--eval-freq", "128", "--eval-episodes", "2", "--seed", "3"]
     train_policy.run(argv + _common(tiny_csv, tmp_path) + ["--eval-jobs", "1", "-params", "n_steps:128"])
     assert checked and all(checked), checked
@@ -384,7 +384,7 @@ def test_an_in_process_evaluation_leaves_the_global_generators_alone(tiny_csv, t
 
 def test_eval_family_takes_a_seed_count() -> None:
     from agents.errors import ConfigError
-    from agents.training_run import load_workloads
+    from agents.trainers.training_run import load_workloads
 
     many = load_workloads(["family:mixed:val:32"])
     assert len(many) == 32 and [label for label, _ in many[:2]] == ["mixed-1000000", "mixed-1000001"]

@@ -1,4 +1,4 @@
-"""A score model's width outputs as a table (``agents.width_table``): growing them, ES over them
+"""A score model's width outputs as a table (``agents.models.width_table``): growing them, ES over them
 (``train_policy.py --algo es -i MODEL.zip``) and PPO resuming a model that grows them."""
 
 from __future__ import annotations
@@ -15,11 +15,8 @@ import yaml
 from builders import REPO, es_smoke_argv
 
 import train_policy
-from agents.checkpoint import load_checkpoint
-from agents.env_shape import env_shape_of
-from agents.evolution import EsConfigError, EsSettings
-from agents.policy_adapter import AgentPolicy, load_agent_policy
-from agents.width_table import (
+from agents.models.env_shape import env_shape_of
+from agents.models.width_table import (
     STATE_FEATURES,
     WidthTableError,
     grow_state_scores,
@@ -28,6 +25,9 @@ from agents.width_table import (
     width_names,
     width_table,
 )
+from agents.saved.checkpoint import load_checkpoint
+from agents.saved.policy_adapter import AgentPolicy, load_agent_policy
+from agents.trainers.evolution import EsConfigError, EsSettings
 from deepboot_env.config import sim_config
 from deepboot_env.evaluation import run_episode
 from deepboot_env.policy import WIDTH_CLASSES

@@ -13,8 +13,8 @@ pytest.importorskip("rl_zoo3")
 
 
 def test_rl_zoo3_trains_deepboot_v1_a_few_hundred_steps(tmp_path: Path) -> None:
-    from agents.checkpoint import load_checkpoint
-    from agents.env_shape import env_shape_of
+    from agents.models.env_shape import env_shape_of
+    from agents.saved.checkpoint import load_checkpoint
 
     argv = [
         sys.executable, "-m", "rl_zoo3.train", "--algo", "ppo", "--env", "DeepBoot-v1",

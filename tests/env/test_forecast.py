@@ -101,9 +101,9 @@ def test_outlook_is_an_option_and_off_by_default(workload) -> None:
 def test_the_agent_adapter_sees_the_env_outlook(workload, tmp_path) -> None:
     """A model trained with the outlook: saved, loaded safely, and fed by ``ppo:<path>`` exactly
     the observations the env gave it (the same forecaster state, decision by decision)."""
-    from agents.checkpoint import load_checkpoint
-    from agents.factory import build_model, make_vec_env_for
-    from agents.policy_adapter import AgentPolicy
+    from agents.saved.checkpoint import load_checkpoint
+    from agents.saved.policy_adapter import AgentPolicy
+    from agents.trainers.ppo import build_model, make_vec_env_for
 
     vec = make_vec_env_for(workload, 1, 0, {"max_jobs": 8, "outlook": True})
     model = build_model("ppo", vec, hyperparams={"policy": "SetPolicy", "policy_kwargs": {"embed_dim": 16}})

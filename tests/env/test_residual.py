@@ -10,12 +10,12 @@ import pytest
 import yaml
 from builders import REPO
 
-from agents.checkpoint import load_checkpoint
-from agents.env_shape import env_shape_of
-from agents.export import export_model
-from agents.factory import build_model, make_vec_env_for
-from agents.imitation import collect_demonstrations, init_residual_policy
-from agents.policy_adapter import AgentPolicy, load_agent_policy
+from agents.models.env_shape import env_shape_of
+from agents.saved.checkpoint import load_checkpoint
+from agents.saved.export import export_model
+from agents.saved.policy_adapter import AgentPolicy, load_agent_policy
+from agents.trainers.imitation import collect_demonstrations, init_residual_policy
+from agents.trainers.ppo import build_model, make_vec_env_for
 from deepboot_env.env import DeepBootEnv
 from deepboot_env.env.action import NEUTRAL, RESIDUAL_DELTAS, ResidualCodec
 from deepboot_env.evaluation import run_episode

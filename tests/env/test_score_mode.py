@@ -14,10 +14,10 @@ import yaml
 from builders import REPO
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from agents.checkpoint import load_checkpoint
-from agents.env_shape import env_shape_of
-from agents.factory import build_model, make_vec_env_for
-from agents.policy_adapter import AgentPolicy, load_agent_policy
+from agents.models.env_shape import env_shape_of
+from agents.saved.checkpoint import load_checkpoint
+from agents.saved.policy_adapter import AgentPolicy, load_agent_policy
+from agents.trainers.ppo import build_model, make_vec_env_for
 from deepboot_env.env import DeepBootEnv
 from deepboot_env.env.action import ScoreCodec
 from deepboot_env.env.reference import JobSecondsCurve, simulate_reference

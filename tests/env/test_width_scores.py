@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch as th
 
-from agents.env_shape import spaces_env_shape
-from agents.factory import build_model, make_vec_env_for
-from agents.policy_adapter import AgentPolicy, load_agent_policy
+from agents.models.env_shape import spaces_env_shape
+from agents.saved.policy_adapter import AgentPolicy, load_agent_policy
+from agents.trainers.ppo import build_model, make_vec_env_for
 from baselines.ats import AtsPolicy, Options, job_rooms, width_class, width_factors
 from deepboot_env.config import EnvConfigError
 from deepboot_env.env import DeepBootEnv

@@ -303,7 +303,7 @@ def test_compare_plots_name_each_run_by_its_folder_or_label(tmp_path: Path, monk
     """Two runs' best models (same file name) get their run folders' names, or a --label."""
     import shutil
 
-    from agents.shipped import PRETRAINED_DIR
+    from agents.saved.shipped import PRETRAINED_DIR
     from deepboot_harness import plots
 
     runs = {}

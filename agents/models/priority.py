@@ -8,9 +8,9 @@ its fair share. :class:`PriorityPolicy` learns that weight instead: a job's knap
 
 where ``phi_j`` (:data:`FEATURES`, :func:`job_features`) describes the job and the cluster as a
 real scheduler sees them (no ``remaining_work`` or other oracle), and ``theta`` is learned
-(:mod:`agents.evolution`, evolution strategies on the train seeds of workload families). The
+(:mod:`agents.trainers.evolution`, evolution strategies on the train seeds of workload families). The
 scorer is one linear map shared by every job, so the policy is permutation-equivariant in the jobs
-like the set policy of :mod:`agents.set_policy`, and a job's weight never depends on its slot.
+like the set policy of :mod:`agents.models.set_policy`, and a job's weight never depends on its slot.
 The knapsack keeps what makes ATS robust (its restart factor, caps and best-fit placement), the
 learned part decides who is worth GPUs. ``theta = (-0.25, 0, ...)`` is ``ats-srpt`` (up to a
 common factor, which does not change the knapsack's choice), the warm start of training. A model

@@ -13,7 +13,7 @@
   ``eval/*``, appends to ``evaluations.csv`` and saves ``best_model.zip`` when the selection
   score (mean ratio of censored JCT to a reference policy's) improves.
 * :class:`StopOnSignal` ends training at the next step once a SIGINT or SIGTERM came
-  (:mod:`agents.interrupt`); :class:`AtomicCheckpointCallback` saves checkpoints atomically.
+  (:mod:`agents.runs.interrupt`); :class:`AtomicCheckpointCallback` saves checkpoints atomically.
 """
 
 from __future__ import annotations
@@ -36,9 +36,10 @@ import numpy as np
 import torch
 from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback, ProgressBarCallback
 
-from agents.policy_adapter import METADATA_FILE
-from agents.selection import NO_P99_EXCESS, P99_MARGIN_S, p99_verdict, replaces, worst_p99_excess
-from deepboot_env.atomic import append_csv, atomic_write
+from agents.saved.policy_adapter import METADATA_FILE
+from agents.runs.selection import NO_P99_EXCESS, P99_MARGIN_S, p99_verdict, replaces, worst_p99_excess
+from agents.saved.checkpoint import save_model
+from deepboot_env.atomic import append_csv
 from deepboot_env.config import EnvConfig
 from deepboot_env.evaluation import run_episode
 from deepboot_env.policy import make_policy
@@ -340,14 +341,6 @@ def run_eval_episode(episode: EvalEpisode) -> tuple[EpisodeMetrics, int]:
     return replace(metrics, timeline=[]), int(policy.repaired_gpus)
 
 
-def save_model(model: Any, path: str | Path) -> Path:
-    """``model.save`` (stable-baselines3) to ``path`` atomically: a kill or a full disk leaves
-    the previous file (:func:`deepboot_env.atomic.atomic_write`); returns the path."""
-    with atomic_write(path, binary=True) as fh:
-        model.save(fh)
-    return Path(path)
-
-
 class AtomicCheckpointCallback(CheckpointCallback):
     """SB3's :class:`CheckpointCallback` (``<save_path>/<prefix>_<steps>_steps.zip`` every
     ``save_freq`` calls) whose models are written with :func:`save_model` (no replay buffer or
@@ -381,13 +374,13 @@ class WorkloadEvalCallback(BaseCallback):
             the reference's (``jct_ratio``), and the model is selected by the mean ratio, so that
             every workload weighs the same whatever its JCT scale, preferring models whose mean
             inference p99 latency is within the reference's + ``p99_margin`` on every family
-            (:mod:`agents.selection`). None: selected by the mean censored JCT.
+            (:mod:`agents.runs.selection`). None: selected by the mean censored JCT.
         p99_margin: seconds (see ``reference``; None: no p99 condition).
         jobs: worker processes for the episodes (0 or None: one per available CPU; 1: in this
             process). Training waits meanwhile, so the workers have the CPUs to themselves.
         progress: show a progress bar (one step per episode) on stderr.
         on_evaluation: called after each evaluation with the timesteps and the score (a Ray
-            Tune trial reports it: :mod:`agents.sweep`).
+            Tune trial reports it: :mod:`agents.trainers.sweep`).
 
     The model runs as ``ppo:<snapshot>`` (a copy saved for the evaluation, with the env's base
     policy), deterministically, through the pool ``deepboot compare`` uses
@@ -401,7 +394,7 @@ class WorkloadEvalCallback(BaseCallback):
             the mean censored JCT without one.
         best_within: whether the best model's inference p99 was within the margin.
         p99_excess: the latest evaluation's largest mean p99 excess over the reference on one
-            family (s), that family and its median excess (:func:`~agents.selection.worst_p99_excess`).
+            family (s), that family and its median excess (:func:`~agents.runs.selection.worst_p99_excess`).
         history: ``(timesteps, mean train JCT, score)`` per evaluation.
         last_rows: the rows of the latest evaluation.
         eval_seconds: wall time spent evaluating so far.

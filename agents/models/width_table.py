@@ -2,11 +2,11 @@
 
 A set model with an application table (``--preset score-app``: ``application_scores``) scores
 each job from its application alone: the table is a linear layer from the application's one-hot
-code to the slot's outputs, ``[score, width scores...]`` (:mod:`agents.set_policy`). Its width
+code to the slot's outputs, ``[score, width scores...]`` (:mod:`agents.models.set_policy`). Its width
 outputs are therefore one value per (width class, application): the weight rows ``1..W`` of the
 table, which multiply each w-GPU option of a job by ``exp(score_scale * (v[c(w)] - v[c(f)]))``
 (:func:`baselines.ats.width_scored_options`). ES trains exactly these values
-(:mod:`agents.evolution`, ``--algo es -i MODEL.zip``), and with its setting ``score_row: 1`` the
+(:mod:`agents.trainers.evolution`, ``--algo es -i MODEL.zip``), and with its setting ``score_row: 1`` the
 score row too (row 0: each application's log-weight change), the whole table.
 
 :func:`grow_width_outputs` turns a score model without width scores (``deepboot-score-v3``) into
@@ -23,8 +23,8 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-from agents.described_policy import ENV_ARGUMENTS_KEY, env_spec
-from agents.env_shape import env_shape_of
+from agents.models.described_policy import ENV_ARGUMENTS_KEY, env_spec
+from agents.models.env_shape import env_shape_of
 from deepboot_env.env.observation import JOB_FEATURES
 from deepboot_env.policy import WIDTH_CLASSES
 from deepboot_env.sim.apps import APP_NAMES
@@ -182,7 +182,7 @@ def _rebuilt(model: Any, old: dict[str, Any], grow: Callable[[str, Any], Any]) -
     its action space; returns the model."""
     import torch  # lazy: torch is slow to import
 
-    from agents.distributions import use_padded_distribution  # lazy: SB3 is slow to import
+    from agents.models.distributions import use_padded_distribution  # lazy: SB3 is slow to import
 
     model._setup_model()
     grown = {key: grow(key, value) for key, value in model.policy.state_dict().items()}

@@ -1,7 +1,7 @@
 """A run's folder and its ``config.yml``, for every kind of run (no torch, no SB3).
 
-PPO runs (:mod:`agents.training_run`), sweeps (:mod:`agents.sweep`) and ES runs
-(:mod:`agents.evolution`) each write to a new folder ``<log-folder>/<kind>_<n>``
+PPO runs (:mod:`agents.trainers.training_run`), sweeps (:mod:`agents.trainers.sweep`) and ES runs
+(:mod:`agents.trainers.evolution`) each write to a new folder ``<log-folder>/<kind>_<n>``
 (:func:`next_run_dir`) and record what they were asked for and what they did in its
 ``config.yml`` (:func:`write_config`: YAML of :func:`yaml_safe` values, written atomically).
 """

@@ -1,6 +1,6 @@
 """``train_policy.py --tune SPEC.yml``: sweep seeds and hyperparameters on Ray Tune.
 
-Every trial is one run of :func:`agents.training_run.train` with the command line's other flags,
+Every trial is one run of :func:`agents.trainers.training_run.train` with the command line's other flags,
 its ``seed`` and hyperparameters taken from the search space. After each validation it reports
 the selection score (:data:`METRIC`: the mean JCT ratio to ``--eval-reference``, or the mean
 censored JCT with ``none``; lower is better) with its timesteps to Tune, whose ASHA scheduler stops
@@ -11,7 +11,7 @@ the trials that fall behind at each rung (from ``grace_period`` timesteps, every
   ``checkpoints/``, ``best_model.zip``, ``evaluations.csv``), kept whether or not ASHA stopped it;
 * ``tune/``: Tune's own records of the experiment;
 * ``trials.csv``: one row per trial (its parameters, best score, timesteps, run folder);
-* ``best_model.zip``: the best trial's best model, exported (:func:`agents.export.export_model`)
+* ``best_model.zip``: the best trial's best model, exported (:func:`agents.saved.export.export_model`)
   so that ``ppo:<sweep folder>/best_model.zip`` loads it.
 
 The search space is YAML: each key is ``seed`` or a hyperparameter (``--hyperparams`` keys), each
@@ -40,10 +40,10 @@ from pathlib import Path
 from typing import Any
 
 from agents.errors import ConfigError
-from agents.factory import resolve_device
 from agents.hyperparameters import HYPERPARAM_TYPES, check_hyperparams
-from agents.run_config import TrainSettings, read_yaml, resolve_settings
-from agents.run_folder import next_run_dir
+from agents.models.algorithms import resolve_device
+from agents.runs.run_config import TrainSettings, read_yaml, resolve_settings
+from agents.runs.run_folder import next_run_dir
 from deepboot_env.atomic import atomic_write
 from deepboot_env.limits import safe_cell
 from deepboot_env.pool import available_cpus
@@ -168,12 +168,12 @@ def _absolute(value: str) -> str:
 
 
 def trial(config: Mapping[str, Any], base: TrainSettings) -> None:
-    """One Tune trial: :func:`~agents.training_run.train` with ``base`` (the command line's
+    """One Tune trial: :func:`~agents.trainers.training_run.train` with ``base`` (the command line's
     settings, :func:`trial_settings`) and the trial's ``config`` (seed, hyperparameters) in
     ``<log_folder>/<trial>``, reporting :data:`METRIC` after each validation."""
     from ray import tune  # lazy: Ray is an optional extra
 
-    from agents.training_run import train  # lazy: SB3 and torch are slow to import
+    from agents.trainers.training_run import train  # lazy: SB3 and torch are slow to import
 
     settings = replace(
         base,
@@ -212,7 +212,7 @@ def sweep(settings: TrainSettings) -> Path:
     Raises:
         ConfigError: bad spec or flags, Ray missing or unreachable, or no trial that reported.
     """
-    from agents.export import export_model  # lazy: SB3 and torch are slow to import
+    from agents.saved.export import export_model  # lazy: SB3 and torch are slow to import
 
     assert settings.tune is not None, "a sweep needs its --tune spec"
     space, samples, asha = load_spec(settings.tune)

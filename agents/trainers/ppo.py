@@ -3,82 +3,40 @@
 * :func:`make_vec_env_for`: SB3 ``make_vec_env`` over ``DeepBoot-v0`` (``DummyVecEnv``, each
   sub-env wrapped in ``Monitor``; sub-env ``i`` is seeded ``seed + i``), or groups of envs that
   play the same scenarios.
-* :func:`build_model`: ``PPO`` or ``MaskablePPO`` (or :class:`agents.group_ppo.GroupPPO`) with a
+* :func:`build_model`: ``PPO`` or ``MaskablePPO`` (or :class:`agents.models.group_ppo.GroupPPO`) with a
   self-describing policy and :data:`~agents.hyperparameters.DEFAULT_HYPERPARAMS` overridden by
   the caller's hyperparameters (parsed and checked by :mod:`agents.hyperparameters`).
-* :func:`algo_class`: the SB3 class of an algorithm name.
-* :func:`parameter_count` / :func:`check_parameter_count`: the size of the network a policy's
-  ``policy_kwargs`` describe, counted before anything is allocated.
-* :func:`resolve_device`: SB3's ``get_device`` (``auto`` -> ``cuda`` when available else ``cpu``; ``mps`` allowed).
+
+The algorithm and policy classes, the device and the network's size come from
+:mod:`agents.models.algorithms`.
 """
 
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-from gymnasium import spaces
 
 from agents.errors import ConfigError
 from agents.hyperparameters import (
     SET_POLICY_KWARGS,
-    check_algo,
     check_policy_kwargs_arch,
     model_kwargs,
     policy_arch,
     resolve_hyperparams,
 )
+from agents.models.algorithms import algo_class, check_parameter_count, policy_class, resolve_device
 from deepboot_env.env import DeepBootEnv
-from deepboot_env.limits import MAX_POLICY_PARAMETERS, shown
+from deepboot_env.limits import shown
 from deepboot_env.pool import start_env_worker, stop_signals_blocked
 from deepboot_env.ray_pool import RayBackendError
 
-if TYPE_CHECKING:  # imported where used: SB3 and torch are slow to import
-    from sb3_contrib import MaskablePPO
-    from stable_baselines3 import PPO
-
-DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda", "mps")
-"""Values of ``--device``."""
-
 VEC_ENVS: tuple[str, ...] = ("dummy", "subproc", "ray")
 """Values of ``--vec-env``: SB3's ``DummyVecEnv`` and ``SubprocVecEnv``, and
-:class:`agents.ray_vec_env.RayVecEnv` (one Ray actor per env)."""
-
-
-def algo_class(algo: str) -> type[PPO] | type[MaskablePPO]:
-    """The SB3 class of ``algo`` (``PPO`` or sb3-contrib ``MaskablePPO``)."""
-    check_algo(algo)
-    if algo == "maskable_ppo":
-        from sb3_contrib import MaskablePPO  # lazy: SB3 is slow to import
-
-        return MaskablePPO
-    from stable_baselines3 import PPO  # lazy: SB3 is slow to import
-
-    return PPO
-
-
-def resolve_device(device: str) -> str:
-    """The torch device ``device`` names, through SB3's :func:`~stable_baselines3.common.utils.get_device`:
-    ``auto`` -> ``cuda`` if available else ``cpu``; any torch device (``cpu``, ``cuda``,
-    ``cuda:<n>``, ``mps``, ...) as itself, except ``cuda`` without a GPU, which falls back to
-    ``cpu`` with a warning.
-
-    Raises:
-        ConfigError: for a string torch does not know as a device.
-    """
-    from stable_baselines3.common.utils import get_device  # lazy: SB3 is slow to import
-
-    try:
-        resolved = str(get_device(device))
-    except RuntimeError:
-        raise ConfigError(f"unknown device {shown(device)}; choose from {', '.join(DEVICES)} (or cuda:<n>)") from None
-    if device != "auto" and resolved == "cpu" and device != "cpu":
-        warnings.warn(f"--device {device} asked for but CUDA is not available; using cpu", RuntimeWarning, stacklevel=2)
-    return resolved
+:class:`agents.trainers.ray_vec_env.RayVecEnv` (one Ray actor per env)."""
 
 
 # ----------------------------------------------------------------------------------- env / model
@@ -105,7 +63,7 @@ def make_vec_env_for(
         monitor_dir: where ``Monitor`` writes its CSVs (None: nowhere).
         vec_env: ``dummy`` (default; fastest on small machines, docs/environment.md §7) or
             ``subproc`` (one process per env; pays off only for slow steps) or ``ray`` (one Ray
-            actor per env, :class:`agents.ray_vec_env.RayVecEnv`).
+            actor per env, :class:`agents.trainers.ray_vec_env.RayVecEnv`).
         address: ``ray`` only: the Ray cluster to join when no Ray session is open (None: a
             private local instance on 127.0.0.1).
         group_size: envs per same-scenario group: with a scenario sampler (a workload family),
@@ -114,7 +72,7 @@ def make_vec_env_for(
             one base-policy reference per scenario under ``relative_reward``.
         antithetic: with ``group_size`` > 1 (score mode): consecutive envs of a group also share
             their noise codes, the second of each pair mirrored (``DeepBootEnv``'s
-            ``noise_stream`` and ``antithetic``: antithetic pairs for :class:`agents.group_ppo.GroupPPO`).
+            ``noise_stream`` and ``antithetic``: antithetic pairs for :class:`agents.models.group_ppo.GroupPPO`).
 
     Raises:
         ConfigError: for a bad ``n_envs`` or ``vec_env``, or a Ray that is missing or unreachable.
@@ -163,7 +121,7 @@ def _vec_env_class(n_envs: int, vec_env: str, address: str | None, group_size: i
             "use vec_env dummy or ray"
         )
     if vec_env == "ray":
-        from agents.ray_vec_env import RayVecEnv  # lazy: SB3 is slow to import
+        from agents.trainers.ray_vec_env import RayVecEnv  # lazy: SB3 is slow to import
 
         return RayVecEnv, {"address": address}
     return {"dummy": DummyVecEnv, "subproc": quiet_subproc_vec_env()}[vec_env], {}
@@ -226,7 +184,7 @@ def _grouped_env_fns(
 
 
 def model_class(algo: str, kwargs: dict[str, Any], group_size: int) -> Any:
-    """The model class of ``algo``: :class:`agents.group_ppo.GroupPPO` with the hyperparameter
+    """The model class of ``algo``: :class:`agents.models.group_ppo.GroupPPO` with the hyperparameter
     ``group_advantage: true`` (whose ``group_size`` and ``per_job_ratio`` it moves into
     ``kwargs``), else SB3's.
 
@@ -237,11 +195,11 @@ def model_class(algo: str, kwargs: dict[str, Any], group_size: int) -> Any:
     per_job_ratio = kwargs.pop("per_job_ratio", False)
     if not kwargs.pop("group_advantage", False):
         if per_job_ratio:
-            raise ConfigError("per_job_ratio needs group_advantage: true (agents.group_ppo.GroupPPO)")
+            raise ConfigError("per_job_ratio needs group_advantage: true (agents.models.group_ppo.GroupPPO)")
         return algo_class(algo)
     if algo != "ppo" or group_size < 2:
         raise ConfigError(f"group_advantage needs --algo ppo and --group-size >= 2, got {algo} and {group_size}")
-    from agents.group_ppo import GroupPPO  # lazy: SB3 is slow to import
+    from agents.models.group_ppo import GroupPPO  # lazy: SB3 is slow to import
 
     kwargs["group_size"], kwargs["per_job_ratio"] = group_size, per_job_ratio
     return GroupPPO
@@ -259,8 +217,8 @@ def build_model(
     group_size: int = 1,
 ) -> Any:
     """A new ``PPO`` / ``MaskablePPO`` on ``env``, with a self-describing policy
-    (:mod:`agents.described_policy`: the saved model names the env it needs) and the one-tensor
-    action distribution (:func:`agents.distributions.use_padded_distribution`).
+    (:mod:`agents.models.described_policy`: the saved model names the env it needs) and the one-tensor
+    action distribution (:func:`agents.models.distributions.use_padded_distribution`).
 
     Args:
         algo: ``ppo`` or ``maskable_ppo``.
@@ -274,15 +232,15 @@ def build_model(
         env_kwargs: the env arguments of ``env``, kept by the policy.
         group_size: envs per same-scenario group of ``env``; with the hyperparameter
             ``group_advantage: true`` (``ppo`` only), the model is a
-            :class:`agents.group_ppo.GroupPPO` over groups of this size.
+            :class:`agents.models.group_ppo.GroupPPO` over groups of this size.
 
     Raises:
         ConfigError: unknown algo, device or hyperparameter, ``group_advantage`` without
             ``ppo`` and groups of at least two envs, or a network beyond
             :data:`~deepboot_env.limits.MAX_POLICY_PARAMETERS`.
     """
-    from agents.described_policy import ENV_ARGUMENTS_KEY  # lazy: SB3 is slow to import
-    from agents.distributions import use_padded_distribution  # lazy: SB3 is slow to import
+    from agents.models.described_policy import ENV_ARGUMENTS_KEY  # lazy: SB3 is slow to import
+    from agents.models.distributions import use_padded_distribution  # lazy: SB3 is slow to import
 
     kwargs = model_kwargs(resolve_hyperparams(algo, hyperparams))
     cls = model_class(algo, kwargs, group_size)
@@ -303,70 +261,3 @@ def build_model(
     )
     use_padded_distribution(model.policy)
     return model
-
-
-def policy_class(algo: str, arch: str) -> type:
-    """The project's policy class of ``algo`` and architecture ``arch``: the set policy of
-    :mod:`agents.set_policy` (``set``) or the self-describing multi-input MLP of
-    :mod:`agents.described_policy` (``mlp``)."""
-    if arch == "set":
-        from agents.set_policy import set_policy_class  # lazy: torch is slow to import
-
-        return set_policy_class(algo)
-    from agents.described_policy import described_policy_class  # lazy: SB3 is slow to import
-
-    return described_policy_class(algo)
-
-
-MLP_NET_ARCH: dict[str, list[int]] = {"pi": [64, 64], "vf": [64, 64]}
-"""SB3's hidden layers of a multi-input actor-critic that names no ``net_arch``."""
-
-
-def parameter_count(observation_space: Any, action_space: Any, arch: str, policy_kwargs: Mapping[str, Any]) -> int:
-    """The parameters of the policy that ``policy_kwargs`` describe over these spaces (``arch``
-    ``mlp`` or ``set``), counted without allocating them: the body (SB3's ``MlpExtractor`` or the
-    :class:`~agents.set_policy.SetNetwork`) is built on torch's ``meta`` device, where a tensor has
-    a shape and no storage, and the output layers are counted by arithmetic. A few numbers of
-    SB3's (log standard deviations) are left out: the count is for refusing networks that do not
-    fit in memory, not for bookkeeping."""
-    import torch as th  # lazy: torch is slow to import
-
-    activation = th.nn.ReLU  # the allowed activations hold no parameters
-    with th.device("meta"):
-        if arch == "set":
-            from agents.set_policy import set_network  # lazy: torch is slow to import
-
-            sizes = {key: policy_kwargs.get(key, value) for key, value in SET_POLICY_KWARGS.items()}
-            body: Any = set_network(observation_space, action_space, activation, sizes)
-            heads = body.latent_dim_vf + 1  # the value layer; the action layer is the identity
-        else:
-            from stable_baselines3.common.torch_layers import MlpExtractor  # lazy: SB3 is slow to import
-
-            features = sum(int(np.prod(space.shape)) for space in observation_space.spaces.values())
-            net_arch = policy_kwargs.get("net_arch") or MLP_NET_ARCH
-            body = MlpExtractor(features, net_arch=net_arch, activation_fn=activation, device="meta")
-            is_discrete = isinstance(action_space, spaces.MultiDiscrete)
-            actions = int(np.sum(action_space.nvec)) if is_discrete else int(np.prod(action_space.shape))
-            heads = (body.latent_dim_pi + 1) * actions + body.latent_dim_vf + 1
-        return sum(weights.numel() for weights in body.parameters()) + heads
-
-
-def check_parameter_count(
-    observation_space: Any, action_space: Any, arch: str, policy_kwargs: Mapping[str, Any], source: str
-) -> None:
-    """Refuse a network of more than :data:`~deepboot_env.limits.MAX_POLICY_PARAMETERS`
-    parameters before it is built (a 2 MB checkpoint naming ``net_arch: [12000, 12000]`` would
-    otherwise take gigabytes first).
-
-    Raises:
-        ConfigError: ``"<source>: policy_kwargs describe a network of N parameters ..."``.
-    """
-    try:
-        count = parameter_count(observation_space, action_space, arch, policy_kwargs)
-    except (ValueError, TypeError, RuntimeError) as exc:  # sizes the network cannot be built with
-        raise ConfigError(f"{source}: policy_kwargs do not describe a network ({shown(str(exc))})") from None
-    if count > MAX_POLICY_PARAMETERS:
-        raise ConfigError(
-            f"{source}: policy_kwargs describe a network of {count:,} parameters, more than the limit of "
-            f"{MAX_POLICY_PARAMETERS:,} (docs/usage.md §7.1)"
-        )

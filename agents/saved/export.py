@@ -3,19 +3,19 @@ optimizer's moment estimates.
 
 Adam keeps two moments per weight, twice the size of the network; a checkpoint meant for
 ``--policy ppo:<path>`` does not need them. The exported policy is the project's class of the same
-architecture (:mod:`agents.described_policy`) holding the env arguments of the run (its policy's,
+architecture (:mod:`agents.models.described_policy`) holding the env arguments of the run (its policy's,
 or for an older run ``config.yml``'s ``env_kwargs`` completed from the model's spaces: e.g. the base
 policy of a residual model), so the file is self-contained: ``agents.load_agent(path)``
 returns the model and its env, and a plain ``MaskablePPO.load(path)`` / ``PPO.load(path)``
 evaluated on another env fails with one line naming the env it needs::
 
-    python -m agents.export runs/maskable_ppo_2/best_model.zip agents/pretrained/deepboot-v0.zip
+    python -m agents.saved.export runs/maskable_ppo_2/best_model.zip agents/pretrained/deepboot-v0.zip
 
 ``--prior NAME`` writes a score model that decodes its scores over another prior (its env argument
 ``base_policy``), the weights unchanged: how ``deepboot-score-v5`` is v4 over the prior that keeps
 warm pods (docs/policies.md §8.10)::
 
-    python -m agents.export agents/pretrained/deepboot-score-v4.zip agents/pretrained/deepboot-score-v5.zip \
+    python -m agents.saved.export agents/pretrained/deepboot-score-v4.zip agents/pretrained/deepboot-score-v5.zip \
         --prior ats-srpt-fcfs-place-rr-warm
 """
 
@@ -26,17 +26,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agents.callbacks import save_model
-from agents.described_policy import ENV_ARGUMENTS_KEY
-from agents.factory import policy_class
-from agents.policy_adapter import agent_env_kwargs, load_model, resolve_model_path, uses_masks
+from agents.models.algorithms import policy_class
+from agents.models.described_policy import ENV_ARGUMENTS_KEY
+from agents.saved.checkpoint import save_model
+from agents.saved.policy_adapter import agent_env_kwargs, load_model, resolve_model_path, uses_masks
 from deepboot_env.argparsing import ArgumentParser
 from deepboot_env.policy import ScoredProposer, make_policy
 
 
 def described(model: Any, env_kwargs: dict[str, Any]) -> Any:
     """``model`` with a new policy of the project's class of its architecture that keeps
-    ``env_kwargs`` (:mod:`agents.described_policy`), the same weights and a fresh optimizer."""
+    ``env_kwargs`` (:mod:`agents.models.described_policy`), the same weights and a fresh optimizer."""
     algo = "maskable_ppo" if uses_masks(model) else "ppo"
     arch = "set" if getattr(model.policy, "deepboot_arch", "mlp") == "set" else "mlp"
     state = model.policy.state_dict()

@@ -1,15 +1,15 @@
 """One training run of ``train_policy.py``: build or resume the model, train it, record the run.
 
-:func:`train` takes the run's :class:`~agents.run_config.TrainSettings` through a sequence of
+:func:`train` takes the run's :class:`~agents.runs.run_config.TrainSettings` through a sequence of
 steps, each a function of this module:
 
 1. :func:`plan_run`: the algorithm, the device and the settings resolved from built-in defaults,
-   preset and flags (:func:`~agents.run_config.resolve_settings`); :func:`check_resume`: for
+   preset and flags (:func:`~agents.runs.run_config.resolve_settings`); :func:`check_resume`: for
    ``--resume``, that the saved model fits them (its env shape, fixed hyperparameters and
    architecture);
 2. :func:`build_env`: the training workloads (or family), the validation workloads and the
    vectorised env;
-3. in the run folder ``<log-folder>/<algo>_<n>/`` (:func:`~agents.run_folder.next_run_dir`,
+3. in the run folder ``<log-folder>/<algo>_<n>/`` (:func:`~agents.runs.run_folder.next_run_dir`,
    locked while the run lasts; :func:`run_record`: what ``config.yml`` records of it):
    :func:`start_model`, a new model or the resumed one, logging to the run folder and to
    TensorBoard;
@@ -18,11 +18,11 @@ steps, each a function of this module:
 5. :func:`callbacks`: the stop on a signal, the ``sched/*`` metrics, the evaluations and the
    checkpoints;
 6. :func:`learn`: ``model.learn``, with torch's distribution checks off unless
-   ``--distribution-checks`` (:func:`agents.distributions.distribution_checks`);
+   ``--distribution-checks`` (:func:`agents.models.distributions.distribution_checks`);
 7. :func:`finish`: the final model and the run's results; a run stopped by SIGINT or SIGTERM
-   then raises the :class:`~agents.interrupt.TrainingInterrupted` of :func:`interrupted`.
+   then raises the :class:`~agents.runs.interrupt.TrainingInterrupted` of :func:`interrupted`.
 
-``config.yml`` (:func:`~agents.run_folder.write_config`, atomic) is written twice: when learning
+``config.yml`` (:func:`~agents.runs.run_folder.write_config`, atomic) is written twice: when learning
 starts, with the settings and the warm start (a run that never reaches its end, a Ray Tune trial
 stopped early, a crash or a kill, still says what it was), and at the end with the results. The run folder also
 holds ``final_model.zip``, ``best_model.zip``, ``evaluations.csv``, ``progress.csv``,
@@ -49,7 +49,13 @@ from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 
 import deepboot_env
-from agents.callbacks import (
+from agents.errors import ConfigError
+from agents.hyperparameters import check_algo, model_kwargs
+from agents.models.algorithms import resolve_device
+from agents.models.described_policy import ENV_ARGUMENTS_KEY
+from agents.models.distributions import distribution_checks
+from agents.models.width_table import grow_width_outputs
+from agents.runs.callbacks import (
     AtomicCheckpointCallback,
     EnvStepProgressBar,
     SchedMetricsCallback,
@@ -57,16 +63,8 @@ from agents.callbacks import (
     WorkloadEvalCallback,
     save_model,
 )
-from agents.checkpoint import SavedModel
-from agents.described_policy import ENV_ARGUMENTS_KEY
-from agents.distributions import distribution_checks
-from agents.errors import ConfigError
-from agents.factory import build_model, make_vec_env_for, model_class, resolve_device
-from agents.hyperparameters import check_algo, model_kwargs
-from agents.imitation import collect_demonstrations, init_residual_policy, pretrain
-from agents.interrupt import TrainingInterrupted, command_words, resume_command
-from agents.policy_adapter import resolve_model_path
-from agents.run_config import (
+from agents.runs.interrupt import TrainingInterrupted, command_words, resume_command
+from agents.runs.run_config import (
     DEFAULT_CONF,
     FAMILY_SEEDS,
     PRETRAIN_KEYS,
@@ -75,8 +73,11 @@ from agents.run_config import (
     env_config,
     resolve_settings,
 )
-from agents.run_folder import config_text, next_run_dir, write_config, yaml_safe
-from agents.width_table import grow_width_outputs
+from agents.runs.run_folder import config_text, next_run_dir, write_config, yaml_safe
+from agents.saved.checkpoint import SavedModel
+from agents.saved.policy_adapter import resolve_model_path
+from agents.trainers.imitation import collect_demonstrations, init_residual_policy, pretrain
+from agents.trainers.ppo import build_model, make_vec_env_for, model_class
 from deepboot_env.atomic import lock_folder
 from deepboot_env.config import EnvConfig
 from deepboot_env.pool import available_cpus
@@ -93,10 +94,10 @@ class RunPlan:
     Attributes:
         settings: what the run was asked for.
         algo: ``ppo`` or ``maskable_ppo`` (``--algo``, else the ``--resume`` model's, else ``ppo``).
-        device: the torch device (:func:`~agents.factory.resolve_device`).
+        device: the torch device (:func:`~agents.models.algorithms.resolve_device`).
         resume: the model zip to continue, or None.
         resolved: run settings, env arguments and hyperparameters
-            (:func:`~agents.run_config.resolve_settings`; :func:`check_resume` completes
+            (:func:`~agents.runs.run_config.resolve_settings`; :func:`check_resume` completes
             ``env_kwargs`` from the resumed model's spaces).
         grows_widths: the resumed score model grows width scores (:func:`check_resume`).
         saved: the model a run from a model starts at, read and checked once (:func:`plan_run`).
@@ -165,7 +166,7 @@ class RunCallbacks:
 def train(settings: TrainSettings, on_evaluation: Callable[[int, float], None] | None = None) -> Path:
     """Train as ``settings`` say (the steps of the module docstring); returns the run folder.
     ``on_evaluation(timesteps, score)`` is called after each validation (see
-    :class:`~agents.callbacks.WorkloadEvalCallback`).
+    :class:`~agents.runs.callbacks.WorkloadEvalCallback`).
 
     Raises:
         ConfigError, FileNotFoundError, ValueError: bad flags, files or env arguments.
@@ -249,13 +250,13 @@ NETWORK_KEYS = ("policy", "policy_kwargs")
 def resume_hyperparams(plan: RunPlan, saved: SavedModel) -> dict[str, Any]:
     """The hyperparameters a run from a saved model (``-i``) trains with, over the model's own:
     the preset's when ``--preset`` or ``--conf-file`` names one (its network keys aside), else
-    the trainer the model names (GroupPPO's group settings: :func:`~agents.checkpoint.saved_trainer`,
+    the trainer the model names (GroupPPO's group settings: :func:`~agents.saved.checkpoint.saved_trainer`,
     whose ``group_size`` the run's envs then take unless ``--group-size`` says otherwise); then
     ``--hyperparams`` over either. So the README's ``--preset score-app -i <model>`` trains with
     the preset's algorithm and learning rate, and a bare ``-i`` with the model's.
 
     Raises:
-        agents.checkpoint.CheckpointError: the model names a trainer the loader does not know.
+        agents.saved.checkpoint.CheckpointError: the model names a trainer the loader does not know.
     """
     settings, resolved = plan.settings, plan.resolved
     if settings.preset != "default" or settings.conf_file:
@@ -270,7 +271,7 @@ def resume_hyperparams(plan: RunPlan, saved: SavedModel) -> dict[str, Any]:
 
 def build_env(plan: RunPlan) -> TrainingEnv:
     """The training source (:func:`training_source`), the validation workloads (none without
-    evaluations) and the vectorised env (:func:`~agents.factory.make_vec_env_for`).
+    evaluations) and the vectorised env (:func:`~agents.trainers.ppo.make_vec_env_for`).
 
     Raises:
         ConfigError: bad workloads, env arguments or ``--address`` without ``--vec-env ray``.
@@ -324,13 +325,13 @@ def run_record(plan: RunPlan, run_dir: Path, tb_dir: Path) -> dict[str, Any]:
 
 
 def start_model(run: Run) -> Any:
-    """A new model (:func:`agents.factory.build_model`) or the ``--resume`` one with the flags'
+    """A new model (:func:`agents.trainers.ppo.build_model`) or the ``--resume`` one with the flags'
     hyperparameters and ``--seed``, logging ``progress.csv`` and TensorBoard events (and, with
     ``--verbose`` >= 1, log tables) to the run, its settings written to TensorBoard
     (:func:`log_run_config`).
 
     Raises:
-        agents.checkpoint.CheckpointError: a resumed model that cannot be loaded.
+        agents.saved.checkpoint.CheckpointError: a resumed model that cannot be loaded.
     """
     plan, settings, resolved = run.plan, run.plan.settings, run.plan.resolved
     if plan.resume is None:
@@ -349,7 +350,7 @@ def start_model(run: Run) -> Any:
 
 
 def new_model(plan: RunPlan, vec_env: Any) -> Any:
-    """The new model of ``plan`` (:func:`agents.factory.build_model`: its algorithm, device,
+    """The new model of ``plan`` (:func:`agents.trainers.ppo.build_model`: its algorithm, device,
     ``--seed``, hyperparameters, env arguments and group size) on ``vec_env``, without a logger."""
     resolved = plan.resolved
     return build_model(
@@ -366,10 +367,10 @@ def new_model(plan: RunPlan, vec_env: Any) -> Any:
 def resumed_model(run: Run) -> Any:
     """The ``--resume`` model with the flags' hyperparameters, attached to the run's env. A score
     model without width scores that the run's ``width_classes`` asks for grows them first
-    (:func:`~agents.width_table.grow_width_outputs`: new outputs zero, the same policy).
+    (:func:`~agents.models.width_table.grow_width_outputs`: new outputs zero, the same policy).
 
     Raises:
-        agents.checkpoint.CheckpointError: a model that cannot be loaded.
+        agents.saved.checkpoint.CheckpointError: a model that cannot be loaded.
     """
     plan, vec_env = run.plan, run.env.vec_env
     assert plan.saved is not None
@@ -398,7 +399,7 @@ def warm_start(run: Run, model: Any) -> bool:
     """Start a new model at a policy: clone ``--pretrain-expert`` (:func:`clone_expert`, recorded
     as ``pretrain``), then start a residual policy at its base policy (after cloning, whose critic
     it keeps; a score policy starts at its prior by construction: zero means, see
-    :mod:`agents.set_policy`). Returns whether the model starts at a policy (then evaluated
+    :mod:`agents.models.set_policy`). Returns whether the model starts at a policy (then evaluated
     before the first update, so that ``best_model.zip`` is never worse than the start).
 
     Raises:
@@ -440,7 +441,7 @@ def clone_expert(
     progress: bool = False,
     verbose: int = 0,
 ) -> dict[str, Any]:
-    """Clone ``settings["pretrain_expert"]`` into ``model`` (see :mod:`agents.imitation`): the
+    """Clone ``settings["pretrain_expert"]`` into ``model`` (see :mod:`agents.trainers.imitation`): the
     demonstrations run in ``jobs`` worker processes with a progress bar (``progress``), each
     epoch prints a line (``verbose`` >= 1) and writes ``pretrain/*`` scalars to the TensorBoard
     run ``<tb_dir>/pretrain`` (:func:`_epoch_log`). A SIGINT or SIGTERM stops the demonstrations
@@ -485,7 +486,7 @@ def clone_expert(
 def _epoch_log(
     tb_dir: Path | None, epochs: int, verbose: int, t0: float
 ) -> Iterator[Callable[[int, Mapping[str, float]], None]]:
-    """The ``on_epoch`` of :func:`~agents.imitation.pretrain`: each epoch's losses as
+    """The ``on_epoch`` of :func:`~agents.trainers.imitation.pretrain`: each epoch's losses as
     ``pretrain/*`` scalars of the TensorBoard run ``<tb_dir>/pretrain`` (the epoch, from 1, as
     step: apart from the training's timestep axis) and, with ``verbose`` >= 1, a printed line."""
     writer = SummaryWriter(str(tb_dir / "pretrain")) if tb_dir is not None else None
@@ -508,7 +509,7 @@ def _epoch_log(
 def callbacks(
     run: Run, config: EnvConfig, eval_at_start: bool, on_evaluation: Callable[[int, float], None] | None
 ) -> RunCallbacks:
-    """The run's callbacks, in order: the stop on a signal (:class:`~agents.callbacks.StopOnSignal`,
+    """The run's callbacks, in order: the stop on a signal (:class:`~agents.runs.callbacks.StopOnSignal`,
     which skips the final evaluation), the ``sched/*`` metrics, the validation every
     ``--eval-freq`` steps (before the first update too with ``eval_at_start``) and a checkpoint
     every ``--save-freq`` steps; ``config`` is the training env's settings."""
@@ -655,7 +656,7 @@ def log_run_config(logger: Any, config: Mapping[str, Any]) -> None:
 def load_workloads(values: Sequence[str], family_split: str = "train") -> list[tuple[str, Scenario]]:
     """``(label, Scenario)`` for every workload named: splits ``train``/``val``/``test`` expanded,
     a family ``family:<name>[:<split>[:<n>]]`` as its first ``n`` (default
-    :data:`~agents.run_config.FAMILY_SEEDS`)
+    :data:`~agents.runs.run_config.FAMILY_SEEDS`)
     seeds of the split (``family_split`` when it names none). Validation that can see a 0.5 %
     difference needs 32 or more (``family:mixed:val:32``).
 

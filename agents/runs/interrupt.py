@@ -1,7 +1,7 @@
 """Training that survives SIGINT and SIGTERM: stop at the next safe point, keep the model, say how to resume.
 
 Training uses the project's one stop mechanism, :class:`deepboot_env.stops.StopSignals`: while a
-run trains, the first SIGINT or SIGTERM is recorded and :class:`agents.callbacks.StopOnSignal`, an
+run trains, the first SIGINT or SIGTERM is recorded and :class:`agents.runs.callbacks.StopOnSignal`, an
 SB3 callback, ends ``model.learn`` at the next environment step (SB3 stops when a callback returns False); a
 pool of worker processes in progress (the warm start's demonstrations, an evaluation, an ES
 generation) is stopped at once (:func:`deepboot_env.stops.interruptible`). The caller saves the

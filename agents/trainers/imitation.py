@@ -36,7 +36,7 @@ from typing import Any, cast
 import numpy as np
 from gymnasium import spaces
 
-from agents.policy_adapter import uses_masks
+from agents.saved.policy_adapter import uses_masks
 from deepboot_env.env import DeepBootEnv
 from deepboot_env.policy import make_policy
 from deepboot_env.pool import run_pool

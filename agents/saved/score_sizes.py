@@ -1,6 +1,6 @@
 """How large a score model's scores are: the sizes a random-jitter control of its own size draws.
 
-    python -m agents.score_sizes deepboot-score-v6 [--seeds 2]
+    python -m agents.saved.score_sizes deepboot-score-v6 [--seeds 2]
 
 A learned score model must beat its prior with random persistent scores of the same size (issue
 31's control; :class:`baselines.jitter.JitteredAtsPolicy`'s ``sigma`` per job and ``width_sigma``
@@ -103,7 +103,7 @@ def score_sizes(model: str, scenarios: Iterable[tuple[str, int]]) -> ScoreSizes:
         ValueError: a model that is not a score model (one line); the loader's errors for a file
             that cannot be loaded.
     """
-    from agents.policy_adapter import load_agent_policy  # lazy: torch and SB3 are slow to import
+    from agents.saved.policy_adapter import load_agent_policy  # lazy: torch and SB3 are slow to import
 
     policy = load_agent_policy(model)
     if not isinstance(policy.codec, ScoreCodec):

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from agents.priority import PriorityPolicy
+    from agents.models.priority import PriorityPolicy
 
-PRETRAINED_DIR = Path(__file__).resolve().parent / "pretrained"
+PRETRAINED_DIR = Path(__file__).resolve().parents[1] / "pretrained"
 """Folder of the shipped models (package data)."""
 
 SUFFIXES: dict[str, str] = {"ppo": ".zip", "priority": ".json"}
@@ -45,10 +45,10 @@ def shipped_names() -> list[str]:
 
 
 def load_priority_policy(path: str, **kwargs: object) -> PriorityPolicy:
-    """The ``priority:<path>`` factory: :func:`agents.priority.load_priority_policy` of the file a
+    """The ``priority:<path>`` factory: :func:`agents.models.priority.load_priority_policy` of the file a
     shipped name or a path names, labelled ``priority:<path>`` as the user wrote it (a short name
     stays short in tables and plots)."""
-    from agents.priority import load_priority_policy as load  # lazy: a name resolves without ATS (baselines)
+    from agents.models.priority import load_priority_policy as load  # lazy: a name resolves without ATS (baselines)
 
     policy = load(str(resolve_shipped(path, SUFFIXES["priority"])), **kwargs)
     policy.name = f"priority:{path}"

@@ -2,7 +2,7 @@
 
 :class:`TrainSettings` is what a run is asked for: one field per flag of ``train_policy.py``
 (whose parser takes its defaults from it) and the command line; the library functions
-(:func:`agents.training_run.train`, :func:`agents.sweep.sweep`, :func:`agents.evolution.train_es`)
+(:func:`agents.trainers.training_run.train`, :func:`agents.trainers.sweep.sweep`, :func:`agents.trainers.evolution.train_es`)
 take it. Every setting resolves as built-in default < configuration preset (a YAML
 file, the shipped ``agents/conf/deepboot.yml`` unless ``--conf-file`` says otherwise) < flag:
 :func:`load_conf` reads a preset, :func:`resolve_settings` merges the run settings
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.checkpoint import CheckpointError
+from agents.saved.checkpoint import CheckpointError
 from agents.errors import ConfigError
 from agents.hyperparameters import (
     ALGOS,
@@ -32,13 +32,13 @@ from agents.hyperparameters import (
     resolve_hyperparams,
     switch_arch,
 )
-from agents.policy_adapter import saved_dynamics
+from agents.saved.policy_adapter import saved_dynamics
 from deepboot_env import FRONT_END_DYNAMICS, REFERENCE_POLICY
 from deepboot_env.config import DYNAMICS, EnvConfig
 from deepboot_env.limits import MAX_CONFIG_BYTES, names, parse_yaml, plain, read_bounded, shown
 from deepboot_env.policy import available_policies
 
-DEFAULT_CONF = Path(__file__).resolve().parent / "conf" / "deepboot.yml"
+DEFAULT_CONF = Path(__file__).resolve().parents[1] / "conf" / "deepboot.yml"
 """Configuration read when ``--conf-file`` is not given: package data, so that a wheel trains with
 the same presets as a clone."""
 
@@ -60,7 +60,7 @@ PRETRAIN_KEYS: dict[str, Any] = {
     "pretrain_noise": [0.0, 0.05],
     "residual_neutral_prob": 0.9,
 }
-"""Behaviour-cloning warm start (:mod:`agents.imitation`) settings and their defaults."""
+"""Behaviour-cloning warm start (:mod:`agents.trainers.imitation`) settings and their defaults."""
 
 FAMILY_SEEDS = 8
 """Scenarios of a workload family that stand for it where a fixed list is needed: the first 8 val

@@ -7,7 +7,7 @@ scheduling return, cancel out, and what is left is the effect of the decisions. 
 does this with SB3's PPO update:
 
 * each iteration plays exactly one whole episode on every env (the envs of a group, ``group_size``
-  consecutive envs, play the same scenario: :func:`agents.factory.make_vec_env_for`);
+  consecutive envs, play the same scenario: :func:`agents.trainers.ppo.make_vec_env_for`);
 * the advantage of a decision taken at simulated time ``t`` in env ``i`` is its return-to-go
   minus the mean over the group of each member's return-to-go from its first decision at or
   after ``t`` (0 past the member's end) (:func:`group_advantages`);
@@ -148,7 +148,7 @@ class GroupPPO(PPO):
     def _excluded_save_params(self) -> list[str]:
         """``group_size`` and ``per_job_ratio`` stay out of the saved model as such: the model
         names its trainer in :data:`TRAINER_FIELD`, plain JSON written by :meth:`save`, which the
-        loader reads back (:func:`agents.checkpoint.saved_trainer`)."""
+        loader reads back (:func:`agents.saved.checkpoint.saved_trainer`)."""
         return [*super()._excluded_save_params(), "group_size", "per_job_ratio"]
 
     def save(self, *args: Any, **kwargs: Any) -> None:

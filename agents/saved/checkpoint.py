@@ -4,7 +4,7 @@ A stable-baselines3 zip keeps some fields of the model (its spaces, policy class
 buffers) as cloudpickled objects: ``PPO.load`` unpickles them, and an unpickled object can run any
 code it likes. The network weights are plain tensors that SB3 already reads with
 ``torch.load(weights_only=True)``. :func:`load_checkpoint`, the loader behind every entry point of
-this project (``ppo:<path>``, ``train_policy.py --resume``, :mod:`agents.export`), rebuilds each
+this project (``ppo:<path>``, ``train_policy.py --resume``, :mod:`agents.saved.export`), rebuilds each
 pickled field from data it can check instead, and passes them to SB3 as ``custom_objects`` so that
 nothing is unpickled:
 
@@ -13,7 +13,7 @@ nothing is unpickled:
   codec and observation encoding;
 * ``policy_class`` / ``rollout_buffer_class``: the classes of the algorithm (``ppo`` or
   ``maskable_ppo``) and of the policy architecture (SB3's multi-input MLP, its self-describing
-  version of :mod:`agents.described_policy` or the set policy of :mod:`agents.set_policy` when the
+  version of :mod:`agents.models.described_policy` or the set policy of :mod:`agents.models.set_policy` when the
   class's plain-text module names it), nothing else;
 * ``lr_schedule`` / ``clip_range`` / ``clip_range_vf`` (and ``learning_rate``, which RL Zoo
   saves as a schedule object): the constant or linear schedule their plain-text description or
@@ -49,9 +49,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from agents.env_shape import score_layout, spaces_env_shape
 from agents.errors import ConfigError
-from agents.factory import algo_class, check_parameter_count, policy_class
 from agents.hyperparameters import (
     HYPERPARAM_RANGES,
     LEGACY_SET_SIZES,
@@ -59,6 +57,9 @@ from agents.hyperparameters import (
     check_hyperparam_range,
     policy_kwargs_from_mapping,
 )
+from agents.models.algorithms import algo_class, check_parameter_count, policy_class
+from agents.models.env_shape import score_layout, spaces_env_shape
+from deepboot_env.atomic import atomic_write
 from deepboot_env.config import EnvConfig
 from deepboot_env.env.action import ScoreCodec, make_codec, mode_of_nvec
 from deepboot_env.env.deepboot_env import spaces_for
@@ -114,7 +115,7 @@ _ZIP_ERRORS = (
 
 METADATA_FILE = "deepboot_env.json"
 """Entry of a model zip exported by older versions, holding the env arguments it was trained with
-(newer exports keep them in the policy: :mod:`agents.described_policy`)."""
+(newer exports keep them in the policy: :mod:`agents.models.described_policy`)."""
 
 MODEL_MEMBERS: dict[str, int] = {
     "data": MAX_ZIP_DATA_BYTES,
@@ -255,7 +256,7 @@ def _member(path: Path, zf: zipfile.ZipFile, name: str, limit: int) -> bytes:
 def _algo_classes(algo: str, arch: str = "mlp", described: bool = False) -> tuple[type, type]:
     """(policy class, rollout buffer class) of ``algo`` with Dict observations and the policy
     architecture ``arch`` (``mlp``: SB3's multi-input policy, or with ``described`` the one of
-    :mod:`agents.described_policy` that keeps its env arguments; ``set``: :mod:`agents.set_policy`)."""
+    :mod:`agents.models.described_policy` that keeps its env arguments; ``set``: :mod:`agents.models.set_policy`)."""
     if algo == "maskable_ppo":
         from sb3_contrib.common.maskable.buffers import MaskableDictRolloutBuffer  # lazy: SB3 is slow to import
         from sb3_contrib.common.maskable.policies import (  # lazy: SB3 is slow to import
@@ -274,10 +275,11 @@ def _algo_classes(algo: str, arch: str = "mlp", described: bool = False) -> tupl
     return policy, buffer
 
 
-SET_POLICY_MODULE = "agents.set_policy"
-"""The module the set policies' classes live in (as the checkpoint's plain text names it)."""
+SET_POLICY_MODULES = ("agents.models.set_policy", "agents.set_policy")
+"""The modules the set policies' classes live in, as a checkpoint's plain text names them (the
+second for checkpoints saved before the policies moved to :mod:`agents.models`)."""
 
-PROJECT_POLICY_MODULES = (SET_POLICY_MODULE, "agents.described_policy")
+PROJECT_POLICY_MODULES = (*SET_POLICY_MODULES, "agents.models.described_policy", "agents.described_policy")
 """Modules of the project's policy classes: they keep their env arguments and name their algorithm
 (``deepboot_algo``) in plain text."""
 
@@ -289,9 +291,9 @@ def _project_policy(data: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def saved_arch(data: dict[str, Any]) -> str:
-    """``set`` if the zip's policy class is one of :mod:`agents.set_policy`'s, else ``mlp``."""
+    """``set`` if the zip's policy class is one of :mod:`agents.models.set_policy`'s, else ``mlp``."""
     field = _project_policy(data)
-    return "set" if field is not None and field.get("__module__") == SET_POLICY_MODULE else "mlp"
+    return "set" if field is not None and field.get("__module__") in SET_POLICY_MODULES else "mlp"
 
 
 def saved_algo(path: Path, data: dict[str, Any]) -> str:
@@ -384,7 +386,7 @@ def _spaces(path: Path, data: dict[str, Any]) -> tuple[Any, Any]:
 def _policy_kwargs(path: Path, field: dict[str, Any], described: bool) -> dict[str, Any]:
     """A pickled ``policy_kwargs`` rebuilt from its plain-text entries (whitelisted keys, and the
     env arguments of a project policy class)."""
-    from agents.described_policy import ENV_ARGUMENTS_KEY  # lazy: SB3 is slow to import
+    from agents.models.described_policy import ENV_ARGUMENTS_KEY  # lazy: SB3 is slow to import
 
     entries = {k: v for k, v in field.items() if not k.startswith(":")}
     env_kwargs = _check_env_kwargs(path, entries, described)
@@ -404,7 +406,7 @@ def _check_env_kwargs(path: Path, policy_kwargs: dict[str, Any], described: bool
     Raises:
         CheckpointError: env arguments for a policy class that takes none, or bad ones.
     """
-    from agents.described_policy import ENV_ARGUMENTS_KEY  # lazy: SB3 is slow to import
+    from agents.models.described_policy import ENV_ARGUMENTS_KEY  # lazy: SB3 is slow to import
 
     if ENV_ARGUMENTS_KEY not in policy_kwargs:
         return None
@@ -541,13 +543,13 @@ def check_saved_hyperparams(path: Path, data: dict[str, Any], custom: dict[str, 
 def check_saved_network(path: Path, data: dict[str, Any], custom: dict[str, Any]) -> None:
     """Refuse a checkpoint whose ``policy_kwargs`` describe a network of more than
     :data:`~deepboot_env.limits.MAX_POLICY_PARAMETERS` parameters, counted before SB3 builds it
-    (:func:`agents.factory.check_parameter_count`): the weights entries are bounded, but the
+    (:func:`agents.models.algorithms.check_parameter_count`): the weights entries are bounded, but the
     network SB3 builds from the plain-text sizes is not.
 
     Raises:
         CheckpointError: naming the file and the count.
     """
-    from agents.described_policy import ENV_ARGUMENTS_KEY  # lazy: SB3 is slow to import
+    from agents.models.described_policy import ENV_ARGUMENTS_KEY  # lazy: SB3 is slow to import
 
     kwargs = custom.get("policy_kwargs", data.get("policy_kwargs"))
     kwargs = kwargs if isinstance(kwargs, dict) else {}
@@ -564,7 +566,7 @@ def check_saved_network(path: Path, data: dict[str, Any], custom: dict[str, Any]
 
 
 def saved_trainer(path: Path, data: dict[str, Any]) -> dict[str, Any] | None:
-    """The GroupPPO settings a model saved by :class:`agents.group_ppo.GroupPPO` names (its
+    """The GroupPPO settings a model saved by :class:`agents.models.group_ppo.GroupPPO` names (its
     :data:`TRAINER_FIELD`), checked; None for a plain PPO or MaskablePPO model.
 
     Raises:
@@ -605,7 +607,7 @@ def _loading_class(
     if trainer is not None and found != "ppo":
         raise CheckpointError(f"{path}: names a GroupPPO trainer but holds a {found} model")
     if model_class is None and trainer is not None:
-        from agents.group_ppo import GroupPPO  # lazy: torch is slow to import
+        from agents.models.group_ppo import GroupPPO  # lazy: torch is slow to import
 
         model_class = GroupPPO
     if trainer is not None and model_class.__name__ == "GroupPPO":
@@ -683,7 +685,7 @@ class SavedModel:
 
     @property
     def env_shape(self) -> dict[str, Any]:
-        """The env arguments its spaces fix (:func:`~agents.env_shape.spaces_env_shape` of the
+        """The env arguments its spaces fix (:func:`~agents.models.env_shape.spaces_env_shape` of the
         spaces rebuilt from its plain text)."""
         return spaces_env_shape(*_spaces(self.path, self.data))
 
@@ -693,7 +695,7 @@ class SavedModel:
         Args:
             device: torch device.
             env: the env to attach (for training on).
-            model_class: the class to load it as (None: :class:`agents.group_ppo.GroupPPO` with
+            model_class: the class to load it as (None: :class:`agents.models.group_ppo.GroupPPO` with
                 its saved settings for a model that one saved, :func:`saved_trainer`, else the
                 algorithm's).
             overrides: attributes to set on the loaded model (SB3 ``load`` keyword arguments).
@@ -701,7 +703,7 @@ class SavedModel:
         Raises:
             CheckpointError: SB3 or torch cannot load it (one line).
         """
-        from agents.distributions import use_padded_distribution  # lazy: SB3 is slow to import
+        from agents.models.distributions import use_padded_distribution  # lazy: SB3 is slow to import
 
         model_class, overrides = _loading_class(self.path, self.data, self.algo, model_class, overrides)
         custom = dict(self.custom)  # SB3 may keep what it is given
@@ -734,3 +736,11 @@ def load_checkpoint(
             pickled field that cannot be rebuilt safely.
     """
     return SavedModel.read(path, algo, trust).load(device, env, model_class, **overrides)
+
+
+def save_model(model: Any, path: str | Path) -> Path:
+    """``model.save`` (stable-baselines3) to ``path`` atomically: a kill or a full disk leaves
+    the previous file (:func:`deepboot_env.atomic.atomic_write`); returns the path."""
+    with atomic_write(path, binary=True) as fh:
+        model.save(fh)
+    return Path(path)

@@ -10,14 +10,14 @@ too) and the env's action codec (:mod:`deepboot_env.env.action`: its extra obser
 asks the model for a deterministic action (with the mask for MaskablePPO) and decodes it with the
 same codec, which repairs targets that do not fit. The deterministic action is SB3's
 ``predict(deterministic=True)``, computed by one actor pass and the mode of the one-tensor action
-distribution (:mod:`agents.distributions`, installed on the model: same parameters, same law).
+distribution (:mod:`agents.models.distributions`, installed on the model: same parameters, same law).
 Reclaim (ATS-I) and adaptive batch sizes are those of the env.
 
 The env arguments the model depends on (``max_jobs``, ``lend_levels``, the action mode) are read
-from the model's spaces (:mod:`agents.env_shape`); a ``config.yml`` next to the model (written by
+from the model's spaces (:mod:`agents.models.env_shape`); a ``config.yml`` next to the model (written by
 ``train_policy.py``) names the algorithm, otherwise it is read from the saved policy class. A codec that corrects a base
 policy (residual mode) reads the base policy's name from :func:`agent_env_kwargs`: the env
-arguments the policy keeps (:mod:`agents.described_policy`), else ``deepboot_env.json`` inside
+arguments the policy keeps (:mod:`agents.models.described_policy`), else ``deepboot_env.json`` inside
 the zip (older exports), else ``config.yml``'s ``env_kwargs``, else it is ``ats``.
 :func:`load_agent` returns a saved model with a factory of its env.
 """
@@ -32,7 +32,9 @@ from typing import TYPE_CHECKING, Any
 import gymnasium
 import numpy as np
 
-from agents.checkpoint import (
+from agents.models.algorithms import resolve_device
+from agents.models.env_shape import env_shape_of
+from agents.saved.checkpoint import (
     METADATA_FILE,
     CheckpointError,
     SavedModel,
@@ -42,9 +44,7 @@ from agents.checkpoint import (
     saved_algo,
     saved_env_kwargs,
 )
-from agents.env_shape import env_shape_of
-from agents.factory import resolve_device
-from agents.shipped import SUFFIXES, resolve_shipped
+from agents.saved.shipped import SUFFIXES, resolve_shipped
 from agents.threads import use_torch_threads
 from deepboot_env.env.action import SCORE_SCALE, make_codec
 from deepboot_env.env.observation import OutlookEncoder, agent_observation, encode_observation
@@ -106,7 +106,7 @@ class AgentPolicy(BasePolicy):
         last_action, last_mask: the latest raw action and mask (for inspection and tests).
         on_decision: None, or called with the state after each new action is decoded (not at
             the boundaries a held action is decoded again): what inspection tools read the
-            codec's held scores from (:mod:`agents.score_sizes`).
+            codec's held scores from (:mod:`agents.saved.score_sizes`).
         repaired_gpus: GPUs the decoding repair removed so far in this episode.
     """
 
@@ -140,7 +140,7 @@ class AgentPolicy(BasePolicy):
         self.repaired_gpus = 0
         self._device: Any = None
         if self.deterministic:  # most_likely reads the one-tensor distribution (same parameters, same law)
-            from agents.distributions import use_padded_distribution  # lazy: SB3 is slow to import
+            from agents.models.distributions import use_padded_distribution  # lazy: SB3 is slow to import
 
             use_padded_distribution(model.policy)
 
@@ -196,7 +196,7 @@ class AgentPolicy(BasePolicy):
         """The model's most likely action for one observation: what ``model.predict(obs,
         deterministic=True)`` returns (with ``action_masks=mask`` for MaskablePPO), from one
         forward pass of the actor and the mode of the policy's padded distribution
-        (:mod:`agents.distributions`), without SB3's per-call checks and conversions."""
+        (:mod:`agents.models.distributions`), without SB3's per-call checks and conversions."""
         import torch  # lazy: torch is slow to import
         from stable_baselines3.common.policies import BaseModel  # lazy: SB3 is slow to import
 
@@ -237,7 +237,7 @@ class AgentPolicy(BasePolicy):
 
 def resolve_model_path(path: str | Path) -> Path:
     """A model zip from ``path``: a shipped model's short name (``deepboot-v0``:
-    :mod:`agents.shipped`), the file itself (``.zip`` optional) or, for a run folder, its
+    :mod:`agents.saved.shipped`), the file itself (``.zip`` optional) or, for a run folder, its
     ``best_model.zip``, else ``final_model.zip``.
 
     Raises:
@@ -286,9 +286,9 @@ def model_env_kwargs(path: str | Path) -> dict[str, Any]:
 
 def agent_env_kwargs(model: Any, path: str | Path | None = None) -> dict[str, Any]:
     """The env arguments ``model`` needs, later sources winning: its spaces
-    (:func:`~agents.env_shape.env_shape_of`: ``action_mode``, ``max_jobs``, ``lend_levels``, ``outlook``), those
+    (:func:`~agents.models.env_shape.env_shape_of`: ``action_mode``, ``max_jobs``, ``lend_levels``, ``outlook``), those
     saved with it (:func:`model_env_kwargs` of ``path``: older exports and run folders), those its
-    policy keeps (:mod:`agents.described_policy`).
+    policy keeps (:mod:`agents.models.described_policy`).
 
     Raises:
         ValueError: if the spaces are not those of ``DeepBoot-v0``.
@@ -302,11 +302,11 @@ def saved_dynamics(path: str | Path) -> str:
     torch and without unpickling: ``dynamics`` of the env arguments its policy keeps (plain JSON in
     the zip), else of those saved beside it (:func:`model_env_kwargs`); ``v0`` where none is
     recorded, the env of every model from before DeepBoot-v1 (as
-    :func:`agents.described_policy.env_spec` reads it).
+    :func:`agents.models.described_policy.env_spec` reads it).
 
     Raises:
         FileNotFoundError: no model at ``path``.
-        agents.checkpoint.CheckpointError: a file that is not a model zip.
+        agents.saved.checkpoint.CheckpointError: a file that is not a model zip.
     """
     model_path = resolve_model_path(path)
     kept = read_data(model_path).get("policy_kwargs")
@@ -321,7 +321,7 @@ def detect_algo(path: str | Path) -> str:
     class the zip names (read as text, never unpickled).
 
     Raises:
-        agents.checkpoint.CheckpointError: if the file is not a PPO / MaskablePPO zip.
+        agents.saved.checkpoint.CheckpointError: if the file is not a PPO / MaskablePPO zip.
     """
     p = Path(path)
     algo = run_config(p).get("algo")
@@ -337,7 +337,7 @@ def load_model(
     trust: bool = False,
     num_threads: int | None = None,
 ) -> Any:
-    """Load a saved PPO / MaskablePPO without unpickling anything (:mod:`agents.checkpoint`;
+    """Load a saved PPO / MaskablePPO without unpickling anything (:mod:`agents.saved.checkpoint`;
     ``trust=True`` loads pickled fields as plain SB3 does). The algorithm is the one the zip's
     policy class names; ``algo``, if given, must match it.
 
@@ -347,7 +347,7 @@ def load_model(
 
     Raises:
         deepboot_env.extras.MissingExtraError: without the ``rl`` extra (torch, SB3), one line.
-        agents.checkpoint.CheckpointError: a file that is not such a model, or that cannot be
+        agents.saved.checkpoint.CheckpointError: a file that is not such a model, or that cannot be
             loaded safely (the message names the field).
     """
     require_extra("rl", "a saved PPO model (ppo:<path>, agents.load_agent)")
@@ -409,10 +409,10 @@ def load_agent(
 
     Raises:
         FileNotFoundError: no model at ``path``.
-        agents.checkpoint.CheckpointError: a file that is not such a model or cannot be loaded safely.
+        agents.saved.checkpoint.CheckpointError: a file that is not such a model or cannot be loaded safely.
         ValueError: a model whose spaces are not those of a DeepBoot env.
     """
-    from agents.described_policy import env_spec  # lazy: SB3 is slow to import
+    from agents.models.described_policy import env_spec  # lazy: SB3 is slow to import
 
     model_path = resolve_model_path(path)
     model = load_model(model_path, device=device, trust=trust, num_threads=num_threads)

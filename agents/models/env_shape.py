@@ -4,8 +4,8 @@ A DeepBoot model's action space gives its action mode (target, residual or score
 sizes), its job slots (``max_jobs``) and lending levels; its observation space says whether it
 sees the outlook entry. :func:`spaces_env_shape` reads them and checks that every observation
 entry has the shape the env would give it, so that a model of another env fails with one line.
-The ``ppo:<path>`` adapter (:mod:`agents.policy_adapter`), the self-describing policies
-(:mod:`agents.described_policy`) and ``--resume`` (:mod:`agents.training_run`) read them here.
+The ``ppo:<path>`` adapter (:mod:`agents.saved.policy_adapter`), the self-describing policies
+(:mod:`agents.models.described_policy`) and ``--resume`` (:mod:`agents.trainers.training_run`) read them here.
 """
 
 from __future__ import annotations

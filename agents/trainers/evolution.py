@@ -1,6 +1,6 @@
-"""Evolution strategies for the learned priority of :mod:`agents.priority` (``train_policy.py --algo es``).
+"""Evolution strategies for the learned priority of :mod:`agents.models.priority` (``train_policy.py --algo es``).
 
-The learned part of :class:`~agents.priority.PriorityPolicy` is a handful of coefficients that
+The learned part of :class:`~agents.models.priority.PriorityPolicy` is a handful of coefficients that
 decide every job's weight in ATS's knapsack. Its effect shows only in whole episodes (who finishes
 first changes every later decision), so it is trained on the episode's own objective, the mean
 training JCT, by natural evolution strategies (Wierstra et al. 2014; Salimans et al. 2017 for
@@ -15,7 +15,7 @@ RL), not by a per-decision policy gradient:
   candidate counts as any worse one); the gradient estimate is
   sum_i (f(theta + sigma e_i) - f(theta - sigma e_i)) e_i / (2 pairs sigma) over the shaped
   fitnesses f, and Adam descends it;
-* the start is ``ats-srpt``'s theta (:func:`~agents.priority.srpt_theta`), so training begins at
+* the start is ``ats-srpt``'s theta (:func:`~agents.models.priority.srpt_theta`), so training begins at
   the best heuristic (as DL2 starts from a heuristic before improving online);
 * every ``eval_freq`` generations (and at generation 0) theta runs the validation scenarios (the
   first 8 val seeds of each ``--eval-workload`` family): the best mean ratio to ``ats`` is
@@ -49,15 +49,10 @@ from typing import Any
 
 import numpy as np
 
-from agents.env_shape import env_shape_of
 from agents.hyperparameters import parse_kv
-from agents.interrupt import TrainingInterrupted, command_words, resume_command
-from agents.priority import FEATURES, KNOWN_FEATURES, PriorityModel, PriorityPolicy, srpt_theta
-from agents.run_config import FAMILY_SEEDS, TrainSettings, load_conf, read_yaml
-from agents.run_folder import next_run_dir, write_config
-from agents.selection import P99_MARGIN_S, p99_verdict, replaces, worst_p99_excess
-from agents.threads import use_torch_threads
-from agents.width_table import (
+from agents.models.env_shape import env_shape_of
+from agents.models.priority import FEATURES, KNOWN_FEATURES, PriorityModel, PriorityPolicy, srpt_theta
+from agents.models.width_table import (
     WidthTableError,
     grow_state_scores,
     grow_width_outputs,
@@ -66,6 +61,11 @@ from agents.width_table import (
     width_names,
     width_table,
 )
+from agents.runs.interrupt import TrainingInterrupted, command_words, resume_command
+from agents.runs.run_config import FAMILY_SEEDS, TrainSettings, load_conf, read_yaml
+from agents.runs.run_folder import next_run_dir, write_config
+from agents.runs.selection import P99_MARGIN_S, p99_verdict, replaces, worst_p99_excess
+from agents.threads import use_torch_threads
 from baselines.ats import AtsPolicy
 from deepboot_env.atomic import append_csv, lock_folder, write_text
 from deepboot_env.config import sim_config
@@ -118,7 +118,7 @@ class EsSettings:
             (:func:`p99_penalty`): the selection's p99 margin, kept inside the search.
         state_scores: 1 (a run over a score model's table) also trains the score's weights on
             each job's features (``application_scores`` 2, grown at zero if the model has none):
-            scores that move with the job's state (:data:`~agents.width_table.STATE_FEATURES`).
+            scores that move with the job's state (:data:`~agents.models.width_table.STATE_FEATURES`).
     """
 
     generations: int = 24
@@ -136,7 +136,7 @@ class EsSettings:
 
     @property
     def features(self) -> tuple[str, ...]:
-        """The features theta weighs: :data:`~agents.priority.FEATURES` and the extras asked for."""
+        """The features theta weighs: :data:`~agents.models.priority.FEATURES` and the extras asked for."""
         extras = ("arrival_rank",) if self.arrival_tilt > 0 else ()
         apps = tuple(f"app_{name}" for name in APP_NAMES) if self.app_features else ()
         return FEATURES + extras + apps
@@ -198,7 +198,7 @@ class Subject:
     """What theta parameterises: the learned priority's coefficients of ``features`` (``model``
     None), or the width outputs (with ``score_row``, the whole application table; with
     ``state_scores``, then the score's weights on the job's features) of the score model saved at
-    ``model`` (``features``: the :func:`~agents.width_table.width_names`)."""
+    ``model`` (``features``: the :func:`~agents.models.width_table.width_names`)."""
 
     features: tuple[str, ...]
     model: str | None = None
@@ -231,7 +231,7 @@ class Subject:
 def _saved_agent(path: str) -> Any:
     """The score model at ``path`` as a policy, loaded once per process (each candidate then
     writes its width table into it)."""
-    from agents.policy_adapter import load_agent_policy  # lazy: torch and SB3 are slow to import
+    from agents.saved.policy_adapter import load_agent_policy  # lazy: torch and SB3 are slow to import
 
     return load_agent_policy(path)
 
@@ -273,7 +273,7 @@ class EsState:
     episodes: int = 0
     best_val: float | None = None
     best_within: bool = True
-    """Whether the best model's inference p99 was within the margin (:mod:`agents.selection`;
+    """Whether the best model's inference p99 was within the margin (:mod:`agents.runs.selection`;
     True in a state written before the margin: its best stays unless a candidate scores lower)."""
     rng: dict[str, Any] | None = None
     ats_jct: dict[str, float] = field(default_factory=dict)
@@ -568,7 +568,7 @@ class EsRun:
         for a width table, as ``<name>.zip``: the start model with theta as its width outputs
         (its provenance: the run's ``config.yml``). Returns the path."""
         if self.subject.model is not None:
-            from agents.callbacks import save_model  # lazy: SB3 is slow to import
+            from agents.saved.checkpoint import save_model  # lazy: SB3 is slow to import
 
             model = _saved_agent(self.subject.model).model  # the candidates' copy: every use writes its table
             self.subject.write_table(model, self.state.theta)
@@ -749,7 +749,7 @@ def train_es(flags: TrainSettings) -> Path:
     fields; ``-n``: generations; ``--eval-freq``: generations between validations;
     ``--eval-jobs``: worker processes; ``--vec-env ray`` / ``--address``: episodes on Ray;
     ``--resume RUN``: continue that run folder (``-n`` more generations); ``--resume MODEL.zip``:
-    a new run over that score model's width outputs (:mod:`agents.width_table`; grown first if it
+    a new run over that score model's width outputs (:mod:`agents.models.width_table`; grown first if it
     has none), its models ``best_model.zip`` and ``final_model.zip`` (PPO resumes them).
 
     Raises:
@@ -795,7 +795,7 @@ def train_es(flags: TrainSettings) -> Path:
 def es_scenarios(flags: TrainSettings) -> tuple[list[str], list[str], list[Scenario]]:
     """The training families (``--workload``), the validation families (``--eval-workload``;
     ``val``: every family) and the validation scenarios: each validation family's first
-    ``--eval-episodes`` val seeds (default :data:`~agents.run_config.FAMILY_SEEDS`).
+    ``--eval-episodes`` val seeds (default :data:`~agents.runs.run_config.FAMILY_SEEDS`).
 
     Raises:
         EsConfigError: a workload that is not a family.
@@ -908,7 +908,7 @@ def es_subject(flags: TrainSettings, run_dir: Path, values: dict[str, Any]) -> t
         return Subject(settings.features), None
     source = start_model_path(flags)
     start = run_dir / START_MODEL
-    from agents.checkpoint import CheckpointError, load_checkpoint  # lazy: torch and SB3 are slow to import
+    from agents.saved.checkpoint import CheckpointError, load_checkpoint  # lazy: torch and SB3 are slow to import
 
     use_torch_threads(None)  # before any torch op: forked workers deadlock after a multi-threaded one
     try:
@@ -922,7 +922,7 @@ def es_subject(flags: TrainSettings, run_dir: Path, values: dict[str, Any]) -> t
     except (CheckpointError, WidthTableError) as exc:
         raise EsConfigError(str(exc)) from None
     if source is not None:
-        from agents.callbacks import save_model  # lazy: SB3 is slow to import
+        from agents.saved.checkpoint import save_model  # lazy: SB3 is slow to import
 
         save_model(model, start)
     return Subject(width_names(score_row, state_scores), str(start.resolve()), score_row, state_scores), theta

@@ -4,8 +4,8 @@ A scheduler must shorten jobs *and* keep inference real-time: the project asks a
 a mean JCT below ``ats``'s with an inference p99 latency within ``ats``'s + :data:`P99_MARGIN_S` on
 every family. A selection on the JCT ratio alone can trade the second for the first without anyone
 seeing it (an ES generation chosen on validation JCT once came out 0.2 s past the margin on the
-test seeds). So PPO's validation (:class:`~agents.callbacks.WorkloadEvalCallback`) and the ES's
-(:class:`~agents.evolution.EsRun`) compare each candidate's inference p99 with the reference's on
+test seeds). So PPO's validation (:class:`~agents.runs.callbacks.WorkloadEvalCallback`) and the ES's
+(:class:`~agents.trainers.evolution.EsRun`) compare each candidate's inference p99 with the reference's on
 the same episodes, family by family, and :func:`replaces` prefers a candidate within the margin
 to any outside it, then the lower JCT ratio.
 

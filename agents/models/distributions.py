@@ -19,7 +19,7 @@ each operation in a few batched tensor calls:
   random actions differ from those of SB3's per-dimension loop.
 
 :func:`use_padded_distribution` installs it on a policy (SB3 ``PPO`` and ``MaskablePPO`` policies,
-the MLP and the set architectures); :func:`agents.factory.build_model` and the project's checkpoint
+the MLP and the set architectures); :func:`agents.trainers.ppo.build_model` and the project's checkpoint
 loader do so for every model they make.
 
 :func:`distribution_checks` turns torch's validation of distribution arguments on or off for a
