@@ -4,7 +4,7 @@ knapsack weights.
 Each job's weight is multiplied by ``exp(sigma * z_j)``, ``z_j`` one standard normal drawn when
 the job is first seen and kept for its life (from a generator seeded by :meth:`reset`). It learns
 nothing: a learned priority or score policy whose gain over its prior is no larger than this
-control's has not shown that it learned anything (docs/results.md: persistent random jitter of
+control's has not shown that it learned anything (docs/history.md#jitter: persistent random jitter of
 sigma 0.05 alone scores below ``ats-srpt`` on the families). ``jitter:<sigma>`` builds one over
 ``ats-srpt``; ``ats-srpt-fcfs-jitter`` is the control of the ``ats-srpt-fcfs`` prior and
 ``ats-srpt-fcfs-place-jitter`` that of ``ats-srpt-fcfs-place``, ``ats-srpt-fcfs-place-rr-jitter`` that
@@ -16,7 +16,7 @@ A score model with a width table also reshapes each job's option values by width
 draws with ``width_sigma`` > 0 one more normal per width class and job, held for the job's life,
 and decodes them as that job's width log-multipliers: random scores of the size of the model's own
 (``deepboot-score-v5``'s are 0.047 per job, centred, and 0.054 per width class, in log-weight RMS
-over the families' first val seeds: ``python -m agents.saved.score_sizes``; docs/results.md §7).
+over the families' first val seeds: ``python -m agents.saved.score_sizes``; docs/history.md#controls-v5).
 ``-wjitter-v6`` is the same at ``deepboot-score-v6``'s size: 0.13 per job and 0.14 per width class,
 and ``wjitter:<sigma>,<width_sigma>`` is the same at any size (a new model's control, measured by
 ``python -m agents.saved.score_sizes MODEL``).

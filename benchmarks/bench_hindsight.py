@@ -16,7 +16,7 @@ scores per application instead of per job (every job of an application shares it
 per-application tables of the shipped score models could reach on the scenario. The prior is the
 zero vector, so generation 0 is 1.0 exactly. Reported per generation: the ratio of the *mean*
 vector's episode to the prior's (what the search has learned, not the best of its samples, which is
-a best-of-N of the schedule's noise: docs/results.md §7 "chaotic") and the best sample so far; at
+a best-of-N of the schedule's noise: docs/history.md#chaos) and the best sample so far; at
 the end, the mean over the scenarios of each one's best mean-vector ratio. A reference for what
 held per-job scores are worth over the prior when the future is known (the issue's "<= 0.98 x its
 own prior"), not a bound: the search stops before it converges (48 generations go well below 16's),

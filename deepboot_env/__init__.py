@@ -19,10 +19,11 @@ __version__ = "0.1.0"
 
 FRONT_END_DYNAMICS = "v1"
 """The dynamics every command runs unless told otherwise (``deepboot simulate``, ``compare``,
-``benchmark``, ``train`` / ``train_policy.py``): DeepBoot-v1's measured step times, the world the
-benchmark and the learned priority live in. The library keeps its own defaults (the
-``DeepBoot-v0`` id, :func:`deepboot_env.config.sim_config`), so code written against them runs
-as before; ``--dynamics v0`` / ``--env DeepBoot-v0`` reach v0 from every command."""
+``benchmark``, ``train`` / ``train_policy.py``) and the library builds unless told otherwise
+(:func:`deepboot_env.config.sim_config`, :class:`~deepboot_env.config.EnvConfig`,
+:func:`deepboot_env.evaluation.run_episode`): DeepBoot-v1's measured step times, the world the
+benchmark and the learned models live in. v0 stays by name: ``dynamics="v0"``,
+``gym.make("DeepBoot-v0")``, ``--dynamics v0`` / ``--env DeepBoot-v0``."""
 
 REFERENCE_POLICY = "ats"
 """The policy every ratio is taken against unless one is named (``deepboot compare`` and

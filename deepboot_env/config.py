@@ -34,7 +34,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from deepboot_env import MAX_EPISODE_STEPS
+from deepboot_env import FRONT_END_DYNAMICS, MAX_EPISODE_STEPS
 from deepboot_env.env.action import CODECS, SCORE_SCALE, ActionCodec, make_codec
 from deepboot_env.limits import JCT_SCALE_RANGE, MAX_JOB_SLOTS, MAX_LEND_LEVELS, names, shown
 from deepboot_env.policy import WIDTH_CLASSES
@@ -136,12 +136,13 @@ def sim_config(
     inference_placement: str = "deepboot",
 ) -> SimConfig:
     """The :class:`~deepboot_env.sim.simulator.SimConfig` of the flat simulation options;
-    ``truth``, ``batch_stats`` and ``cap_growth`` default to those of ``dynamics`` (``v0``).
+    ``truth``, ``batch_stats`` and ``cap_growth`` default to those of ``dynamics`` (``v1``, as
+    every command: :data:`~deepboot_env.FRONT_END_DYNAMICS`; ``v0`` by name).
 
     Raises:
         ValueError: for an unknown ``dynamics`` (naming the known ones) or a bad option.
     """
-    preset = DYNAMICS[validate_choice("dynamics", "v0" if dynamics is None else dynamics, tuple(DYNAMICS))]
+    preset = DYNAMICS[validate_choice("dynamics", dynamics or FRONT_END_DYNAMICS, tuple(DYNAMICS))]
     extra = {} if max_time is None else {"max_time": _real("max_time", max_time)}
     return SimConfig(
         cluster=cluster_config(cluster, shared_pool),
@@ -163,7 +164,7 @@ class EnvConfig:
     """Every setting of :class:`~deepboot_env.env.DeepBootEnv` (see the module docstring).
 
     Attributes:
-        sim: the simulation settings.
+        sim: the simulation settings (default: :func:`sim_config`, DeepBoot-v1's dynamics).
         max_jobs: job slots in the observation and the action.
         lend_levels: lending levels L: level l lets training use l / (L - 1) of the lendable
             inference GPUs.
@@ -187,7 +188,7 @@ class EnvConfig:
             the return is the difference in total JCT to the base policy's.
     """
 
-    sim: SimConfig = field(default_factory=SimConfig)
+    sim: SimConfig = field(default_factory=lambda: sim_config())
     max_jobs: int = 32
     lend_levels: int = 5
     jct_scale: float = 10.0

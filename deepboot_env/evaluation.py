@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from deepboot_env.config import sim_config
 from deepboot_env.policy import ClusterState, Policy, checked_policy, make_policy
 from deepboot_env.sim.metrics import EpisodeMetrics
 from deepboot_env.sim.simulator import SimConfig, Simulator
@@ -87,7 +88,7 @@ def run_episode(
             or a registry name. The loop calls ``reset(seed)`` once, then ``decide(state)`` at
             every boundary; the simulator calls the hooks (:mod:`deepboot_env.sim.hooks`).
         workload: what arrives.
-        config: cluster, restart model, protect scale, interval.
+        config: cluster, restart model, protect scale, interval (default: :func:`~deepboot_env.config.sim_config`, v1).
         seed: reseeds the policy (the simulator itself is deterministic).
         progress: called with an :class:`EpisodeProgress` every ``progress_every`` decisions and
             once more when the episode has ended (``done=True``); nothing is called between
@@ -118,7 +119,7 @@ def run_episode(
     start = time.perf_counter()
     policy = make_policy(policy) if isinstance(policy, str) else checked_policy(policy)
     policy.reset(seed)
-    config = config or SimConfig()
+    config = config or sim_config()
     sim = Simulator(workload, config, policy)
     total = len(workload.jobs)
 

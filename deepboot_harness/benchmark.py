@@ -51,10 +51,8 @@ DEFAULT_POLICIES: tuple[str, ...] = (
     "ats-srpt-fcfs-place",
     "ats-srpt-fcfs-place-rr",
     "ppo:deepboot-v0",
-    "ppo:deepboot-score-v1",
-    "ppo:deepboot-score-v2",
-    "ppo:deepboot-score-v3",
-    "ppo:deepboot-score-v4",
+    "ppo:deepboot-score-v8",
+    "priority:deepboot-priority-v1",
     "oracle-lookahead",
 )
 """The policies of the README's leaderboard."""

@@ -62,7 +62,9 @@ def _masked_random(mask: np.ndarray, nvec: np.ndarray, rng: np.random.Generator)
 
 
 def env_case(**kwargs: object) -> Callable[[], str]:
-    """Digest of ENV_STEPS masked-random steps (episodes reset with the next seed when they end)."""
+    """Digest of ENV_STEPS masked-random steps (episodes reset with the next seed when they end), on
+    DeepBoot-v0's dynamics unless ``kwargs`` say otherwise (recorded so; the env's default is v1)."""
+    kwargs = {"dynamics": "v0", **kwargs}
 
     def run() -> str:
         from deepboot_env.env import DeepBootEnv

@@ -11,20 +11,23 @@ import pytest
 
 from agents.runs.run_config import default_dynamics
 from deepboot_env import FRONT_END_DYNAMICS
-from deepboot_env.config import sim_config
+from deepboot_env.config import EnvConfig, sim_config
 from deepboot_harness import plots
 from deepboot_harness.cli import build_parser, main
 from deepboot_harness.dynamics import dynamics_name, dynamics_title, trained_dynamics_warnings
 
 
-def test_front_end_default_is_v1_and_the_library_keeps_v0() -> None:
+def test_every_default_is_v1_and_v0_stays_by_name() -> None:
     assert FRONT_END_DYNAMICS == "v1"
     parser = build_parser()
     assert parser.parse_args(["simulate"]).dynamics == "v1"
     assert parser.parse_args(["compare", "--workloads", "tiny", "--policies", "ats", "--out", "x"]).dynamics == "v1"
     assert parser.parse_args(["benchmark", "--out", "x"]).dynamics == "v1"
     assert default_dynamics(None) == "v1"  # deepboot train / train_policy.py (test_conventions: the flags)
-    assert dynamics_name(sim_config()) == "v0"  # the library's own default is unchanged
+    # the library builds what the commands run: run_episode(policy, workload, sim_config()) is `deepboot simulate`
+    assert dynamics_name(sim_config()) == dynamics_name(EnvConfig().sim) == "v1"
+    assert dynamics_name(EnvConfig.from_options(max_jobs=8).sim) == "v1"
+    assert dynamics_name(sim_config(dynamics="v0")) == "v0"
     assert parser.parse_args(["simulate", "--dynamics", "v0"]).dynamics == "v0"
 
 
@@ -85,3 +88,13 @@ def test_benchmark_leaderboard_names_its_dynamics(tmp_path: Path) -> None:
     board = (tmp_path / "leaderboard.md").read_text()
     assert board.startswith("## Benchmark leaderboard (DeepBoot-v1 dynamics)\n")
     assert "DeepBoot-v1 dynamics (each scenario sets its cluster" in board
+
+
+def test_run_episode_without_a_config_runs_the_commands_world() -> None:
+    from deepboot_env.evaluation import run_episode
+    from traces.generate import generate_workload
+
+    workload = generate_workload("tiny", 3)
+    default = run_episode("ats", workload).train_jct_mean
+    assert default == run_episode("ats", workload, sim_config(dynamics="v1")).train_jct_mean
+    assert default != run_episode("ats", workload, sim_config(dynamics="v0")).train_jct_mean

@@ -63,7 +63,7 @@ README_MAX_LINES = 250
 
 MACHINE_NOTES = ("../shared", "2-core", "development machine", "CI machines", "added afterwards", "on this machine")
 """Words of run histories, machine notes and contributors' data that belong in ``docs/``, not in
-the README (timings with their machine: docs/results.md §8; contributors' commands: docs/usage.md §2)."""
+the README (timings with their machine: docs/results.md §9; contributors' commands: docs/usage.md §2)."""
 
 _LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 

@@ -13,10 +13,12 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import venv
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +95,7 @@ def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, di
     _pip_install(bin_dir, str(wheel))
     bare = _bare_checks(bin_dir, work)  # the wheel alone
     _pip_install(bin_dir, TORCH, f"{wheel}{EXTRAS}")
+    bare["wheel"] = wheel
     return bin_dir, work, bare
 
 
@@ -127,6 +130,25 @@ def _run(installed: tuple[Path, Path], *argv: str, timeout: float = 300) -> subp
     return done
 
 
+MAX_SHIPPED_MODELS = 4
+"""Model files the wheel ships: the current score model, the learned priority and the first PPO
+model (the lineage before the current score model stays in the repository: models/lineage/)."""
+
+
+def test_the_wheel_ships_the_current_models_only(wheel_venv: tuple[Path, Path, dict[str, Any]]) -> None:
+    with zipfile.ZipFile(wheel_venv[2]["wheel"]) as wheel:
+        models = sorted(
+            name for name in wheel.namelist() if re.search(r"\.(zip|json|pt|pth)$", name) and "/pretrained/" in name
+        )
+    assert [name.rpartition("/")[2] for name in models] == [
+        "deepboot-priority-v1.json",
+        "deepboot-score-v8.zip",
+        "deepboot-v0.zip",
+    ]
+    assert len(models) <= MAX_SHIPPED_MODELS
+    assert not any("lineage" in name for name in wheel.namelist())
+
+
 def test_the_package_comes_from_the_venv_not_the_clone(installed: tuple[Path, Path]) -> None:
     code = "import agents, deepboot_env, traces; print(agents.__file__, deepboot_env.__file__, traces.__file__)"
     files = _run(installed, "python", "-c", code).stdout.split()
@@ -137,13 +159,6 @@ def test_the_package_comes_from_the_venv_not_the_clone(installed: tuple[Path, Pa
     "model",
     [
         "ppo:deepboot-v0",
-        "ppo:deepboot-score-v1",
-        "ppo:deepboot-score-v2",
-        "ppo:deepboot-score-v3",
-        "ppo:deepboot-score-v4",
-        "ppo:deepboot-score-v5",
-        "ppo:deepboot-score-v6",
-        "ppo:deepboot-score-v7",
         "ppo:deepboot-score-v8",
         "priority:deepboot-priority-v1",
     ],

@@ -94,7 +94,7 @@ def per_job_surrogate(
 
     The joint ratio of a decision is the product of some 30 jobs' ratios, so small moves of every
     job's score add up to a joint ratio that the clip and the KL limit stop after the first
-    minibatch (runs 3-4 of docs/results.md §7); per entry, each job's score is one agent of a
+    minibatch (runs 3-4 of docs/history.md#group); per entry, each job's score is one agent of a
     team that shares the network and the return (as multi-agent PPO does with shared parameters).
 
     Args:

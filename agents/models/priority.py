@@ -76,7 +76,7 @@ EXTRA_FEATURES: tuple[str, ...] = ("arrival_rank", *(f"app_{name}" for name in A
   the weights of ``ats-srpt-fcfs`` (its arrival tilt, docs/policies.md §8.7);
 * ``app_<name>``: 1 for a job of that application, else 0: how much an application is worth to
   the knapsack beyond its remaining time, something a learner can find from experience where
-  the fitted speedup model the knapsack reads is off (docs/results.md §7).
+  the fitted speedup model the knapsack reads is off (docs/history.md#per-app).
 """
 
 KNOWN_FEATURES: tuple[str, ...] = FEATURES + EXTRA_FEATURES

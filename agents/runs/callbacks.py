@@ -36,9 +36,9 @@ import numpy as np
 import torch
 from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback, ProgressBarCallback
 
-from agents.saved.policy_adapter import METADATA_FILE
 from agents.runs.selection import NO_P99_EXCESS, P99_MARGIN_S, p99_verdict, replaces, worst_p99_excess
 from agents.saved.checkpoint import save_model
+from agents.saved.policy_adapter import METADATA_FILE
 from deepboot_env.atomic import append_csv
 from deepboot_env.config import EnvConfig
 from deepboot_env.evaluation import run_episode

@@ -2,8 +2,9 @@
 
 :class:`TrainSettings` is what a run is asked for: one field per flag of ``train_policy.py``
 (whose parser takes its defaults from it) and the command line; the library functions
-(:func:`agents.trainers.training_run.train`, :func:`agents.trainers.sweep.sweep`, :func:`agents.trainers.evolution.train_es`)
-take it. Every setting resolves as built-in default < configuration preset (a YAML
+(:func:`agents.trainers.training_run.train`, :func:`agents.trainers.sweep.sweep`,
+:func:`agents.trainers.evolution.train_es`) take it. Every setting resolves as built-in default <
+configuration preset (a YAML
 file, the shipped ``agents/conf/deepboot.yml`` unless ``--conf-file`` says otherwise) < flag:
 :func:`load_conf` reads a preset, :func:`resolve_settings` merges the run settings
 (:data:`RUN_KEYS`), the model-selection reference (:func:`resolve_eval_reference`), the
@@ -20,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.saved.checkpoint import CheckpointError
 from agents.errors import ConfigError
 from agents.hyperparameters import (
     ALGOS,
@@ -32,6 +32,7 @@ from agents.hyperparameters import (
     resolve_hyperparams,
     switch_arch,
 )
+from agents.saved.checkpoint import CheckpointError
 from agents.saved.policy_adapter import saved_dynamics
 from deepboot_env import FRONT_END_DYNAMICS, REFERENCE_POLICY
 from deepboot_env.config import DYNAMICS, EnvConfig

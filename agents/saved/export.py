@@ -15,7 +15,7 @@ evaluated on another env fails with one line naming the env it needs::
 ``base_policy``), the weights unchanged: how ``deepboot-score-v5`` is v4 over the prior that keeps
 warm pods (docs/policies.md §8.10)::
 
-    python -m agents.saved.export agents/pretrained/deepboot-score-v4.zip agents/pretrained/deepboot-score-v5.zip \
+    python -m agents.saved.export models/lineage/deepboot-score-v4.zip models/lineage/deepboot-score-v5.zip \
         --prior ats-srpt-fcfs-place-rr-warm
 """
 

@@ -1,6 +1,6 @@
 """How large a score model's scores are: the sizes a random-jitter control of its own size draws.
 
-    python -m agents.saved.score_sizes deepboot-score-v6 [--seeds 2]
+    python -m agents.saved.score_sizes deepboot-score-v8 [--seeds 2]
 
 A learned score model must beat its prior with random persistent scores of the same size (issue
 31's control; :class:`baselines.jitter.JitteredAtsPolicy`'s ``sigma`` per job and ``width_sigma``
@@ -16,7 +16,7 @@ is not one) and the jobs each action scores (its slot jobs):
   so no shift they share cancels, and the control draws them uncentred too: ``width_sigma``.
 
 A job the action leaves at zero counts as zero. ``deepboot-score-v5`` measures 0.047 and 0.054,
-``deepboot-score-v6`` 0.131 and 0.145 (docs/results.md §7).
+``deepboot-score-v6`` 0.131 and 0.145 (docs/history.md#score-v6).
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def val_scenarios(seeds: int) -> list[tuple[str, int]]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point: prints the two sizes and the decisions they cover."""
     parser = ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model", help="a score model zip, run folder or shipped short name (deepboot-score-v6)")
+    parser.add_argument("model", help="a score model zip, run folder or shipped short name (deepboot-score-v8)")
     parser.add_argument("--seeds", type=int, default=2, help="val seeds per family (default 2)")
     args = parser.parse_args(argv)
     if not 1 <= args.seeds <= 100:

@@ -6,6 +6,7 @@ import math
 from types import SimpleNamespace
 
 import pytest
+from builders import REPO
 
 from agents.saved.score_sizes import DecisionLog, main, score_sizes, val_scenarios
 from deepboot_env.env.action import ScoreCodec, make_codec
@@ -48,9 +49,9 @@ def test_a_model_without_width_scores_sizes_them_at_zero() -> None:
 
 
 def test_v6_measures_the_documented_sizes_and_its_control_draws_them() -> None:
-    """Golden: docs/results.md §7 (0.131 per job, 0.145 per width class over 4,933 decisions on
+    """Golden: docs/history.md#score-v6 (0.131 per job, 0.145 per width class over 4,933 decisions on
     two val seeds of each family), and ``...-wjitter-v6`` draws those sizes to two places."""
-    sizes = score_sizes("deepboot-score-v6", val_scenarios(2))
+    sizes = score_sizes(str(REPO / "models" / "lineage" / "deepboot-score-v6.zip"), val_scenarios(2))
     assert sizes.decisions == 4933
     assert round(sizes.per_job, 3) == 0.131 and round(sizes.per_width_class, 3) == 0.145
     control = make_policy("ats-srpt-fcfs-place-rr-warm-wjitter-v6")
@@ -62,7 +63,7 @@ def test_v6_measures_the_documented_sizes_and_its_control_draws_them() -> None:
     [
         (["deepboot-v0"], "deepboot-v0: not a score model (action_mode 'residual')"),
         (["nowhere/model.zip"], "no saved model at nowhere/model.zip"),
-        (["deepboot-score-v6", "--seeds", "0"], "--seeds must be 1 to 100, got 0"),
+        (["deepboot-score-v8", "--seeds", "0"], "--seeds must be 1 to 100, got 0"),
     ],
 )
 def test_bad_input_gets_one_line(argv, message, capsys) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from builders import REPO
 
 import agents
 from agents.saved.policy_adapter import resolve_model_path
@@ -16,7 +17,15 @@ from deepboot_env.policy import make_policy
 
 SHIPPED_PPO = PRETRAINED_DIR / "deepboot-v0.zip"
 SHIPPED_PRIORITY = PRETRAINED_DIR / "deepboot-priority-v1.json"
-SHIPPED_SCORE = PRETRAINED_DIR / "deepboot-score-v1.zip"
+LINEAGE_DIR = REPO / "models" / "lineage"
+"""The score models before the current one (in the repository, not the wheel: docs/history.md)."""
+
+
+def lineage(version: str) -> str:
+    """The path of lineage model ``deepboot-score-<version>`` (``v1`` .. ``v7``)."""
+    return str(LINEAGE_DIR / f"deepboot-score-{version}.zip")
+
+
 GOLDEN_SCORE_JCT = 2210.3166666666666
 """Mean JCT of the shipped score model on the crowded workload of its test (seed 17, 60 jobs)."""
 GOLDEN_PRIOR_JCT = 2223.0
@@ -48,13 +57,6 @@ def elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_every_shipped_model_has_a_short_name() -> None:
     assert shipped_names() == [
-        "ppo:deepboot-score-v1",
-        "ppo:deepboot-score-v2",
-        "ppo:deepboot-score-v3",
-        "ppo:deepboot-score-v4",
-        "ppo:deepboot-score-v5",
-        "ppo:deepboot-score-v6",
-        "ppo:deepboot-score-v7",
         "ppo:deepboot-score-v8",
         "ppo:deepboot-v0",
         "priority:deepboot-priority-v1",
@@ -63,9 +65,9 @@ def test_every_shipped_model_has_a_short_name() -> None:
 
 def test_short_names_reach_the_shipped_files_from_any_folder(elsewhere: Path) -> None:
     assert resolve_model_path("deepboot-v0") == SHIPPED_PPO
-    assert resolve_model_path("deepboot-score-v1") == SHIPPED_SCORE
-    for version in ("v2", "v3", "v4", "v5", "v6", "v7", "v8"):
-        assert resolve_model_path(f"deepboot-score-{version}") == PRETRAINED_DIR / f"deepboot-score-{version}.zip"
+    assert resolve_model_path("deepboot-score-v8") == PRETRAINED_DIR / "deepboot-score-v8.zip"
+    with pytest.raises(FileNotFoundError, match="no saved model at deepboot-score-v7"):
+        resolve_model_path("deepboot-score-v7")  # the lineage is not shipped: a path in a clone
     assert resolve_shipped("deepboot-priority-v1", ".json") == SHIPPED_PRIORITY
 
 
@@ -118,36 +120,36 @@ def _application_scores(model) -> dict[str, float]:
     ("name", "prior", "golden"),
     [
         (
-            "deepboot-score-v1",
+            lineage("v1"),
             "ats-srpt-fcfs",
-            {"ppo:deepboot-score-v1": GOLDEN_SCORE_JCT, "ats-srpt-fcfs": GOLDEN_PRIOR_JCT},
+            {f"ppo:{lineage('v1')}": GOLDEN_SCORE_JCT, "ats-srpt-fcfs": GOLDEN_PRIOR_JCT},
         ),
         (
-            "deepboot-score-v2",
+            lineage("v2"),
             "ats-srpt-fcfs-place",
-            {"ppo:deepboot-score-v2": GOLDEN_SCORE_V2_JCT, "ats-srpt-fcfs-place": GOLDEN_PLACE_JCT},
+            {f"ppo:{lineage('v2')}": GOLDEN_SCORE_V2_JCT, "ats-srpt-fcfs-place": GOLDEN_PLACE_JCT},
         ),
         (
-            "deepboot-score-v3",
+            lineage("v3"),
             "ats-srpt-fcfs-place-rr",
-            {"ppo:deepboot-score-v3": GOLDEN_SCORE_V3_JCT, "ats-srpt-fcfs-place-rr": GOLDEN_RR_JCT},
+            {f"ppo:{lineage('v3')}": GOLDEN_SCORE_V3_JCT, "ats-srpt-fcfs-place-rr": GOLDEN_RR_JCT},
         ),
         (
-            "deepboot-score-v4",
+            lineage("v4"),
             "ats-srpt-fcfs-place-rr",
-            {"ppo:deepboot-score-v4": GOLDEN_SCORE_V4_JCT, "ats-srpt-fcfs-place-rr": GOLDEN_RR_JCT},
+            {f"ppo:{lineage('v4')}": GOLDEN_SCORE_V4_JCT, "ats-srpt-fcfs-place-rr": GOLDEN_RR_JCT},
         ),
         (  # no inference load there reaches the keep-warm rule's: v4's schedule and prior's
-            "deepboot-score-v5",
+            lineage("v5"),
             "ats-srpt-fcfs-place-rr-warm",
-            {"ppo:deepboot-score-v5": GOLDEN_SCORE_V4_JCT, "ats-srpt-fcfs-place-rr-warm": GOLDEN_RR_JCT},
+            {f"ppo:{lineage('v5')}": GOLDEN_SCORE_V4_JCT, "ats-srpt-fcfs-place-rr-warm": GOLDEN_RR_JCT},
         ),
     ],
 )
 def test_score_models_are_ppo_over_their_prior_with_one_score_per_application(
     elsewhere: Path, name: str, prior: str, golden: dict[str, float]
 ) -> None:
-    """The shipped PPO schedulers (docs/results.md §7): score mode over their prior in their own
+    """The shipped PPO schedulers (docs/history.md#lineage): score mode over their prior in their own
     world, a table that ranks yolov3 lowest, and a schedule of their own on a crowded cluster."""
     model, _ = agents.load_agent(name)
     kwargs = model.policy.env_kwargs
@@ -202,13 +204,13 @@ def test_zoo_config_is_the_shipped_yaml_with_the_one_thread_callback(monkeypatch
 
 def test_score_v4_is_v3_grown_with_a_width_table_and_nothing_else(elsewhere: Path) -> None:
     """``deepboot-score-v4`` is v3 grown to width scores (agents.models.width_table) whose width outputs
-    ES trained (docs/results.md §7): every other weight is v3's."""
+    ES trained (docs/history.md#score-v4): every other weight is v3's."""
     import torch
 
     from agents.models.width_table import grow_width_outputs, width_table
 
-    v3, _ = agents.load_agent("deepboot-score-v3")
-    v4, _ = agents.load_agent("deepboot-score-v4")
+    v3, _ = agents.load_agent(lineage("v3"))
+    v4, _ = agents.load_agent(lineage("v4"))
     grown = grow_width_outputs(v3).policy.state_dict()
     table = "mlp_extractor.application_table.weight"
     for key, value in v4.policy.state_dict().items():
@@ -222,26 +224,24 @@ def test_score_v4_is_v3_grown_with_a_width_table_and_nothing_else(elsewhere: Pat
 
 def test_score_v5_is_v4_over_the_prior_that_keeps_warm_pods(elsewhere: Path) -> None:
     """``deepboot-score-v5`` is v4's network, every weight, decoding over
-    ``ats-srpt-fcfs-place-rr-warm`` (``python -m agents.saved.export ... --prior``, docs/results.md §7);
+    ``ats-srpt-fcfs-place-rr-warm`` (``python -m agents.saved.export ... --prior``, docs/history.md#score-v5);
     re-exported here it is the same model; the export refuses a prior for a model that is not a
     score model, or a prior that takes no scores."""
     import torch
 
     from agents.saved.export import export_model
 
-    v4, _ = agents.load_agent("deepboot-score-v4")
-    v5, _ = agents.load_agent("deepboot-score-v5")
+    v4, _ = agents.load_agent(lineage("v4"))
+    v5, _ = agents.load_agent(lineage("v5"))
     assert v5.policy.state_dict().keys() == v4.policy.state_dict().keys()
     assert all(torch.equal(value, v4.policy.state_dict()[key]) for key, value in v5.policy.state_dict().items())
     assert v5.policy.env_kwargs == {**v4.policy.env_kwargs, "base_policy": "ats-srpt-fcfs-place-rr-warm"}
-    again, _ = agents.load_agent(
-        export_model(resolve_model_path("deepboot-score-v4"), elsewhere / "v5.zip", "ats-srpt-fcfs-place-rr-warm")
-    )
+    again, _ = agents.load_agent(export_model(Path(lineage("v4")), elsewhere / "v5.zip", "ats-srpt-fcfs-place-rr-warm"))
     assert again.policy.env_kwargs == v5.policy.env_kwargs
     with pytest.raises(ValueError, match="applies to a score model"):
         export_model(resolve_model_path("deepboot-v0"), elsewhere / "x.zip", "ats")
     with pytest.raises(ValueError, match="'fifo' takes no scores"):
-        export_model(resolve_model_path("deepboot-score-v4"), elsewhere / "x.zip", "fifo")
+        export_model(Path(lineage("v4")), elsewhere / "x.zip", "fifo")
 
 
 def _table_moved(before: str, after: str) -> tuple[Any, Any, Any]:
@@ -260,26 +260,26 @@ def _table_moved(before: str, after: str) -> tuple[Any, Any, Any]:
 
 def test_score_v6_is_v5_with_an_es_trained_application_table(elsewhere: Path) -> None:
     """``deepboot-score-v6`` is v5 whose whole application table (per-application scores and
-    width outputs) ES trained (``-params score_row:1``, docs/results.md §7): every other weight,
+    width outputs) ES trained (``-params score_row:1``, docs/history.md#score-v6): every other weight,
     and the prior, are v5's; the table holds imagenet and yolov3 down and plays its own schedule."""
-    _, v6, moved = _table_moved("deepboot-score-v5", "deepboot-score-v6")
+    _, v6, moved = _table_moved(lineage("v5"), lineage("v6"))
     assert moved[0].max() > 0.1 and moved[1:].max() > 0.1  # scores and width outputs both trained
     scores = _application_scores(v6)
     assert sorted(scores, key=scores.__getitem__)[:2] == ["imagenet", "yolov3"]
     assert scores["imagenet"] < -0.15 and scores["yolov3"] < -0.15
-    assert _crowded_jcts("ppo:deepboot-score-v6") == {"ppo:deepboot-score-v6": GOLDEN_SCORE_V6_JCT}
+    assert _crowded_jcts(f"ppo:{lineage('v6')}") == {f"ppo:{lineage('v6')}": GOLDEN_SCORE_V6_JCT}
 
 
 def test_score_v7_is_v6_with_its_application_table_trained_on(elsewhere: Path) -> None:
     """``deepboot-score-v7`` is v6 whose application table ES trained on for 56 generations with
-    the p99 term (``-params p99_weight:0.002``, docs/results.md §7): every other weight and the
+    the p99 term (``-params p99_weight:0.002``, docs/history.md#score-v7): every other weight and the
     prior are v6's; imagenet is held down further and the table plays its own schedule."""
-    v6, v7, moved = _table_moved("deepboot-score-v6", "deepboot-score-v7")
+    v6, v7, moved = _table_moved(lineage("v6"), lineage("v7"))
     assert moved.max() > 0.1
     scores = _application_scores(v7)
     assert min(scores, key=scores.__getitem__) == "imagenet"
     assert scores["imagenet"] < _application_scores(v6)["imagenet"]
-    assert _crowded_jcts("ppo:deepboot-score-v7") == {"ppo:deepboot-score-v7": GOLDEN_SCORE_V7_JCT}
+    assert _crowded_jcts(f"ppo:{lineage('v7')}") == {f"ppo:{lineage('v7')}": GOLDEN_SCORE_V7_JCT}
 
 
 def test_score_v8_is_v7_fine_tuned_by_ppo(elsewhere: Path) -> None:
@@ -287,7 +287,7 @@ def test_score_v8_is_v7_fine_tuned_by_ppo(elsewhere: Path) -> None:
     ``score-app`` preset; docs/results.md §7): the same env arguments (the prior) and layers,
     every layer the policy uses moved (the application table, the lending head and the encoders
     under it), none far, and it plays its own schedule."""
-    v7, _ = agents.load_agent("deepboot-score-v7")
+    v7, _ = agents.load_agent(lineage("v7"))
     v8, _ = agents.load_agent("deepboot-score-v8")
     old, new = v7.policy.state_dict(), v8.policy.state_dict()
     assert new.keys() == old.keys()

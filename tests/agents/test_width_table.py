@@ -36,9 +36,9 @@ from traces.generate import generate_workload
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
-V3 = REPO / "agents" / "pretrained" / "deepboot-score-v3.zip"
+V3 = REPO / "models" / "lineage" / "deepboot-score-v3.zip"
 needs_v3 = pytest.mark.skipif(not V3.is_file(), reason="no shipped score model")
-V6 = REPO / "agents" / "pretrained" / "deepboot-score-v6.zip"
+V6 = REPO / "models" / "lineage" / "deepboot-score-v6.zip"
 needs_v6 = pytest.mark.skipif(not V6.is_file(), reason="no shipped score model")
 
 

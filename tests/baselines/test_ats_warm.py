@@ -15,7 +15,7 @@ from deepboot_env.sim.state import Allocation, ClusterState
 from traces.families import cached_scenario
 
 OVERLOADED = ("heavy-inference", 1_000_012)
-"""A val scenario whose inference outgrows its GPUs for hours (docs/results.md §7)."""
+"""A val scenario whose inference outgrows its GPUs for hours (docs/history.md#p99-overload)."""
 
 
 class _Recorded(AtsPolicy):
@@ -61,7 +61,7 @@ def test_while_inference_is_busy_no_warm_pod_is_lent_and_otherwise_it_is_ats_srp
 
 
 def test_the_overloaded_scenario_keeps_its_tail_golden() -> None:
-    """docs/results.md §7: p99 999 s under ``ats-srpt``, 851.28 s with warm pods kept (``ats``
+    """docs/history.md#warm: p99 999 s under ``ats-srpt``, 851.28 s with warm pods kept (``ats``
     728 s), at a shorter mean JCT; 999 s and 788.84 s under v4's prior without and with the rule."""
     srpt, warm = _episode(make_policy("ats-srpt")), _episode(make_policy("ats-srpt-warm"))
     assert srpt.infer_latency_p99 == pytest.approx(999.0)

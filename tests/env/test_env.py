@@ -325,7 +325,7 @@ def test_registered_time_limit_is_the_envs_own_cap(small_workload) -> None:
         assert gym.spec(f"DeepBoot-{version}").max_episode_steps == EnvConfig().max_rounds == 3000
     cap = 25  # made with a matching max_episode_steps, the TimeLimit and the env end the episode together
     wrapped = gym.make("DeepBoot-v0", workload=small_workload, max_jobs=8, max_rounds=cap, max_episode_steps=cap)
-    plain = DeepBootEnv(workload=small_workload, max_jobs=8, max_rounds=cap)
+    plain = DeepBootEnv(workload=small_workload, max_jobs=8, max_rounds=cap, dynamics="v0")
     obs_w, _ = wrapped.reset(seed=1)
     obs_p, _ = plain.reset(seed=1)
     rng = np.random.default_rng(1)

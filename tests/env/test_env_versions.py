@@ -54,9 +54,9 @@ def test_the_versions_differ_and_each_is_deterministic() -> None:
     assert _rollout(_make("DeepBoot-v1")) == v1
 
 
-def test_v0_is_the_default_of_every_front_end() -> None:
-    assert sim_config() == sim_config(dynamics="v0")
-    assert EnvConfig.from_options().sim == EnvConfig.from_options(dynamics="v0").sim
+def test_v1_is_the_default_of_every_front_end() -> None:
+    assert sim_config() == sim_config(dynamics="v1") != sim_config(dynamics="v0")
+    assert EnvConfig.from_options().sim == EnvConfig.from_options(dynamics="v1").sim
 
 
 def test_unknown_dynamics_is_a_one_line_error(capsys) -> None:
@@ -85,10 +85,10 @@ def test_cli_dynamics_v1_is_the_default_and_equals_its_explicit_options(tmp_path
 
 
 def test_runs_are_labelled_with_the_dynamics_options_off_their_defaults() -> None:
-    assert dynamics_notes(sim_config()) == {}
+    assert dynamics_notes(sim_config(dynamics="v0")) == {}  # notes are what differs from v0
     assert dynamics_notes(sim_config(dynamics="v1", trace_set="deepboot")) == {
         "truth": "measured (deepboot traces)",
         "cap_growth": "trained",
     }
-    notes = dynamics_notes(sim_config(batch_stats="at_batch", inference_placement="aryl"))
+    notes = dynamics_notes(sim_config(dynamics="v0", batch_stats="at_batch", inference_placement="aryl"))
     assert notes == {"batch_stats": "at_batch", "inference_placement": "aryl"}

@@ -6,7 +6,8 @@ import pytest
 
 from deepboot_env.evaluation import run_episode
 from deepboot_env.policy import BasePolicy, make_policy
-from deepboot_env.sim.simulator import SimConfig, Simulator
+from deepboot_env.config import sim_config
+from deepboot_env.sim.simulator import Simulator
 from traces.loaders import load_workload
 
 
@@ -35,7 +36,7 @@ def _by_hand(workload, decisions: int, until: float = float("inf")) -> tuple[Sim
     """The simulator after ``decisions`` ATS decisions stepped by hand, and the first decision
     count at which its clock reached ``until``."""
     policy = make_policy("ats")
-    sim = Simulator(workload, SimConfig(), policy)
+    sim = Simulator(workload, sim_config(), policy)  # what run_episode runs by default
     reached = 0
     for n in range(1, decisions + 1):
         state = sim.observe()

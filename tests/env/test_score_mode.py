@@ -58,7 +58,8 @@ def busy():
 
 
 def _score_env(workload, **kwargs) -> DeepBootEnv:
-    return DeepBootEnv(workload=workload, max_jobs=MAX_JOBS, action_mode="score", **kwargs)
+    """A score-mode env on DeepBoot-v0's dynamics (these tests' world) unless ``kwargs`` say otherwise."""
+    return DeepBootEnv(workload=workload, max_jobs=MAX_JOBS, action_mode="score", **{"dynamics": "v0", **kwargs})
 
 
 def _episode(env: DeepBootEnv, choose, seed: int = 0) -> tuple[dict, float, int]:

@@ -40,7 +40,7 @@ VARIANTS = (
 def _elastic_jct(app: str, **options: str) -> float:
     profile = get_app(app)
     workload = Workload("one", (TrainingJobSpec("j", 10.0, app, 1, profile.init_batch_size),))
-    config = sim_config(shared_pool="16x4", truth="measured", trace_set="deepboot", **options)
+    config = sim_config(dynamics="v0", shared_pool="16x4", truth="measured", trace_set="deepboot", **options)
     return run_episode("ats-nolend", workload, config).jcts["j"]
 
 
