@@ -14,7 +14,7 @@ Examples::
     python train_policy.py --algo maskable_ppo --tune sweep.yml --address auto  # a Ray Tune sweep
     python train_policy.py --algo maskable_ppo -i runs/maskable_ppo_1/final_model.zip -n 100000  # resume
     python train_policy.py --algo es --preset priority-es --workload family:mixed  # the learned priority
-    python train_policy.py --algo es --preset width-es -i agents/pretrained/deepboot-score-v3.zip \
+    python train_policy.py --algo es --preset width-es -i models/lineage/deepboot-score-v3.zip \
         --workload family:mixed  # a score model's width table
     tensorboard --logdir runs/
 

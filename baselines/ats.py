@@ -491,10 +491,10 @@ def _split_valued(row: np.ndarray, table: np.ndarray, room: int, top: int, fair:
 
 
 def knapsack(values: Sequence[np.ndarray], capacity: int) -> list[int]:
-    """Group knapsack: choose w_i (index into values[i]) maximising the sum with sum w <= capacity.
+    """Group knapsack: choose ``w_i`` (index into ``values[i]``) maximising the sum with ``sum w <= capacity``.
 
     The trace-back takes, for each item in reverse order, the smallest w > 0 that attains the
-    optimum, else 0. (Taking no GPUs adds nothing, whatever values[i][0] says.)
+    optimum, else 0. (Taking no GPUs adds nothing, whatever ``values[i][0]`` says.)
     """
     widths = [max(min(len(v) - 1, capacity), 0) for v in values]
     matrix = np.zeros((len(values), max(widths, default=0) + 1))

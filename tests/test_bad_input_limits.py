@@ -16,6 +16,7 @@ from agents.errors import ConfigError
 from agents.hyperparameters import check_hyperparams
 from agents.models.priority import FEATURES, PriorityModel, PriorityModelError
 from agents.runs.run_config import load_conf
+from agents.runs.validation import EVAL_COLUMNS
 from agents.trainers.evolution import EsConfigError, EsSettings, EsState
 from deepboot_env.config import EnvConfig, EnvConfigError
 from deepboot_env.limits import (
@@ -481,6 +482,10 @@ def test_train_policy_log_folder_onto_a_file_is_one_line(algo: str, tmp_path: Pa
         assert "Traceback" not in "\n".join(err) and str(blocker) in err[-1], err
 
 
+EVAL_HEADER = ",".join(EVAL_COLUMNS)
+"""The header every trainer's evaluations.csv has."""
+
+
 @pytest.mark.parametrize(
     ("name", "content", "fragment"),
     [
@@ -614,9 +619,9 @@ def test_crafted_files_stay_under_500_mb_through_the_commands(tmp_path: Path) ->
     ("name", "content", "fragment"),
     [
         ("generations.csv", "generation,episodes\n1,2,3\n", "line 1: header"),
-        ("evaluations.csv", "timesteps,generation,workload,train_jct_mean,jct_ratio\n1,2\n", "line 2: 2 fields"),
-        ("evaluations.csv", 'timesteps,generation,workload,train_jct_mean,jct_ratio\n1,"x' + "y" * 200_000, "field"),
-        ("evaluations.csv", "timesteps,generation,workload,train_jct_mean,jct_ratio\n1,x,w,1,1\n", "generation"),
+        ("evaluations.csv", f"{EVAL_HEADER}\n1,2\n", "line 2: 2 fields"),
+        ("evaluations.csv", f'{EVAL_HEADER}\n1,"x' + "y" * 200_000, "field"),
+        ("evaluations.csv", f"{EVAL_HEADER}\n1,x,w" + ",1" * (len(EVAL_COLUMNS) - 3) + "\n", "iteration"),
     ],
     ids=["header", "short-row", "huge-field", "not-a-number"],
 )

@@ -289,7 +289,7 @@ def test_es_ctrl_c_during_a_generation_resumes_as_printed_without_duplicates(tmp
     with open(run / "generations.csv", newline="") as fh:
         assert [int(r["generation"]) for r in csv.DictReader(fh)] == [1, 2]
     with open(run / "evaluations.csv", newline="") as fh:
-        assert [int(r["generation"]) for r in csv.DictReader(fh)] == [0, 1, 2]
+        assert [int(r["iteration"]) for r in csv.DictReader(fh)] == [0, 1, 2]
     _assert_whole_files(run)
 
 

@@ -98,8 +98,8 @@ def per_job_surrogate(
     team that shares the network and the return (as multi-agent PPO does with shared parameters).
 
     Args:
-        new, old: log probabilities per entry (batch, entries) under the policy being updated
-            and the one that acted.
+        new: log probabilities per entry (batch, entries) under the policy being updated.
+        old: the same under the policy that acted.
         acting: 1 for the entries that acted, 0 for empty slots (batch, entries).
         advantages: per decision (batch,).
         clip: the clip range.

@@ -222,8 +222,11 @@ class SetNetwork(nn.Module):
     Args:
         observation_space: the env's ``Dict`` observation space.
         slots: job slots (the action's dimensions but the last).
-        slot_choices: choices per slot; lend_levels: choices of the last action dimension.
-        embed_dim, attention_heads, attention_layers: network sizes.
+        slot_choices: choices per slot.
+        lend_levels: choices of the last action dimension.
+        embed_dim: the width of the job and cluster embeddings.
+        attention_heads: heads per attention block.
+        attention_layers: attention blocks over the jobs.
         pool_layers: pooled-context blocks after the attention blocks (:class:`_PoolBlock`).
         application_scores: 1: a job's logits are one learned row per application (a table
             over the ``jobs`` rows' application one-hot), the same in every state; the lending

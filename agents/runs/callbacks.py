@@ -28,7 +28,6 @@ import time
 import zipfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,17 +35,14 @@ import numpy as np
 import torch
 from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback, ProgressBarCallback
 
-from agents.runs.selection import NO_P99_EXCESS, P99_MARGIN_S, p99_verdict, replaces, worst_p99_excess
+from agents.runs.selection import NO_P99_EXCESS, P99_MARGIN_S, p99_verdict
+from agents.runs.validation import Evaluation, Validator
 from agents.saved.checkpoint import save_model
 from agents.saved.policy_adapter import METADATA_FILE
-from deepboot_env.atomic import append_csv
 from deepboot_env.config import EnvConfig
 from deepboot_env.evaluation import run_episode
-from deepboot_env.policy import make_policy
-from deepboot_env.pool import available_cpus, process_pool, run_pool, stop_pool
-from deepboot_env.sim.metrics import EpisodeMetrics, censored_jct_mean
+from deepboot_env.pool import process_pool, stop_pool
 from deepboot_env.sim.scenario import Scenario
-from deepboot_env.sim.simulator import SimConfig
 from deepboot_env.sim.workload import Workload
 from deepboot_env.stops import StopSignals, stop_requested
 from deepboot_env.workload_sources import load_scenarios
@@ -77,30 +73,29 @@ STEP_KEYS: dict[str, str] = {
 job-seconds of the step over ``interval x jct_scale`` and ``active_jobs`` the training jobs in the
 system at the decision: by Little's law their means move with the mean JCT."""
 
-EVAL_COLUMNS: tuple[str, ...] = (
-    "timesteps",
-    "workload",
-    "seed",
+EVAL_MEANS: tuple[str, ...] = (
     "train_jct_mean",
     "censored_jct_mean",
     "train_jct_p99",
     "makespan",
-    "train_jobs_done",
-    "train_jobs",
-    "truncated",
-    "infer_latency_mean",
     "infer_latency_p99",
-    "infer_cold_starts",
     "lent_gpu_hours",
     "reclaims",
     "restarts",
     "repaired_gpus",
-    "wall_seconds",
-    "reference_censored_jct",
     "jct_ratio",
+    "prior_ratio",
 )
-"""Columns of ``evaluations.csv`` (one row per evaluation episode); the last two are empty
-without a reference policy."""
+"""Columns of ``evaluations.csv`` whose mean over an evaluation's episodes is logged as ``eval/<column>``."""
+
+PRIOR_MODES: tuple[str, ...] = ("score", "residual")
+"""Action modes whose actions start from the env's base policy: that policy is the run's prior."""
+
+
+def _column_mean(rows: Sequence[Mapping[str, Any]], key: str) -> float:
+    """The mean of the finite values of column ``key`` over ``rows`` (NaN without one)."""
+    values = [value for r in rows if (value := _finite(r[key])) is not None]
+    return float(np.mean(values)) if values else float("nan")
 
 
 @contextlib.contextmanager
@@ -313,34 +308,6 @@ class SchedMetricsCallback(BaseCallback):
                 self.logger.record_mean("sched/jct_ratio_ats", ratio)
 
 
-@dataclass(frozen=True)
-class EvalEpisode:
-    """One evaluation episode for a worker: ``policy`` (a registry name, ``ppo:<snapshot>`` for
-    the model) on ``workload`` under ``config`` with policy seed ``seed``; ``label`` names the
-    workload in the progress bar."""
-
-    policy: str
-    label: str
-    workload: Workload
-    config: SimConfig
-    seed: int
-    max_decisions: int | None = None
-
-    def describe(self, model: str) -> str:
-        """``<policy> on <label> seed <seed>``, the policy ``model`` when it is the snapshot."""
-        return f"{'model' if self.policy == model else self.policy} on {self.label} seed {self.seed}"
-
-
-def run_eval_episode(episode: EvalEpisode) -> tuple[EpisodeMetrics, int]:
-    """Run one :class:`EvalEpisode` (a worker's job): its metrics without the timeline, and the
-    GPUs the policy's action decoding repaired (0 for a heuristic)."""
-    policy = make_policy(episode.policy)
-    metrics = run_episode(
-        policy, episode.workload, episode.config, seed=episode.seed, max_decisions=episode.max_decisions
-    )
-    return replace(metrics, timeline=[]), int(policy.repaired_gpus)
-
-
 class AtomicCheckpointCallback(CheckpointCallback):
     """SB3's :class:`CheckpointCallback` (``<save_path>/<prefix>_<steps>_steps.zip`` every
     ``save_freq`` calls) whose models are written with :func:`save_model` (no replay buffer or
@@ -353,14 +320,16 @@ class AtomicCheckpointCallback(CheckpointCallback):
 
 
 class WorkloadEvalCallback(BaseCallback):
-    """Evaluate the model on validation workloads every ``eval_freq`` timesteps.
+    """Validate the model every ``eval_freq`` timesteps through the run's
+    :class:`~agents.runs.validation.Validator` (the one every trainer uses).
 
     Args:
         workloads: ``(label, Workload)`` or ``(label, Scenario)`` pairs (a scenario runs on its
             cluster with its restart model); episode k runs workload ``k % len`` with policy seed
             ``k // len``.
         env_config: the training env's settings (its simulation settings, ``max_rounds`` and
-            ``base_policy`` apply to the evaluation episodes).
+            ``base_policy`` apply to the evaluation episodes; the base policy of a score or
+            residual env is the prior the ``prior_ratio`` columns compare with).
         eval_freq: period in environment timesteps (all sub-envs together); <= 0 disables the
             periodic evaluation.
         n_episodes: episodes per evaluation (None or 0: one per workload).
@@ -369,11 +338,9 @@ class WorkloadEvalCallback(BaseCallback):
             the final timestep.
         eval_at_start: evaluate before the first update too (a pretrained model's score, so
             ``best_model.zip`` is never worse than the starting point).
-        reference: a registered policy name (``"ats"``) run once on every evaluation episode (same
-            workload, settings and seed); each episode's score is then its censored JCT divided by
-            the reference's (``jct_ratio``), and the model is selected by the mean ratio, so that
-            every workload weighs the same whatever its JCT scale, preferring models whose mean
-            inference p99 latency is within the reference's + ``p99_margin`` on every family
+        reference: a registered policy name (``"ats"``) run once on every evaluation episode; the
+            model is selected by the mean ratio of censored JCT to it, preferring models whose
+            mean inference p99 is within the reference's + ``p99_margin`` on every family
             (:mod:`agents.runs.selection`). None: selected by the mean censored JCT.
         p99_margin: seconds (see ``reference``; None: no p99 condition).
         jobs: worker processes for the episodes (0 or None: one per available CPU; 1: in this
@@ -383,20 +350,14 @@ class WorkloadEvalCallback(BaseCallback):
             Tune trial reports it: :mod:`agents.trainers.sweep`).
 
     The model runs as ``ppo:<snapshot>`` (a copy saved for the evaluation, with the env's base
-    policy), deterministically, through the pool ``deepboot compare`` uses
-    (:func:`deepboot_env.pool.run_pool`). Each episode is cut where the env's ``max_rounds``
-    (the registered ``max_episode_steps``) cuts training episodes, after ``max_rounds``
-    decisions, but never before the last job has arrived, so that every job counts in the
-    censored JCT (its metrics then say ``truncated``; the log line counts them).
+    policy), deterministically, as ``deepboot compare`` runs it. Each episode is cut where the
+    env's ``max_rounds`` cuts training episodes, but never before the last job has arrived, so
+    that every job counts in the censored JCT.
 
     Attributes:
-        best_score: best score so far (lower is better): the mean ratio to the reference, or
-            the mean censored JCT without one.
-        best_within: whether the best model's inference p99 was within the margin.
-        p99_excess: the latest evaluation's largest mean p99 excess over the reference on one
-            family (s), that family and its median excess (:func:`~agents.runs.selection.worst_p99_excess`).
+        validator: the episodes, the baselines' results and the best score so far.
+        p99_excess: the latest evaluation's largest mean p99 excess over the reference on one family.
         history: ``(timesteps, mean train JCT, score)`` per evaluation.
-        last_rows: the rows of the latest evaluation.
         eval_seconds: wall time spent evaluating so far.
     """
 
@@ -418,36 +379,40 @@ class WorkloadEvalCallback(BaseCallback):
     ) -> None:
         super().__init__(verbose)
         self.on_evaluation = on_evaluation
-        if not workloads:
-            raise ValueError("no evaluation workloads")
-        self.workloads = [(label, w if isinstance(w, Scenario) else Scenario(w)) for label, w in workloads]
+        self.log_dir = Path(log_dir) if log_dir is not None else None
+        prior = env_config.base_policy if env_config.action_mode in PRIOR_MODES else None
+        self.validator = Validator(
+            [(label, w if isinstance(w, Scenario) else Scenario(w)) for label, w in workloads],
+            env_config,
+            n_episodes=n_episodes or 0,
+            csv_path=self.log_dir / "evaluations.csv" if self.log_dir is not None else None,
+            reference=reference,
+            prior=prior,
+            p99_margin=p99_margin,
+            jobs=jobs or 0,
+            progress=progress,
+        )
         self.env_config = env_config
         self.eval_freq = int(eval_freq)
-        self.n_episodes = int(n_episodes) if n_episodes else len(self.workloads)
-        self.log_dir = Path(log_dir) if log_dir is not None else None
         self.eval_at_end = eval_at_end
         self.eval_at_start = eval_at_start
         self.reference = reference
-        self.jobs = int(jobs) if jobs else available_cpus()
-        self.progress = progress
         self.p99_margin = p99_margin
-        self._reference_jct: dict[tuple[int, int], float] = {}
-        self._reference_p99: dict[tuple[int, int], float] = {}
-        self._prefetched: dict[tuple[int, int], Future[tuple[EpisodeMetrics, int]]] = {}
-        self._prefetcher: ProcessPoolExecutor | None = None
-        self.best_score = math.inf
-        self.best_within = False
         self.p99_excess = NO_P99_EXCESS
         self.history: list[tuple[int, float, float]] = []
-        self.last_rows: list[dict[str, Any]] = []
         self._last_eval = -1
         self.eval_seconds = 0.0
         self._next_eval = self.eval_freq
 
     @property
-    def csv_path(self) -> Path | None:
-        """``evaluations.csv`` in the log folder."""
-        return self.log_dir / "evaluations.csv" if self.log_dir is not None else None
+    def best_score(self) -> float:
+        """The best score so far (lower is better; inf before the first evaluation)."""
+        return self.validator.best_score
+
+    @property
+    def best_within(self) -> bool:
+        """Whether the best model's inference p99 was within the margin."""
+        return self.validator.best_within
 
     @property
     def best_model_path(self) -> Path | None:
@@ -466,11 +431,6 @@ class WorkloadEvalCallback(BaseCallback):
         if self.eval_freq > 0:
             self._next_eval = self.num_timesteps + self.eval_freq
 
-    def _task(self, policy: str, episode: tuple[int, int]) -> EvalEpisode:
-        label, scenario = self.workloads[episode[0]]
-        config = scenario.configure(self.env_config.sim)
-        return EvalEpisode(policy, label, scenario.workload, config, episode[1], self.env_config.max_rounds)
-
     def _snapshot(self, folder: Path) -> str:
         """Save the model to ``folder`` for the workers; its ``ppo:`` policy name."""
         path = folder / "model.zip"
@@ -479,139 +439,53 @@ class WorkloadEvalCallback(BaseCallback):
             zf.writestr(METADATA_FILE, json.dumps({"env_kwargs": {"base_policy": self.env_config.base_policy}}))
         return f"ppo:{path}"
 
-    def evaluate(self) -> list[dict[str, Any]]:
-        """Run the evaluation episodes now (and the reference's, the first time each is
-        needed); returns the rows (also logged and written)."""
+    def evaluate(self) -> Evaluation:
+        """Validate the model now; its :class:`~agents.runs.validation.Evaluation` (also logged
+        and written)."""
         start = time.perf_counter()
-        episodes = self._episodes()
-        for episode in [e for e in episodes if e in self._prefetched and e not in self._reference_jct]:
-            self._keep_reference(episode, self._prefetched.pop(episode).result())  # ready unless training was short
-        missing = sorted(set(episodes) - set(self._reference_jct)) if self.reference is not None else []
         threads = torch.get_num_threads()  # loading ppo:<path> in this process sets 1
         # ... and seeds the global generators with the run's seed: training goes on as if the
         # episodes had run in workers, whatever --eval-jobs says
         with tempfile.TemporaryDirectory(prefix="deepboot-eval-") as tmp, kept_global_generators():
-            model = self._snapshot(Path(tmp))
-            tasks = [self._task(model, e) for e in episodes] + [self._task(str(self.reference), e) for e in missing]
             try:
-                outcomes = run_pool(
-                    run_eval_episode,
-                    tasks,
-                    self.jobs,
-                    self.progress,
-                    label=f"eval @ {self.num_timesteps:,}",
-                    describe=lambda t: t.describe(model),
-                )
+                rollouts = getattr(self.model, "_n_updates", 0) // max(1, getattr(self.model, "n_epochs", 1))
+                label = f"eval @ {self.num_timesteps:,}"
+                evaluation = self.validator.evaluate(self._snapshot(Path(tmp)), self.num_timesteps, rollouts, label)
             finally:
                 torch.set_num_threads(threads)
-        for episode, outcome in zip(missing, outcomes[len(episodes) :], strict=True):
-            self._keep_reference(episode, outcome)
-        rows = [self._row(e, outcome) for e, outcome in zip(episodes, outcomes[: len(episodes)], strict=True)]
-        self.eval_seconds += time.perf_counter() - start
-        self._record(rows, time.perf_counter() - start)
-        return rows
+        seconds = time.perf_counter() - start
+        self.eval_seconds += seconds
+        self._record(evaluation, seconds)
+        return evaluation
 
-    def _keep_reference(self, episode: tuple[int, int], outcome: tuple[EpisodeMetrics, int]) -> None:
-        """Cache the reference's censored JCT and inference p99 on ``episode`` from its run's ``outcome``."""
-        self._reference_jct[episode] = censored_jct_mean(self.workloads[episode[0]][1].workload, outcome[0])
-        self._reference_p99[episode] = outcome[0].infer_latency_p99
-
-    def reference_jct(self, index: int, seed: int) -> float:
-        """The reference policy's censored JCT on workload ``index`` with policy seed ``seed``
-        (NaN without a reference or before an evaluation ran it)."""
-        return self._reference_jct.get((index, seed), math.nan)
-
-    def _row(self, episode: tuple[int, int], outcome: tuple[EpisodeMetrics, int]) -> dict[str, Any]:
-        label, scenario = self.workloads[episode[0]]
-        metrics, repaired = outcome
-        censored = censored_jct_mean(scenario.workload, metrics)
-        reference = self.reference_jct(*episode)
-        return {
-            "timesteps": self.num_timesteps,
-            "workload": label,
-            "seed": episode[1],
-            "train_jct_mean": metrics.train_jct_mean,
-            "censored_jct_mean": censored,
-            "train_jct_p99": metrics.train_jct_p99,
-            "makespan": metrics.makespan,
-            "train_jobs_done": metrics.train_jobs_done,
-            "train_jobs": metrics.train_jobs,
-            "truncated": int(metrics.truncated),
-            "infer_latency_mean": metrics.infer_latency_mean,
-            "infer_latency_p99": metrics.infer_latency_p99,
-            "infer_cold_starts": metrics.infer_cold_starts,
-            "lent_gpu_hours": metrics.lent_gpu_seconds / 3600.0,
-            "reclaims": metrics.reclaims,
-            "restarts": metrics.restarts,
-            "repaired_gpus": repaired,
-            "wall_seconds": round(metrics.wall_seconds, 3),
-            "reference_censored_jct": reference if self.reference is not None else "",
-            "jct_ratio": censored / reference if self.reference is not None and reference > 0 else "",
-        }
-
-    def _record(self, rows: list[dict[str, Any]], seconds: float) -> None:
-        self.last_rows = rows
+    def _record(self, evaluation: Evaluation, seconds: float) -> None:
+        """Log the evaluation (``eval/*``), keep the best model, report."""
+        rows, score = evaluation.rows, evaluation.score
         self._last_eval = self.num_timesteps
-
-        def mean(key: str) -> float:
-            vals = [float(r[key]) for r in rows if _finite(r[key]) is not None]
-            return float(np.mean(vals)) if vals else float("nan")
-
-        jct = mean("train_jct_mean")
-        score = mean("jct_ratio") if self.reference is not None else mean("censored_jct_mean")
-        self.history.append((self.num_timesteps, jct, score))
-        for key in (
-            "train_jct_mean",
-            "censored_jct_mean",
-            "train_jct_p99",
-            "makespan",
-            "infer_latency_p99",
-            "lent_gpu_hours",
-            "reclaims",
-            "restarts",
-            "repaired_gpus",
-            "jct_ratio",
-        ):
-            value = mean(key)
+        self.p99_excess = evaluation.p99_excess
+        self.history.append((self.num_timesteps, evaluation.train_jct, score))
+        for key in EVAL_MEANS:
+            value = _column_mean(rows, key)
             if math.isfinite(value):
                 self.logger.record(f"eval/{key}", value)
         done = sum(int(r["train_jobs_done"]) for r in rows)
         total = sum(int(r["train_jobs"]) for r in rows)
         self.logger.record("eval/train_jobs_done_frac", done / total if total else 0.0)
-        truncated = sum(int(r["truncated"]) for r in rows)
-        self.logger.record("eval/truncated_frac", truncated / len(rows))
-        within = self._p99_within(rows)
-        improved = replaces(score, within, self.best_score, self.best_within)
-        if improved:
-            self.best_score, self.best_within = score, within
+        self.logger.record("eval/truncated_frac", evaluation.truncated / len(rows))
+        if math.isfinite(self.p99_excess.mean):
+            self.logger.record("eval/p99_excess", self.p99_excess.mean)
+            self.logger.record("eval/p99_excess_median", self.p99_excess.median)
         self.logger.record("eval/best_score", self.best_score if math.isfinite(self.best_score) else score)
-        if self.csv_path is not None:
-            append_csv(self.csv_path, EVAL_COLUMNS, rows)
-        if improved and self.best_model_path is not None:
+        if evaluation.improved and self.best_model_path is not None:
             save_model(self.model, self.best_model_path)
         if self.verbose >= 1:
-            print(self.summary(len(rows), truncated, seconds, jct, score, improved))
+            print(
+                self.summary(len(rows), evaluation.truncated, seconds, evaluation.train_jct, score, evaluation.improved)
+            )
         self.logger.record("time/total_timesteps", self.num_timesteps, exclude="tensorboard")
         self.logger.dump(self.num_timesteps)
         if self.on_evaluation is not None:
             self.on_evaluation(self.num_timesteps, score)
-
-    def _p99_within(self, rows: list[dict[str, Any]]) -> bool:
-        """Whether the evaluated model's mean inference p99 is within the reference's +
-        ``p99_margin`` on every family (always without a reference or a margin); keeps
-        :attr:`p99_excess` and logs it as ``eval/p99_excess`` (the family's median as
-        ``eval/p99_excess_median``)."""
-        if self.reference is None or self.p99_margin is None:
-            return True
-        families = {label: scenario.family or label for label, scenario in self.workloads}
-        self.p99_excess = worst_p99_excess(
-            (families[r["workload"]], float(r["infer_latency_p99"]), self._reference_p99.get(episode, math.nan))
-            for episode, r in zip(self._episodes(), rows, strict=True)
-        )
-        if math.isfinite(self.p99_excess.mean):
-            self.logger.record("eval/p99_excess", self.p99_excess.mean)
-            self.logger.record("eval/p99_excess_median", self.p99_excess.median)
-        return self.p99_excess.mean <= self.p99_margin
 
     def summary(self, episodes: int, truncated: int, seconds: float, jct: float, score: float, improved: bool) -> str:
         """The evaluation's log line: what ran, how many episodes the cap truncated, the score
@@ -627,28 +501,10 @@ class WorkloadEvalCallback(BaseCallback):
             f"selection score {value} = {self.selected_by} (lower is better){p99}{', new best' if improved else ''}"
         )
 
-    def _episodes(self) -> list[tuple[int, int]]:
-        """(workload index, policy seed) of each evaluation episode."""
-        return [(k % len(self.workloads), k // len(self.workloads)) for k in range(self.n_episodes)]
-
-    def _prefetch_reference(self) -> None:
-        """Start the reference's episodes (which do not depend on the model) in one background
-        worker process, so that they run beside training on a spare CPU instead of inside the
-        first evaluation; not with one worker (``jobs`` 1: everything in this process)."""
-        if self.reference is None or self.jobs <= 1 or self._prefetcher is not None:
-            return
-        episodes = [e for e in self._episodes() if e not in self._reference_jct]
-        if episodes:
-            self._prefetcher = process_pool(1)
-            for episode in episodes:
-                self._prefetched[episode] = self._prefetcher.submit(
-                    run_eval_episode, self._task(str(self.reference), episode)
-                )
-
     def _on_training_start(self) -> None:
         if self.eval_at_start:
             self.evaluate()
-        self._prefetch_reference()
+        self.validator.prefetch_baselines()
 
     def _on_step(self) -> bool:
         if self.eval_freq > 0 and self.num_timesteps >= self._next_eval:
@@ -665,11 +521,8 @@ class WorkloadEvalCallback(BaseCallback):
             self.close()
 
     def close(self) -> None:
-        """Stop the reference's background worker (episodes still running are dropped)."""
-        if self._prefetcher is not None:
-            stop_pool(self._prefetcher)
-            self._prefetcher = None
-            self._prefetched.clear()
+        """Stop the baselines' background worker (episodes still running are dropped)."""
+        self.validator.close()
 
 
 class EnvStepProgressBar(ProgressBarCallback):

@@ -22,8 +22,9 @@ RL), not by a per-decision policy gradient:
   ``best_model.json``; the selection never sees a test seed.
 
 The run folder (``<log-folder>/es_<n>/``) holds ``config.yml``, ``final_model.json``,
-``best_model.json``, ``evaluations.csv`` (one row per validation episode: ``timesteps`` counts the
-training episodes simulated so far, with ``generation``, ``train_jct_mean``, ``jct_ratio``),
+``best_model.json``, ``evaluations.csv`` (one row per validation episode in the schema every
+trainer writes, :data:`agents.runs.validation.EVAL_COLUMNS`: ``timesteps`` counts the training
+episodes simulated so far, ``iteration`` the generation),
 ``generations.csv`` (one row per generation), ``state.json`` (theta, Adam's moments, the random
 generator, the cached ATS JCTs: what ``--resume`` continues from) and TensorBoard events in
 ``tb/``: ``sched/val_jct_ratio``, ``sched/train_jct_ratio``, ``es/*`` and ``theta/*``. SIGINT or
@@ -41,6 +42,7 @@ import json
 import math
 import platform
 import shlex
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -64,11 +66,12 @@ from agents.models.width_table import (
 from agents.runs.interrupt import TrainingInterrupted, command_words, resume_command
 from agents.runs.run_config import FAMILY_SEEDS, TrainSettings, load_conf, read_yaml
 from agents.runs.run_folder import next_run_dir, write_config
-from agents.runs.selection import P99_MARGIN_S, p99_verdict, replaces, worst_p99_excess
+from agents.runs.selection import P99_MARGIN_S, p99_verdict
+from agents.runs.validation import EVAL_COLUMNS, Validator
 from agents.threads import use_torch_threads
 from baselines.ats import AtsPolicy
 from deepboot_env.atomic import append_csv, lock_folder, write_text
-from deepboot_env.config import sim_config
+from deepboot_env.config import EnvConfig, sim_config
 from deepboot_env.evaluation import StalledEpisodeError, run_episode
 from deepboot_env.limits import MAX_ES_STATE_BYTES, names, parse_json, read_bounded, shown
 from deepboot_env.policy import Policy
@@ -84,8 +87,6 @@ Scenario = tuple[str, int]
 """(family, seed)."""
 Item = tuple[tuple[float, ...] | None, str, int, "Subject"]
 """One episode to run: theta (None: ``ats``), family, seed, what theta parameterises."""
-EVAL_COLUMNS = ("timesteps", "generation", "workload", "train_jct_mean", "jct_ratio")
-"""Columns of ``evaluations.csv`` (``timesteps``: training episodes so far)."""
 GENERATION_COLUMNS = ("generation", "episodes", "train_jct_ratio", "candidate_mean", "candidate_best")
 """The first columns of ``generations.csv``; theta follows, one column per feature. The
 candidates' columns are their fitness: the mean JCT ratio, plus ``p99_weight`` times the
@@ -220,6 +221,14 @@ class Subject:
             return "priority"
         table = "application table" if self.score_row else "width table"
         return f"{table} and state scores" if self.state_scores else table
+
+    def prior(self, settings: EsSettings) -> str:
+        """The policy the run starts from, which validation compares with: the start model (its
+        table as it was), else the warm start of the learned priority (``ats-srpt``, or
+        ``ats-srpt-fcfs`` with an arrival tilt; a resumed run started elsewhere still names it)."""
+        if self.model is not None:
+            return f"ppo:{self.model}"
+        return "ats-srpt-fcfs" if settings.arrival_tilt else "ats-srpt"
 
     def write_table(self, model: Any, theta: Sequence[float]) -> None:
         """Write ``theta`` into ``model``'s table (the width outputs, and the score row too)."""
@@ -496,8 +505,21 @@ class EsRun:
         self.t0 = time.time()
         self.wall_before = state.wall_seconds
         self.ats_p99: dict[str, float] = {}
-        """``ats``'s inference p99 by ``family/seed``, for the validation's margin (this process
-        only: on resume, the first validation runs ``ats`` on its scenarios once more)."""
+        """``ats``'s inference p99 by ``family/seed``, for the training's p99 term (this process only)."""
+        self.validator = (
+            Validator(
+                [(f"{family}-{seed}", cached_scenario(family, seed)) for family, seed in self.val],
+                EnvConfig.from_options(dynamics=DYNAMICS),
+                csv_path=run_dir / "evaluations.csv",
+                prior=subject.prior(settings),
+                jobs=jobs,
+                backend=backend,
+            )
+            if self.val
+            else None
+        )
+        """The validation (None without validation scenarios): ``ats`` and the prior run once per
+        scenario in this process (on resume, the first validation runs them once more)."""
 
     # ------------------------------------------------------------------ episodes
     def _run(self, items: Sequence[Item], label: str, with_p99: bool) -> list[tuple[float, float]]:
@@ -529,28 +551,26 @@ class EsRun:
 
     # ------------------------------------------------------------------ the loop
     def validate(self) -> float:
-        """Theta's mean ratio on the validation scenarios; rows to evaluations.csv, best model kept."""
+        """Theta's mean ratio to ``ats`` on the validation scenarios, through the run's
+        :class:`~agents.runs.validation.Validator` (the one every trainer uses): rows to
+        ``evaluations.csv``, the best model kept by the one best-model rule."""
         st = self.state
-        all_ratios, p99s, ats_p99s = self.outcomes([tuple(st.theta)], self.val, "validation", with_p99=True)
-        ratios = all_ratios[0]
-        rows = [
-            dict(
-                zip(EVAL_COLUMNS, (st.episodes, st.generation, f"{f}-{s}", st.ats_jct[f"{f}/{s}"] * r, r), strict=True)
-            )
-            for (f, s), r in zip(self.val, ratios, strict=True)
-        ]
-        append_csv(self.run_dir / "evaluations.csv", EVAL_COLUMNS, rows)
-        score = float(ratios.mean())
-        excess = worst_p99_excess(
-            (f, float(p99), float(ats)) for (f, _), p99, ats in zip(self.val, p99s[0], ats_p99s, strict=True)
-        )
-        within = excess.mean <= P99_MARGIN_S
+        if self.validator is None:
+            raise EsConfigError("no validation scenarios (--eval-workload)")
+        self.validator.best_score = math.inf if st.best_val is None else st.best_val
+        self.validator.best_within = st.best_within
+        with tempfile.TemporaryDirectory(prefix="deepboot-es-val-") as tmp:
+            policy = self.snapshot(Path(tmp))
+            evaluation = self.validator.evaluate(policy, st.episodes, st.generation, f"validation {st.generation}")
+        score, excess = evaluation.score, evaluation.p99_excess
         self.writer.add_scalar("sched/val_jct_ratio", score, st.generation)
+        if math.isfinite(evaluation.prior_ratio):
+            self.writer.add_scalar("sched/val_prior_ratio", evaluation.prior_ratio, st.generation)
         if math.isfinite(excess.mean):
             self.writer.add_scalar("sched/val_p99_excess", excess.mean, st.generation)
             self.writer.add_scalar("sched/val_p99_excess_median", excess.median, st.generation)
-        if replaces(score, within, st.best_val, st.best_within):
-            st.best_val, st.best_within = score, within
+        if evaluation.improved:
+            st.best_val, st.best_within = score, evaluation.within
             self.write_model("best_model", score)
         if self.log:
             self.log(
@@ -558,6 +578,19 @@ class EsRun:
                 + p99_verdict(excess, "ats", P99_MARGIN_S)
             )
         return score
+
+    def snapshot(self, folder: Path) -> str:
+        """The current theta saved in ``folder`` for the validation's workers; its policy name
+        (``priority:<json>``, or ``ppo:<zip>`` for a table of a score model)."""
+        if self.subject.model is not None:
+            from agents.saved.checkpoint import save_model  # lazy: SB3 is slow to import
+
+            model = _saved_agent(self.subject.model).model
+            self.subject.write_table(model, self.state.theta)
+            return f"ppo:{save_model(model, folder / 'model.zip')}"
+        path = folder / "model.json"
+        self.model(None).save(path)
+        return f"priority:{path}"
 
     def wall_seconds(self) -> float:
         """Wall time of the run so far, its earlier sessions included."""
@@ -671,16 +704,16 @@ class EsRun:
 
 
 def last_generation(path: Path) -> int | None:
-    """The ``generation`` of the last row of an ``evaluations.csv`` (None: no file or no row).
+    """The generation (``iteration``) of the last row of an ``evaluations.csv`` (None: no file or no row).
 
     Raises:
         EsConfigError: the file is not one this trainer wrote (:func:`read_run_csv`).
     """
     rows = read_run_csv(path, EVAL_COLUMNS)
     try:
-        return int(rows[-1]["generation"]) if rows else None
+        return int(rows[-1]["iteration"]) if rows else None
     except ValueError:
-        raise EsConfigError(f"{path}: line {len(rows) + 1}: field 'generation' is not a whole number") from None
+        raise EsConfigError(f"{path}: line {len(rows) + 1}: field 'iteration' is not a whole number") from None
 
 
 MAX_RUN_CSV_BYTES = 64 << 20

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 from pathlib import Path
@@ -20,6 +21,7 @@ from agents.models.priority import (
     job_features,
     srpt_theta,
 )
+from agents.runs.validation import EVAL_COLUMNS
 from agents.trainers.evolution import EsSettings, EsState, Subject, adam_step, antithetic_gradient, centered_ranks
 from deepboot_env.config import sim_config
 from deepboot_env.evaluation import run_episode
@@ -267,10 +269,12 @@ def test_es_smoke_run_selects_on_val_and_resumes_where_it_stopped(tmp_path: Path
     assert a["theta"] != srpt_theta().tolist()
     for name in ("config.yml", "final_model.json", "best_model.json", "evaluations.csv", "generations.csv"):
         assert (whole / name).is_file(), name
-    rows = (whole / "evaluations.csv").read_text().splitlines()
-    assert rows[0] == "timesteps,generation,workload,train_jct_mean,jct_ratio" and len(rows) == 4
+    with (whole / "evaluations.csv").open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert tuple(rows[0]) == EVAL_COLUMNS and [int(r["iteration"]) for r in rows] == [0, 1, 2]
     best = PriorityModel.load(whole / "best_model.json")
-    assert best.info["val_jct_ratio_to_ats"] == min(float(r.split(",")[-1]) for r in rows[1:])
+    assert best.info["val_jct_ratio_to_ats"] == min(float(r["jct_ratio"]) for r in rows)
+    assert all(float(r["prior_ratio"]) > 0 for r in rows)  # against ats-srpt, the warm start
     assert list((whole / "tb").iterdir())
 
 

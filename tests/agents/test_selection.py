@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import csv
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -70,7 +72,7 @@ def _rows(ratios: list[float], p99s: list[float]) -> list[dict[str, object]]:
     return [
         {"workload": label, "seed": 0, "train_jct_mean": 100.0, "censored_jct_mean": 100.0 * r, "jct_ratio": r}
         | {"infer_latency_p99": p99, "train_jct_p99": 0.0, "makespan": 0.0, "train_jobs_done": 1, "train_jobs": 1}
-        | {"truncated": 0, "lent_gpu_hours": 0.0, "reclaims": 0, "restarts": 0, "repaired_gpus": 0}
+        | {"truncated": 0, "lent_gpu_hours": 0.0, "reclaims": 0, "restarts": 0, "repaired_gpus": 0, "prior_ratio": ""}
         for label, r, p99 in zip(("a", "b"), ratios, p99s, strict=True)
     ]
 
@@ -82,8 +84,14 @@ def _callback(**kwargs: object) -> WorkloadEvalCallback:
     callback = WorkloadEvalCallback(workloads, EnvConfig(), eval_freq=0, reference="ats", **kwargs)
     callback.model = SimpleNamespace(logger=Logger(folder=None, output_formats=[]))
     callback.num_timesteps = 0
-    callback._reference_p99 = {(0, 0): 20.0, (1, 0): 3.0}
+    for episode, p99 in (((0, 0), 20.0), ((1, 0), 3.0)):  # the reference's episodes, as if run
+        callback.validator._kept["ats", episode] = (SimpleNamespace(infer_latency_p99=p99), 0)
     return callback
+
+
+def _record(callback: WorkloadEvalCallback, rows: list[dict]) -> None:
+    """Judge ``rows`` as the validator does after its episodes, and record them as the callback does."""
+    callback._record(callback.validator._judge(rows), 0.0)
 
 
 def test_ppo_validation_prefers_models_within_the_p99_margin() -> None:
@@ -101,7 +109,7 @@ def test_ppo_validation_prefers_models_within_the_p99_margin() -> None:
     for (ratios, p99s), selected, best in evaluations:
         callback.num_timesteps += 1
         before = callback.best_score
-        callback._record(_rows(ratios, p99s), 0.0)
+        _record(callback, _rows(ratios, p99s))
         assert (callback.best_score != before) is selected and callback.best_score == pytest.approx(best)
         lines.append(callback.summary(2, 0, 0.0, 100.0, sum(ratios) / 2, selected))
     assert callback.best_within
@@ -113,8 +121,8 @@ def test_ppo_validation_prefers_models_within_the_p99_margin() -> None:
 
 def test_without_a_margin_ppo_validation_selects_on_the_score_alone() -> None:
     callback = _callback(p99_margin=None)
-    callback._record(_rows([0.9, 0.9], [20.0, 3.0]), 0.0)
-    callback._record(_rows([0.8, 0.8], [90.0, 3.0]), 0.0)
+    _record(callback, _rows([0.9, 0.9], [20.0, 3.0]))
+    _record(callback, _rows([0.8, 0.8], [90.0, 3.0]))
     assert callback.best_score == pytest.approx(0.8)
 
 
@@ -136,17 +144,44 @@ def _fake_episodes(monkeypatch, candidate) -> list[tuple[str, int]]:
     return ats_runs
 
 
+def _fake_validation(monkeypatch, candidate) -> list[tuple[str, str]]:
+    """Replace the validator's episodes: ``ats`` and the prior take a JCT of 100 s and a p99 of
+    10 s on every scenario, a priority model ``candidate(theta)``; returns the list the baselines'
+    runs are added to."""
+    import agents.runs.validation as validation
+    from agents.models.priority import PriorityModel
+
+    baseline_runs: list[tuple[str, str]] = []
+
+    def fake_episode(episode):
+        if episode.policy.startswith("priority:"):
+            jct, p99 = candidate(PriorityModel.load(Path(episode.policy.partition(":")[2])).theta)
+        else:
+            baseline_runs.append((episode.policy, episode.label))
+            jct, p99 = 100.0, 10.0
+        metrics = SimpleNamespace(train_jct_mean=jct, infer_latency_p99=p99, truncated=False, lent_gpu_seconds=0.0)
+        metrics.__dict__.update(dict.fromkeys(("train_jct_p99", "makespan", "infer_latency_mean", "wall_seconds"), 0.0))
+        metrics.__dict__.update(dict.fromkeys(("train_jobs_done", "train_jobs", "infer_cold_starts", "reclaims"), 1))
+        metrics.restarts = 0
+        return metrics, 0
+
+    monkeypatch.setattr(validation, "run_eval_episode", fake_episode)
+    monkeypatch.setattr(validation, "censored_jct_mean", lambda workload, metrics: metrics.train_jct_mean)
+    return baseline_runs
+
+
 def test_es_validation_prefers_models_within_the_p99_margin(tmp_path, monkeypatch) -> None:
-    """The ES's validation selects as PPO's does: a worse JCT within the margin replaces a better
-    one outside it, a better one outside does not replace it; ``ats`` runs once per scenario (its
-    JCT cached in the state, its p99 in the run) and the state keeps the verdict."""
+    """The ES's validation is the validator PPO's runs on: a worse JCT within the margin replaces a
+    better one outside it, a better one outside does not replace it; ``ats`` and the prior run once
+    per scenario, the state keeps the verdict, and evaluations.csv has the one schema."""
     from agents.models.priority import FEATURES, PriorityModel
+    from agents.runs.validation import EVAL_COLUMNS
     from agents.trainers.evolution import EsRun, EsSettings, EsState, Subject
 
     val = [("mixed", 1_000_000), ("bursty", 1_000_000)]
     # theta[0] -> (JCT, p99) on every scenario; ats: JCT 100 s, p99 10 s
     outcomes = {1.0: (90.0, 10.0 + P99_MARGIN_S + 2.0), 2.0: (96.0, 10.0 + P99_MARGIN_S), 3.0: (80.0, 16.0)}
-    ats_runs = _fake_episodes(monkeypatch, lambda theta: outcomes[theta[0]])
+    baseline_runs = _fake_validation(monkeypatch, lambda theta: outcomes[theta[0]])
     state = EsState([1.0] + [0.0] * (len(FEATURES) - 1), [0.0] * len(FEATURES), [0.0] * len(FEATURES))
     lines: list[str] = []
     run = EsRun(tmp_path, ["mixed"], val, EsSettings(), state, Subject(FEATURES), 1, log=lines.append)
@@ -155,11 +190,13 @@ def test_es_validation_prefers_models_within_the_p99_margin(tmp_path, monkeypatc
         run.validate()
         assert state.best_val == pytest.approx(best)
     assert state.best_within and PriorityModel.load(tmp_path / "best_model.json").theta[0] == 2.0
-    assert sorted(ats_runs) == sorted(val)
+    assert sorted(baseline_runs) == sorted((policy, f"{f}-{s}") for policy in ("ats", "ats-srpt") for f, s in val)
     assert "+7.0 s over ats's on mixed (outside the 5 s margin)" in lines[0]
     assert "+5.0 s over ats's on mixed (within the 5 s margin)" in lines[1]
-    assert "+6.0 s over ats's on mixed (outside" in lines[2]
-    run.writer.close()
+    with (tmp_path / "evaluations.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert tuple(rows[0]) == EVAL_COLUMNS and len(rows) == 6
+    assert [float(r["prior_ratio"]) for r in rows[:2]] == pytest.approx([0.9, 0.9])
 
 
 def test_the_p99_penalty_hinges_each_scenario_and_skips_stalled_episodes() -> None:

@@ -13,6 +13,7 @@ from builders import REPO, shell_commands
 sys.path.insert(0, str(REPO))  # train_policy.py is a script at the repository root
 
 import train_policy  # noqa: E402
+from agents.runs.validation import EVAL_COLUMNS  # noqa: E402
 from traces.loaders import resolve_workload  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")  # train_policy sets 1 (--num-threads default)
@@ -80,6 +81,7 @@ def test_smoke_maskable_ppo(tiny_csv, tmp_path) -> None:
     with open(run / "evaluations.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert [int(r["timesteps"]) for r in rows] == [1024, 2048]
+    assert tuple(rows[0]) == EVAL_COLUMNS  # the schema every trainer writes (ES: test_selection)
     assert {"workload", "train_jct_mean", "infer_latency_p99", "lent_gpu_hours"} <= set(rows[0])
 
     scalars = _scalars(run / "tb")
@@ -330,16 +332,16 @@ def test_tune_without_ray_says_in_one_line_how_to_install_it(tiny_csv, tmp_path,
 def test_reference_episodes_run_beside_training(tiny_csv, tmp_path, monkeypatch) -> None:
     """With worker processes, the reference's episodes start in the background at training start
     (none goes through the evaluation's pool) and score the model exactly as in-process ones."""
-    import agents.runs.callbacks
+    import agents.runs.validation
 
     pooled: list[str] = []
-    real = agents.runs.callbacks.run_pool
+    real = agents.runs.validation.run_pool
 
     def spy(fn, items, *args, **kwargs):
         pooled.extend(getattr(item, "policy", "") for item in items)
         return real(fn, items, *args, **kwargs)
 
-    monkeypatch.setattr(agents.runs.callbacks, "run_pool", spy)  # the evaluation's pool
+    monkeypatch.setattr(agents.runs.validation, "run_pool", spy)  # the evaluation's pool
     argv = ["--n-timesteps", "256", "--n-envs", "2", "--eval-freq", "256", "--eval-episodes", "2"]
     rows = {}
     for jobs in ("2", "1"):

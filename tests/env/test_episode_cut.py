@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from deepboot_env.config import sim_config
 from deepboot_env.evaluation import run_episode
 from deepboot_env.policy import BasePolicy, make_policy
-from deepboot_env.config import sim_config
 from deepboot_env.sim.simulator import Simulator
 from traces.loaders import load_workload
 

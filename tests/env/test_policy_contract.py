@@ -135,7 +135,7 @@ def test_the_simulator_binds_at_every_reset(workload) -> None:
 def test_the_harness_runs_it_and_reports_its_repairs(workload, tmp_path, monkeypatch) -> None:
     """``deepboot compare``'s library function runs it by name (reset with the run's seed, bound,
     asked to decide); the training harness's evaluation episode reports its ``repaired_gpus``."""
-    from agents.runs.callbacks import EvalEpisode, run_eval_episode
+    from agents.runs.validation import EvalEpisode, run_eval_episode
     from deepboot_harness.compare import compare
 
     built: list[ContractOnly] = []
