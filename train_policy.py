@@ -12,7 +12,8 @@ Examples::
         --workload family:mixed --eval-workload family:mixed   # the set-based policy
     python train_policy.py --algo maskable_ppo --vec-env ray --n-envs 16 --address auto  # envs on a Ray cluster
     python train_policy.py --algo maskable_ppo --tune sweep.yml --address auto  # a Ray Tune sweep
-    python train_policy.py --algo maskable_ppo -i runs/maskable_ppo_1/final_model.zip -n 100000  # resume
+    python train_policy.py --algo maskable_ppo -i runs/maskable_ppo_1/final_model.zip  # a new run from a model
+    python train_policy.py --resume runs/maskable_ppo_1  # continue a stopped run as it started
     python train_policy.py --algo es --preset priority-es --workload family:mixed  # the learned priority
     python train_policy.py --algo es --preset width-es -i models/lineage/deepboot-score-v3.zip \
         --workload family:mixed  # a score model's width table
@@ -122,7 +123,7 @@ def _algorithm_flags(p: argparse.ArgumentParser) -> None:
     """What trains: the algorithm, for how long, the policy architecture, the seed."""
     p.add_argument(
         "--algo",
-        help=f"{' | '.join(ALGOS)} | es (default: ppo, or the --resume model's); es: evolution strategies "
+        help=f"{' | '.join(ALGOS)} | es (default: ppo, or the -i model's); es: evolution strategies "
         "for the learned priority of agents.models.priority (agents.trainers.evolution)",
     )
     p.add_argument(
@@ -222,7 +223,7 @@ def _config_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--env",
         metavar="ID",
-        help=f"environment id: {' | '.join(ENV_IDS)} (sets the dynamics; default: the preset's, else the --resume "
+        help=f"environment id: {' | '.join(ENV_IDS)} (sets the dynamics; default: the preset's, else the -i "
         f"model's, else DeepBoot-{FRONT_END_DYNAMICS})",
     )
     p.add_argument("--env-kwargs", nargs="+", metavar="K:V", help="DeepBootEnv args, e.g. max_jobs:16")
@@ -231,14 +232,21 @@ def _config_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _resume_flags(p: argparse.ArgumentParser) -> None:
-    """Continuing a saved model."""
+    """Starting from a saved model, and continuing a run."""
     p.add_argument(
         "-i",
         "--trained-agent",
+        dest="init_model",
+        metavar="MODEL",
+        help="a new run from a saved model (zip, run folder or shipped name), with its algorithm and "
+        "hyperparameters unless a preset or -params say otherwise; with --algo es: a score model's table",
+    )
+    p.add_argument(
         "--resume",
-        dest="resume",
-        metavar="PATH",
-        help="continue training a saved model (zip or run folder)",
+        dest="resume_run",
+        metavar="RUN_FOLDER",
+        help="continue a run folder exactly as it started (its config.yml: algorithm, preset, hyperparameters, "
+        "schedule, env arguments, workloads); -n trains that much more; a changed setting is refused",
     )
     p.add_argument(
         "--trust-checkpoint",
@@ -332,8 +340,8 @@ def _main(argv: Sequence[str] | None, prog: str) -> int:
     return 0
 
 
-INPUT_FLAGS: dict[str, str] = {"conf_file": "--conf-file", "tune": "--tune", "resume": "-i/--resume"}
-"""The flags that name a file to read (a run folder too, for ``-i``)."""
+INPUT_FLAGS: dict[str, str] = {"conf_file": "--conf-file", "tune": "--tune", "init_model": "-i"}
+"""The flags that name a file to read (a run folder too, for ``-i``; ``--resume`` names a folder)."""
 
 
 def check_input_files(args: argparse.Namespace) -> None:
@@ -349,9 +357,9 @@ def check_input_files(args: argparse.Namespace) -> None:
     """
     for key, flag in INPUT_FLAGS.items():
         path = getattr(args, key, None)
-        if key == "resume" and path and args.algo != "es":
+        if key == "init_model" and path and args.algo != "es":
             path = resolve_model_path(path)  # a run folder's model, a shipped name's file
-        if not path or not Path(path).exists() or (key == "resume" and Path(path).is_dir()):
+        if not path or not Path(path).exists() or (key == "init_model" and Path(path).is_dir()):
             continue  # an ES run folder: its own reader checks its files
         try:
             open_regular(path).close()
@@ -390,16 +398,18 @@ def dispatch(args: argparse.Namespace) -> Path:
         from agents.trainers.sweep import sweep  # lazy: the trainers load after the extra's check (above)
 
         return sweep(settings)
+    from agents.runs.resume import run_algo  # lazy: the trainers load after the extra's check (above)
     from agents.trainers.evolution import train_es  # lazy: the trainers load after the extra's check (above)
     from agents.trainers.training_run import train  # lazy: the trainers load after the extra's check (above)
 
-    trainer: Callable[[TrainSettings], Path] = train_es if settings.algo == "es" else train
+    algo = run_algo(settings)  # a continued run's own
+    trainer: Callable[[TrainSettings], Path] = train_es if algo == "es" else train
     try:
         run_dir = trainer(settings)
     except TrainingInterrupted as stop:
-        write_curve(stop.run_dir, settings.algo)
+        write_curve(stop.run_dir, algo)
         raise
-    write_curve(run_dir, settings.algo)
+    write_curve(run_dir, algo)
     return run_dir
 
 

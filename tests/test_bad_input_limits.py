@@ -519,6 +519,13 @@ def test_a_poisoned_but_plausible_ats_cache_is_caught_on_resume(tmp_path: Path, 
     with pytest.raises(EsConfigError, match=f"bursty/{seed} holds .* but ATS takes") as err:
         verify_cache(path, EsState.load(path))
     one_line(err.value)
+    from dataclasses import asdict
+
+    from agents.runs.run_config import TrainSettings
+    from agents.runs.run_folder import write_config
+
+    flags = TrainSettings(algo="es", workload=["family:bursty"], no_progress=True)
+    write_config(run / "config.yml", {"algo": "es", "args": asdict(flags)})  # what the run was asked for
     with pytest.raises(SystemExit) as exc:
         train_policy.main(["--algo", "es", "--workload", "family:bursty", "--resume", str(run), "--no-progress"])
     assert exc.value.code == 2 and "does not match the scenarios" in capsys.readouterr().err

@@ -165,9 +165,9 @@ def test_a_default_is_written_once_and_help_follows_it(monkeypatch: pytest.Monke
 
 def test_zoo_spellings_of_train_policy() -> None:
     args = _train_args("-i", "runs/x.zip", "--env", "DeepBoot-v1")
-    assert args.resume == "runs/x.zip" and args.env == "DeepBoot-v1"
-    assert _train_args("--trained-agent", "a.zip").resume == "a.zip"
-    assert _train_args("--resume", "b.zip").resume == "b.zip"  # the old spelling still works
+    assert args.init_model == "runs/x.zip" and args.env == "DeepBoot-v1" and args.resume_run is None
+    assert _train_args("--trained-agent", "a.zip").init_model == "a.zip"
+    assert _train_args("--resume", "runs/ppo_1").resume_run == "runs/ppo_1"  # a run folder, continued
     assert _train_args().device == "auto"
     assert set(ENV_IDS) == {"DeepBoot-v0", "DeepBoot-v1"}
 

@@ -23,7 +23,6 @@ import json
 import math
 import multiprocessing
 import random
-import tempfile
 import time
 import zipfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -431,8 +430,13 @@ class WorkloadEvalCallback(BaseCallback):
         if self.eval_freq > 0:
             self._next_eval = self.num_timesteps + self.eval_freq
 
-    def _snapshot(self, folder: Path) -> str:
-        """Save the model to ``folder`` for the workers; its ``ppo:`` policy name."""
+    def progress(self) -> tuple[int, int]:
+        """(env steps, rollouts trained on) so far (:class:`~agents.runs.validation.Trainer`)."""
+        return self.num_timesteps, getattr(self.model, "_n_updates", 0) // max(1, getattr(self.model, "n_epochs", 1))
+
+    def snapshot(self, folder: Path) -> str:
+        """Save the model to ``folder`` for the workers; its ``ppo:`` policy name
+        (:class:`~agents.runs.validation.Trainer`)."""
         path = folder / "model.zip"
         save_model(self.model, path)
         with zipfile.ZipFile(path, "a") as zf:
@@ -446,11 +450,9 @@ class WorkloadEvalCallback(BaseCallback):
         threads = torch.get_num_threads()  # loading ppo:<path> in this process sets 1
         # ... and seeds the global generators with the run's seed: training goes on as if the
         # episodes had run in workers, whatever --eval-jobs says
-        with tempfile.TemporaryDirectory(prefix="deepboot-eval-") as tmp, kept_global_generators():
+        with kept_global_generators():
             try:
-                rollouts = getattr(self.model, "_n_updates", 0) // max(1, getattr(self.model, "n_epochs", 1))
-                label = f"eval @ {self.num_timesteps:,}"
-                evaluation = self.validator.evaluate(self._snapshot(Path(tmp)), self.num_timesteps, rollouts, label)
+                evaluation = self.validator.validate(self, f"eval @ {self.num_timesteps:,}")
             finally:
                 torch.set_num_threads(threads)
         seconds = time.perf_counter() - start

@@ -42,40 +42,24 @@ class TrainingInterrupted(Exception):
         return 128 + self.signum
 
 
-RESUME_FLAGS = ("--resume", "-i", "--trained-agent")
-"""The flags that name the model or run folder to continue."""
-STEP_FLAGS = ("-n", "--n-timesteps")
-"""The flags of the training budget (timesteps; generations with ``--algo es``)."""
-FIXED_ON_RESUME = ("policy", "policy_kwargs")
-"""``-params`` keys a resumed model keeps from its checkpoint (naming them again is refused)."""
-
-
 def command_words(command: str | None) -> list[str]:
     """The words of a run's command line: ``command`` (shell syntax, as ``train_policy.main``
     records it), else this process's interpreter and arguments."""
     return shlex.split(command) if command else [sys.executable, *sys.argv]
 
 
-def resume_command(command: Sequence[str], resume: str | Path, more: int) -> str:
-    """The shell command that continues a stopped run: ``command`` (the run's program and
-    arguments) without its ``--resume`` / ``-n`` flags and the ``-params`` a resume may not
-    change, then ``--resume resume -n more``."""
-    words = list(command)
-    out: list[str] = []
-    skip = 0
-    params = False
+def resume_command(command: Sequence[str], run_dir: str | Path) -> str:
+    """The shell command that continues a stopped run: the program of ``command`` (the run's
+    words up to its first flag: ``deepboot train``, ``python train_policy.py``, ``python -m
+    deepboot_harness train``) and ``--resume run_dir``; the run folder gives back everything else
+    (:mod:`agents.runs.resume`)."""
+    program: list[str] = []
+    words = iter(command)
     for word in words:
-        if skip:
-            skip -= 1
-            continue
-        name = word.split("=", 1)[0]
-        if name in RESUME_FLAGS + STEP_FLAGS:
-            skip = 0 if "=" in word else 1
-            params = False
-            continue
-        if word.startswith("-"):
-            params = name in ("-params", "--hyperparams")
-        elif params and word.split(":", 1)[0] in FIXED_ON_RESUME:
-            continue
-        out.append(word)
-    return shlex.join([*out, "--resume", str(resume), "-n", str(max(int(more), 1))])
+        if word == "-m":  # python -m <module>: the module is part of the program
+            program += [word, next(words, "")]
+        elif word.startswith("-"):
+            break
+        else:
+            program.append(word)
+    return shlex.join([*program, "--resume", str(run_dir)])

@@ -105,7 +105,8 @@ class TrainSettings:
     env_kwargs: list[str] | None = None
     conf_file: str | None = None
     preset: str = "default"
-    resume: str | None = None
+    init_model: str | None = None
+    resume_run: str | None = None
     trust_checkpoint: bool = False
     pretrain_expert: str | None = None
     pretrain_epochs: int | None = None
@@ -275,7 +276,7 @@ def resolve_settings(flags: TrainSettings, algo: str) -> dict[str, Any]:
     flag_kwargs = parse_kv(flags.env_kwargs, "--env-kwargs")
     resolve_env_id(flags.env, env_kwargs, flag_kwargs)
     env_kwargs.update(flag_kwargs)
-    env_kwargs.setdefault("dynamics", default_dynamics(flags.resume))
+    env_kwargs.setdefault("dynamics", default_dynamics(flags.init_model))
     env_config(env_kwargs)
     cli = parse_kv(flags.hyperparams, "--hyperparams")
     check_hyperparams(cli)

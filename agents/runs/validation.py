@@ -1,9 +1,11 @@
 """One validator for every trainer: the same episodes, the same ratios, the same best-model rule, one file.
 
-A trainer (PPO through :class:`~agents.runs.callbacks.WorkloadEvalCallback`, ES through
-:class:`~agents.trainers.evolution.EsRun`) saves its current policy where a worker can load it and
-hands the validator its policy name (``ppo:<snapshot>``, ``priority:<snapshot>``).
-:meth:`Validator.evaluate` then runs it deterministically on the validation episodes exactly as
+A trainer is whatever implements :class:`Trainer` (PPO through
+:class:`~agents.runs.callbacks.WorkloadEvalCallback`, ES through
+:class:`~agents.trainers.evolution.EsRun`): it says how far it has trained and saves its current
+policy where a worker can load it, naming it as a policy (``ppo:<snapshot>``,
+``priority:<snapshot>``). :meth:`Validator.validate` then runs it deterministically on the
+validation episodes exactly as
 ``deepboot compare`` would (:func:`run_eval_episode` through :func:`deepboot_env.pool.run_pool`,
 locally or on Ray), with the reference (``ats``) and the prior (the policy the trainer's actions
 start from) on the same episodes, each run once and kept. It returns an :class:`Evaluation`:
@@ -21,11 +23,12 @@ The trainer writes its best model when ``improved``, and logs what it likes.
 from __future__ import annotations
 
 import math
+import tempfile
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -69,6 +72,21 @@ EVAL_COLUMNS: tuple[str, ...] = (
 is what the trainer has trained on so far (PPO: env steps; ES: training episodes) and
 ``iteration`` its update count (PPO: rollouts; ES: generations). The reference's and the prior's
 columns are empty without one."""
+
+
+@runtime_checkable
+class Trainer(Protocol):
+    """What the run lifecycle asks of a trainer, whatever it trains."""
+
+    def progress(self) -> tuple[int, int]:
+        """(timesteps, iteration): what it has trained on so far (PPO: env steps; ES: training
+        episodes) and its update count (PPO: rollouts; ES: generations)."""
+        ...
+
+    def snapshot(self, folder: Path) -> str:
+        """Save the current policy in ``folder`` for the validation's workers; its policy name."""
+        ...
+
 
 Episode = tuple[int, int]
 """(index of the validation workload, policy seed) of one validation episode."""
@@ -194,6 +212,12 @@ class Validator:
             self._prefetcher = process_pool(1)
             for key in todo:
                 self._prefetched[key] = self._prefetcher.submit(run_eval_episode, self.task(*key))
+
+    def validate(self, trainer: Trainer, label: str = "validation") -> Evaluation:
+        """Validate ``trainer``'s current policy (its snapshot, in a folder removed afterwards)."""
+        timesteps, iteration = trainer.progress()
+        with tempfile.TemporaryDirectory(prefix="deepboot-val-") as tmp:
+            return self.evaluate(trainer.snapshot(Path(tmp)), timesteps, iteration, label)
 
     def evaluate(self, policy: str, timesteps: int, iteration: int, label: str = "validation") -> Evaluation:
         """Run ``policy`` (and the baselines, the first time each episode needs them) on the

@@ -42,10 +42,9 @@ import json
 import math
 import platform
 import shlex
-import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +63,7 @@ from agents.models.width_table import (
     width_table,
 )
 from agents.runs.interrupt import TrainingInterrupted, command_words, resume_command
+from agents.runs.resume import resumed_settings
 from agents.runs.run_config import FAMILY_SEEDS, TrainSettings, load_conf, read_yaml
 from agents.runs.run_folder import next_run_dir, write_config
 from agents.runs.selection import P99_MARGIN_S, p99_verdict
@@ -559,9 +559,7 @@ class EsRun:
             raise EsConfigError("no validation scenarios (--eval-workload)")
         self.validator.best_score = math.inf if st.best_val is None else st.best_val
         self.validator.best_within = st.best_within
-        with tempfile.TemporaryDirectory(prefix="deepboot-es-val-") as tmp:
-            policy = self.snapshot(Path(tmp))
-            evaluation = self.validator.evaluate(policy, st.episodes, st.generation, f"validation {st.generation}")
+        evaluation = self.validator.validate(self, f"validation {st.generation}")
         score, excess = evaluation.score, evaluation.p99_excess
         self.writer.add_scalar("sched/val_jct_ratio", score, st.generation)
         if math.isfinite(evaluation.prior_ratio):
@@ -579,9 +577,14 @@ class EsRun:
             )
         return score
 
+    def progress(self) -> tuple[int, int]:
+        """(training episodes, generations) so far (:class:`~agents.runs.validation.Trainer`)."""
+        return self.state.episodes, self.state.generation
+
     def snapshot(self, folder: Path) -> str:
         """The current theta saved in ``folder`` for the validation's workers; its policy name
-        (``priority:<json>``, or ``ppo:<zip>`` for a table of a score model)."""
+        (``priority:<json>``, or ``ppo:<zip>`` for a table of a score model;
+        :class:`~agents.runs.validation.Trainer`)."""
         if self.subject.model is not None:
             from agents.saved.checkpoint import save_model  # lazy: SB3 is slow to import
 
@@ -781,13 +784,17 @@ def train_es(flags: TrainSettings) -> Path:
     ``--preset`` / ``-conf``: the ``es`` section of a preset; ``-params K:V``: :class:`EsSettings`
     fields; ``-n``: generations; ``--eval-freq``: generations between validations;
     ``--eval-jobs``: worker processes; ``--vec-env ray`` / ``--address``: episodes on Ray;
-    ``--resume RUN``: continue that run folder (``-n`` more generations); ``--resume MODEL.zip``:
+    ``--resume RUN``: continue that run folder as it started (:mod:`agents.runs.resume`: its
+    settings, families and seed; ``-n`` more generations); ``-i MODEL.zip``:
     a new run over that score model's width outputs (:mod:`agents.models.width_table`; grown first if it
     has none), its models ``best_model.zip`` and ``final_model.zip`` (PPO resumes them).
 
     Raises:
         EsConfigError: bad flags or settings; TrainingInterrupted: stopped by SIGINT/SIGTERM (saved).
     """
+    flags, more = resumed_settings(flags, say=print if flags.verbose else None)
+    if flags.resume_run:
+        flags = replace(flags, n_timesteps=more)  # es_state: -n more generations, else to the run's own
     families, evals, val = es_scenarios(flags)
     values = es_values(flags)
     run_dir = es_run_folder(flags, values)
@@ -802,6 +809,7 @@ def train_es(flags: TrainSettings) -> Path:
         config = {
             "algo": "es",
             "command": command,
+            "args": asdict(flags),
             "workload": families,
             "eval_workload": evals,
             "seed": flags.seed,
@@ -817,7 +825,7 @@ def train_es(flags: TrainSettings) -> Path:
         run = EsRun(run_dir, families, val, settings, state, subject, jobs, backend, command, log)
         final = run.train(stop=lambda: stops.signum is not None)
     if stops.signum is not None:
-        resume = resume_command(command_words(command), run_dir, settings.generations - state.generation)
+        resume = resume_command(command_words(command), run_dir)
         raise TrainingInterrupted(stops.signum, run_dir, final, resume)
     if log:
         done = f"{state.generation} generations, {state.episodes} episodes, {state.wall_seconds:.0f} s"
@@ -855,9 +863,9 @@ def es_values(flags: TrainSettings) -> dict[str, Any]:
 
 def resumed_folder(flags: TrainSettings) -> Path | None:
     """The run folder ``--resume`` continues (a folder, or a file in it); None for a new run."""
-    if not flags.resume or start_model_path(flags):
+    if not flags.resume_run:
         return None
-    path = Path(flags.resume)
+    path = Path(flags.resume_run)
     return path if path.is_dir() else path.parent
 
 
@@ -889,7 +897,7 @@ def es_run_folder(flags: TrainSettings, values: dict[str, Any]) -> Path:
     """
     run_dir = resumed_folder(flags)
     if run_dir is not None and not run_dir.is_dir():
-        raise EsConfigError(f"--resume {flags.resume}: no such run folder")
+        raise EsConfigError(f"--resume {flags.resume_run}: no such run folder")
     if run_dir is None and flags.n_timesteps is not None:
         values["generations"] = flags.n_timesteps
     settings = EsSettings.of(values)  # checked before a run folder is made
@@ -904,9 +912,9 @@ START_MODEL = "start_model.zip"
 
 
 def start_model_path(flags: TrainSettings) -> Path | None:
-    """The score model ``--resume MODEL.zip`` names for a new run over its widths (None: no
-    ``--resume``, or a run folder to continue)."""
-    path = Path(flags.resume) if flags.resume else None
+    """The score model ``-i MODEL.zip`` names for a new run over its widths (None: no ``-i``, or
+    a continued run, which has its start model in its folder)."""
+    path = Path(flags.init_model) if flags.init_model and not flags.resume_run else None
     return path if path is not None and path.suffix == ".zip" and path.is_file() else None
 
 

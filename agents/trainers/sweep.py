@@ -216,8 +216,8 @@ def sweep(settings: TrainSettings) -> Path:
 
     assert settings.tune is not None, "a sweep needs its --tune spec"
     space, samples, asha = load_spec(settings.tune)
-    if settings.resume:
-        raise ConfigError("--tune starts new runs; it does not take --resume")
+    if settings.init_model or settings.resume_run:
+        raise ConfigError("--tune starts new runs; it does not take -i or --resume")
     try:
         check_ray()
     except RayBackendError:

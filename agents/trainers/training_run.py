@@ -64,6 +64,7 @@ from agents.runs.callbacks import (
     save_model,
 )
 from agents.runs.interrupt import TrainingInterrupted, command_words, resume_command
+from agents.runs.resume import ContinuedCSVOutputFormat, recorded_config, resumed_settings
 from agents.runs.run_config import (
     DEFAULT_CONF,
     FAMILY_SEEDS,
@@ -93,14 +94,16 @@ class RunPlan:
 
     Attributes:
         settings: what the run was asked for.
-        algo: ``ppo`` or ``maskable_ppo`` (``--algo``, else the ``--resume`` model's, else ``ppo``).
+        algo: ``ppo`` or ``maskable_ppo`` (``--algo``, else the ``-i`` model's, else ``ppo``).
         device: the torch device (:func:`~agents.models.algorithms.resolve_device`).
-        resume: the model zip to continue, or None.
+        resume: the model zip the run loads (``-i``'s, or the continued run's final model), or None.
         resolved: run settings, env arguments and hyperparameters
             (:func:`~agents.runs.run_config.resolve_settings`; :func:`check_resume` completes
             ``env_kwargs`` from the resumed model's spaces).
         grows_widths: the resumed score model grows width scores (:func:`check_resume`).
         saved: the model a run from a model starts at, read and checked once (:func:`plan_run`).
+        continued: the run folder ``--resume`` continues (None: a new run).
+        steps: the timesteps to train now (a continued run: to its total, or ``-n`` more).
     """
 
     settings: TrainSettings
@@ -110,6 +113,8 @@ class RunPlan:
     resolved: dict[str, Any]
     grows_widths: bool = False
     saved: SavedModel | None = None
+    continued: Path | None = None
+    steps: int = 0
 
 
 @dataclass
@@ -172,12 +177,16 @@ def train(settings: TrainSettings, on_evaluation: Callable[[int, float], None] |
         ConfigError, FileNotFoundError, ValueError: bad flags, files or env arguments.
         TrainingInterrupted: stopped by SIGINT or SIGTERM, the model and config saved.
     """
-    plan = plan_run(settings)
+    settings, more = resumed_settings(settings, say=print if settings.verbose else None)
+    plan = plan_run(settings, more)
     check_resume(plan)
     env = build_env(plan)
-    run_dir = next_run_dir(settings.log_folder, plan.algo)
+    run_dir = plan.continued or next_run_dir(settings.log_folder, plan.algo)
     # one writer per run folder; from here on a signal stops the run with its model saved
-    with lock_folder(run_dir, "--log-folder"), StopSignals(interruptible=False) as stops:
+    with (
+        lock_folder(run_dir, "--resume" if plan.continued else "--log-folder"),
+        StopSignals(interruptible=False) as stops,
+    ):
         tb_dir = Path(settings.tensorboard_log) / run_dir.name if settings.tensorboard_log else run_dir / "tb"
         run = Run(plan, env, run_dir, tb_dir, run_record(plan, run_dir, tb_dir), stops)
         model = start_model(run)
@@ -190,28 +199,39 @@ def train(settings: TrainSettings, on_evaluation: Callable[[int, float], None] |
             learn(run, model, cbs)
             final = finish(run, model, cbs, start_steps, t0)
         if stops.signum is not None:
-            raise interrupted(run, model, final, start_steps)
+            raise interrupted(run, final)
         return run_dir
 
 
-def plan_run(settings: TrainSettings) -> RunPlan:
-    """The run's algorithm (checked against the ``--resume`` model's), torch's thread count
-    (``--num-threads`` > 0), the device and the resolved settings.
+def plan_run(settings: TrainSettings, more: int | None = None) -> RunPlan:
+    """The run's algorithm (checked against the model's), torch's thread count (``--num-threads``
+    > 0), the device, the resolved settings and the steps to train now: ``-n`` for a new run;
+    for a continued one (``--resume``), ``more`` or what its total leaves.
 
     Raises:
-        ConfigError: an unknown algorithm or one the resumed model does not have, bad settings.
-        FileNotFoundError: no model where ``--resume`` points.
+        ConfigError: an unknown algorithm or one the model does not have, bad settings, a
+            continued run with nothing left to train.
+        FileNotFoundError: no model where ``-i`` points, or in the continued run folder.
     """
-    resume = resolve_model_path(settings.resume) if settings.resume else None
+    continued = Path(settings.resume_run) if settings.resume_run else None
+    model = continued / "final_model.zip" if continued else settings.init_model
+    resume = resolve_model_path(model) if model else None
     saved = SavedModel.read(resume, trust=settings.trust_checkpoint) if resume else None  # the one read
     algo = settings.algo or (saved.algo if saved else "ppo")
     check_algo(algo)
     if saved is not None and saved.algo != algo:
-        raise ConfigError(f"--resume {resume} holds a {saved.algo} model, not {algo}")
+        raise ConfigError(f"{'--resume' if continued else '-i'} {resume} holds a {saved.algo} model, not {algo}")
     if settings.num_threads > 0:
         torch.set_num_threads(settings.num_threads)
     device = resolve_device(settings.device)
-    return RunPlan(settings, algo, device, resume, resolve_settings(settings, algo), saved=saved)
+    resolved = resolve_settings(settings, algo)
+    steps = resolved["n_timesteps"]
+    if continued is not None and saved is not None:
+        done = int(saved.data.get("num_timesteps", 0))
+        steps = more if more is not None else steps - done
+        if steps < 1:
+            raise ConfigError(f"--resume {continued}: the run has trained its {done:,} steps; -n N trains N more")
+    return RunPlan(settings, algo, device, resume, resolved, saved=saved, continued=continued, steps=steps)
 
 
 def check_resume(plan: RunPlan) -> None:
@@ -227,20 +247,35 @@ def check_resume(plan: RunPlan) -> None:
     settings, resolved, saved = plan.settings, plan.resolved, plan.saved
     assert saved is not None
     env_kwargs = resolved["env_kwargs"]
+    if plan.continued is not None:  # the model's own hyperparameters and schedule, exactly
+        resolved["resume_hyperparams"] = trainer_hyperparams(plan, saved)
+        return
     resolved["resume_hyperparams"] = resume_hyperparams(plan, saved)
     saved_shape = saved.env_shape
     grows = saved_shape["action_mode"] == "score" and not saved_shape.get("width_classes")
     plan.grows_widths = grows and bool(env_kwargs.get("width_classes"))
     for key, value in saved_shape.items():
         if key in env_kwargs and type(value)(env_kwargs[key]) != value:
-            raise ConfigError(f"--resume model was trained with {key}={value}, not {env_kwargs[key]}")
+            raise ConfigError(f"-i model was trained with {key}={value}, not {env_kwargs[key]}")
         env_kwargs[key] = value
     for key in ("policy", "policy_kwargs"):
         if key in resolved["cli_hyperparams"]:
-            raise ConfigError(f"--hyperparams {key} cannot change when resuming")
+            raise ConfigError(f"--hyperparams {key} cannot change for a model (-i): it fixes its network")
     arch = saved.arch
     if settings.policy_arch not in (None, arch):
         raise ConfigError(f"--resume model has the {arch} policy architecture, not {settings.policy_arch}")
+
+
+def trainer_hyperparams(plan: RunPlan, saved: SavedModel) -> dict[str, Any]:
+    """What a model's trainer needs beyond the model's own hyperparameters: GroupPPO's group
+    settings (:func:`~agents.saved.checkpoint.saved_trainer`; its ``group_size`` the run's envs
+    take unless ``--group-size`` says otherwise), else nothing."""
+    trainer = saved.trainer
+    if trainer is None:
+        return {}
+    if plan.settings.group_size is None:
+        plan.resolved["group_size"] = trainer["group_size"]
+    return {"group_advantage": True, "per_job_ratio": trainer["per_job_ratio"]}
 
 
 NETWORK_KEYS = ("policy", "policy_kwargs")
@@ -262,10 +297,7 @@ def resume_hyperparams(plan: RunPlan, saved: SavedModel) -> dict[str, Any]:
     if settings.preset != "default" or settings.conf_file:
         base = {key: value for key, value in resolved["hyperparams"].items() if key not in NETWORK_KEYS}
     else:
-        trainer = saved.trainer
-        base = {} if trainer is None else {"group_advantage": True, "per_job_ratio": trainer["per_job_ratio"]}
-        if trainer is not None and settings.group_size is None:
-            resolved["group_size"] = trainer["group_size"]
+        base = trainer_hyperparams(plan, saved)
     return {**base, **resolved["cli_hyperparams"]}
 
 
@@ -314,14 +346,26 @@ def run_record(plan: RunPlan, run_dir: Path, tb_dir: Path) -> dict[str, Any]:
         "eval_reference": resolved["eval_reference"],
         "env_kwargs": resolved["env_kwargs"],
         "hyperparams": resolved["resume_hyperparams"] if resume else resolved["hyperparams"],
-        "resumed_from": str(resume) if resume else None,
+        "resumed_from": str(resume) if resume and plan.continued is None else None,
         **{k: resolved[k] for k in PRETRAIN_KEYS},
         "conf_file": str(settings.conf_file or (DEFAULT_CONF if DEFAULT_CONF.is_file() else "")),
         "preset": settings.preset,
         "args": asdict(settings),
         "command": shlex.join(command_words(settings.command)),
         "versions": _versions(),
+        **continued_record(plan),
     }
+
+
+def continued_record(plan: RunPlan) -> dict[str, Any]:
+    """What a continued run's ``config.yml`` keeps of its earlier sessions: their commands and
+    results (``sessions``) and the latest results (for the best score so far); {} for a new run."""
+    if plan.continued is None:
+        return {}
+    earlier = recorded_config(plan.continued)
+    session = {"command": earlier.get("command"), "results": earlier.get("results")}
+    sessions = [*(earlier.get("sessions") or []), session]
+    return {"hyperparams": earlier.get("hyperparams"), "sessions": sessions, "results": earlier.get("results")}
 
 
 def start_model(run: Run) -> Any:
@@ -340,8 +384,16 @@ def start_model(run: Run) -> Any:
         model = resumed_model(run)
         adopt_env_kwargs(model, resolved["env_kwargs"])
         model.set_random_seed(settings.seed)
+        if plan.continued is None:
+            model.num_timesteps = 0  # -i: a new run, counted (and scheduled) from 0
     run.record["trainer"] = type(model).__name__  # PPO, MaskablePPO or GroupPPO: what trains, as config.yml says
-    formats = [make_output_format("csv", str(run.run_dir)), make_output_format("tensorboard", str(run.tb_dir))]
+    progress = run.run_dir / "progress.csv"
+    csv = (
+        ContinuedCSVOutputFormat(progress)
+        if plan.continued and progress.is_file()
+        else make_output_format("csv", str(run.run_dir))
+    )
+    formats = [csv, make_output_format("tensorboard", str(run.tb_dir))]
     if settings.verbose >= 1:
         formats.append(make_output_format("stdout", str(run.run_dir)))
     model.set_logger(Logger(str(run.run_dir), formats))
@@ -530,6 +582,10 @@ def callbacks(
             verbose=settings.verbose,
             on_evaluation=on_evaluation,
         )
+        earlier = run.record.get("results") or {}  # a continued run keeps the best it had
+        if plan.continued is not None and isinstance(earlier.get("best_val_score"), float):
+            evaluator.validator.best_score = earlier["best_val_score"]
+            evaluator.validator.best_within = bool(earlier.get("best_within", True))
     out = RunCallbacks(sched, evaluator, [sched] if evaluator is None else [sched, evaluator])
     if resolved["save_freq"] > 0:
         out.all.append(
@@ -554,9 +610,9 @@ def learn(run: Run, model: Any, cbs: RunCallbacks) -> None:
     callback = CallbackList([*cbs.all, *bar])
     try:
         model.learn(
-            total_timesteps=run.plan.resolved["n_timesteps"],
+            total_timesteps=run.plan.steps,  # a continued run: SB3 adds the steps done, so its schedule goes on
             callback=callback,
-            reset_num_timesteps=run.plan.resume is None,
+            reset_num_timesteps=run.plan.continued is None,  # -i: a new run, its schedule from the start
         )
     except Stopped:
         cbs.skip_final_evaluation()
@@ -584,6 +640,7 @@ def finish(run: Run, model: Any, cbs: RunCallbacks, start_steps: int, t0: float)
         "steps_per_second": round(steps / max(wall - eval_s, 1e-9), 1),
         "train_episodes": cbs.sched.episodes,
         "best_val_score": evaluator.best_score if evaluator is not None else None,
+        "best_within": evaluator.best_within if evaluator is not None else None,
         "selected_by": evaluator.selected_by if evaluator is not None else None,
         "eval_share": round(eval_s / wall, 3) if wall > 0 else None,
         "evaluations": [list(h) for h in evaluator.history] if evaluator is not None else [],
@@ -599,12 +656,11 @@ def finish(run: Run, model: Any, cbs: RunCallbacks, start_steps: int, t0: float)
     return final
 
 
-def interrupted(run: Run, model: Any, final: Path, start_steps: int) -> TrainingInterrupted:
-    """What a run stopped by a signal raises: the command that resumes it for the steps left,
-    and what the stop cut short of the warm start."""
+def interrupted(run: Run, final: Path) -> TrainingInterrupted:
+    """What a run stopped by a signal raises: the command that continues it (``--resume`` its
+    folder: the steps left, as it started), and what the stop cut short of the warm start."""
     assert run.stops.signum is not None
-    left = run.plan.resolved["n_timesteps"] - (model.num_timesteps - start_steps)
-    command = resume_command(command_words(run.plan.settings.command), final, left)
+    command = resume_command(command_words(run.plan.settings.command), run.run_dir)
     note = _warm_start_note(run.record.get("pretrain"))
     return TrainingInterrupted(run.stops.signum, run.run_dir, final, command, note)
 

@@ -92,7 +92,7 @@ def test_cli_and_resume_run_no_payload(tmp_path: Path, marker: Path, capsys) -> 
     export_model(path, tmp_path / "exported.zip")
     bad = _crafted(tmp_path, "sneaky_extra", marker)
     with pytest.raises(SystemExit) as exc:
-        train_policy.main(["--resume", str(bad), "--log-folder", str(tmp_path / "runs"), "--no-progress"])
+        train_policy.main(["-i", str(bad), "--log-folder", str(tmp_path / "runs"), "--no-progress"])
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "sneaky_extra" in err[0] and "--trust-checkpoint" in err[0]

@@ -227,3 +227,19 @@ def test_the_es_fitness_weighs_the_p99_penalty_against_the_jct(tmp_path, monkeyp
     # JCT alone: theta[0] rises; at 0.01 per second the p99's 1.0 per unit outweighs the JCT's 0.1
     assert steps[0.0] > 0 > steps[0.01]
     assert len(ats_runs) == 2 and len(set(ats_runs)) == 1  # the same draw; ats once in each run
+
+
+def test_every_trainer_runs_on_the_one_validator() -> None:
+    """One lifecycle: PPO's callback and ES's run are both a :class:`Trainer` (progress and a
+    snapshot a worker loads) validated by a :class:`Validator`, so they share its episodes, its
+    ratios to the reference and the prior, its best-model rule and its evaluations.csv schema."""
+    from agents.runs.validation import Trainer, Validator
+    from agents.trainers.evolution import EsRun
+
+    callback = _callback()
+    assert isinstance(callback, Trainer) and isinstance(callback.validator, Validator)
+    assert all(hasattr(EsRun, name) for name in ("progress", "snapshot", "validate"))
+    assert callback.validator.prior is None  # the target mode's actions start from no prior
+    config = EnvConfig.from_options(action_mode="score", base_policy="ats-srpt")
+    score = WorkloadEvalCallback([("a", cached_scenario("mixed", 1_000_000))], config, eval_freq=0, reference="ats")
+    assert score.validator.prior == "ats-srpt" and score.validator.baselines == ["ats", "ats-srpt"]

@@ -189,10 +189,10 @@ def test_policy_arch_set_trains_resumes_and_runs_as_a_policy(tiny_csv, tmp_path)
     policy = make_policy(f"ppo:{run / 'final_model.zip'}")
     metrics = run_episode(policy, load_workload(tiny_csv))
     assert metrics.train_jct_mean > 0
-    resumed = train_policy.run(["--resume", str(run / "final_model.zip"), "-n", "256", "--eval-freq", "0", *common])
+    resumed = train_policy.run(["-i", str(run / "final_model.zip"), "-n", "256", "--eval-freq", "0", *common])
     assert (resumed / "final_model.zip").is_file()
     with pytest.raises(SystemExit):
-        train_policy.main(["--resume", str(run / "final_model.zip"), "--policy-arch", "mlp", *common])
+        train_policy.main(["-i", str(run / "final_model.zip"), "--policy-arch", "mlp", *common])
 
 
 def _padded_reference(network, features):

@@ -127,19 +127,19 @@ def test_ppo_tensorboard_log_and_resume(tiny_csv, tmp_path) -> None:
     assert not (first / "best_model.zip").exists()  # evaluation disabled
     assert list((tb / "ppo_1").glob("events.out.tfevents.*"))
 
-    second = train_policy.run(
-        ["--resume", str(first / "final_model.zip"), "-n", "256", "--eval-freq", "256", "--hyperparams", "n_epochs:1"]
+    second = train_policy.run(  # -i: a new run from the model, counted and scheduled from 0
+        ["-i", str(first / "final_model.zip"), "-n", "256", "--eval-freq", "256", "--hyperparams", "n_epochs:1"]
         + _common(tiny_csv, tmp_path / "runs")
     )
     assert second.name == "ppo_2"
     config = yaml.safe_load((second / "config.yml").read_text())
     assert config["algo"] == "ppo" and config["resumed_from"] == str(first / "final_model.zip")
-    assert config["results"]["total_timesteps"] == 768
+    assert config["results"]["total_timesteps"] == 256
 
     from stable_baselines3 import PPO
 
     model = PPO.load(second / "final_model.zip", device="cpu")
-    assert model.num_timesteps == 768 and model.n_epochs == 1
+    assert model.num_timesteps == 256 and model.n_epochs == 1
     assert (second / "best_model.zip").is_file()
 
 
@@ -152,7 +152,8 @@ def test_ppo_tensorboard_log_and_resume(tiny_csv, tmp_path) -> None:
         (["--env-kwargs", "max_job:3"], "unknown env option(s) max_job"),
         (["--env-kwargs", "max_jobs:0"], "max_jobs"),
         (["--device", "tpu"], "unknown device"),
-        (["--resume", "nowhere.zip"], "no saved model"),
+        (["-i", "nowhere.zip"], "no saved model"),
+        (["--resume", "nowhere"], "--resume nowhere: no such run folder"),
         (["--workload", "no-such-workload"], "no-such-workload"),
         (["--preset", "nope"], "no preset 'nope'"),
         (["--eval-reference", "nope"], "--eval-reference: unknown policy 'nope'"),
@@ -221,11 +222,11 @@ def test_sigint_saves_a_resumable_model_and_exits_130(tiny_csv, tmp_path) -> Non
     steps = config["results"]["total_timesteps"]
     assert 0 < steps < 200000
 
-    resumed = train_policy.run(
-        ["--resume", str(run / "final_model.zip"), "-n", "256", "--eval-freq", "0"] + _common(tiny_csv, runs)
-    )
+    assert lines[0].endswith(f"resume with: {sys.executable} {REPO / 'train_policy.py'} --resume {run}"), lines[0]
+    resumed = train_policy.run(["--resume", str(run), "-n", "256", "--verbose", "0"])  # the rest: from the folder
     again = yaml.safe_load((resumed / "config.yml").read_text())
-    assert again["results"]["total_timesteps"] >= steps + 256 and again["results"]["interrupted"] is None
+    assert resumed == run and again["results"]["interrupted"] is None
+    assert again["results"]["total_timesteps"] == steps + 256 and again["sessions"][0]["results"]["interrupted"]
 
 
 def test_training_on_a_family_selects_on_its_val_seeds(tmp_path) -> None:
@@ -420,3 +421,46 @@ def test_the_readme_s_ppo_training_commands_train_their_preset_s_algorithm(tmp_p
     )
     config = yaml.safe_load((bare / "config.yml").read_text())
     assert config["trainer"] == "GroupPPO" and config["group_size"] == 2
+
+
+def test_a_resumed_run_continues_its_learning_rate_schedule(tiny_csv, tmp_path, monkeypatch) -> None:
+    """A run stopped half-way (a SIGINT sent at step 512) and continued with the one command its
+    stop prints (``--resume RUN``, every setting from the folder) trains on to its own total with
+    the same linear schedule: the update after step t of either session uses 1e-3 x (1 - t / 1024). A
+    changed setting is refused in one line; ``-i`` starts the schedule again."""
+    import os
+    import signal
+
+    import agents.runs.callbacks
+    from agents.errors import ConfigError
+    from agents.runs.interrupt import TrainingInterrupted
+
+    real = agents.runs.callbacks.StopOnSignal._on_step
+
+    def stop_half_way(self) -> bool:
+        if self.num_timesteps == 512:
+            os.kill(os.getpid(), signal.SIGINT)  # as a Ctrl-C would, in the middle of a rollout
+        return real(self)
+
+    monkeypatch.setattr(agents.runs.callbacks.StopOnSignal, "_on_step", stop_half_way)
+    argv = ["-n", "1024", "--eval-freq", "0", "-params", "learning_rate:lin_1e-3", "n_steps:128", "n_epochs:1"]
+    argv += ["--n-envs", "1", *_common(tiny_csv, tmp_path / "runs")]
+    with pytest.raises(TrainingInterrupted) as stop:
+        train_policy.run(argv)
+    run = stop.value.run_dir
+    assert stop.value.resume.endswith(f"--resume {run}")
+    monkeypatch.setattr(agents.runs.callbacks.StopOnSignal, "_on_step", real)
+    with pytest.raises(ConfigError, match=r"--resume .*: -params .* differs from the run's"):
+        train_policy.run(["--resume", str(run), "-params", "learning_rate:1e-4"])
+    assert train_policy.run(["--resume", str(run), "--verbose", "0"]) == run
+    with open(run / "progress.csv", newline="") as fh:  # both sessions, one file
+        rates = [float(r["train/learning_rate"]) for r in csv.DictReader(fh) if r.get("train/learning_rate")]
+    # an update after each rollout of 128 steps but the one the stop cut (512); a schedule started
+    # again would give 0.75e-3, 0.5e-3, ... after the resume
+    assert rates == pytest.approx([1e-3 * (1 - t / 1024) for t in (128, 256, 384, 640, 768, 896, 1024)], abs=1e-12)
+    config = yaml.safe_load((run / "config.yml").read_text())
+    assert config["results"]["total_timesteps"] == 1024 and len(config["sessions"]) == 1
+    fresh = train_policy.run(["-i", str(run), "-n", "256", *argv[2:]])  # a new run: 256 steps, from 0
+    with open(fresh / "progress.csv", newline="") as fh:
+        rates = [float(r["train/learning_rate"]) for r in csv.DictReader(fh) if r.get("train/learning_rate")]
+    assert rates == pytest.approx([5e-4, 0.0], abs=1e-9)

@@ -234,7 +234,7 @@ def test_es_with_score_row_trains_the_whole_table_from_the_models_own_and_resume
     assert np.any(final[: len(APP_NAMES)] != start[: len(APP_NAMES)])  # the scores are trained too
     header = (run / "generations.csv").read_text().splitlines()[0].split(",")
     assert header[-len(names) :] == list(names)
-    train_policy.run(_es_argv(tmp_path, "--resume", str(run), "-n", "1"))  # the saved settings go on
+    train_policy.run(["--resume", str(run), "-n", "1"])  # the saved settings go on: every one from the folder
     state = json.loads((run / "state.json").read_text())
     assert state["generation"] == 2 and len(state["theta"]) == len(names)
     final = width_table(load_checkpoint(run / "final_model.zip"), score_row=True)

@@ -432,7 +432,7 @@ def test_a_resumed_score_model_keeps_the_prior_it_goes_on_training_over(tiny, tm
     )  # fmt: skip
     assert load_agent_policy(first / "final_model.zip").codec.base_name == "ats-srpt-fcfs"
     resumed = train_policy.run(
-        ["--resume", str(first / "final_model.zip"), "--env-kwargs", "base_policy:ats-srpt-fcfs-place", *common]
+        ["-i", str(first / "final_model.zip"), "--env-kwargs", "base_policy:ats-srpt-fcfs-place", *common]
     )
     config = yaml.safe_load((resumed / "config.yml").read_text())
     assert config["env_kwargs"]["base_policy"] == "ats-srpt-fcfs-place"
