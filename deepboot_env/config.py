@@ -73,7 +73,8 @@ SIM_OPTIONS: tuple[str, ...] = (
 
 
 _V0 = SimConfig()
-"""The default simulation settings (DeepBoot-v0's dynamics)."""
+"""The simulation dataclass's own field defaults (DeepBoot-v0's dynamics): what
+:func:`dynamics_notes` names differences from. The library builds v1 by default (:func:`sim_config`)."""
 
 
 def dynamics_notes(sim: SimConfig) -> dict[str, str]:

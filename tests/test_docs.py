@@ -215,3 +215,25 @@ def test_readme_python_snippets_run(capsys: pytest.CaptureFixture[str], monkeypa
         printed = capsys.readouterr().out.split()
         for value in printed:
             assert value in code, f"the README's snippet prints {value}, which its text does not state"
+
+
+WORK_COUNTER = re.compile(r"\b[Ss]essions?[ -]?\d+|\(s\d+\)")
+"""An internal work counter ("session 34", "(s47)"): a user cannot place it; results are dated by
+commit or calendar date instead (issue 68)."""
+
+
+def test_user_docs_date_results_by_commit_or_date() -> None:
+    pages = [REPO / "README.md", REPO / "agents" / "pretrained" / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    found = [
+        f"{page.relative_to(REPO)}:{lineno}: {match.group(0)}"
+        for page in pages
+        for lineno, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+        for match in WORK_COUNTER.finditer(line)
+    ]
+    assert not found, "date results by commit or date:\n" + "\n".join(found)
+    assert WORK_COUNTER.search("measured in session 34") and not WORK_COUNTER.search("a dropped SSH session")
+
+
+def test_results_page_shows_what_is_current() -> None:
+    """docs/results.md holds what is measured now (the record in the order it was made is docs/history.md)."""
+    assert len((REPO / "docs" / "results.md").read_text(encoding="utf-8").splitlines()) <= 700

@@ -1,4 +1,4 @@
-"""DeepBoot-v0: a Gymnasium adapter over the gym-free simulator."""
+"""DeepBoot-v0 and DeepBoot-v1: a Gymnasium adapter over the gym-free simulator."""
 
 from __future__ import annotations
 

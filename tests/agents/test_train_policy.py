@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from builders import REPO, shell_commands
+from builders import FENCE, REPO, shell_commands
 
 sys.path.insert(0, str(REPO))  # train_policy.py is a script at the repository root
 
@@ -421,6 +421,14 @@ def test_the_readme_s_ppo_training_commands_train_their_preset_s_algorithm(tmp_p
     )
     config = yaml.safe_load((bare / "config.yml").read_text())
     assert config["trainer"] == "GroupPPO" and config["group_size"] == 2
+    # the README's load_agent snippet, on the model its first command made (it used to crash there)
+    (snippet,) = [
+        body
+        for language, body in FENCE.findall((REPO / "README.md").read_text())
+        if language == "python" and "load_agent" in body
+    ]
+    assert '"deepboot-score-v8"' in snippet and "runs/ppo_1/final_model.zip" in snippet
+    exec(compile(snippet.replace('"deepboot-score-v8"', '"runs/ppo_1/final_model.zip"'), "README.md", "exec"), {})  # noqa: S102
 
 
 def test_a_resumed_run_continues_its_learning_rate_schedule(tiny_csv, tmp_path, monkeypatch) -> None:
