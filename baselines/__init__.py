@@ -2,12 +2,13 @@
 contract, with its defaults; docs/policies.md §1).
 
 Importing this package registers their names and the prefixes ``jitter:<sigma>``,
-``wjitter:<sigma>,<width_sigma>`` and ``ia:<name>``; :func:`deepboot_env.policy.make_policy`
-imports it on its first call, through the ``deepboot_env.plugins`` entry point in
-``pyproject.toml``, and each policy's module is imported only when that policy is built. Most
-are heuristics. Two are clairvoyant upper references, not deployable schedulers:
-``oracle-lookahead`` and ``hesrpt-oracle`` read the true future. ``mpc``, the non-clairvoyant
-counterpart of ``oracle-lookahead``, is a baseline that reads no future but looks into the
+``wjitter:<sigma>,<width_sigma>``, ``ia:<name>`` and ``hindsight:<generations>[,<pairs>]``;
+:func:`deepboot_env.policy.make_policy` imports it on its first call, through the
+``deepboot_env.plugins`` entry point in ``pyproject.toml``, and each policy's module is imported
+only when that policy is built. Most are heuristics. Three are clairvoyant upper references, not
+deployable schedulers: ``oracle-lookahead``, ``hesrpt-oracle`` and ``hindsight`` read the true
+future. ``mpc``, the non-clairvoyant counterpart of ``oracle-lookahead``, is a baseline that reads
+no future but looks into the
 simulator it runs in (its ``bind_simulator`` hook) to fork it and play a forecast
 (docs/policies.md §15-§17).
 """
@@ -87,3 +88,6 @@ register_policy("oracle-lookahead", "baselines.oracle_lookahead:OracleLookaheadP
 register_policy("hesrpt-oracle", "baselines.hesrpt_oracle:HesrptOraclePolicy")
 # its deployable counterpart: the same lookahead on a forecast of the future (docs/policies.md §16)
 register_policy("mpc", "baselines.mpc:MpcPolicy")
+# clairvoyant: the score action's best held per-job scores, searched on the scenario being played
+register_policy("hindsight", "baselines.hindsight:HindsightPolicy")
+register_prefix("hindsight", "baselines.hindsight:sized", arg="generations[,pairs]")

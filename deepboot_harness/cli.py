@@ -8,8 +8,8 @@ unknown policy, impossible cluster, a missing optional extra: :data:`USER_ERRORS
 one line and exit with status 2, never as a traceback. SIGINT (Ctrl-C) and SIGTERM stop any
 command cleanly, in one line, with status 130 / 143 (:mod:`deepboot_env.stops`); a grid of runs
 (``compare``, ``benchmark``) stopped before its end keeps its finished runs for ``--resume``, and
-exits with 1 when runs failed on Ray (:func:`grid_stopped`). The simulation flags of ``simulate``
-and ``compare`` and their reading (:func:`add_sim_arguments`, :func:`sim_config_from_args`) are
+exits with 1 when runs failed on Ray (:func:`~deepboot_harness.run_log.grid_stopped`). The simulation
+flags of ``simulate`` and ``compare`` and their reading (:func:`add_sim_arguments`, :func:`sim_config_from_args`) are
 shared with the speed benchmarks (``benchmarks/bench_simulator.py``).
 """
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,6 +44,7 @@ from deepboot_env.sim.state import AllocationError
 from deepboot_env.sim.workload import WorkloadError
 from deepboot_env.stops import Stopped, StopSignals
 from deepboot_harness.dynamics import dynamics_name, dynamics_title, warn_trained_dynamics
+from deepboot_harness.run_log import grid_stopped
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -118,19 +118,6 @@ def backend_from_args(args: argparse.Namespace) -> Backend:
     backend = Backend(args.backend, args.address)
     backend.check()
     return backend
-
-
-def grid_stopped(command: str, out: str, exc: BaseException) -> int:
-    """Report a grid of runs (``compare``, ``benchmark``) that stopped before its end, the finished
-    runs saved in ``out``: one line on stderr; the exit status (130 for SIGINT / Ctrl-C, 143 for
-    SIGTERM: :class:`deepboot_env.stops.Stopped`; 1 for runs that failed on Ray)."""
-    if isinstance(exc, KeyboardInterrupt):
-        stop = exc if isinstance(exc, Stopped) else Stopped(signal.SIGINT)
-        why, status = f"{stop}: stopped; the finished runs", stop.exit_status
-    else:
-        why, status = f"error: {exc}; the finished runs", 1
-    print(f"deepboot {command}: {why} are saved in {out}: continue with --resume", file=sys.stderr)
-    return status
 
 
 def config_title(config: SimConfig) -> str:
@@ -546,12 +533,20 @@ def build_parser() -> argparse.ArgumentParser:
         _compare_parser,
         _benchmark_parser,
         _train_parser,
+        _teach_parser,
         _generate_parser,
         _calibrate_parser,
     )
     for add in commands:
         add(sub)
     return parser
+
+
+def _teach_parser(sub: Subparsers) -> None:
+    """``deepboot teach``: the hindsight teacher (:mod:`deepboot_harness.teach`)."""
+    from deepboot_harness.teach import add_teach_parser
+
+    add_teach_parser(sub, add_backend_arguments)
 
 
 def _simulate_parser(sub: Subparsers) -> None:

@@ -33,8 +33,23 @@ from deepboot_harness.ratio_plots import plot_aggregates, plot_paired_ratios, ra
 ALL = "all families"
 """The column of the leaderboard that pools every family."""
 
-CLAIRVOYANT = ("oracle-lookahead", "hesrpt-oracle")
+CLAIRVOYANT = ("oracle-lookahead", "hesrpt-oracle", "hindsight")
 """Policies that read the future: labelled as upper references, never as deployable."""
+
+HINDSIGHT = "hindsight"
+"""The score action's best held scores in hindsight (:mod:`baselines.hindsight`): the gap from the
+reference to it is what a scheduler of that action could still take."""
+
+
+def is_hindsight(policy: str) -> bool:
+    """Whether ``policy`` is ``hindsight`` at some size (``hindsight:<generations>[,<pairs>]``)."""
+    return policy == HINDSIGHT or policy.startswith(f"{HINDSIGHT}:")
+
+
+def is_clairvoyant(policy: str) -> bool:
+    """Whether ``policy`` reads the true future (:data:`CLAIRVOYANT`, ``hindsight`` at any size)."""
+    return policy in CLAIRVOYANT or is_hindsight(policy)
+
 
 BOUND = "jct_bound"
 """A run's column of the tightest lower bound on its scenario's mean JCT (docs/bounds.md), when
@@ -168,7 +183,7 @@ def _pm(value: float, half: float, fmt: str) -> str:
 
 def _label(policy: str) -> str:
     name = display_name(policy)
-    return f"{name} (clairvoyant upper reference)" if policy in CLAIRVOYANT else name
+    return f"{name} (clairvoyant upper reference)" if is_clairvoyant(policy) else name
 
 
 def _table(board: pd.DataFrame, cell: Any, families: list[str]) -> str:
@@ -228,17 +243,12 @@ def leaderboard_markdown(
                 cols,
             ),
         ]
-    oracle = board[board["policy"].isin(CLAIRVOYANT)].groupby("family")["ratio"].min()
-    if not oracle.empty:
-        sections.insert(
-            1,
-            (
-                f"Share of the gap from `{reference}` to the clairvoyant reference closed: "
-                f"(1 - ratio) / (1 - the reference's ratio), from the mean ratios; negative: worse than `{reference}`",
-                lambda r: _gap_closed(r["ratio"], float(oracle.get(r.name, math.nan))),
-                cols,
-            ),
-        )
+    hindsight = board["policy"].map(is_hindsight)
+    lookahead = board["policy"].map(is_clairvoyant) & ~hindsight
+    for name, runs in (("the clairvoyant reference", lookahead), (f"`{HINDSIGHT}`", hindsight)):
+        oracle = board[runs].groupby("family")["ratio"].min()
+        if not oracle.empty:
+            sections.insert(1, _gap_section(reference, name, oracle, cols))
     for heading, cell, columns in sections:
         parts += [f"### {heading}", "", _table(board, cell, columns), ""]
         if heading == gap_heading:
@@ -279,6 +289,16 @@ def aggregate_table(board: pd.DataFrame, reference: str = REFERENCE_POLICY) -> s
     ]
     heading = ["policy", "IQM of JCT ratio", f"P(better than {reference})", "scenarios won", "mean JCT ratio"]
     return markdown_table(pd.DataFrame(rows, columns=heading))
+
+
+def _gap_section(reference: str, name: str, oracle: pd.Series, columns: list[str]) -> tuple[str, Any, list[str]]:
+    """The section of the share of the gap from ``reference`` to ``name`` (its mean ratio per
+    family: ``oracle``) that each policy closes."""
+    heading = (
+        f"Share of the gap from `{reference}` to {name} closed: (1 - ratio) / (1 - its ratio), from the mean "
+        f"ratios; negative: worse than `{reference}`"
+    )
+    return heading, lambda r: _gap_closed(r["ratio"], float(oracle.get(r.name, math.nan))), columns
 
 
 def _gap_closed(ratio: float, oracle_ratio: float) -> str:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -18,6 +20,7 @@ from typing import Any
 
 from deepboot_env.atomic import append_text, write_text
 from deepboot_env.limits import MAX_JSON_BYTES, parse_json, read_bounded, shown
+from deepboot_env.stops import Stopped
 
 RUNS_FILE = "runs.jsonl"
 """One JSON object per finished run."""
@@ -180,3 +183,16 @@ def _checked_row(row: Any, source: str, fields: RowFields) -> dict[str, Any]:
                 f"{source}: field {key!r} is {shown(value, 40)}, not {' or '.join(t.__name__ for t in types)}"
             )
     return row
+
+
+def grid_stopped(command: str, out: str, exc: BaseException) -> int:
+    """Report a grid of runs (``compare``, ``benchmark``) that stopped before its end, the finished
+    runs saved in ``out``: one line on stderr; the exit status (130 for SIGINT / Ctrl-C, 143 for
+    SIGTERM: :class:`deepboot_env.stops.Stopped`; 1 for runs that failed on Ray)."""
+    if isinstance(exc, KeyboardInterrupt):
+        stop = exc if isinstance(exc, Stopped) else Stopped(signal.SIGINT)
+        why, status = f"{stop}: stopped; the finished runs", stop.exit_status
+    else:
+        why, status = f"error: {exc}; the finished runs", 1
+    print(f"deepboot {command}: {why} are saved in {out}: continue with --resume", file=sys.stderr)
+    return status

@@ -103,6 +103,29 @@ def test_open_regular_reads_a_regular_file_in_blocking_mode(tmp_path: Path) -> N
 
 
 @pytest.mark.usefixtures("watchdog")
+@pytest.mark.parametrize("name", ["teacher.json", "mixed-1000.npz"])
+def test_a_teacher_resume_refuses_a_fifo_in_its_own_folder(name: str, tmp_path: Path, capsys) -> None:
+    """The teacher's manifest or a scenario's labels replaced by a FIFO: read on resume (the
+    manifest) or by a learner (the labels), refused in one line at once."""
+    from agents.trainers.teacher import read_scenario
+
+    out = tmp_path / "teach"
+    argv = ["teach", "--families", "mixed", "--seeds", "1", "--generations", "0", "--quiet", "--out", str(out)]
+    assert main(argv) == 0
+    (out / name).unlink()
+    os.mkfifo(out / name)
+    capsys.readouterr()
+    if name == "teacher.json":
+        assert main([*argv, "--resume"]) == 2
+        err = capsys.readouterr().err.strip()
+    else:
+        with pytest.raises(ValueError) as exc:
+            read_scenario(out / name)
+        err = str(exc.value)
+    assert "\n" not in err and "FIFO" in err and len(err) <= 300, err
+
+
+@pytest.mark.usefixtures("watchdog")
 @pytest.mark.parametrize("name", ["benchmark.json", "runs.jsonl"])
 def test_a_resume_refuses_a_fifo_in_its_own_folder(name: str, tmp_path: Path, capsys) -> None:
     out = tmp_path / "bench"

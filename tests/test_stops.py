@@ -309,6 +309,7 @@ LONG_COMMANDS: dict[str, list[str]] = {
     + ["-n", "1000000", "--no-progress", "--verbose", "0", "-f", "runs"],
     "es": [*TRAIN, "--algo", "es", "--preset", "priority-es", "--workload", "family:short-period"]
     + ["--eval-workload", "family:short-period", "--eval-episodes", "1", "-n", "1000", "-f", "runs"],
+    "teach": [*CLI, "teach", "--families", "mixed", "--seeds", "8", "--jobs", "2", "--out", "teach", "--quiet"],
 }
 """Commands that run for minutes, stopped at a moment of their start."""
 
@@ -415,3 +416,25 @@ def test_the_launcher_catches_the_signals_the_commands_stop_on() -> None:
     from deepboot_harness.launch import STOP_SIGNALS
 
     assert set(STOP_SIGNALS) == set(SIGNALS)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_the_teacher_stopped_keeps_whole_labels_and_resumes_without_duplicates(signum: int, tmp_path) -> None:
+    """A signal while the teacher's two workers label: one line naming --resume, the shell's
+    status, the workers gone, every file whole; the resume labels the rest and the manifest lists
+    each once."""
+    from agents.trainers.teacher import read_manifest, read_scenario
+
+    argv = [*CLI, "teach", "--families", "mixed", "--seeds", "3", "--generations", "1", "--pairs", "1"]
+    argv += ["--jobs", "2", "--out", "teach", "--quiet"]
+    out = tmp_path / "teach"
+    code, _, err = _stop_when(argv, tmp_path, lambda: any(out.glob("*.npz")), signum)
+    assert code == 128 + signum and "continue with --resume" in _one_line(err)
+    done = sorted(path.name for path in out.glob("*.npz"))
+    assert 1 <= len(done) < 3 and sorted(read_manifest(out)["scenarios"]) == done
+    for name in done:
+        read_scenario(out / name)  # whole
+    _assert_whole_files(out)
+    resumed = subprocess.run([*argv, "--resume"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(read_manifest(out)["scenarios"]) == len(list(out.glob("*.npz"))) == 3

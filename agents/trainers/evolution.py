@@ -72,6 +72,7 @@ from agents.threads import use_torch_threads
 from baselines.ats import AtsPolicy
 from deepboot_env.atomic import append_csv, lock_folder, write_text
 from deepboot_env.config import EnvConfig, sim_config
+from deepboot_env.es import adam_update, antithetic_gradient
 from deepboot_env.evaluation import StalledEpisodeError, run_episode
 from deepboot_env.limits import MAX_ES_STATE_BYTES, names, parse_json, read_bounded, shown
 from deepboot_env.policy import Policy
@@ -424,14 +425,13 @@ def verify_cache(path: Path, state: EsState, checks: int = 2) -> None:
             )
 
 
-def adam_step(state: EsState, grad: np.ndarray, lr: float, beta1: float = 0.9, beta2: float = 0.999) -> None:
-    """One Adam descent step of ``state.theta`` along ``grad`` (moments and step count in state)."""
-    m = beta1 * np.asarray(state.m) + (1 - beta1) * grad
-    v = beta2 * np.asarray(state.v) + (1 - beta2) * grad**2
-    t = state.generation + 1
-    step = lr * (m / (1 - beta1**t)) / (np.sqrt(v / (1 - beta2**t)) + 1e-8)
-    state.theta = (np.asarray(state.theta) - step).tolist()
-    state.m, state.v = m.tolist(), v.tolist()
+def adam_step(state: EsState, grad: np.ndarray, lr: float) -> None:
+    """One Adam descent step of ``state.theta`` along ``grad`` (:func:`deepboot_env.es.adam_update`;
+    moments and step count in the state)."""
+    theta, m, v = adam_update(
+        np.asarray(state.theta), np.asarray(state.m), np.asarray(state.v), state.generation, grad, lr
+    )
+    state.theta, state.m, state.v = theta.tolist(), m.tolist(), v.tolist()
 
 
 def centered_ranks(values: np.ndarray) -> np.ndarray:
@@ -457,12 +457,6 @@ def p99_penalty(p99s: np.ndarray, ats_p99s: np.ndarray) -> np.ndarray:
     """
     excess = np.asarray(p99s, dtype=float) - np.asarray(ats_p99s, dtype=float)[None, :]
     return np.where(np.isfinite(excess), np.maximum(excess, 0.0), 0.0).mean(axis=1)
-
-
-def antithetic_gradient(plus: np.ndarray, minus: np.ndarray, eps: np.ndarray, sigma: float) -> np.ndarray:
-    """The ES estimate of the fitness gradient from antithetic pairs' fitnesses (or shaped
-    fitnesses)."""
-    return ((plus - minus)[:, None] * eps).sum(axis=0) / (2 * len(eps) * sigma)
 
 
 class EsRun:

@@ -22,8 +22,9 @@ from agents.models.priority import (
     srpt_theta,
 )
 from agents.runs.validation import EVAL_COLUMNS
-from agents.trainers.evolution import EsSettings, EsState, Subject, adam_step, antithetic_gradient, centered_ranks
+from agents.trainers.evolution import EsSettings, EsState, Subject, adam_step, centered_ranks
 from deepboot_env.config import sim_config
+from deepboot_env.es import antithetic_gradient
 from deepboot_env.evaluation import run_episode
 from deepboot_env.policy import make_policy
 from traces.families import sample_scenario

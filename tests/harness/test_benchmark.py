@@ -237,6 +237,26 @@ def test_the_markdown_says_how_much_of_the_oracle_gap_each_policy_closes() -> No
     )
 
 
+def test_the_markdown_gives_each_policy_s_share_of_the_gap_to_hindsight() -> None:
+    frame = pd.DataFrame(
+        {
+            "policy": ["ats", "x", "hindsight", "ats", "x", "hindsight"],
+            "family": ["f", "f", "f", "g", "g", "g"],
+            "seed": [1] * 6,
+            "train_jct_mean": [100.0, 95.0, 80.0, 100.0, 96.0, 92.0],
+            "jct_lower_bound_mean": [50.0] * 6,
+            "infer_latency_p99": [8.0] * 6,
+            "cpu_s": [1.0] * 6,
+        }
+    )
+    text = leaderboard_markdown(leaderboard(frame), "t")
+    assert "to the clairvoyant reference" not in text  # hindsight has its own section
+    section = text.split("### Share of the gap from `ats` to `hindsight` closed")[1].split("###")[0]
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines()[4:] if line]
+    rows = {c[0]: c[1:] for c in cells}
+    assert rows["x"][:2] == ["25%", "50%"] and rows["hindsight (clairvoyant upper reference)"][:2] == ["100%", "100%"]
+
+
 def test_the_settings_file_records_the_spec(tmp_path) -> None:
     out = tmp_path / "bench"
     assert _bench(out, "--seeds", "1") == 0

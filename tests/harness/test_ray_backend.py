@@ -147,3 +147,23 @@ def test_a_killed_worker_is_retried_and_no_run_is_lost_or_doubled(ray_cluster: s
     assert sorted((r["policy"], r["seed"]) for r in runs) == sorted(
         (p, s) for p in ("ats", "fifo") for s in range(2_000_000, 2_000_003)
     )
+
+
+def test_the_teacher_labels_on_ray_what_it_labels_locally(ray_cluster: str, tmp_path: Path) -> None:
+    """``deepboot teach --backend ray``: each scenario a Ray task, the same labels and search as
+    with local workers."""
+    import numpy as np
+
+    from agents.trainers.teacher import read_manifest, read_scenario
+
+    argv = ["teach", "--families", "mixed", "short-period", "--seeds", "1", "--generations", "1", "--pairs", "1"]
+    assert main([*argv, "--out", str(tmp_path / "local"), "--quiet"]) == 0
+    assert (
+        main([*argv, "--jobs", "2", "--backend", "ray", "--address", ray_cluster, "--out", str(tmp_path / "ray")]) == 0
+    )
+    local, remote = read_manifest(tmp_path / "local"), read_manifest(tmp_path / "ray")
+    assert sorted(remote["scenarios"]) == sorted(local["scenarios"]) and len(local["scenarios"]) == 2
+    for name, meta in local["scenarios"].items():
+        assert remote["scenarios"][name]["search_ratio"] == meta["search_ratio"]
+        here, there = read_scenario(tmp_path / "local" / name), read_scenario(tmp_path / "ray" / name)
+        assert here.keys() == there.keys() and all(np.array_equal(here[k], there[k]) for k in here)

@@ -1,0 +1,291 @@
+"""The hindsight teacher: training scenarios labelled with the held scores a clairvoyant search finds.
+
+Hindsight learning (Sinclair et al., ICML 2023): arrivals and inference load are exogenous and the
+simulator is deterministic and forks, so a planner that sees a scenario can label the decisions of
+a policy on it. For each training scenario (the first ``seeds`` train seeds of each family) a
+worker (:func:`label_scenario`):
+
+1. searches one held score per job on the scenario (:func:`baselines.hindsight.search_held_scores`:
+   the ``hindsight`` policy's search, with its settings);
+2. plays the scenario in the score-mode env a learner trains in (its prior, slots and observation)
+   with those scores as the action: slot i's entry is the score of the job in slot i (over the
+   env's ``score_scale``, clipped to the action's [-1, 1]), the lending entry 0 (the prior's share);
+   at every decision it records the observation and that action, the label;
+3. returns them as one compressed ``.npz`` (``obs/<entry>`` stacked over the decisions,
+   ``label`` (decisions, max_jobs + 1), ``slots``, the jobs in slots at each decision, and
+   ``scores``, the held score of every job of the workload) and its
+   ``meta``: the scenario key, the search's ratio to the prior, its curve and cost.
+
+:func:`teach` writes each scenario's file as it arrives (``<family>-<seed>.npz``, atomically: a
+file is whole or absent) and ``teacher.json``: the spec and, per scenario, its meta (CPU seconds
+included). A resumed run (``resume``) takes the spec the folder records, refuses another, and
+labels only the scenarios without a file. Workers are local processes or Ray tasks
+(:class:`deepboot_env.pool.Backend`): a user with more machines points ``--address`` at a cluster.
+:func:`read_scenario` reads a file back, bounded and without unpickling anything.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+import zipfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from baselines.hindsight import HeldScores, HindsightSettings, scored_prior, search_held_scores
+from deepboot_env import FRONT_END_DYNAMICS
+from deepboot_env.atomic import atomic_write, lock_folder, write_text
+from deepboot_env.env import DeepBootEnv
+from deepboot_env.env.observation import slot_jobs
+from deepboot_env.limits import parse_json, read_bounded
+from deepboot_env.pool import LOCAL, Backend, run_pool
+from deepboot_env.sim.simulator import Simulator
+from traces.families import FAMILIES, cached_scenario, split_seeds
+
+MANIFEST = "teacher.json"
+"""The teacher folder's record: the spec and each labelled scenario's meta."""
+
+MAX_SCENARIO_BYTES = 256 << 20
+"""Largest scenario file :func:`read_scenario` reads (a 3,000-decision episode is a few MB)."""
+
+Key = tuple[str, int]
+"""(family, train seed) of a scenario."""
+
+
+@dataclass(frozen=True)
+class TeacherSpec:
+    """What a teacher labels: the first ``seeds`` train seeds of each of ``families``, searched
+    with ``search`` and played in the score-mode env of ``max_jobs`` slots over the search's prior
+    on ``dynamics``."""
+
+    families: tuple[str, ...]
+    seeds: int = 4
+    search: HindsightSettings = field(default_factory=HindsightSettings)
+    max_jobs: int = 32
+    dynamics: str = FRONT_END_DYNAMICS
+
+    def __post_init__(self) -> None:
+        unknown = [family for family in self.families if family not in FAMILIES]
+        if not self.families or unknown:
+            raise ValueError(f"teacher: families must be among {', '.join(FAMILIES)}, got {list(self.families)}")
+        if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) or not 1 <= self.seeds <= 10_000:
+            raise ValueError(f"teacher: seeds must be a whole number from 1 to 10,000, got {self.seeds!r}")
+        scored_prior(self.search.prior)  # a prior that takes scores, checked before any work
+
+    @property
+    def scenarios(self) -> list[Key]:
+        """Every scenario to label, family by family."""
+        seeds = list(split_seeds("train"))[: self.seeds]
+        return [(family, seed) for family in self.families for seed in seeds]
+
+    @property
+    def env_kwargs(self) -> dict[str, Any]:
+        """The env a learner of these labels trains in (and the teacher plays them in)."""
+        return {
+            "action_mode": "score",
+            "base_policy": self.search.prior,
+            "max_jobs": self.max_jobs,
+            "dynamics": self.dynamics,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        """The spec as plain JSON (``teacher.json``)."""
+        return {**asdict(self), "families": list(self.families)}
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str) -> TeacherSpec:
+        """The spec ``teacher.json`` records.
+
+        Raises:
+            ValueError: a record that is not a spec (one line naming ``where``).
+        """
+        try:
+            search = HindsightSettings(**doc["search"])
+            return cls(tuple(doc["families"]), doc["seeds"], search, doc["max_jobs"], doc["dynamics"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{where}: not a teacher spec ({exc})") from None
+
+
+@dataclass
+class Labelled:
+    """One scenario's labels (:func:`label_scenario`): its file's bytes and its meta."""
+
+    key: Key
+    npz: bytes
+    meta: dict[str, Any]
+
+
+def file_name(key: Key) -> str:
+    """The file of a scenario's labels."""
+    return f"{key[0]}-{key[1]}.npz"
+
+
+def label_scenario(task: tuple[Key, TeacherSpec]) -> Labelled:
+    """Search one scenario and record its labelled decisions (a worker's job; the module docstring)."""
+    (family, seed), spec = task
+    start = time.process_time()
+    scenario = cached_scenario(family, seed)
+    env = DeepBootEnv(workload=scenario, **spec.env_kwargs)
+    first, _ = env.reset(seed=0)
+    assert env.sim is not None
+    found = search_held_scores(env.sim, spec.search, lambda scores: _fork_jct(env.sim, spec, scores))
+    observations, labels, slots = _replay(env, first, dict(enumerate(found.scores)))
+    buffer = io.BytesIO()
+    arrays: dict[str, Any] = {f"obs/{key}": np.stack([o[key] for o in observations]) for key in observations[0]}
+    arrays.update(label=np.stack(labels), slots=np.asarray(slots, dtype=np.int16))
+    arrays["scores"] = np.asarray(found.scores, dtype=np.float32)  # per job of the workload, in its order
+    np.savez_compressed(buffer, **arrays)
+    metrics = env.sim.metrics()
+    meta = {
+        "family": family,
+        "seed": seed,
+        "jobs": len(scenario.workload.jobs),
+        "decisions": len(labels),
+        "search_ratio": found.ratio,
+        "prior_jct": found.prior_jct,
+        "curve": found.curve,
+        "episodes": found.episodes,
+        "replayed_jct": metrics.train_jct_mean,
+        "cpu_s": round(time.process_time() - start, 2),
+    }
+    return Labelled((family, seed), buffer.getvalue(), meta)
+
+
+def _fork_jct(sim: Simulator | None, spec: TeacherSpec, scores: dict[int, float]) -> float:
+    """The mean training JCT of the prior with ``scores`` held, on a fork of ``sim`` to the end
+    (the fork calls the env's prior's hooks: the same prior)."""
+    assert sim is not None
+    from baselines.hindsight import held_jct  # lazy: one import site for the search's plays
+
+    return held_jct(sim, HeldScores(scored_prior(spec.search.prior), scores), 0)
+
+
+def _replay(
+    env: DeepBootEnv, obs: dict[str, np.ndarray], scores: dict[int, float]
+) -> tuple[list[dict[str, np.ndarray]], list[np.ndarray], list[int]]:
+    """Play ``env`` from its reset (observation ``obs``: the search ran on forks, the env is where
+    it was) to the end with the held ``scores`` as the action; each decision's observation, action
+    (the label) and number of jobs in slots."""
+    scale = float(getattr(env.codec, "score_scale", 1.0))
+    observations: list[dict[str, np.ndarray]] = []
+    labels: list[np.ndarray] = []
+    slots: list[int] = []
+    done = False
+    while not done:
+        jobs = slot_jobs(env.state, env.config.max_jobs)
+        action = np.zeros(env.action_space.shape, dtype=np.float32)
+        for i, job in enumerate(jobs):
+            action[i] = np.clip(scores.get(job.id, 0.0) / scale, -1.0, 1.0)
+        observations.append(obs)
+        labels.append(action)
+        slots.append(len(jobs))
+        obs, _, terminated, truncated, _ = env.step(action)
+        done = terminated or truncated
+    return observations, labels, slots
+
+
+def teach(
+    spec: TeacherSpec,
+    out: Path,
+    jobs: int = 1,
+    backend: Backend = LOCAL,
+    resume: bool = False,
+    progress: bool = False,
+    on_label: Callable[[Labelled], None] | None = None,
+) -> dict[str, Any]:
+    """Label every scenario of ``spec`` missing from ``out`` (the module docstring); returns the
+    manifest. A stop (:class:`~deepboot_env.stops.Stopped`) keeps every file written.
+
+    Raises:
+        ValueError: ``out`` holds another spec, or labels without ``resume``.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    with lock_folder(out, "--out"):
+        manifest = _start_manifest(spec, out, resume)
+        todo = [key for key in spec.scenarios if not (out / file_name(key)).is_file()]
+
+        def keep(_: int, labelled: Labelled) -> None:
+            with atomic_write(out / file_name(labelled.key), binary=True) as fh:
+                fh.write(labelled.npz)
+            labelled.npz = b""  # written: the driver keeps the meta only
+            manifest["scenarios"][file_name(labelled.key)] = labelled.meta
+            write_text(out / MANIFEST, json.dumps(manifest, indent=1))
+            if on_label is not None:
+                on_label(labelled)
+
+        run_pool(
+            label_scenario,
+            [(key, spec) for key in todo],
+            jobs,
+            progress,
+            "hindsight teacher",
+            describe=lambda task: f"{task[0][0]} seed {task[0][1]}",
+            on_result=keep,
+            backend=backend,
+        )
+    return manifest
+
+
+def _start_manifest(spec: TeacherSpec, out: Path, resume: bool) -> dict[str, Any]:
+    """The folder's manifest: a new one, or with ``resume`` the recorded one (its spec must be ``spec``).
+
+    Raises:
+        ValueError: labels in the folder without ``resume``, or another spec recorded.
+    """
+    path = out / MANIFEST
+    if not path.exists():  # a FIFO or a folder in its place is read below, and refused
+        if any(out.glob("*.npz")):
+            raise ValueError(f"--out {out}: holds labels but no {MANIFEST}; use another folder")
+        manifest = {"spec": spec.to_json(), "scenarios": {}}
+        write_text(path, json.dumps(manifest, indent=1))
+        return manifest
+    if not resume:
+        raise ValueError(f"--out {out}: holds a teacher's labels; add --resume to go on, or use another folder")
+    manifest = read_manifest(out)
+    recorded = TeacherSpec.from_json(manifest.get("spec"), str(path))
+    if recorded != spec:
+        raise ValueError(f"--out {out}: labels another spec ({MANIFEST}); a resume must ask for the same")
+    return manifest
+
+
+def read_manifest(out: Path) -> dict[str, Any]:
+    """A teacher folder's ``teacher.json`` (bounded, checked JSON).
+
+    Raises:
+        ValueError: unreadable or not a manifest (one line).
+    """
+    path = out / MANIFEST
+    try:
+        data = read_bounded(path, 16 << 20, "a teacher manifest", ValueError)
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    doc = parse_json(data, str(path))
+    if not isinstance(doc, dict) or not isinstance(doc.get("scenarios"), dict):
+        raise ValueError(f"{path}: not a teacher manifest")
+    return doc
+
+
+def read_scenario(path: Path) -> dict[str, np.ndarray]:
+    """One scenario's labels (:func:`label_scenario`'s file): bounded, arrays only (nothing is
+    unpickled: ``allow_pickle=False``).
+
+    Raises:
+        ValueError: a file that is too large or not a teacher's (one line).
+    """
+    try:
+        data = read_bounded(path, MAX_SCENARIO_BYTES, "a teacher's labels", ValueError)
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+            arrays = {name: npz[name] for name in npz.files}
+    except (ValueError, OSError, zipfile.BadZipFile) as exc:
+        raise ValueError(f"{path}: not a teacher's labels ({exc})") from None
+    if "label" not in arrays or "slots" not in arrays or len(arrays["label"]) != len(arrays["slots"]):
+        raise ValueError(f"{path}: not a teacher's labels (label and slots missing or of other lengths)")
+    return arrays

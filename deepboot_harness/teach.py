@@ -1,0 +1,102 @@
+"""``deepboot teach``: the hindsight teacher from the command line (:mod:`agents.trainers.teacher`).
+
+    deepboot teach --families mixed heavy-inference --seeds 4 --out runs/teacher --jobs 2
+    deepboot teach ... --out runs/teacher --resume            # after a stop: the scenarios left
+    deepboot teach ... --backend ray --address auto           # a Ray cluster's CPUs
+
+Each training scenario is searched (``hindsight``'s held per-job scores, ``--generations`` x
+``--pairs``) and its decisions in the score-mode env are recorded with those scores as labels, one
+file per scenario. The summary line gives the mean search ratio to the prior and the CPU seconds
+per scenario (also in ``teacher.json``). SIGINT, SIGTERM and SIGHUP stop it in one line; every
+scenario labelled is kept, and ``--resume`` labels the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from deepboot_env.argparsing import whole
+from deepboot_harness.run_log import grid_stopped
+
+if TYPE_CHECKING:
+    from agents.trainers.teacher import Labelled
+
+
+def add_teach_parser(sub: Any, add_backend_arguments: Any) -> None:
+    """``deepboot teach``'s sub-parser (``add_backend_arguments``: ``--jobs``, ``--backend``,
+    ``--address``, as the grids take them)."""
+    from baselines.hindsight import DEFAULT_PRIOR, HindsightSettings
+    from traces.families import FAMILIES
+
+    teach = sub.add_parser(
+        "teach", help="label training scenarios with the held scores a clairvoyant search finds (hindsight teacher)"
+    )
+    teach.add_argument(
+        "--families", nargs="+", default=list(FAMILIES), metavar="F", help="workload families (default: all)"
+    )
+    teach.add_argument(
+        "--seeds", type=whole(1, 10_000), default=4, help="train seeds per family: the first N (default 4)"
+    )
+    teach.add_argument(
+        "--generations",
+        type=whole(0, 10_000),
+        default=HindsightSettings.generations,
+        help="search generations (default 16)",
+    )
+    teach.add_argument(
+        "--pairs", type=whole(1, 1_000), default=HindsightSettings.pairs, help="antithetic pairs (default 8)"
+    )
+    teach.add_argument("--prior", default=DEFAULT_PRIOR, help=f"the prior the scores act on (default {DEFAULT_PRIOR})")
+    add_backend_arguments(teach)
+    teach.add_argument("--out", required=True, metavar="DIR", help="the labels' folder (created)")
+    teach.add_argument("--resume", action="store_true", help="label the scenarios --out does not hold yet")
+    teach.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    teach.set_defaults(func=cmd_teach)
+
+
+def cmd_teach(args: argparse.Namespace) -> int:
+    """Run the teacher as ``args`` say; the exit status (0, or 128 + the signal that stopped it)."""
+    from agents.trainers.teacher import TeacherSpec, teach
+    from baselines.hindsight import HindsightSettings
+    from deepboot_env.pool import Backend
+
+    settings = HindsightSettings(prior=args.prior, generations=args.generations, pairs=args.pairs)
+    spec = TeacherSpec(tuple(args.families), args.seeds, settings)
+    backend = Backend(args.backend, args.address)
+    backend.check()
+
+    def said(labelled: Labelled) -> None:
+        meta = labelled.meta
+        print(
+            f"{meta['family']} seed {meta['seed']}: {meta['decisions']} decisions labelled, held scores "
+            f"{meta['search_ratio']:.4f} x the prior ({meta['episodes']} episodes, {meta['cpu_s']:.0f} CPU s)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    try:
+        manifest = teach(
+            spec, Path(args.out), args.jobs, backend, args.resume, not args.quiet, None if args.quiet else said
+        )
+    except KeyboardInterrupt as exc:  # a stop: every scenario labelled is kept
+        return grid_stopped("teach", args.out, exc)
+    if not args.quiet:
+        print(summary(manifest), file=sys.stderr)
+    return 0
+
+
+def summary(manifest: dict[str, Any]) -> str:
+    """One line: scenarios labelled, the mean search ratio to the prior, CPU seconds per scenario."""
+    metas = list(manifest["scenarios"].values())
+    if not metas:
+        return "no scenario labelled"
+    ratio = sum(m["search_ratio"] for m in metas) / len(metas)
+    cpu = sum(m["cpu_s"] for m in metas) / len(metas)
+    decisions = sum(m["decisions"] for m in metas)
+    return (
+        f"{len(metas)} scenarios, {decisions:,} decisions labelled; held scores {ratio:.4f} x the prior on average; "
+        f"{cpu:.0f} CPU s per scenario"
+    )

@@ -1,0 +1,90 @@
+"""The hindsight teacher (agents/trainers/teacher.py, ``deepboot teach``): labels on disk, resumable, read safely."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agents.trainers.teacher import MANIFEST, TeacherSpec, read_manifest, read_scenario, teach
+from baselines.hindsight import HindsightSettings
+
+SMALL = TeacherSpec(("mixed",), seeds=1, search=HindsightSettings(generations=1, pairs=1))
+"""One scenario, a search of one generation of one pair (4 episodes): a few seconds."""
+
+
+@pytest.fixture(scope="module")
+def taught(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("teacher") / "labels"
+    teach(SMALL, out)
+    return out
+
+
+def test_a_scenario_is_labelled_with_its_held_scores_in_the_learner_s_env(taught: Path) -> None:
+    (name,) = [path.name for path in taught.glob("*.npz")]
+    assert name == "mixed-1000.npz"  # the first train seed
+    arrays = read_scenario(taught / name)
+    labels, slots, scores = arrays["label"], arrays["slots"], arrays["scores"]
+    decisions = len(labels)
+    assert labels.shape == (decisions, SMALL.max_jobs + 1) and decisions > 10
+    assert {f"obs/{key}" for key in ("jobs", "cluster", "prior", "noise")} <= set(arrays)
+    assert all(len(arrays[key]) == decisions for key in arrays if key.startswith("obs/"))
+    assert np.abs(labels).max() <= 1.0 and not labels[:, -1].any()  # the prior's lending share
+    for row, used in zip(labels, slots, strict=True):
+        assert not row[used:-1].any()  # empty slots hold no score
+        assert set(np.round(row[:used], 6)) <= set(np.round(np.clip(scores, -1, 1), 6)) | {0.0}
+    meta = read_manifest(taught)["scenarios"][name]
+    assert meta["decisions"] == decisions and meta["episodes"] == SMALL.search.episodes == 4
+    assert meta["search_ratio"] <= 1.0 and meta["cpu_s"] > 0 and meta["curve"][0] == 1.0
+
+
+def test_a_resume_labels_what_is_missing_and_refuses_another_spec(taught: Path, tmp_path: Path) -> None:
+    labelled: list[object] = []
+    teach(SMALL, taught, resume=True, on_label=labelled.append)
+    assert labelled == []  # every scenario has its file
+    with pytest.raises(ValueError, match="add --resume to go on"):
+        teach(SMALL, taught)
+    other = TeacherSpec(("mixed",), seeds=2, search=SMALL.search)
+    with pytest.raises(ValueError, match="labels another spec"):
+        teach(other, taught, resume=True)
+    json.loads((taught / MANIFEST).read_text())  # still whole
+
+
+def test_labels_are_read_bounded_and_without_unpickling(tmp_path: Path) -> None:
+    pickled = tmp_path / "pickled.npz"
+    np.savez(pickled, label=np.array([object()], dtype=object), slots=np.zeros(1))
+    with pytest.raises(ValueError, match="not a teacher's labels") as err:
+        read_scenario(pickled)
+    assert "\n" not in str(err.value)
+    (tmp_path / "text.npz").write_text("not a zip")
+    with pytest.raises(ValueError, match="not a teacher's labels"):
+        read_scenario(tmp_path / "text.npz")
+    with pytest.raises(ValueError, match="cannot read it"):
+        read_scenario(tmp_path / "missing.npz")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"families": ("nope",)}, "families must be among"),
+        ({"families": ("mixed",), "seeds": 0}, "seeds must be a whole number"),
+        ({"families": ("mixed",), "search": HindsightSettings(prior="fifo")}, "is not one of ATS's variants"),
+    ],
+)
+def test_a_bad_spec_is_one_line(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        TeacherSpec(**kwargs)
+
+
+def test_deepboot_teach_labels_and_summarises(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from deepboot_harness.cli import main
+
+    argv = ["teach", "--families", "mixed", "--seeds", "1", "--generations", "1", "--pairs", "1"]
+    assert main([*argv, "--out", str(tmp_path / "t")]) == 0
+    err = capsys.readouterr().err
+    assert "1 scenarios" in err and "x the prior on average" in err and "CPU s per scenario" in err
+    assert main([*argv, "--out", str(tmp_path / "t")]) == 2  # labels there, no --resume: one line
+    assert "add --resume" in capsys.readouterr().err
+    assert main(["teach", "--families", "nope", "--out", str(tmp_path / "u")]) == 2
