@@ -49,13 +49,13 @@ from typing import NamedTuple
 import numpy as np
 
 from agents.trainers.evolution import EsState, adam_step, antithetic_gradient
-from baselines.ats import AtsPolicy
+from baselines.hindsight import scored_prior
 from deepboot_env import FRONT_END_DYNAMICS
 from deepboot_env.argparsing import ArgumentParser
 from deepboot_env.atomic import atomic_write
 from deepboot_env.config import sim_config
 from deepboot_env.evaluation import run_episode
-from deepboot_env.policy import WIDTH_CLASSES, Allocation, ClusterState, make_policy
+from deepboot_env.policy import WIDTH_CLASSES, Allocation, ClusterState
 from deepboot_env.sim.apps import APP_NAMES
 from deepboot_env.sim.workload import TrainingJobSpec
 from traces.families import FAMILIES, cached_scenario, split_seeds
@@ -107,19 +107,6 @@ def held_task(family: str, seed: int, prior: str, table: np.ndarray, widths: boo
     ``widths`` its width scores."""
     width_rows = tuple(tuple(map(float, row[1:])) for row in table) if widths else ()
     return Task(family, seed, prior, tuple(map(float, table[:, 0])), width_rows)
-
-
-def scored_prior(name: str) -> AtsPolicy:
-    """The registered policy ``name``, which must be one of ATS's variants (they take per-job
-    scores, and their hooks come with them).
-
-    Raises:
-        SystemExit: if it does not.
-    """
-    policy = make_policy(name)
-    if not isinstance(policy, AtsPolicy):
-        raise SystemExit(f"bench_hindsight: --prior {name!r} is not one of ATS's variants (ats, ats-srpt, ...)")
-    return policy
 
 
 def search(
@@ -242,7 +229,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.transfer and args.tie != "application":
         parser.error("--transfer needs --tie application (a per-job vector belongs to its scenario's jobs)")
-    scored_prior(args.prior)  # fail early on a prior that takes no scores
+    try:
+        scored_prior(args.prior)  # fail early on a prior that takes no scores
+    except ValueError as exc:
+        parser.error(str(exc))
     results: dict[tuple[str, int], Found] = {}
     with ProcessPoolExecutor(args.jobs) as pool:
         for family in args.families:
