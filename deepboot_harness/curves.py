@@ -62,23 +62,41 @@ CURVE_FILE = "curve.png"
 """The picture a training run leaves in its folder (:func:`write_run_curve`)."""
 
 
+def run_curves(run_dir: Path, reference: str) -> dict[str, list[tuple[float, float]]]:
+    """A run's validation ratios per evaluation: to its evaluation ``reference`` (``jct_ratio``)
+    and, where it has one, to its prior (``prior_ratio``: a score or residual model's base
+    policy, an ES run's start), each labelled; {} without evaluations or ratios."""
+    curves = {}
+    for label, column in (
+        (f"{run_dir.name} / {reference}", "jct_ratio"),
+        (f"{run_dir.name} / its prior", "prior_ratio"),
+    ):
+        try:
+            points = evaluation_curve(run_dir, column)
+        except (FileNotFoundError, ValueError):  # no evaluations, or a file from before the prior's column
+            continue
+        if points:
+            curves[label] = points
+    return curves
+
+
 def write_run_curve(run_dir: Path, reference: str | None, x_label: str = "training timesteps") -> Path | None:
-    """``curve.png`` in ``run_dir``: the run's validation ratio to its evaluation ``reference``
-    (``jct_ratio`` of ``evaluations.csv``) against the training steps, the reference the line at
-    1, so that a run that beats it shows without TensorBoard. None where the run has no ratio to
-    draw (no evaluation, or no reference)."""
+    """``curve.png`` in ``run_dir``: the run's validation ratio to its evaluation ``reference`` and
+    to its prior (:func:`run_curves`) against the training steps, both baselines the line at 1, so
+    that a run that beats them shows without TensorBoard. None where the run has no ratio to draw
+    (no evaluation, or no reference)."""
     from deepboot_harness.plots import plot_learning_curves
 
-    if reference is None:
+    curves = run_curves(run_dir, reference) if reference is not None else {}
+    if not curves:
         return None
-    try:
-        points = evaluation_curve(run_dir, "jct_ratio")
-    except (FileNotFoundError, ValueError):
-        return None
-    if not points:
-        return None
+    baseline = reference if len(curves) == 1 else "the baseline"
     return plot_learning_curves(
-        {run_dir.name: points}, run_dir / CURVE_FILE, {reference: 1.0}, ratio_to=reference, xlabel=x_label
+        curves,
+        run_dir / CURVE_FILE,
+        {f"{reference} or the prior" if len(curves) > 1 else str(reference): 1.0},
+        ratio_to=baseline,
+        xlabel=x_label,
     )
 
 

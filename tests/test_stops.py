@@ -431,7 +431,7 @@ def test_the_teacher_stopped_keeps_whole_labels_and_resumes_without_duplicates(s
     code, _, err = _stop_when(argv, tmp_path, lambda: any(out.glob("*.npz")), signum)
     assert code == 128 + signum and "continue with --resume" in _one_line(err)
     done = sorted(path.name for path in out.glob("*.npz"))
-    assert 1 <= len(done) < 3 and sorted(read_manifest(out)["scenarios"]) == done
+    assert 1 <= len(done) < 3 and set(read_manifest(out)["scenarios"]) <= set(done)  # a file, then its entry
     for name in done:
         read_scenario(out / name)  # whole
     _assert_whole_files(out)

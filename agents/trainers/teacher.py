@@ -9,9 +9,10 @@ worker (:func:`label_scenario`):
    the ``hindsight`` policy's search, with its settings);
 2. plays the scenario in the score-mode env a learner trains in (its prior, slots and observation)
    with those scores as the action: slot i's entry is the score of the job in slot i (over the
-   env's ``score_scale``, clipped to the action's [-1, 1]), the lending entry 0 (the prior's share);
+   env's ``score_scale``, clipped to the action's [-1, 1]), its width scores and the lending
+   entry 0 (the prior's own valuation and share);
    at every decision it records the observation and that action, the label;
-3. returns them as one compressed ``.npz`` (``obs/<entry>`` stacked over the decisions,
+3. returns them as one compressed ``.npz`` (its ``meta`` inside; ``obs/<entry>`` stacked over the decisions,
    ``label`` (decisions, max_jobs + 1), ``slots``, the jobs in slots at each decision, and
    ``scores``, the held score of every job of the workload) and its
    ``meta``: the scenario key, the search's ratio to the prior, its curve and cost.
@@ -43,6 +44,7 @@ from deepboot_env.atomic import atomic_write, lock_folder, write_text
 from deepboot_env.env import DeepBootEnv
 from deepboot_env.env.observation import slot_jobs
 from deepboot_env.limits import parse_json, read_bounded
+from deepboot_env.policy import WIDTH_CLASSES
 from deepboot_env.pool import LOCAL, Backend, run_pool
 from deepboot_env.sim.simulator import Simulator
 from traces.families import FAMILIES, cached_scenario, split_seeds
@@ -85,11 +87,14 @@ class TeacherSpec:
 
     @property
     def env_kwargs(self) -> dict[str, Any]:
-        """The env a learner of these labels trains in (and the teacher plays them in)."""
+        """The env a learner of these labels trains in (and the teacher plays them in): the
+        shipped score model's (score mode over the search's prior, width scores, the outlook)."""
         return {
             "action_mode": "score",
             "base_policy": self.search.prior,
             "max_jobs": self.max_jobs,
+            "width_classes": WIDTH_CLASSES,
+            "outlook": True,
             "dynamics": self.dynamics,
         }
 
@@ -135,11 +140,6 @@ def label_scenario(task: tuple[Key, TeacherSpec]) -> Labelled:
     assert env.sim is not None
     found = search_held_scores(env.sim, spec.search, lambda scores: _fork_jct(env.sim, spec, scores))
     observations, labels, slots = _replay(env, first, dict(enumerate(found.scores)))
-    buffer = io.BytesIO()
-    arrays: dict[str, Any] = {f"obs/{key}": np.stack([o[key] for o in observations]) for key in observations[0]}
-    arrays.update(label=np.stack(labels), slots=np.asarray(slots, dtype=np.int16))
-    arrays["scores"] = np.asarray(found.scores, dtype=np.float32)  # per job of the workload, in its order
-    np.savez_compressed(buffer, **arrays)
     metrics = env.sim.metrics()
     meta = {
         "family": family,
@@ -153,6 +153,12 @@ def label_scenario(task: tuple[Key, TeacherSpec]) -> Labelled:
         "replayed_jct": metrics.train_jct_mean,
         "cpu_s": round(time.process_time() - start, 2),
     }
+    arrays: dict[str, Any] = {f"obs/{key}": np.stack([o[key] for o in observations]) for key in observations[0]}
+    arrays.update(label=np.stack(labels), slots=np.asarray(slots, dtype=np.int16))
+    arrays["scores"] = np.asarray(found.scores, dtype=np.float32)  # per job of the workload, in its order
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)  # the file says what it is
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **arrays)
     return Labelled((family, seed), buffer.getvalue(), meta)
 
 
@@ -207,6 +213,7 @@ def teach(
     out.mkdir(parents=True, exist_ok=True)
     with lock_folder(out, "--out"):
         manifest = _start_manifest(spec, out, resume)
+        _adopt_written(out, spec, manifest)
         todo = [key for key in spec.scenarios if not (out / file_name(key)).is_file()]
 
         def keep(_: int, labelled: Labelled) -> None:
@@ -229,6 +236,31 @@ def teach(
             backend=backend,
         )
     return manifest
+
+
+def _adopt_written(out: Path, spec: TeacherSpec, manifest: dict[str, Any]) -> None:
+    """Enter in the manifest the scenarios whose file is written but not listed (a stop between
+    the two writes): each file holds its own meta."""
+    missing = [file_name(key) for key in spec.scenarios if (out / file_name(key)).is_file()]
+    missing = [name for name in missing if name not in manifest["scenarios"]]
+    for name in missing:
+        manifest["scenarios"][name] = scenario_meta(read_scenario(out / name), out / name)
+    if missing:
+        write_text(out / MANIFEST, json.dumps(manifest, indent=1))
+
+
+def scenario_meta(arrays: dict[str, np.ndarray], path: Path) -> dict[str, Any]:
+    """The meta a scenario's file holds (:func:`label_scenario`).
+
+    Raises:
+        ValueError: a file without one (one line).
+    """
+    if "meta" not in arrays:
+        raise ValueError(f"{path}: not a teacher's labels (no meta)")
+    meta = parse_json(arrays["meta"].tobytes(), str(path))
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path}: not a teacher's labels (meta is not an object)")
+    return meta
 
 
 def _start_manifest(spec: TeacherSpec, out: Path, resume: bool) -> dict[str, Any]:

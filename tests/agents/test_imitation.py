@@ -159,3 +159,21 @@ def test_learning_curve_png_from_evaluations(tmp_path) -> None:
     assert main([str(ratios), "--ratio", "ats", "--reference", "ones-lend=0.93", "--out", str(out)]) == 0
     with pytest.raises(SystemExit):  # a run evaluated without a reference has no ratios
         main([str(run), "--ratio", "ats", "--out", str(out)])
+
+
+def test_a_run_s_curve_shows_its_ratio_to_the_reference_and_to_its_prior(tmp_path) -> None:
+    from deepboot_harness.curves import CURVE_FILE, run_curves, write_run_curve
+
+    run = tmp_path / "ppo_1"
+    run.mkdir()
+    rows = "timesteps,workload,jct_ratio,prior_ratio\n0,a,0.9,1.0\n0,b,0.8,1.0\n64,a,0.85,0.98\n64,b,0.75,0.96\n"
+    (run / "evaluations.csv").write_text(rows, encoding="utf-8")
+    curves = run_curves(run, "ats")
+    assert curves == {
+        "ppo_1 / ats": [(0.0, pytest.approx(0.85)), (64.0, pytest.approx(0.8))],
+        "ppo_1 / its prior": [(0.0, 1.0), (64.0, pytest.approx(0.97))],
+    }
+    assert write_run_curve(run, "ats") == run / CURVE_FILE and (run / CURVE_FILE).read_bytes()[:4] == b"\x89PNG"
+    (run / "evaluations.csv").write_text("timesteps,workload,jct_ratio\n0,a,0.9\n", encoding="utf-8")
+    assert list(run_curves(run, "ats")) == ["ppo_1 / ats"]  # a run from before the prior's column
+    assert write_run_curve(run, None) is None

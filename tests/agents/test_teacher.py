@@ -28,8 +28,11 @@ def test_a_scenario_is_labelled_with_its_held_scores_in_the_learner_s_env(taught
     arrays = read_scenario(taught / name)
     labels, slots, scores = arrays["label"], arrays["slots"], arrays["scores"]
     decisions = len(labels)
-    assert labels.shape == (decisions, SMALL.max_jobs + 1) and decisions > 10
-    assert {f"obs/{key}" for key in ("jobs", "cluster", "prior", "noise")} <= set(arrays)
+    slot_scores = SMALL.max_jobs  # then the width scores (3 per slot, zero: the search holds none) and lending
+    assert labels.shape == (decisions, SMALL.max_jobs * 4 + 1) and decisions > 10
+    assert not labels[:, slot_scores:].any()
+    labels = labels[:, : slot_scores + 1]  # the slots' scores, and one zero for the checks below
+    assert {f"obs/{key}" for key in ("jobs", "cluster", "prior", "noise", "outlook")} <= set(arrays)
     assert all(len(arrays[key]) == decisions for key in arrays if key.startswith("obs/"))
     assert np.abs(labels).max() <= 1.0 and not labels[:, -1].any()  # the prior's lending share
     for row, used in zip(labels, slots, strict=True):
@@ -42,8 +45,12 @@ def test_a_scenario_is_labelled_with_its_held_scores_in_the_learner_s_env(taught
 
 def test_a_resume_labels_what_is_missing_and_refuses_another_spec(taught: Path, tmp_path: Path) -> None:
     labelled: list[object] = []
+    manifest = read_manifest(taught)
+    entry = manifest["scenarios"].pop("mixed-1000.npz")  # as if stopped between the file and its entry
+    (taught / MANIFEST).write_text(json.dumps(manifest))
     teach(SMALL, taught, resume=True, on_label=labelled.append)
     assert labelled == []  # every scenario has its file
+    assert read_manifest(taught)["scenarios"]["mixed-1000.npz"] == entry  # the file's own meta
     with pytest.raises(ValueError, match="add --resume to go on"):
         teach(SMALL, taught)
     other = TeacherSpec(("mixed",), seeds=2, search=SMALL.search)
