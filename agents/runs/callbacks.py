@@ -35,7 +35,7 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback, ProgressBarCallback
 
 from agents.runs.selection import NO_P99_EXCESS, P99_MARGIN_S, p99_verdict
-from agents.runs.validation import Evaluation, Validator
+from agents.runs.validation import Evaluation, Validator, column_mean
 from agents.saved.checkpoint import save_model
 from agents.saved.policy_adapter import METADATA_FILE
 from deepboot_env.config import EnvConfig
@@ -89,12 +89,6 @@ EVAL_MEANS: tuple[str, ...] = (
 
 PRIOR_MODES: tuple[str, ...] = ("score", "residual")
 """Action modes whose actions start from the env's base policy: that policy is the run's prior."""
-
-
-def _column_mean(rows: Sequence[Mapping[str, Any]], key: str) -> float:
-    """The mean of the finite values of column ``key`` over ``rows`` (NaN without one)."""
-    values = [value for r in rows if (value := _finite(r[key])) is not None]
-    return float(np.mean(values)) if values else float("nan")
 
 
 @contextlib.contextmanager
@@ -467,7 +461,7 @@ class WorkloadEvalCallback(BaseCallback):
         self.p99_excess = evaluation.p99_excess
         self.history.append((self.num_timesteps, evaluation.train_jct, score))
         for key in EVAL_MEANS:
-            value = _column_mean(rows, key)
+            value = column_mean(rows, key)
             if math.isfinite(value):
                 self.logger.record(f"eval/{key}", value)
         done = sum(int(r["train_jobs_done"]) for r in rows)

@@ -129,9 +129,9 @@ def resumed_settings(
 
 def _applied(folder: Path, given: Mapping[str, Any], recorded: Mapping[str, Any]) -> dict[str, Any]:
     """The given fields a resume applies; refuses one that changes any other recorded setting."""
-    model = next(iter(sorted(folder.glob("final_model.*"))), folder / "final_model.zip")
     for key, value in given.items():
         if key not in APPLIED_ON_RESUME and value != recorded[key]:
+            model = next(iter(sorted(folder.glob("final_model.*"))), folder / "final_model.zip")
             raise ConfigError(
                 f"--resume {folder}: {flag_name(key)} {shown(value)} differs from the run's {shown(recorded[key])}; "
                 f"a resumed run goes on as it started (a new run from its model: -i {model})"

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -134,9 +134,17 @@ class Evaluation:
     truncated: int
 
 
-def _mean(rows: Sequence[dict[str, Any]], key: str) -> float:
-    """The mean of the finite values of column ``key`` (NaN without one)."""
-    values = [float(r[key]) for r in rows if r[key] != "" and math.isfinite(float(r[key]))]
+def column_mean(rows: Sequence[Mapping[str, Any]], key: str) -> float:
+    """The mean of column ``key``'s values that are finite numbers (an empty cell is none; NaN
+    without one): an evaluation's score and each of its logged means."""
+    values = []
+    for row in rows:
+        try:
+            value = float(row[key])
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(value):
+            values.append(value)
     return float(np.mean(values)) if values else math.nan
 
 
@@ -284,7 +292,7 @@ class Validator:
 
     def _judge(self, rows: list[dict[str, Any]]) -> Evaluation:
         """Score the rows, apply the best-model rule and write them."""
-        score = _mean(rows, "jct_ratio") if self.reference is not None else _mean(rows, "censored_jct_mean")
+        score = column_mean(rows, "jct_ratio") if self.reference is not None else column_mean(rows, "censored_jct_mean")
         excess, within = self._p99_within(rows)
         improved = replaces(score, within, self.best_score, self.best_within)
         if improved:
@@ -293,7 +301,14 @@ class Validator:
             append_csv(self.csv_path, EVAL_COLUMNS, rows)
         truncated = sum(int(r["truncated"]) for r in rows)
         return Evaluation(
-            rows, score, _mean(rows, "prior_ratio"), within, improved, excess, _mean(rows, "train_jct_mean"), truncated
+            rows,
+            score,
+            column_mean(rows, "prior_ratio"),
+            within,
+            improved,
+            excess,
+            column_mean(rows, "train_jct_mean"),
+            truncated,
         )
 
     def _p99_within(self, rows: Sequence[dict[str, Any]]) -> tuple[P99Excess, bool]:

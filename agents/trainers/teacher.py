@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from baselines.hindsight import HeldScores, HindsightSettings, scored_prior, search_held_scores
+from baselines.hindsight import HeldScores, HindsightSettings, held_jct, scored_prior, search_held_scores
 from deepboot_env import FRONT_END_DYNAMICS
 from deepboot_env.atomic import atomic_write, lock_folder, write_text
 from deepboot_env.env import DeepBootEnv
@@ -166,8 +166,6 @@ def _fork_jct(sim: Simulator | None, spec: TeacherSpec, scores: dict[int, float]
     """The mean training JCT of the prior with ``scores`` held, on a fork of ``sim`` to the end
     (the fork calls the env's prior's hooks: the same prior)."""
     assert sim is not None
-    from baselines.hindsight import held_jct  # lazy: one import site for the search's plays
-
     return held_jct(sim, HeldScores(scored_prior(spec.search.prior), scores), 0)
 
 
