@@ -65,6 +65,7 @@ from agents.runs.run_config import (
     FAMILY_SEEDS,
     PRETRAIN_KEYS,
     RUN_KEYS,
+    TEACHER_KEYS,
     TrainSettings,
     preset_descriptions,
 )
@@ -110,11 +111,12 @@ def _default(name: str) -> str:
     """The built-in default of the setting ``name`` as ``--help`` writes it: the field's of
     :class:`~agents.runs.run_config.TrainSettings`, or, where that is None (the preset decides), the one
     a preset may override (:data:`~agents.runs.run_config.RUN_KEYS`, :data:`~agents.runs.run_config.PRETRAIN_KEYS`,
+    :data:`~agents.runs.run_config.TEACHER_KEYS`,
     :data:`~deepboot_env.REFERENCE_POLICY`). A default is written in one place; the
     parser's defaults and its help follow it."""
     value = getattr(TrainSettings(), name)
     if value is None:
-        value = {**RUN_KEYS, **PRETRAIN_KEYS, "eval_reference": REFERENCE_POLICY}[name]
+        value = {**RUN_KEYS, **PRETRAIN_KEYS, **TEACHER_KEYS, "eval_reference": REFERENCE_POLICY}[name]
     items = value if isinstance(value, list) else [value]
     return " ".join(f"{item:g}" if isinstance(item, float) else str(item) for item in items)
 
@@ -279,6 +281,20 @@ def _warm_start_flags(p: argparse.ArgumentParser) -> None:
         metavar="P",
         help="residual env: after the warm start, each slot keeps the base policy's count with "
         f"probability P (default {_default('residual_neutral_prob')}; the residual and generalist presets set 0.95)",
+    )
+    p.add_argument(
+        "--teacher-seeds",
+        type=whole(0, 10_000),
+        metavar="N",
+        help="score mode: the hindsight teacher labels the first N train seeds of every training family and the "
+        f"new model regresses its labels before PPO (agents.trainers.learner; 0: no teacher; preset: "
+        f"{_default('teacher_seeds')})",
+    )
+    p.add_argument(
+        "--teacher-labels",
+        metavar="DIR",
+        help="start from the labels `deepboot teach` wrote in DIR instead of running the teacher (its env must be "
+        "the run's)",
     )
 
 

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 def add_teach_parser(sub: Any, add_backend_arguments: Any) -> None:
     """``deepboot teach``'s sub-parser (``add_backend_arguments``: ``--jobs``, ``--backend``,
     ``--address``, as the grids take them)."""
+    from agents.trainers.teacher import LABEL_KINDS, TeacherSpec
     from baselines.hindsight import DEFAULT_PRIOR, HindsightSettings
     from traces.families import FAMILIES
 
@@ -49,6 +50,28 @@ def add_teach_parser(sub: Any, add_backend_arguments: Any) -> None:
     teach.add_argument(
         "--pairs", type=whole(1, 1_000), default=HindsightSettings.pairs, help="antithetic pairs (default 8)"
     )
+    teach.add_argument(
+        "--lr",
+        type=float,
+        default=HindsightSettings.learning_rate,
+        help=f"the search's Adam step (default {HindsightSettings.learning_rate:g})",
+    )
+    teach.add_argument(
+        "--labels",
+        choices=LABEL_KINDS,
+        default=TeacherSpec.labels,
+        help="held: the scores a search holds per job over the scenario; advantage: each job's counterfactual "
+        "advantage at probed decisions, from forked rollouts (default held)",
+    )
+    teach.add_argument(
+        "--probes", type=whole(1, 10_000), default=TeacherSpec.probes, help="advantage: decisions probed (default 16)"
+    )
+    teach.add_argument(
+        "--delta", type=float, default=TeacherSpec.delta, help="advantage: the score held up and down (default 0.5)"
+    )
+    teach.add_argument(
+        "--gain", type=float, default=TeacherSpec.gain, help="advantage: label = gain x advantage (default 30)"
+    )
     teach.add_argument("--prior", default=DEFAULT_PRIOR, help=f"the prior the scores act on (default {DEFAULT_PRIOR})")
     add_backend_arguments(teach)
     teach.add_argument("--out", required=True, metavar="DIR", help="the labels' folder (created)")
@@ -63,16 +86,29 @@ def cmd_teach(args: argparse.Namespace) -> int:
     from baselines.hindsight import HindsightSettings
     from deepboot_env.pool import Backend
 
-    settings = HindsightSettings(prior=args.prior, generations=args.generations, pairs=args.pairs)
-    spec = TeacherSpec(tuple(args.families), args.seeds, settings)
+    settings = HindsightSettings(args.prior, args.generations, args.pairs, learning_rate=args.lr)
+    spec = TeacherSpec(
+        tuple(args.families),
+        args.seeds,
+        settings,
+        labels=args.labels,
+        probes=args.probes,
+        delta=args.delta,
+        gain=args.gain,
+    )
     backend = Backend(args.backend, args.address)
     backend.check()
 
     def said(labelled: Labelled) -> None:
         meta = labelled.meta
+        found = (
+            f"held scores {meta['search_ratio']:.4f} x the prior ({meta['episodes']} episodes"
+            if "search_ratio" in meta
+            else f"advantages from {meta['forks']} forks ({meta['probes']} probes"
+        )
         print(
-            f"{meta['family']} seed {meta['seed']}: {meta['decisions']} decisions labelled, held scores "
-            f"{meta['search_ratio']:.4f} x the prior ({meta['episodes']} episodes, {meta['cpu_s']:.0f} CPU s)",
+            f"{meta['family']} seed {meta['seed']}: {meta['decisions']} decisions labelled, {found}, "
+            f"{meta['cpu_s']:.0f} CPU s)",
             file=sys.stderr,
             flush=True,
         )
@@ -93,10 +129,8 @@ def summary(manifest: dict[str, Any]) -> str:
     metas = list(manifest["scenarios"].values())
     if not metas:
         return "no scenario labelled"
-    ratio = sum(m["search_ratio"] for m in metas) / len(metas)
+    ratios = [m["search_ratio"] for m in metas if "search_ratio" in m]
     cpu = sum(m["cpu_s"] for m in metas) / len(metas)
     decisions = sum(m["decisions"] for m in metas)
-    return (
-        f"{len(metas)} scenarios, {decisions:,} decisions labelled; held scores {ratio:.4f} x the prior on average; "
-        f"{cpu:.0f} CPU s per scenario"
-    )
+    found = f"; held scores {sum(ratios) / len(ratios):.4f} x the prior on average" if ratios else ""
+    return f"{len(metas)} scenarios, {decisions:,} decisions labelled{found}; {cpu:.0f} CPU s per scenario"

@@ -227,6 +227,7 @@ def test_help_lists_every_preset_in_one_line(capsys: pytest.CaptureFixture[str])
         "score-group",
         "score-job",
         "score-app",
+        "hindsight",
     }
     listing = text.split("presets of agents/conf/deepboot.yml (--preset NAME):\n", 1)[1].splitlines()
     assert len(listing) == len(presets)

@@ -191,7 +191,7 @@ class GroupPPO(PPO):
             loss, kl, share = per_job_surrogate(new, old[idx], acting[idx], advantages[idx], clip)
             kls.append(float(kl))
             clipped.append(float(share))
-            losses.append(float(loss))
+            losses.append(float(loss.detach()))
             if self.target_kl is not None and kls[-1] > 1.5 * self.target_kl:
                 break  # as SB3: the KL limit ends the whole update, not just the epoch
             policy.optimizer.zero_grad()

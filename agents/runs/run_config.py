@@ -38,6 +38,7 @@ from deepboot_env import FRONT_END_DYNAMICS, REFERENCE_POLICY
 from deepboot_env.config import DYNAMICS, EnvConfig
 from deepboot_env.limits import MAX_CONFIG_BYTES, names, parse_yaml, plain, read_bounded, shown
 from deepboot_env.policy import available_policies
+from traces.families import FAMILIES
 
 DEFAULT_CONF = Path(__file__).resolve().parents[1] / "conf" / "deepboot.yml"
 """Configuration read when ``--conf-file`` is not given: package data, so that a wheel trains with
@@ -62,6 +63,30 @@ PRETRAIN_KEYS: dict[str, Any] = {
     "residual_neutral_prob": 0.9,
 }
 """Behaviour-cloning warm start (:mod:`agents.trainers.imitation`) settings and their defaults."""
+
+TEACHER_KEYS: dict[str, Any] = {
+    "teacher_labels": None,
+    "teacher_families": None,
+    "teacher_seeds": 0,
+    "teacher_kind": "held",
+    "teacher_generations": 16,
+    "teacher_pairs": 8,
+    "teacher_lr": 0.05,
+    "teacher_probes": 16,
+    "teacher_delta": 0.5,
+    "teacher_gain": 30.0,
+    "clone_epochs": 20,
+    "clone_lr": 1.0e-3,
+    "clone_batch": 256,
+}
+"""The hindsight start (:mod:`agents.trainers.learner`): the teacher labels the first
+``teacher_seeds`` train seeds of each of ``teacher_families`` (None: every family; 0 seeds: no
+teacher) with ``teacher_kind`` labels (:data:`~agents.trainers.teacher.LABEL_KINDS`): ``held``,
+a search of ``teacher_generations`` x ``teacher_pairs`` at step ``teacher_lr``; ``advantage``,
+``teacher_probes`` decisions probed at +-``teacher_delta``, labels ``teacher_gain`` x the
+advantage. The new model regresses the labels for ``clone_epochs`` at ``clone_lr`` in batches of
+``clone_batch`` before PPO. ``teacher_labels``, a folder ``deepboot teach`` wrote, gives the
+labels instead (the teacher is not run)."""
 
 FAMILY_SEEDS = 8
 """Scenarios of a workload family that stand for it where a fixed list is needed: the first 8 val
@@ -112,6 +137,8 @@ class TrainSettings:
     pretrain_epochs: int | None = None
     pretrain_noise: list[float] | None = None
     residual_neutral_prob: float | None = None
+    teacher_seeds: int | None = None
+    teacher_labels: str | None = None
     tune: str | None = None
     no_progress: bool = False
     distribution_checks: bool = False
@@ -272,6 +299,9 @@ def resolve_settings(flags: TrainSettings, algo: str) -> dict[str, Any]:
             raise ConfigError(f"--{key.replace('_', '-')} must be >= 0, got {shown(settings[key])}")
     settings["eval_reference"] = resolve_eval_reference(flags, conf)
     settings.update(resolve_pretrain(flags, conf))
+    settings.update(resolve_teacher(flags, conf))
+    if (settings["teacher_seeds"] or settings["teacher_labels"]) and settings["pretrain_expert"] is not None:
+        raise ConfigError("a run starts from the teacher's labels or from an expert's, not both: --teacher-seeds 0")
     env_kwargs = dict(conf.pop("env_kwargs", {}) or {})
     flag_kwargs = parse_kv(flags.env_kwargs, "--env-kwargs")
     resolve_env_id(flags.env, env_kwargs, flag_kwargs)
@@ -309,6 +339,45 @@ def resolve_eval_reference(flags: TrainSettings, conf: dict[str, Any]) -> str | 
         known = ", ".join(available_policies())
         raise ConfigError(f"--eval-reference: unknown policy {shown(value)}; available: none, {known}")
     return str(value)
+
+
+def resolve_teacher(flags: TrainSettings, conf: dict[str, Any]) -> dict[str, Any]:
+    """The hindsight start's settings (:data:`TEACHER_KEYS`; ``conf`` entries are consumed):
+    built-in < preset < ``--teacher-seeds``.
+
+    Raises:
+        ConfigError: a value of the wrong kind or out of range.
+    """
+    out = {key: conf.pop(key, default) for key, default in TEACHER_KEYS.items()}
+    if flags.teacher_seeds is not None:
+        out["teacher_seeds"] = flags.teacher_seeds
+    if flags.teacher_labels is not None:
+        out["teacher_labels"] = flags.teacher_labels
+    if out["teacher_labels"] is not None and not isinstance(out["teacher_labels"], str):
+        raise ConfigError(f"teacher_labels must be a folder, got {shown(out['teacher_labels'])}")
+    whole_numbers = (
+        ("teacher_seeds", 0),
+        ("teacher_generations", 0),
+        ("teacher_pairs", 1),
+        ("teacher_probes", 1),
+        ("clone_epochs", 0),
+        ("clone_batch", 1),
+    )
+    for key, low in whole_numbers:
+        value = out[key]
+        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= 10_000:
+            raise ConfigError(f"{key} must be a whole number from {low} to 10,000, got {shown(value)}")
+    families = out["teacher_families"]
+    if families is not None and (not isinstance(families, list) or not all(f in FAMILIES for f in families)):
+        raise ConfigError(f"teacher_families must be a list of {', '.join(FAMILIES)}, got {shown(families)}")
+    if out["teacher_kind"] not in ("held", "advantage"):
+        raise ConfigError(f"teacher_kind must be held or advantage, got {shown(out['teacher_kind'])}")
+    for key, high in (("teacher_lr", 10), ("teacher_delta", 10), ("teacher_gain", 1_000), ("clone_lr", 10)):
+        value = out[key]
+        if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value <= high:
+            raise ConfigError(f"{key} must be a number in (0, {high:,}], got {shown(value)}")
+        out[key] = float(value)
+    return out
 
 
 def resolve_pretrain(flags: TrainSettings, conf: dict[str, Any]) -> dict[str, Any]:

@@ -1,21 +1,25 @@
-"""The hindsight teacher: training scenarios labelled with the held scores a clairvoyant search finds.
+"""The hindsight teacher: training scenarios labelled with what a clairvoyant look at them finds.
 
 Hindsight learning (Sinclair et al., ICML 2023): arrivals and inference load are exogenous and the
 simulator is deterministic and forks, so a planner that sees a scenario can label the decisions of
 a policy on it. For each training scenario (the first ``seeds`` train seeds of each family) a
-worker (:func:`label_scenario`):
+worker (:func:`label_scenario`) labels in one of two ways (``labels``):
 
-1. searches one held score per job on the scenario (:func:`baselines.hindsight.search_held_scores`:
-   the ``hindsight`` policy's search, with its settings);
-2. plays the scenario in the score-mode env a learner trains in (its prior, slots and observation)
-   with those scores as the action: slot i's entry is the score of the job in slot i (over the
-   env's ``score_scale``, clipped to the action's [-1, 1]), its width scores and the lending
-   entry 0 (the prior's own valuation and share);
-   at every decision it records the observation and that action, the label;
-3. returns them as one compressed ``.npz`` (its ``meta`` inside; ``obs/<entry>`` stacked over the decisions,
-   ``label`` (decisions, max_jobs + 1), ``slots``, the jobs in slots at each decision, and
-   ``scores``, the held score of every job of the workload) and its
-   ``meta``: the scenario key, the search's ratio to the prior, its curve and cost.
+* ``held`` (:func:`held_labels`): it searches one held score per job on the scenario
+  (:func:`baselines.hindsight.search_held_scores`: the ``hindsight`` policy's search, with its
+  settings), then plays the scenario in the score-mode env a learner trains in (its prior, slots
+  and observation) with those scores as the action: slot i's entry is the score of the job in
+  slot i (over the env's ``score_scale``, clipped to the action's [-1, 1]), its width scores and
+  the lending entry 0 (the prior's own valuation and share); every decision's observation and
+  that action, the label, are recorded, with ``scores``, the held score of every job of the workload;
+* ``advantage`` (:func:`advantage_labels`): per-decision counterfactual advantages from forked
+  rollouts (their Hindsight MAC): at ``probes`` decisions of the prior's own episode, each job's
+  score held up and down by ``delta`` on forks played to the end; the label is ``gain`` times the
+  job's advantage.
+
+Either way the result is one compressed ``.npz`` (its ``meta`` inside; ``obs/<entry>`` stacked over
+the labelled decisions, ``label`` (decisions, action size), ``slots``, the jobs in slots at each)
+and its ``meta``: the scenario key, what the labelling found and its cost.
 
 :func:`teach` writes each scenario's file as it arrives (``<family>-<seed>.npz``, atomically: a
 file is whole or absent) and ``teacher.json``: the spec and, per scenario, its meta (CPU seconds
@@ -58,18 +62,28 @@ MAX_SCENARIO_BYTES = 256 << 20
 Key = tuple[str, int]
 """(family, train seed) of a scenario."""
 
+LABEL_KINDS = ("held", "advantage")
+"""What a teacher labels with: ``held``, the scores a search holds for each job's life over the
+whole scenario; ``advantage``, each job's counterfactual advantage at probed decisions
+(:func:`advantage_labels`)."""
+
 
 @dataclass(frozen=True)
 class TeacherSpec:
-    """What a teacher labels: the first ``seeds`` train seeds of each of ``families``, searched
-    with ``search`` and played in the score-mode env of ``max_jobs`` slots over the search's prior
-    on ``dynamics``."""
+    """What a teacher labels: the first ``seeds`` train seeds of each of ``families`` in the
+    score-mode env of ``max_jobs`` slots over ``search``'s prior on ``dynamics``, with ``labels``
+    (:data:`LABEL_KINDS`): ``held``, searched with ``search``; ``advantage``, at ``probes``
+    decisions with scores held at +-``delta`` and labels ``gain`` x the advantage."""
 
     families: tuple[str, ...]
     seeds: int = 4
     search: HindsightSettings = field(default_factory=HindsightSettings)
     max_jobs: int = 32
     dynamics: str = FRONT_END_DYNAMICS
+    labels: str = "held"
+    probes: int = 16
+    delta: float = 0.5
+    gain: float = 30.0
 
     def __post_init__(self) -> None:
         unknown = [family for family in self.families if family not in FAMILIES]
@@ -78,6 +92,14 @@ class TeacherSpec:
         if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) or not 1 <= self.seeds <= 10_000:
             raise ValueError(f"teacher: seeds must be a whole number from 1 to 10,000, got {self.seeds!r}")
         scored_prior(self.search.prior)  # a prior that takes scores, checked before any work
+        if self.labels not in LABEL_KINDS:
+            raise ValueError(f"teacher: labels must be one of {', '.join(LABEL_KINDS)}, got {self.labels!r}")
+        if isinstance(self.probes, bool) or not isinstance(self.probes, int) or not 1 <= self.probes <= 10_000:
+            raise ValueError(f"teacher: probes must be a whole number from 1 to 10,000, got {self.probes!r}")
+        for name in ("delta", "gain"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1_000:
+                raise ValueError(f"teacher: {name} must be a number in (0, 1000], got {value!r}")
 
     @property
     def scenarios(self) -> list[Key]:
@@ -111,7 +133,8 @@ class TeacherSpec:
         """
         try:
             search = HindsightSettings(**doc["search"])
-            return cls(tuple(doc["families"]), doc["seeds"], search, doc["max_jobs"], doc["dynamics"])
+            kind = {key: doc[key] for key in ("labels", "probes", "delta", "gain") if key in doc}
+            return cls(tuple(doc["families"]), doc["seeds"], search, doc["max_jobs"], doc["dynamics"], **kind)
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{where}: not a teacher spec ({exc})") from None
 
@@ -138,28 +161,100 @@ def label_scenario(task: tuple[Key, TeacherSpec]) -> Labelled:
     env = DeepBootEnv(workload=scenario, **spec.env_kwargs)
     first, _ = env.reset(seed=0)
     assert env.sim is not None
+    label = advantage_labels if spec.labels == "advantage" else held_labels
+    arrays, meta = label(env, first, spec)
+    meta = {"family": family, "seed": seed, "jobs": len(scenario.workload.jobs), **meta}
+    meta["cpu_s"] = round(time.process_time() - start, 2)
+    return Labelled((family, seed), _npz(arrays, meta), meta)
+
+
+def held_labels(
+    env: DeepBootEnv, first: dict[str, np.ndarray], spec: TeacherSpec
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The held scores a search finds on ``env``'s scenario, replayed as every decision's label
+    (the module docstring); the arrays and the meta (the search's ratio, curve and episodes)."""
+    assert env.sim is not None
     found = search_held_scores(env.sim, spec.search, lambda scores: _fork_jct(env.sim, spec, scores))
     observations, labels, slots = _replay(env, first, dict(enumerate(found.scores)))
-    metrics = env.sim.metrics()
     meta = {
-        "family": family,
-        "seed": seed,
-        "jobs": len(scenario.workload.jobs),
         "decisions": len(labels),
         "search_ratio": found.ratio,
         "prior_jct": found.prior_jct,
         "curve": found.curve,
         "episodes": found.episodes,
-        "replayed_jct": metrics.train_jct_mean,
-        "cpu_s": round(time.process_time() - start, 2),
+        "replayed_jct": env.sim.metrics().train_jct_mean,
     }
     arrays: dict[str, Any] = {f"obs/{key}": np.stack([o[key] for o in observations]) for key in observations[0]}
     arrays.update(label=np.stack(labels), slots=np.asarray(slots, dtype=np.int16))
     arrays["scores"] = np.asarray(found.scores, dtype=np.float32)  # per job of the workload, in its order
-    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)  # the file says what it is
+    return arrays, meta
+
+
+def _npz(arrays: dict[str, Any], meta: dict[str, Any]) -> bytes:
+    """A scenario's file: its arrays and its meta (as uint8 JSON: the file says what it is)."""
+    arrays = {**arrays, "meta": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)}
     buffer = io.BytesIO()
     np.savez_compressed(buffer, **arrays)
-    return Labelled((family, seed), buffer.getvalue(), meta)
+    return buffer.getvalue()
+
+
+def advantage_labels(
+    env: DeepBootEnv, first: dict[str, np.ndarray], spec: TeacherSpec
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Counterfactual advantages from forked rollouts (Hindsight MAC, Sinclair et al. 2023), on
+    the prior's own states: play the prior (the zero action) through ``env``; at ``spec.probes``
+    decisions evenly spread over its episode, fork the simulator once per job in a slot and per
+    sign, the job's score held at ``+delta`` or ``-delta`` for the rest of its life and every
+    other job at the prior's, and play each fork to the end on the scenario's true future. The
+    job's advantage is the fall of the mean training JCT per unit of score, over the prior's
+    (``(jct(-delta) - jct(+delta)) / (2 delta jct_prior)``): exact for the scenario, one job at a
+    time (no other job's perturbation in it, unlike a search's). Its label is ``gain`` times that,
+    clipped to the action's [-1, 1]: a policy that regresses the labels scores each job by its
+    expected advantage given what the state shows, a step of policy improvement over the prior.
+
+    Returns the arrays (``obs/<entry>`` and ``label`` at the probed decisions, ``slots``,
+    ``advantage`` (probes, max_jobs)) and the meta (decisions, probes, forks, prior JCT)."""
+    assert env.sim is not None
+    prior = scored_prior(spec.search.prior)
+    prior_jct = held_jct(env.sim, HeldScores(prior, {}), 0)
+    total = _decisions(env.sim, prior)
+    probed = set(np.linspace(0, total - 1, min(spec.probes, total)).round().astype(int).tolist())
+    observations, labels, slots, advantages = [], [], [], []
+    zero = np.zeros(env.action_space.shape, dtype=np.float32)
+    obs, decision, done = first, 0, False
+    while not done:
+        if decision in probed:
+            jobs = slot_jobs(env.state, env.config.max_jobs)
+            advantage = np.zeros(env.config.max_jobs, dtype=np.float32)
+            for i, job in enumerate(jobs):
+                up = held_jct(env.sim, HeldScores(prior, {job.id: spec.delta}), 0)
+                down = held_jct(env.sim, HeldScores(prior, {job.id: -spec.delta}), 0)
+                advantage[i] = (down - up) / (2 * spec.delta * prior_jct)
+            label = zero.copy()
+            label[: len(jobs)] = np.clip(spec.gain * advantage[: len(jobs)], -1.0, 1.0)
+            observations.append(obs)
+            labels.append(label)
+            slots.append(len(jobs))
+            advantages.append(advantage)
+        obs, _, terminated, truncated, _ = env.step(zero)
+        decision, done = decision + 1, terminated or truncated
+    arrays: dict[str, Any] = {f"obs/{key}": np.stack([o[key] for o in observations]) for key in observations[0]}
+    arrays.update(label=np.stack(labels), slots=np.asarray(slots, dtype=np.int16), advantage=np.stack(advantages))
+    meta = {"decisions": len(labels), "probes": len(probed), "forks": 2 * int(sum(slots)) + 2, "prior_jct": prior_jct}
+    return arrays, meta
+
+
+def _decisions(sim: Simulator, prior: Any) -> int:
+    """How many decisions the prior takes on a fork of ``sim`` to the end."""
+    player = HeldScores(prior, {})
+    player.reset(0)
+    twin, count = sim.fork(), 0
+    while not twin.done:
+        state = twin.observe()
+        twin.apply(player.decide(state), state)
+        twin.advance()
+        count += 1
+    return count
 
 
 def _fork_jct(sim: Simulator | None, spec: TeacherSpec, scores: dict[int, float]) -> float:

@@ -70,6 +70,7 @@ from agents.runs.run_config import (
     FAMILY_SEEDS,
     PRETRAIN_KEYS,
     RUN_KEYS,
+    TEACHER_KEYS,
     TrainSettings,
     env_config,
     resolve_settings,
@@ -78,10 +79,11 @@ from agents.runs.run_folder import config_text, next_run_dir, write_config, yaml
 from agents.saved.checkpoint import SavedModel
 from agents.saved.policy_adapter import resolve_model_path
 from agents.trainers.imitation import collect_demonstrations, init_residual_policy, pretrain
+from agents.trainers.learner import hindsight_start, teacher_spec
 from agents.trainers.ppo import build_model, make_vec_env_for, model_class
 from deepboot_env.atomic import lock_folder
 from deepboot_env.config import EnvConfig
-from deepboot_env.pool import available_cpus
+from deepboot_env.pool import LOCAL, Backend, available_cpus
 from deepboot_env.sim.scenario import Scenario
 from deepboot_env.stops import Stopped, StopSignals, stop_requested
 from deepboot_env.workload_sources import FAMILY_PREFIX, scenario_sampler
@@ -225,6 +227,11 @@ def plan_run(settings: TrainSettings, more: int | None = None) -> RunPlan:
         torch.set_num_threads(settings.num_threads)
     device = resolve_device(settings.device)
     resolved = resolve_settings(settings, algo)
+    taught = resolved["teacher_seeds"] or resolved["teacher_labels"]
+    if taught and continued is None and resume is not None:
+        raise ConfigError("the hindsight teacher starts a new model; from a model (-i) add --teacher-seeds 0")
+    if taught:
+        teacher_spec(resolved)  # a training env the teacher cannot label fails before anything is built
     steps = resolved["n_timesteps"]
     if continued is not None and saved is not None:
         done = int(saved.data.get("num_timesteps", 0))
@@ -348,6 +355,7 @@ def run_record(plan: RunPlan, run_dir: Path, tb_dir: Path) -> dict[str, Any]:
         "hyperparams": resolved["resume_hyperparams"] if resume else resolved["hyperparams"],
         "resumed_from": str(resume) if resume and plan.continued is None else None,
         **{k: resolved[k] for k in PRETRAIN_KEYS},
+        **{k: resolved[k] for k in TEACHER_KEYS},
         "conf_file": str(settings.conf_file or (DEFAULT_CONF if DEFAULT_CONF.is_file() else "")),
         "preset": settings.preset,
         "args": asdict(settings),
@@ -365,7 +373,10 @@ def continued_record(plan: RunPlan) -> dict[str, Any]:
     earlier = recorded_config(plan.continued)
     session = {"command": earlier.get("command"), "results": earlier.get("results")}
     sessions = [*(earlier.get("sessions") or []), session]
-    return {"hyperparams": earlier.get("hyperparams"), "sessions": sessions, "results": earlier.get("results")}
+    kept = {"hyperparams": earlier.get("hyperparams"), "sessions": sessions, "results": earlier.get("results")}
+    if "teacher" in earlier:  # whether its hindsight start is complete (:func:`teacher_due`)
+        kept["teacher"] = earlier["teacher"]
+    return kept
 
 
 def start_model(run: Run) -> Any:
@@ -378,7 +389,7 @@ def start_model(run: Run) -> Any:
         agents.saved.checkpoint.CheckpointError: a resumed model that cannot be loaded.
     """
     plan, settings, resolved = run.plan, run.plan.settings, run.plan.resolved
-    if plan.resume is None:
+    if plan.resume is None or teacher_due(run):  # a stopped hindsight start starts again: a new model
         model = new_model(plan, run.env.vec_env)
     else:
         model = resumed_model(run)
@@ -448,7 +459,8 @@ def adopt_env_kwargs(model: Any, env_kwargs: Mapping[str, Any]) -> None:
 
 
 def warm_start(run: Run, model: Any) -> bool:
-    """Start a new model at a policy: clone ``--pretrain-expert`` (:func:`clone_expert`, recorded
+    """Start a new model at a policy: regress the hindsight teacher's labels (:func:`start_from_teacher`,
+    recorded as ``teacher``) or clone ``--pretrain-expert`` (:func:`clone_expert`, recorded
     as ``pretrain``), then start a residual policy at its base policy (after cloning, whose critic
     it keeps; a score policy starts at its prior by construction: zero means, see
     :mod:`agents.models.set_policy`). Returns whether the model starts at a policy (then evaluated
@@ -461,6 +473,9 @@ def warm_start(run: Run, model: Any) -> bool:
     pretrained = plan.resume is None and resolved["pretrain_expert"] is not None
     if pretrained and env_config(resolved["env_kwargs"]).make_codec().continuous:
         raise ConfigError("--pretrain-expert clones discrete actions; action_mode 'score' starts at its prior already")
+    if teacher_due(run):
+        run.record["teacher"] = start_from_teacher(run, model)
+        return True
     if pretrained:
         source = run.env.source
         demo_scenarios = source if isinstance(source, list) else [s for _, s in load_workloads(settings.workload)]
@@ -481,6 +496,41 @@ def warm_start(run: Run, model: Any) -> bool:
         init_residual_policy(model, neutral, float(resolved["residual_neutral_prob"]))
         run.record["residual_neutral_prob"] = resolved["residual_neutral_prob"]
     return pretrained or residual_start
+
+
+def teacher_due(run: Run) -> bool:
+    """Whether the run's model starts from the hindsight teacher's labels now: a new run with
+    ``teacher_seeds``, or a continued one whose teacher or regression a signal stopped (recorded
+    ``complete: false``)."""
+    plan = run.plan
+    taught = plan.resolved["teacher_seeds"] or plan.resolved["teacher_labels"]
+    if not taught or (plan.resume is not None and plan.continued is None):
+        return False
+    return plan.continued is None or not (run.record.get("teacher") or {}).get("complete", False)
+
+
+def start_from_teacher(run: Run, model: Any) -> dict[str, Any]:
+    """The hindsight start (:func:`agents.trainers.learner.hindsight_start`) of ``model``, its
+    teacher's workers those of the run's evaluations (local, or Ray with ``--vec-env ray``), each
+    regression epoch logged as ``clone/mse`` (:func:`_epoch_log`). The random state is then
+    seeded again, so that PPO goes on alike whether or not a stop came before (what a stopped
+    teacher labelled ran in this process or not). Returns what ``config.yml`` records."""
+    settings, resolved = run.plan.settings, run.plan.resolved
+    t0 = time.perf_counter()
+    backend = Backend("ray", settings.address) if settings.vec_env == "ray" else LOCAL
+    with _epoch_log(run.tb_dir, "clone", resolved["clone_epochs"], settings.verbose, t0) as on_epoch:
+        record = hindsight_start(
+            model,
+            resolved,
+            run.run_dir,
+            settings.seed,
+            backend,
+            resolved["eval_jobs"] or available_cpus(),
+            not settings.no_progress,
+            on_epoch,
+        )
+    model.set_random_seed(settings.seed)
+    return {**record, "seconds": round(time.perf_counter() - t0, 1)}
 
 
 def clone_expert(
@@ -520,7 +570,7 @@ def clone_expert(
     except Stopped:  # the pool is stopped; nothing is cloned
         info.update(interrupted="stopped before the demonstrations were done, nothing cloned")
         return {**info, "epochs_done": 0, "seconds": round(time.perf_counter() - t0, 1)}
-    with _epoch_log(tb_dir, epochs, verbose, t0) as on_epoch:
+    with _epoch_log(tb_dir, "pretrain", epochs, verbose, t0) as on_epoch:
         history = pretrain(model, demos, epochs=epochs, seed=seed, on_epoch=on_epoch, should_stop=stop_requested)
     if len(history) < epochs and stop_requested():
         info["interrupted"] = f"stopped after {len(history)} of {epochs} cloning epochs"
@@ -536,17 +586,18 @@ def clone_expert(
 
 @contextmanager
 def _epoch_log(
-    tb_dir: Path | None, epochs: int, verbose: int, t0: float
+    tb_dir: Path | None, stage: str, epochs: int, verbose: int, t0: float
 ) -> Iterator[Callable[[int, Mapping[str, float]], None]]:
-    """The ``on_epoch`` of :func:`~agents.trainers.imitation.pretrain`: each epoch's losses as
-    ``pretrain/*`` scalars of the TensorBoard run ``<tb_dir>/pretrain`` (the epoch, from 1, as
-    step: apart from the training's timestep axis) and, with ``verbose`` >= 1, a printed line."""
-    writer = SummaryWriter(str(tb_dir / "pretrain")) if tb_dir is not None else None
+    """The ``on_epoch`` of a warm start's fit (``stage``: ``pretrain``, the expert's cloning;
+    ``clone``, the teacher's regression): each epoch's losses as ``<stage>/*`` scalars of the
+    TensorBoard run ``<tb_dir>/<stage>`` (the epoch, from 1, as step: apart from the training's
+    timestep axis) and, with ``verbose`` >= 1, a printed line."""
+    writer = SummaryWriter(str(tb_dir / stage)) if tb_dir is not None else None
 
     def on_epoch(epoch: int, losses: Mapping[str, float]) -> None:
         if writer is not None:
             for key, value in losses.items():
-                writer.add_scalar(f"pretrain/{key}", value, epoch)
+                writer.add_scalar(f"{stage}/{key}", value, epoch)
         if verbose >= 1:
             values = ", ".join(f"{k} {v:.4f}" for k, v in losses.items())
             print(f"warm start: epoch {epoch}/{epochs}: {values} ({time.perf_counter() - t0:.0f} s)")
@@ -661,12 +712,14 @@ def interrupted(run: Run, final: Path) -> TrainingInterrupted:
     folder: the steps left, as it started), and what the stop cut short of the warm start."""
     assert run.stops.signum is not None
     command = resume_command(command_words(run.plan.settings.command), run.run_dir)
-    note = _warm_start_note(run.record.get("pretrain"))
+    note = _warm_start_note(run.record.get("pretrain"), run.record.get("teacher"))
     return TrainingInterrupted(run.stops.signum, run.run_dir, final, command, note)
 
 
-def _warm_start_note(pretrain: Mapping[str, Any] | None) -> str:
+def _warm_start_note(pretrain: Mapping[str, Any] | None, teacher: Mapping[str, Any] | None) -> str:
     """What a stop during the warm start left out, in words ("" if it finished or did not run)."""
+    if teacher and teacher.get("interrupted"):
+        return f"during the hindsight start: {teacher['interrupted']}; --resume starts it again from them"
     if not pretrain or not pretrain.get("interrupted"):
         return ""
     return f"during the warm start: {pretrain['interrupted']}; PPO starts from the model as saved"
@@ -676,7 +729,7 @@ def _warm_start_note(pretrain: Mapping[str, Any] | None) -> str:
 def hparams_of(config: Mapping[str, Any]) -> dict[str, bool | str | float | int]:
     """The run's settings as flat TensorBoard ``hparams``: run settings, ``hyperparams.*`` and
     ``env_kwargs.*`` (lists and mappings as text, None as ``none``)."""
-    keys = ("algo", "seed", "preset", "device", *RUN_KEYS, "eval_reference", *PRETRAIN_KEYS)
+    keys = ("algo", "seed", "preset", "device", *RUN_KEYS, "eval_reference", *PRETRAIN_KEYS, *TEACHER_KEYS)
     flat: dict[str, Any] = {k: config.get(k) for k in keys}
     flat["workload"] = " ".join(config.get("workload", []))
     flat["eval_workload"] = " ".join(config.get("eval_workload", []))

@@ -8,8 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agents.trainers.teacher import MANIFEST, TeacherSpec, read_manifest, read_scenario, teach
-from baselines.hindsight import HindsightSettings
+from agents.trainers.teacher import MANIFEST, TeacherSpec, label_scenario, read_manifest, read_scenario, teach
+from baselines.hindsight import HeldScores, HindsightSettings, held_jct, scored_prior
+from deepboot_env.env import DeepBootEnv
+from deepboot_env.env.observation import slot_jobs
+from traces.families import cached_scenario
 
 SMALL = TeacherSpec(("mixed",), seeds=1, search=HindsightSettings(generations=1, pairs=1))
 """One scenario, a search of one generation of one pair (4 episodes): a few seconds."""
@@ -78,6 +81,9 @@ def test_labels_are_read_bounded_and_without_unpickling(tmp_path: Path) -> None:
         ({"families": ("nope",)}, "families must be among"),
         ({"families": ("mixed",), "seeds": 0}, "seeds must be a whole number"),
         ({"families": ("mixed",), "search": HindsightSettings(prior="fifo")}, "is not one of ATS's variants"),
+        ({"families": ("mixed",), "labels": "guess"}, "labels must be one of held, advantage"),
+        ({"families": ("mixed",), "probes": 0}, "probes must be a whole number"),
+        ({"families": ("mixed",), "delta": 0.0}, "delta must be a number"),
     ],
 )
 def test_a_bad_spec_is_one_line(kwargs: dict, message: str) -> None:
@@ -95,3 +101,35 @@ def test_deepboot_teach_labels_and_summarises(tmp_path: Path, capsys: pytest.Cap
     assert main([*argv, "--out", str(tmp_path / "t")]) == 2  # labels there, no --resume: one line
     assert "add --resume" in capsys.readouterr().err
     assert main(["teach", "--families", "nope", "--out", str(tmp_path / "u")]) == 2
+
+
+def test_advantage_labels_are_each_job_s_forked_difference_on_the_prior_s_states() -> None:
+    """At each probed decision of the prior's episode, a job's advantage is the fall of the mean
+    JCT when its score is held at +delta rather than -delta, over 2 delta and the prior's JCT: the
+    first probe (the episode's first decision) recomputed by hand from forks of a fresh env; the
+    label is gain times it, clipped; only the present slots' scores are labelled."""
+    spec = TeacherSpec(("short-period",), seeds=1, labels="advantage", probes=3, delta=0.5, gain=30.0)
+    labelled = label_scenario((("short-period", 1000), spec))
+    path = Path(f"{labelled.key[0]}-{labelled.key[1]}.npz")
+    import io
+
+    with np.load(io.BytesIO(labelled.npz), allow_pickle=False) as npz:
+        arrays = {name: npz[name] for name in npz.files}
+    meta = labelled.meta
+    assert meta["probes"] == meta["decisions"] == 3 and len(arrays["label"]) == 3, path
+    advantage, labels, slots = arrays["advantage"], arrays["label"], arrays["slots"]
+    assert meta["forks"] == 2 * int(slots.sum()) + 2
+    np.testing.assert_allclose(labels[:, : spec.max_jobs], np.clip(30.0 * advantage, -1, 1), rtol=1e-6)
+    assert not labels[:, spec.max_jobs :].any()
+    for row, used in zip(advantage, slots, strict=True):
+        assert not row[used:].any()  # a job alone has no rival: its score may change nothing
+    assert advantage.any()
+    env = DeepBootEnv(workload=cached_scenario("short-period", 1000), **spec.env_kwargs)
+    env.reset(seed=0)
+    prior = scored_prior(spec.search.prior)
+    base = held_jct(env.sim, HeldScores(prior, {}), 0)
+    assert base == pytest.approx(meta["prior_jct"])
+    for i, job in enumerate(slot_jobs(env.state, spec.max_jobs)):
+        up = held_jct(env.sim, HeldScores(prior, {job.id: 0.5}), 0)
+        down = held_jct(env.sim, HeldScores(prior, {job.id: -0.5}), 0)
+        assert advantage[0, i] == pytest.approx((down - up) / (1.0 * base), rel=1e-5, abs=1e-9)
