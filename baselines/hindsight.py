@@ -132,13 +132,19 @@ def held_jct(sim: Simulator, player: HeldScores, seed: int | None) -> float:
     """The mean training JCT (unfinished jobs counted to the end) of ``player`` on a fork of
     ``sim`` played to the end. The fork calls the hooks of ``sim``'s policy: a
     :class:`HindsightPolicy` serves them with the player's while it plays."""
+    return played_fork(sim, player, seed)[0]
+
+
+def played_fork(sim: Simulator, player: HeldScores, seed: int | None) -> tuple[float, int]:
+    """:func:`held_jct`'s play: the mean training JCT, and the decisions the player took."""
     player.reset(seed)
-    twin = sim.fork()
+    twin, decisions = sim.fork(), 0
     while not twin.done:
         state = twin.observe()
         twin.apply(player.decide(state), state)
         twin.advance()
-    return twin.job_seconds(0.0, twin.now) / max(len(twin.jobs), 1)
+        decisions += 1
+    return twin.job_seconds(0.0, twin.now) / max(len(twin.jobs), 1), decisions
 
 
 def search_held_scores(

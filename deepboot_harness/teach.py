@@ -129,8 +129,10 @@ def summary(manifest: dict[str, Any]) -> str:
     metas = list(manifest["scenarios"].values())
     if not metas:
         return "no scenario labelled"
-    ratios = [m["search_ratio"] for m in metas if "search_ratio" in m]
+    from agents.trainers.teacher import mean_search_ratio
+
+    ratio = mean_search_ratio(metas)
     cpu = sum(m["cpu_s"] for m in metas) / len(metas)
     decisions = sum(m["decisions"] for m in metas)
-    found = f"; held scores {sum(ratios) / len(ratios):.4f} x the prior on average" if ratios else ""
+    found = f"; held scores {ratio:.4f} x the prior on average" if ratio is not None else ""
     return f"{len(metas)} scenarios, {decisions:,} decisions labelled{found}; {cpu:.0f} CPU s per scenario"

@@ -300,7 +300,7 @@ def resolve_settings(flags: TrainSettings, algo: str) -> dict[str, Any]:
     settings["eval_reference"] = resolve_eval_reference(flags, conf)
     settings.update(resolve_pretrain(flags, conf))
     settings.update(resolve_teacher(flags, conf))
-    if (settings["teacher_seeds"] or settings["teacher_labels"]) and settings["pretrain_expert"] is not None:
+    if starts_from_teacher(settings) and settings["pretrain_expert"] is not None:
         raise ConfigError("a run starts from the teacher's labels or from an expert's, not both: --teacher-seeds 0")
     env_kwargs = dict(conf.pop("env_kwargs", {}) or {})
     flag_kwargs = parse_kv(flags.env_kwargs, "--env-kwargs")
@@ -378,6 +378,11 @@ def resolve_teacher(flags: TrainSettings, conf: dict[str, Any]) -> dict[str, Any
             raise ConfigError(f"{key} must be a number in (0, {high:,}], got {shown(value)}")
         out[key] = float(value)
     return out
+
+
+def starts_from_teacher(settings: Mapping[str, Any]) -> bool:
+    """Whether resolved ``settings`` ask for the hindsight start: a teacher to run, or its labels."""
+    return bool(settings["teacher_seeds"] or settings["teacher_labels"])
 
 
 def resolve_pretrain(flags: TrainSettings, conf: dict[str, Any]) -> dict[str, Any]:

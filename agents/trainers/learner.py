@@ -30,7 +30,7 @@ import numpy as np
 
 from agents.errors import ConfigError
 from agents.runs.run_config import env_config
-from agents.trainers.teacher import MANIFEST, TeacherSpec, read_manifest, read_scenario, teach
+from agents.trainers.teacher import MANIFEST, TeacherSpec, mean_search_ratio, read_manifest, read_scenario, teach
 from baselines.hindsight import HindsightSettings
 from deepboot_env.pool import Backend
 from deepboot_env.stops import Stopped, stop_requested
@@ -321,7 +321,7 @@ def hindsight_start(
         scenarios=len(metas),
         decisions=len(fit) + (len(held) if held is not None else 0),
         held_scenarios=held.scenarios if held is not None else [],
-        search_ratio=_mean_ratio(metas),
+        search_ratio=None if (ratio := mean_search_ratio(metas)) is None else round(ratio, 4),
         teacher_cpu_s=round(sum(m["cpu_s"] for m in metas), 1),
         clone_epochs_done=len(history),
         clone=_best_epoch(history),
@@ -330,12 +330,6 @@ def hindsight_start(
     if len(history) < epochs:
         record["interrupted"] = f"stopped after {len(history)} of {epochs} regression epochs"
     return record
-
-
-def _mean_ratio(metas: list[dict[str, Any]]) -> float | None:
-    """The held scores' mean ratio to the prior over the scenarios (None: advantage labels)."""
-    ratios = [m["search_ratio"] for m in metas if "search_ratio" in m]
-    return round(sum(ratios) / len(ratios), 4) if ratios else None
 
 
 def _best_epoch(history: list[dict[str, float]]) -> dict[str, float]:

@@ -42,7 +42,14 @@ from typing import Any
 
 import numpy as np
 
-from baselines.hindsight import HeldScores, HindsightSettings, held_jct, scored_prior, search_held_scores
+from baselines.hindsight import (
+    HeldScores,
+    HindsightSettings,
+    held_jct,
+    played_fork,
+    scored_prior,
+    search_held_scores,
+)
 from deepboot_env import FRONT_END_DYNAMICS
 from deepboot_env.atomic import atomic_write, lock_folder, write_text
 from deepboot_env.env import DeepBootEnv
@@ -216,8 +223,7 @@ def advantage_labels(
     ``advantage`` (probes, max_jobs)) and the meta (decisions, probes, forks, prior JCT)."""
     assert env.sim is not None
     prior = scored_prior(spec.search.prior)
-    prior_jct = held_jct(env.sim, HeldScores(prior, {}), 0)
-    total = _decisions(env.sim, prior)
+    prior_jct, total = played_fork(env.sim, HeldScores(prior, {}), 0)  # one play: its JCT and its length
     probed = set(np.linspace(0, total - 1, min(spec.probes, total)).round().astype(int).tolist())
     observations, labels, slots, advantages = [], [], [], []
     zero = np.zeros(env.action_space.shape, dtype=np.float32)
@@ -242,19 +248,6 @@ def advantage_labels(
     arrays.update(label=np.stack(labels), slots=np.asarray(slots, dtype=np.int16), advantage=np.stack(advantages))
     meta = {"decisions": len(labels), "probes": len(probed), "forks": 2 * int(sum(slots)) + 2, "prior_jct": prior_jct}
     return arrays, meta
-
-
-def _decisions(sim: Simulator, prior: Any) -> int:
-    """How many decisions the prior takes on a fork of ``sim`` to the end."""
-    player = HeldScores(prior, {})
-    player.reset(0)
-    twin, count = sim.fork(), 0
-    while not twin.done:
-        state = twin.observe()
-        twin.apply(player.decide(state), state)
-        twin.advance()
-        count += 1
-    return count
 
 
 def _fork_jct(sim: Simulator | None, spec: TeacherSpec, scores: dict[int, float]) -> float:
@@ -329,6 +322,13 @@ def teach(
             backend=backend,
         )
     return manifest
+
+
+def mean_search_ratio(metas: list[dict[str, Any]]) -> float | None:
+    """The held scores' mean ratio to the prior over scenarios' metas (None: none holds one, as
+    with advantage labels)."""
+    ratios = [meta["search_ratio"] for meta in metas if "search_ratio" in meta]
+    return sum(ratios) / len(ratios) if ratios else None
 
 
 def _adopt_written(out: Path, spec: TeacherSpec, manifest: dict[str, Any]) -> None:

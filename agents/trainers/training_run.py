@@ -74,6 +74,7 @@ from agents.runs.run_config import (
     TrainSettings,
     env_config,
     resolve_settings,
+    starts_from_teacher,
 )
 from agents.runs.run_folder import config_text, next_run_dir, write_config, yaml_safe
 from agents.saved.checkpoint import SavedModel
@@ -227,7 +228,7 @@ def plan_run(settings: TrainSettings, more: int | None = None) -> RunPlan:
         torch.set_num_threads(settings.num_threads)
     device = resolve_device(settings.device)
     resolved = resolve_settings(settings, algo)
-    taught = resolved["teacher_seeds"] or resolved["teacher_labels"]
+    taught = starts_from_teacher(resolved)
     if taught and continued is None and resume is not None:
         raise ConfigError("the hindsight teacher starts a new model; from a model (-i) add --teacher-seeds 0")
     if taught:
@@ -503,8 +504,7 @@ def teacher_due(run: Run) -> bool:
     ``teacher_seeds``, or a continued one whose teacher or regression a signal stopped (recorded
     ``complete: false``)."""
     plan = run.plan
-    taught = plan.resolved["teacher_seeds"] or plan.resolved["teacher_labels"]
-    if not taught or (plan.resume is not None and plan.continued is None):
+    if not starts_from_teacher(plan.resolved) or (plan.resume is not None and plan.continued is None):
         return False
     return plan.continued is None or not (run.record.get("teacher") or {}).get("complete", False)
 
