@@ -565,6 +565,14 @@ class SetActorCriticPolicy(_SetPolicyMixin, MultiInputActorCriticPolicy):
         acting = th.cat([present, present.repeat_interleave(widths, dim=1), th.ones_like(mean[:, :1])], dim=1)
         return mean, log_std.exp().expand_as(mean), acting
 
+    def score_means(self, obs: dict[str, th.Tensor]) -> tuple[th.Tensor, th.Tensor]:
+        """The score action's means for ``obs`` (a batch of observations as tensors) and their
+        acting weights (1: a present job's entry, or lending; 0: an empty slot's), with gradients:
+        what a regression on teacher labels fits (:mod:`agents.trainers.learner`)."""
+        features = cast(th.Tensor, self.extract_features(obs))  # one shared extractor: a tensor
+        mean, _, acting = self._score_gaussian(obs, self.mlp_extractor.forward_actor(features))
+        return mean, acting
+
     @staticmethod
     def _held_normal(obs: dict[str, th.Tensor]) -> th.Tensor:
         """The standard normal draws of the observation's noise codes."""

@@ -54,13 +54,14 @@ class LabelSet:
         return len(self.labels)
 
 
-def read_labels(folder: Path) -> LabelSet:
-    """Every scenario a teacher's folder lists (its ``teacher.json``), in the manifest's order.
+def read_labels(folder: Path, manifest: Mapping[str, Any] | None = None) -> LabelSet:
+    """Every scenario a teacher's folder lists (its ``teacher.json``, or ``manifest`` where the
+    caller has read it already), in the manifest's order.
 
     Raises:
         ValueError: no scenario labelled yet, or a file that is not a teacher's (one line).
     """
-    names = sorted(read_manifest(folder)["scenarios"])
+    names = sorted((read_manifest(folder) if manifest is None else manifest)["scenarios"])
     if not names:
         raise ValueError(f"{folder}: the teacher has labelled no scenario yet")
     parts = [read_scenario(folder / name) for name in names]
@@ -195,7 +196,7 @@ def held_error(policy: Any, held: LabelSet, batch_size: int = 1024) -> dict[str,
         for start in range(0, len(held), batch_size):
             obs = {k: v[start : start + batch_size] for k, v in obs_t.items()}
             labels = label_t[start : start + batch_size]
-            mean, acting = _means(policy, obs)
+            mean, acting = policy.score_means(obs)
             error = (mean - labels) ** 2 * acting
             square = labels[:, :slots] ** 2 * acting[:, :slots]
             sums += [error.sum().item(), acting.sum().item(), error[:, :slots].sum().item(), square.sum().item()]
@@ -206,7 +207,7 @@ def _regression_step(policy: Any, optimizer: Any, obs: dict[str, Any], labels: A
     """One gradient step of the acting entries' mean squared error; (that error, acting entries)."""
     import torch  # lazy: torch is slow to import (the teacher's workers need none)
 
-    mean, acting = _means(policy, obs)
+    mean, acting = policy.score_means(obs)
     count = acting.sum().clamp_min(1.0)
     loss = (((mean - labels) ** 2) * acting).sum() / count
     optimizer.zero_grad()
@@ -214,12 +215,6 @@ def _regression_step(policy: Any, optimizer: Any, obs: dict[str, Any], labels: A
     torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
     optimizer.step()
     return float(loss.item()), float(count.item())
-
-
-def _means(policy: Any, obs: dict[str, Any]) -> tuple[Any, Any]:
-    """The policy's score means of ``obs`` and their acting weights (1: a present job's entry, or lending)."""
-    mean, _, acting = policy._score_gaussian(obs, policy.mlp_extractor.forward_actor(policy.extract_features(obs)))
-    return mean, acting
 
 
 def teacher_spec(settings: Mapping[str, Any]) -> TeacherSpec:
@@ -304,7 +299,7 @@ def hindsight_start(
     except Stopped as exc:
         return {**record, "interrupted": f"stopped by {exc} while the teacher labelled; its labels are kept"}
     metas = list(manifest["scenarios"].values())
-    fit, held = held_out(read_labels(folder))
+    fit, held = held_out(read_labels(folder, manifest))
     epochs = settings["clone_epochs"]
     history = clone_labels(
         model,
