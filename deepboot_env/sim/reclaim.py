@@ -20,26 +20,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 
 from deepboot_env.sim.cluster import node_layout
+from deepboot_env.sim.rates import RateTable
 from deepboot_env.sim.restart import plan_change
 from deepboot_env.sim.state import ClusterState, GpuRef, JobView
 
 
-def fair_share_base(job: JobView, fair_replicas: int) -> float:
+def fair_share_base(job: JobView | Holder, fair_replicas: int) -> float:
     """Rate of ``job`` at its fair share (one node, ``fair_replicas`` GPUs); 1.0 if that is 0."""
     k = max(1, min(fair_replicas, job.rates.max_replicas))
     base = job.rates.rate(job.epoch, False, k)
     return base if base > 0 else 1.0
-
-
-def _reclaim_order(candidate: tuple[JobView, list[int], list[int]]) -> tuple[float, float, int]:
-    """ATS-I's candidate order: least attained service, then earliest arrival, then job id."""
-    job = candidate[0]
-    return (job.attained_service, job.arrival, job.id)
 
 
 def ats_i_victim(state: ClusterState) -> GpuRef | None:
@@ -88,6 +83,40 @@ def checked_horizon(horizon: float) -> float:
     return float(horizon)
 
 
+class Holder(NamedTuple):
+    """What the least-loss rules read of a job that holds a reclaimable GPU, in ATS-I's order:
+    least attained service, then earliest arrival, then job id (ids are unique, so tuples of
+    holders sort by those three alone)."""
+
+    attained_service: float
+    arrival: float
+    id: int
+    rates: RateTable
+    epoch: int
+    counts: list[int]
+    """GPUs per node (a list the rules only read)."""
+    nodes: list[int]
+    """The nodes where it holds a reclaimable GPU."""
+    stalled_seconds: float
+
+
+def holders_of(jobs: Iterable[JobView], reclaimable: Sequence[int]) -> list[Holder]:
+    """The :class:`Holder` of each job of ``jobs`` with a GPU on a ``reclaimable`` node."""
+    holders = []
+    for job in jobs:
+        if not job.replicas:
+            continue
+        counts = job.alloc.tolist()
+        nodes = [node for node in reclaimable if counts[node] > 0]
+        if nodes:
+            holders.append(
+                Holder(
+                    job.attained_service, job.arrival, job.id, job.rates, job.epoch, counts, nodes, job.stalled_seconds
+                )
+            )
+    return holders
+
+
 def least_loss_choice(
     jobs: Iterable[JobView],
     num_jobs: int,
@@ -100,30 +129,33 @@ def least_loss_choice(
     """:func:`ats_i_victim` (``horizon`` 0) or :func:`restart_aware_victim` (``horizon`` > 0, under
     ``restart_model``) from their parts: ``jobs`` (those that hold no GPU may be left out: they
     are never candidates) of the ``num_jobs`` active jobs, the node kinds, the (train, running,
-    protect, sleep) counts per node and the cluster's GPUs. The simulator reclaims with it
-    directly for the hooks :func:`least_loss_horizon` knows, without a whole state; the first of
-    equal costs in ATS-I's order."""
-    reclaimable = node_layout(node_kinds).lendable
+    protect, sleep) counts per node and the cluster's GPUs; the first of equal costs in ATS-I's
+    order (:func:`least_loss_among`)."""
+    holders = holders_of(jobs, node_layout(node_kinds).lendable)
+    return least_loss_among(holders, fair_replicas(num_jobs, node_counts, total_gpus), horizon, restart_model)
+
+
+def fair_replicas(num_jobs: int, node_counts: Sequence[Sequence[int]], total_gpus: int) -> int:
+    """ATS-I's fair share: ``ceil(total GPUs / J_all)``, J_all the ``num_jobs`` active training
+    jobs and the inference pods (the (train, running, protect, sleep) ``node_counts``' last three)."""
     _, running, protect, sleeping = node_counts
     pods = sum(running) + sum(protect) + sum(sleeping)
-    j_all = max(num_jobs + pods, 1)
-    fair = math.ceil(total_gpus / j_all)
-    # (job, GPUs per node, nodes with a reclaimable GPU) of the jobs that hold one, as lists
-    candidates = []
-    for job in jobs:
-        if not job.replicas:
-            continue
-        counts = job.alloc.tolist()
-        nodes = [node for node in reclaimable if counts[node] > 0]
-        if nodes:
-            candidates.append((job, counts, nodes))
+    return math.ceil(total_gpus / max(num_jobs + pods, 1))
+
+
+def least_loss_among(holders: list[Holder], fair: int, horizon: float, restart_model: str) -> GpuRef | None:
+    """The GPU of ``holders`` whose loss costs least at fair share ``fair`` (ATS-I with ``horizon``
+    0, else the restart-aware cost over ``horizon`` under ``restart_model``); the first of equal
+    costs in ATS-I's order. The simulator reclaims with it directly for the hooks
+    :func:`least_loss_horizon` knows, from holders it makes of its jobs without a whole state."""
     best: tuple[float, GpuRef] | None = None
-    for job, counts, nodes in sorted(candidates, key=_reclaim_order):
+    for job in sorted(holders):
+        counts = job.counts
         base = fair_share_base(job, fair)
         k = sum(counts)
         n = len(counts) - counts.count(0)
         before = job.rates.rate(job.epoch, n > 1, k)
-        for node in nodes:
+        for node in job.nodes:
             n_after = n - 1 if counts[node] == 1 else n
             after = job.rates.rate(job.epoch, n_after > 1, k - 1)
             loss = (before - after) / base
@@ -133,23 +165,23 @@ def least_loss_choice(
                 # cannot win: skip its restart plan (most of this rule's cost), same choice.
                 if best is not None and loss >= best[0] - 1e-12:
                     continue
-                loss += _restart_loss(job, counts, node, after, restart_model) / base
+                loss += _restart_loss(job, k, node, after, restart_model) / base
             if best is None or loss < best[0] - 1e-12:
                 best = (loss, GpuRef(job.id, node))
     return None if best is None else best[1]
 
 
-def _restart_loss(job: JobView, counts: list[int], node: int, after: float, restart_model: str) -> float:
-    """Progress lost to the restart that taking one GPU of ``job`` on ``node`` causes: the new
-    rate over the stall the shrink adds, or, when it parks the job, its rate now over the full
-    start it pays when it comes back."""
+def _restart_loss(job: Holder, k: int, node: int, after: float, restart_model: str) -> float:
+    """Progress lost to the restart that taking one GPU of ``job`` (``k`` GPUs) on ``node``
+    causes: the new rate over the stall the shrink adds, or, when it parks the job, its rate now
+    over the full start it pays when it comes back."""
     app = job.rates.app
-    if after <= 0.0 or sum(counts) == 1:
+    if after <= 0.0 or k == 1:
         return job.rates.rate(job.epoch, False, 1) * app.full_restart_delay
-    old = np.asarray(counts)
+    old = np.asarray(job.counts)
     new = old.copy()
     new[node] -= 1
-    stall = plan_change(restart_model, app, old, new, True).stall_seconds
+    stall = plan_change(restart_model, app, old, new, True, replicas=(k, k - 1)).stall_seconds
     return after * max(stall - job.stalled_seconds, 0.0)
 
 
