@@ -72,14 +72,15 @@ def time_in_child(
     this one) first on its import path; its result."""
     root = checkout if checkout is not None else Path(__file__).resolve().parents[1]
     code = (
-        "import json, sys; sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2]);"
-        "from bench_episode import time_episodes;"
-        "print(json.dumps(time_episodes(sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6:])))"
+        "import json, sys; from bench_episode import time_episodes;"
+        "print(json.dumps(time_episodes(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:])))"
     )
-    here = str(Path(__file__).resolve().parent)
-    argv = [sys.executable, "-c", code, here, str(root), workload, policy, str(repeat), *sim_argv]
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    done = subprocess.run(argv, capture_output=True, text=True, cwd=root, env=env, check=False)
+    # the checkout first on the import path, then this script's folder (for bench_episode itself)
+    path = os.pathsep.join([str(root), str(Path(__file__).resolve().parent)])
+    argv = [sys.executable, "-c", code, workload, policy, str(repeat), *sim_argv]
+    done = subprocess.run(
+        argv, capture_output=True, text=True, cwd=root, env={**os.environ, "PYTHONPATH": path}, check=False
+    )
     if done.returncode:
         last = (done.stderr.strip().splitlines() or [f"status {done.returncode}"])[-1]
         raise SystemExit(f"timing {policy} in {root} failed: {last}")
