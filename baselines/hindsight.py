@@ -138,7 +138,14 @@ def held_jct(sim: Simulator, player: HeldScores, seed: int | None) -> float:
 def played_fork(sim: Simulator, player: HeldScores, seed: int | None) -> tuple[float, int]:
     """:func:`held_jct`'s play: the mean training JCT, and the decisions the player took."""
     player.reset(seed)
-    twin, decisions = sim.fork(), 0
+    return play_out(sim.fork(), player)
+
+
+def play_out(twin: Simulator, player: BasePolicy) -> tuple[float, int]:
+    """Play ``twin`` (a fork) to the end with ``player`` deciding, as it stands (not reset: a
+    player forked mid-episode goes on from its own state); the mean training JCT (unfinished jobs
+    counted to the end) and the decisions taken."""
+    decisions = 0
     while not twin.done:
         state = twin.observe()
         twin.apply(player.decide(state), state)

@@ -3,6 +3,8 @@
     deepboot teach --families mixed heavy-inference --seeds 4 --out runs/teacher --jobs 2
     deepboot teach ... --out runs/teacher --resume            # after a stop: the scenarios left
     deepboot teach ... --backend ray --address auto           # a Ray cluster's CPUs
+    deepboot teach --labels advantage --player runs/ppo_1/best_model.zip --out runs/teacher-2
+                                                              # policy iteration: a model's own play
 
 Each training scenario is searched (``hindsight``'s held per-job scores, ``--generations`` x
 ``--pairs``) and its decisions in the score-mode env are recorded with those scores as labels, one
@@ -73,6 +75,12 @@ def add_teach_parser(sub: Any, add_backend_arguments: Any) -> None:
         "--gain", type=float, default=TeacherSpec.gain, help="advantage: label = gain x advantage (default 30)"
     )
     teach.add_argument("--prior", default=DEFAULT_PRIOR, help=f"the prior the scores act on (default {DEFAULT_PRIOR})")
+    teach.add_argument(
+        "--player",
+        metavar="MODEL",
+        help="advantage: label a trained score model's own play over the prior (policy iteration: its states, its "
+        "forks, labels = its action + gain x advantage); a model zip or run folder",
+    )
     add_backend_arguments(teach)
     teach.add_argument("--out", required=True, metavar="DIR", help="the labels' folder (created)")
     teach.add_argument("--resume", action="store_true", help="label the scenarios --out does not hold yet")
@@ -82,11 +90,12 @@ def add_teach_parser(sub: Any, add_backend_arguments: Any) -> None:
 
 def cmd_teach(args: argparse.Namespace) -> int:
     """Run the teacher as ``args`` say; the exit status (0, or 128 + the signal that stopped it)."""
-    from agents.trainers.teacher import TeacherSpec, teach
+    from agents.trainers.teacher import TeacherSpec, load_player, player_digest, teach
     from baselines.hindsight import HindsightSettings
     from deepboot_env.pool import Backend
 
     settings = HindsightSettings(args.prior, args.generations, args.pairs, learning_rate=args.lr)
+    player = read_player_model(args.player) if args.player else b""
     spec = TeacherSpec(
         tuple(args.families),
         args.seeds,
@@ -95,7 +104,10 @@ def cmd_teach(args: argparse.Namespace) -> int:
         probes=args.probes,
         delta=args.delta,
         gain=args.gain,
+        player=player_digest(player) if player else "",
     )
+    if player:
+        load_player(player, spec, args.player)  # a model that cannot play this env fails before any work
     backend = Backend(args.backend, args.address)
     backend.check()
 
@@ -115,13 +127,25 @@ def cmd_teach(args: argparse.Namespace) -> int:
 
     try:
         manifest = teach(
-            spec, Path(args.out), args.jobs, backend, args.resume, not args.quiet, None if args.quiet else said
+            spec, Path(args.out), args.jobs, backend, args.resume, not args.quiet, None if args.quiet else said, player
         )
     except KeyboardInterrupt as exc:  # a stop: every scenario labelled is kept
         return grid_stopped("teach", args.out, exc)
     if not args.quiet:
         print(summary(manifest), file=sys.stderr)
     return 0
+
+
+def read_player_model(path: str) -> bytes:
+    """``--player``'s model zip (a file or run folder, as ``ppo:<path>`` names one), bounded.
+
+    Raises:
+        FileNotFoundError: no model there; ValueError: too large (one line).
+    """
+    from agents.saved.policy_adapter import resolve_model_path
+    from deepboot_env.limits import MAX_ZIP_TOTAL_BYTES, read_bounded
+
+    return read_bounded(resolve_model_path(path), MAX_ZIP_TOTAL_BYTES, "a model zip", ValueError)
 
 
 def summary(manifest: dict[str, Any]) -> str:

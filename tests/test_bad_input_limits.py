@@ -558,7 +558,7 @@ def test_a_missing_preset_lists_the_file_s_presets_in_one_short_line(tmp_path: P
 @pytest.mark.parametrize(
     ("common", "fragment"),
     [
-        ("n_timesteps: -" + "9" * 4000, "--n-timesteps must be >= 1, got an integer of about 4,000 digits"),
+        ("n_timesteps: -" + "9" * 4000, "--n-timesteps must be >= 0, got an integer of about 4,000 digits"),
         ("n_steps: " + "9" * 4000, "hyperparameter n_steps: must be from 1"),
         ("n_steps: " + "9" * 5000, "not YAML (Exceeds the limit (4300 digits)"),
         ("learning_rate: .nan", "hyperparameter learning_rate"),

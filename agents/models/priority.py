@@ -157,8 +157,8 @@ def check_features(features: Sequence[str]) -> tuple[str, ...]:
     extras = names[len(FEATURES) :]
     if names[: len(FEATURES)] != FEATURES or list(extras) != [name for name in EXTRA_FEATURES if name in extras]:
         raise ValueError(
-            f"features must be {', '.join(FEATURES)}, then distinct names of {', '.join(EXTRA_FEATURES)} in that "
-            f"order; got {shown(list(names))}"
+            f"features must be {', '.join(FEATURES)}, then distinct extras among {EXTRA_FEATURES[0]}, "
+            f"app_<application>, in that order; got {shown(list(names))}"
         )
     return names
 

@@ -75,6 +75,7 @@ TEACHER_KEYS: dict[str, Any] = {
     "teacher_probes": 16,
     "teacher_delta": 0.5,
     "teacher_gain": 30.0,
+    "teacher_rounds": 1,
     "clone_epochs": 20,
     "clone_lr": 1.0e-3,
     "clone_batch": 256,
@@ -85,7 +86,9 @@ teacher) with ``teacher_kind`` labels (:data:`~agents.trainers.teacher.LABEL_KIN
 a search of ``teacher_generations`` x ``teacher_pairs`` at step ``teacher_lr``; ``advantage``,
 ``teacher_probes`` decisions probed at +-``teacher_delta``, labels ``teacher_gain`` x the
 advantage. The new model regresses the labels for ``clone_epochs`` at ``clone_lr`` in batches of
-``clone_batch`` before PPO. ``teacher_labels``, a folder ``deepboot teach`` wrote, gives the
+``clone_batch`` before PPO. With ``teacher_rounds`` R > 1 that is policy iteration: R - 1 more
+rounds label the advantages over the latest regression's own play, and the new model regresses
+each round's labels afresh. ``teacher_labels``, a folder ``deepboot teach`` wrote, gives the
 labels instead (the teacher is not run)."""
 
 FAMILY_SEEDS = 8
@@ -286,8 +289,8 @@ def resolve_settings(flags: TrainSettings, algo: str) -> dict[str, Any]:
         if not isinstance(value, int) or isinstance(value, bool):
             raise ConfigError(f"{key} must be an integer, got {shown(value)}")
         settings[key] = value
-    if settings["n_timesteps"] < 1:
-        raise ConfigError(f"--n-timesteps must be >= 1, got {shown(settings['n_timesteps'])}")
+    if settings["n_timesteps"] < 0:
+        raise ConfigError(f"--n-timesteps must be >= 0, got {shown(settings['n_timesteps'])}")
     if settings["n_envs"] < 1:
         raise ConfigError(f"--n-envs must be >= 1, got {shown(settings['n_envs'])}")
     if settings["group_size"] < 1 or settings["n_envs"] % settings["group_size"]:
@@ -302,6 +305,8 @@ def resolve_settings(flags: TrainSettings, algo: str) -> dict[str, Any]:
     settings.update(resolve_teacher(flags, conf))
     if starts_from_teacher(settings) and settings["pretrain_expert"] is not None:
         raise ConfigError("a run starts from the teacher's labels or from an expert's, not both: --teacher-seeds 0")
+    if settings["n_timesteps"] == 0 and not starts_from_teacher(settings) and settings["pretrain_expert"] is None:
+        raise ConfigError("--n-timesteps 0 (no PPO update) needs a warm start: --teacher-seeds or --pretrain-expert")
     env_kwargs = dict(conf.pop("env_kwargs", {}) or {})
     flag_kwargs = parse_kv(flags.env_kwargs, "--env-kwargs")
     resolve_env_id(flags.env, env_kwargs, flag_kwargs)
@@ -360,6 +365,7 @@ def resolve_teacher(flags: TrainSettings, conf: dict[str, Any]) -> dict[str, Any
         ("teacher_generations", 0),
         ("teacher_pairs", 1),
         ("teacher_probes", 1),
+        ("teacher_rounds", 1),
         ("clone_epochs", 0),
         ("clone_batch", 1),
     )

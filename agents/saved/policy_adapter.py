@@ -24,6 +24,7 @@ the zip (older exports), else ``config.yml``'s ``env_kwargs``, else it is ``ats`
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Callable
 from pathlib import Path
@@ -47,7 +48,7 @@ from agents.saved.checkpoint import (
 from agents.saved.shipped import SUFFIXES, resolve_shipped
 from agents.threads import use_torch_threads
 from deepboot_env.env.action import SCORE_SCALE, make_codec
-from deepboot_env.env.observation import OutlookEncoder, agent_observation, encode_observation
+from deepboot_env.env.observation import OutlookEncoder, agent_observation, encode_observation, slot_jobs
 from deepboot_env.extras import require_extra
 from deepboot_env.limits import MAX_CONFIG_BYTES, MAX_JSON_BYTES, parse_json, parse_yaml, read_bounded
 from deepboot_env.policy import Allocation, BasePolicy, ClusterState
@@ -103,7 +104,10 @@ class AgentPolicy(BasePolicy):
             (with a score model's ``width_classes``).
         codec: the env's action codec for those arguments.
         masked: whether predictions pass action masks (MaskablePPO).
-        last_action, last_mask: the latest raw action and mask (for inspection and tests).
+        last_action, last_mask, last_obs: the latest raw action, its mask and the observation it
+            was predicted from (for inspection, tests and the hindsight teacher's labels).
+        score_offsets: job id -> a number added to the job's score entry in every action (a
+            score model): what a counterfactual fork holds (:meth:`fork`); empty by default.
         on_decision: None, or called with the state after each new action is decoded (not at
             the boundaries a held action is decoded again): what inspection tools read the
             codec's held scores from (:mod:`agents.saved.score_sizes`).
@@ -137,6 +141,8 @@ class AgentPolicy(BasePolicy):
         self.masked = uses_masks(model)
         self.last_action: np.ndarray | None = None
         self.last_mask: np.ndarray | None = None
+        self.last_obs: dict[str, np.ndarray] | None = None
+        self.score_offsets: dict[int, float] = {}
         self.repaired_gpus = 0
         self._device: Any = None
         if self.deterministic:  # most_likely reads the one-tensor distribution (same parameters, same law)
@@ -181,16 +187,40 @@ class AgentPolicy(BasePolicy):
 
     def predict(self, state: ClusterState) -> tuple[np.ndarray, np.ndarray]:
         """The model's raw action for ``state`` and the mask it was given."""
-        obs = agent_observation(state, self.max_jobs, self.outlook, self.codec.observe(state))
+        obs = self.last_obs = agent_observation(state, self.max_jobs, self.outlook, self.codec.observe(state))
         continuous = self.codec.continuous
         mask = np.ones(0, dtype=bool) if continuous else self.codec.mask(state)
         if self.deterministic:
-            return self.most_likely(obs, mask), mask
-        if self.masked:
+            action = self.most_likely(obs, mask)
+        elif self.masked:
             action, _ = self.model.predict(obs, action_masks=mask, deterministic=self.deterministic)
         else:
             action, _ = self.model.predict(obs, deterministic=self.deterministic)
-        return np.asarray(action, dtype=np.float32 if continuous else np.int64).reshape(-1), mask
+        action = np.asarray(action, dtype=np.float32 if continuous else np.int64).reshape(-1)
+        if self.score_offsets:
+            for slot, job in enumerate(slot_jobs(state, self.max_jobs)):
+                action[slot] += self.score_offsets.get(job.id, 0.0)
+        return action, mask
+
+    def fork(self, score_offsets: dict[int, float] | None = None) -> AgentPolicy:
+        """A copy that goes on from here on its own, as a forked simulator does
+        (:meth:`Simulator.fork <deepboot_env.sim.simulator.Simulator.fork>`): the model is shared,
+        the episode's state (the codec's held scores, the outlook, the held action) is copied, and
+        the copy adds ``score_offsets`` (job id -> score units) to those jobs' score entries in
+        every action it takes (a score model; the hindsight teacher's counterfactual forks).
+
+        Raises:
+            ValueError: offsets for a model whose actions are not scores.
+        """
+        if score_offsets and self.action_mode != "score":
+            raise ValueError(f"{self.name}: score offsets need a score model, this one acts in {self.action_mode} mode")
+        twin = copy.copy(self)
+        twin.codec = copy.deepcopy(self.codec)
+        twin.outlook = copy.deepcopy(self.outlook)
+        twin._held = (list(self._held[0]), self._held[1])
+        twin.score_offsets = dict(score_offsets or {})
+        twin.on_decision = None
+        return twin
 
     def most_likely(self, obs: dict[str, np.ndarray], mask: np.ndarray) -> np.ndarray:
         """The model's most likely action for one observation: what ``model.predict(obs,

@@ -16,13 +16,18 @@ among them, :mod:`agents.models.set_policy`) learns them by regression, as Hinds
 
 :func:`hindsight_start` is the stage a training run (``train_policy.py`` with ``teacher_seeds``,
 the ``hindsight`` preset) runs on its new model: the teacher in ``<run>/teacher`` (resumable),
-then the regression. PPO then fine-tunes the cloned policy (:mod:`agents.trainers.training_run`).
+then the regression; with ``teacher_rounds`` R > 1, policy iteration: R - 1 more rounds, each
+teacher labelling the advantages over the last regression as it plays, each regression from the
+model's first weights. PPO may then fine-tune it (:mod:`agents.trainers.training_run`; the
+``hindsight`` preset trains no PPO steps: they did not pay).
 """
 
 from __future__ import annotations
 
+import functools
+import io
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +35,17 @@ import numpy as np
 
 from agents.errors import ConfigError
 from agents.runs.run_config import env_config
-from agents.trainers.teacher import MANIFEST, TeacherSpec, mean_search_ratio, read_manifest, read_scenario, teach
+from agents.trainers.teacher import (
+    MANIFEST,
+    PLAYER_FILE,
+    TeacherSpec,
+    mean_search_ratio,
+    player_digest,
+    read_manifest,
+    read_player,
+    read_scenario,
+    teach,
+)
 from baselines.hindsight import HindsightSettings
 from deepboot_env.pool import Backend
 from deepboot_env.stops import Stopped, stop_requested
@@ -232,6 +247,8 @@ def teacher_spec(settings: Mapping[str, Any]) -> TeacherSpec:
         spec = _labels_spec(settings) if settings["teacher_labels"] else _asked_spec(settings)
     except ValueError as exc:  # a prior that takes no scores, or a folder of something else
         raise ConfigError(str(exc)) from None
+    if settings["teacher_rounds"] > 1 and env.get("hold", 1) != 1:
+        raise ConfigError("policy iteration (teacher_rounds > 1) labels every decision its player takes: hold:1")
     config = env_config(env)  # the options the run leaves at their defaults
     differ = [key for key, value in spec.env_kwargs.items() if env.get(key, getattr(config, key, None)) != value]
     if differ:
@@ -280,24 +297,84 @@ def hindsight_start(
 ) -> dict[str, Any]:
     """Label the training scenarios in ``run_dir/teacher`` (going on from what it holds; or read
     the ``teacher_labels`` folder) and regress ``model`` on them, one train seed in four held out
-    to pick the epoch (:func:`held_out`; the module docstring); what ``config.yml`` records of it,
-    with ``complete`` false where a signal stopped it (a resumed run then starts it again, from a
-    new model and the labels kept: the result is the same as without the stop)."""
+    to pick the epoch (:func:`held_out`; the module docstring). With ``teacher_rounds`` R > 1,
+    policy iteration: R - 1 more rounds, round r in ``run_dir/teacher-<r>``, label the
+    advantages over the previous round's regression as it plays (its model the player,
+    :func:`agents.trainers.teacher.played_advantage_labels`), and ``model`` regresses each
+    round's labels from its first weights. Returns what ``config.yml`` records of it, with
+    ``complete`` false where a signal stopped it: a resumed run starts again from a new model,
+    at the last round whose player is kept (the labels and players kept: the result is the same
+    as without the stop). ``on_epoch`` gets the regression's epochs numbered on across rounds."""
     spec = teacher_spec(settings)
-    given = settings["teacher_labels"]
-    folder = Path(given) if given else run_dir / TEACHER_FOLDER
+    given, rounds, epochs = settings["teacher_labels"], settings["teacher_rounds"], settings["clone_epochs"]
+    folders = [Path(given) if given else run_dir / TEACHER_FOLDER]
+    folders += [run_dir / f"{TEACHER_FOLDER}-{r}" for r in range(2, rounds + 1)]
     record: dict[str, Any] = {
-        "folder": str(folder) if given else TEACHER_FOLDER,
+        "folder": str(folders[0]) if given else TEACHER_FOLDER,
         "families": list(spec.families),
         "seeds": spec.seeds,
         "labels": spec.labels,
         "search": {"generations": spec.search.generations, "pairs": spec.search.pairs, "lr": spec.search.learning_rate},
+        "rounds": [],
         "complete": False,
     }
+    first = max([r for r in range(2, rounds + 1) if (folders[r - 1] / PLAYER_FILE).is_file()], default=1)
+    player = read_player(folders[first - 1]) if first > 1 else b""
+    record["rounds"] += [_labelled_round(r, folders[r - 1], r == 1 and bool(given)) for r in range(1, first)]
+    weights = {key: value.clone() for key, value in model.policy.state_dict().items()}
+    for r in range(first, rounds + 1):
+        if r > 1:
+            model.policy.load_state_dict(weights)  # each round's regression starts afresh
+        round_spec = replace(spec, labels="advantage", player=player_digest(player)) if player else spec
+        numbered = None if on_epoch is None else functools.partial(_numbered, on_epoch, (r - 1) * epochs)
+        done = _round(model, settings, round_spec, folders[r - 1], player, (seed, backend, jobs, progress), numbered)
+        record["rounds"].append({"round": r, "folder": _shown(folders[r - 1], r == 1 and bool(given)), **done})
+        if "interrupted" in done:
+            return {**record, "interrupted": f"round {r}: {done['interrupted']}"}
+        if r < rounds:
+            player = model_bytes(model)
+    last = record["rounds"][-1]
+    record.update({key: last[key] for key in ROUND_RESULTS})
+    record["teacher_cpu_s"] = round(sum(done["teacher_cpu_s"] for done in record["rounds"]), 1)
+    record["complete"] = True
+    return record
+
+
+ROUND_RESULTS = ("scenarios", "decisions", "held_scenarios", "search_ratio", "clone_epochs_done", "clone")
+"""What the hindsight start's record shows of its last round (the model's)."""
+
+
+def _labelled_round(r: int, folder: Path, given: bool) -> dict[str, Any]:
+    """The record of round ``r``, labelled in ``folder`` before a stop (a resume starts past it):
+    its scenarios and teacher's cost, from its manifest."""
+    metas = list(read_manifest(folder)["scenarios"].values())
+    cpu = round(sum(m["cpu_s"] for m in metas), 1)
+    return {"round": r, "folder": _shown(folder, given), "scenarios": len(metas), "teacher_cpu_s": cpu}
+
+
+def _round(
+    model: Any,
+    settings: Mapping[str, Any],
+    spec: TeacherSpec,
+    folder: Path,
+    player: bytes,
+    work: tuple[int, Backend, int, bool],
+    on_epoch: Callable[[int, dict[str, float]], None] | None,
+) -> dict[str, Any]:
+    """One round of :func:`hindsight_start`: the teacher labels ``folder`` (unless it is the
+    given ``teacher_labels``), ``model`` regresses the labels; what the round's record holds,
+    with ``interrupted`` where a signal stopped it."""
+    seed, backend, jobs, progress = work
     try:
-        manifest = read_manifest(folder) if given else teach(spec, folder, jobs, backend, folder.is_dir(), progress)
+        if settings["teacher_labels"] and not spec.player:
+            manifest = read_manifest(folder)
+        else:
+            manifest = teach(spec, folder, jobs, backend, folder.is_dir(), progress, player=player)
     except Stopped as exc:
-        return {**record, "interrupted": f"stopped by {exc} while the teacher labelled; its labels are kept"}
+        return {
+            "teacher_cpu_s": 0.0,
+            "interrupted": f"stopped by {exc} while the teacher labelled; its labels are kept",
+        }
     metas = list(manifest["scenarios"].values())
     fit, held = held_out(read_labels(folder, manifest))
     epochs = settings["clone_epochs"]
@@ -312,19 +389,38 @@ def hindsight_start(
         on_epoch=on_epoch,
         should_stop=stop_requested,
     )
-    record.update(
-        scenarios=len(metas),
-        decisions=len(fit) + (len(held) if held is not None else 0),
-        held_scenarios=held.scenarios if held is not None else [],
-        search_ratio=None if (ratio := mean_search_ratio(metas)) is None else round(ratio, 4),
-        teacher_cpu_s=round(sum(m["cpu_s"] for m in metas), 1),
-        clone_epochs_done=len(history),
-        clone=_best_epoch(history),
-        complete=len(history) == epochs,
-    )
+    done: dict[str, Any] = {
+        "player": spec.player[:12] or spec.search.prior,
+        "scenarios": len(metas),
+        "decisions": len(fit) + (len(held) if held is not None else 0),
+        "held_scenarios": held.scenarios if held is not None else [],
+        "search_ratio": None if (ratio := mean_search_ratio(metas)) is None else round(ratio, 4),
+        "teacher_cpu_s": round(sum(m["cpu_s"] for m in metas), 1),
+        "clone_epochs_done": len(history),
+        "clone": _best_epoch(history),
+    }
     if len(history) < epochs:
-        record["interrupted"] = f"stopped after {len(history)} of {epochs} regression epochs"
-    return record
+        done["interrupted"] = f"stopped after {len(history)} of {epochs} regression epochs"
+    return done
+
+
+def _shown(folder: Path, given: bool) -> str:
+    """A round's folder as the record shows it: a given one as given, else its name in the run."""
+    return str(folder) if given else folder.name
+
+
+def _numbered(
+    on_epoch: Callable[[int, dict[str, float]], None], before: int, epoch: int, losses: dict[str, float]
+) -> None:
+    """``on_epoch`` with the epoch numbered on from ``before`` (the rounds' epochs before it)."""
+    on_epoch(before + epoch, losses)
+
+
+def model_bytes(model: Any) -> bytes:
+    """``model`` saved as a zip, in memory (a next round's player)."""
+    buffer = io.BytesIO()
+    model.save(buffer)
+    return buffer.getvalue()
 
 
 def _best_epoch(history: list[dict[str, float]]) -> dict[str, float]:

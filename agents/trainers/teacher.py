@@ -15,7 +15,8 @@ worker (:func:`label_scenario`) labels in one of two ways (``labels``):
 * ``advantage`` (:func:`advantage_labels`): per-decision counterfactual advantages from forked
   rollouts (their Hindsight MAC): at ``probes`` decisions of the prior's own episode, each job's
   score held up and down by ``delta`` on forks played to the end; the label is ``gain`` times the
-  job's advantage.
+  job's advantage. With a ``player`` (policy iteration), the states are a trained score model's
+  and its forks are played by copies of it: :func:`played_advantage_labels`.
 
 Either way the result is one compressed ``.npz`` (its ``meta`` inside; ``obs/<entry>`` stacked over
 the labelled decisions, ``label`` (decisions, action size), ``slots``, the jobs in slots at each)
@@ -31,8 +32,10 @@ labels only the scenarios without a file. Workers are local processes or Ray tas
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
+import tempfile
 import time
 import zipfile
 from collections.abc import Callable
@@ -46,6 +49,7 @@ from baselines.hindsight import (
     HeldScores,
     HindsightSettings,
     held_jct,
+    play_out,
     played_fork,
     scored_prior,
     search_held_scores,
@@ -54,7 +58,7 @@ from deepboot_env import FRONT_END_DYNAMICS
 from deepboot_env.atomic import atomic_write, lock_folder, write_text
 from deepboot_env.env import DeepBootEnv
 from deepboot_env.env.observation import slot_jobs
-from deepboot_env.limits import parse_json, read_bounded
+from deepboot_env.limits import MAX_ZIP_TOTAL_BYTES, parse_json, read_bounded
 from deepboot_env.policy import WIDTH_CLASSES
 from deepboot_env.pool import LOCAL, Backend, run_pool
 from deepboot_env.sim.simulator import Simulator
@@ -62,6 +66,9 @@ from traces.families import FAMILIES, cached_scenario, split_seeds
 
 MANIFEST = "teacher.json"
 """The teacher folder's record: the spec and each labelled scenario's meta."""
+
+PLAYER_FILE = "player.zip"
+"""The teacher folder's copy of the model whose states it labels (a spec with a ``player``)."""
 
 MAX_SCENARIO_BYTES = 256 << 20
 """Largest scenario file :func:`read_scenario` reads (a 3,000-decision episode is a few MB)."""
@@ -80,7 +87,9 @@ class TeacherSpec:
     """What a teacher labels: the first ``seeds`` train seeds of each of ``families`` in the
     score-mode env of ``max_jobs`` slots over ``search``'s prior on ``dynamics``, with ``labels``
     (:data:`LABEL_KINDS`): ``held``, searched with ``search``; ``advantage``, at ``probes``
-    decisions with scores held at +-``delta`` and labels ``gain`` x the advantage."""
+    decisions with scores held at +-``delta`` and labels ``gain`` x the advantage, on the prior's
+    states or, with ``player`` (the SHA-256 of a score model's zip, :data:`PLAYER_FILE` in the
+    folder), on that model's (:func:`played_advantage_labels`)."""
 
     families: tuple[str, ...]
     seeds: int = 4
@@ -91,6 +100,7 @@ class TeacherSpec:
     probes: int = 16
     delta: float = 0.5
     gain: float = 30.0
+    player: str = ""
 
     def __post_init__(self) -> None:
         unknown = [family for family in self.families if family not in FAMILIES]
@@ -107,6 +117,8 @@ class TeacherSpec:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1_000:
                 raise ValueError(f"teacher: {name} must be a number in (0, 1000], got {value!r}")
+        if self.player and (self.labels != "advantage" or not _is_digest(self.player)):
+            raise ValueError(f"teacher: player must be a model's SHA-256 with advantage labels, got {self.player!r}")
 
     @property
     def scenarios(self) -> list[Key]:
@@ -140,10 +152,20 @@ class TeacherSpec:
         """
         try:
             search = HindsightSettings(**doc["search"])
-            kind = {key: doc[key] for key in ("labels", "probes", "delta", "gain") if key in doc}
+            kind = {key: doc[key] for key in ("labels", "probes", "delta", "gain", "player") if key in doc}
             return cls(tuple(doc["families"]), doc["seeds"], search, doc["max_jobs"], doc["dynamics"], **kind)
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{where}: not a teacher spec ({exc})") from None
+
+
+def _is_digest(text: object) -> bool:
+    """Whether ``text`` is a SHA-256 in hex."""
+    return isinstance(text, str) and len(text) == 64 and all(c in "0123456789abcdef" for c in text)
+
+
+def player_digest(model: bytes) -> str:
+    """A player's name in a spec: the SHA-256 of its model zip."""
+    return hashlib.sha256(model).hexdigest()
 
 
 @dataclass
@@ -160,16 +182,23 @@ def file_name(key: Key) -> str:
     return f"{key[0]}-{key[1]}.npz"
 
 
-def label_scenario(task: tuple[Key, TeacherSpec]) -> Labelled:
+Task = tuple[Key, TeacherSpec, bytes]
+"""A worker's job: the scenario, the spec, and the player's model zip (empty without a player)."""
+
+
+def label_scenario(task: Task) -> Labelled:
     """Search one scenario and record its labelled decisions (a worker's job; the module docstring)."""
-    (family, seed), spec = task
+    (family, seed), spec, player = task
     start = time.process_time()
     scenario = cached_scenario(family, seed)
     env = DeepBootEnv(workload=scenario, **spec.env_kwargs)
     first, _ = env.reset(seed=0)
     assert env.sim is not None
-    label = advantage_labels if spec.labels == "advantage" else held_labels
-    arrays, meta = label(env, first, spec)
+    if spec.player:
+        arrays, meta = played_advantage_labels(env, spec, load_player(player, spec))
+    else:
+        label = advantage_labels if spec.labels == "advantage" else held_labels
+        arrays, meta = label(env, first, spec)
     meta = {"family": family, "seed": seed, "jobs": len(scenario.workload.jobs), **meta}
     meta["cpu_s"] = round(time.process_time() - start, 2)
     return Labelled((family, seed), _npz(arrays, meta), meta)
@@ -222,32 +251,164 @@ def advantage_labels(
     Returns the arrays (``obs/<entry>`` and ``label`` at the probed decisions, ``slots``,
     ``advantage`` (probes, max_jobs)) and the meta (decisions, probes, forks, prior JCT)."""
     assert env.sim is not None
-    prior = scored_prior(spec.search.prior)
-    prior_jct, total = played_fork(env.sim, HeldScores(prior, {}), 0)  # one play: its JCT and its length
-    probed = set(np.linspace(0, total - 1, min(spec.probes, total)).round().astype(int).tolist())
-    observations, labels, slots, advantages = [], [], [], []
+    sim, prior = env.sim, scored_prior(spec.search.prior)
+    prior_jct, total = played_fork(sim, HeldScores(prior, {}), 0)  # one play: its JCT and its length
+    probed = _probed(total, spec.probes)
+    records = _Probes()
     zero = np.zeros(env.action_space.shape, dtype=np.float32)
     obs, decision, done = first, 0, False
     while not done:
         if decision in probed:
             jobs = slot_jobs(env.state, env.config.max_jobs)
-            advantage = np.zeros(env.config.max_jobs, dtype=np.float32)
-            for i, job in enumerate(jobs):
-                up = held_jct(env.sim, HeldScores(prior, {job.id: spec.delta}), 0)
-                down = held_jct(env.sim, HeldScores(prior, {job.id: -spec.delta}), 0)
-                advantage[i] = (down - up) / (2 * spec.delta * prior_jct)
-            label = zero.copy()
-            label[: len(jobs)] = np.clip(spec.gain * advantage[: len(jobs)], -1.0, 1.0)
-            observations.append(obs)
-            labels.append(label)
-            slots.append(len(jobs))
-            advantages.append(advantage)
+            advantage = _advantages(
+                jobs, lambda job, score: held_jct(sim, HeldScores(prior, {job: score}), 0), spec, prior_jct
+            )
+            records.add(obs, zero, advantage, len(jobs), spec.gain)
         obs, _, terminated, truncated, _ = env.step(zero)
         decision, done = decision + 1, terminated or truncated
-    arrays: dict[str, Any] = {f"obs/{key}": np.stack([o[key] for o in observations]) for key in observations[0]}
-    arrays.update(label=np.stack(labels), slots=np.asarray(slots, dtype=np.int16), advantage=np.stack(advantages))
-    meta = {"decisions": len(labels), "probes": len(probed), "forks": 2 * int(sum(slots)) + 2, "prior_jct": prior_jct}
-    return arrays, meta
+    return records.arrays(), records.meta(len(probed), prior_jct)
+
+
+def played_advantage_labels(env: DeepBootEnv, spec: TeacherSpec, player: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """:func:`advantage_labels` over a trained score model, ``player`` (an
+    :class:`~agents.saved.policy_adapter.AgentPolicy`): one step of policy iteration. The player
+    plays ``env``'s scenario (in the simulator ``env`` would build); at the probed decisions each
+    job's score is offset by +-``delta`` in a copy of the player (:meth:`AgentPolicy.fork
+    <agents.saved.policy_adapter.AgentPolicy.fork>`, its codec and outlook as they are at the
+    fork) that plays a fork of the simulator to the end. The advantage is over the player's own
+    JCT, and the label is the player's own action with ``gain`` times the advantage added to
+    each present job's score (its width scores and lending as it chose): regressed, it is the
+    player improved where the scenario's future shows it should score a job otherwise.
+
+    The forks' simulator hooks (reclaim, the Aryl-mode rule) stay the player's, which are its
+    prior's built-in rules: they read the state and keep no episode state of their own."""
+    assert env.sim is not None
+    player.reset(0)
+    sim = Simulator(env.sim.workload, env.sim_config, player)
+    played_jct, total = play_out(sim.fork(), player.fork())
+    probed = _probed(total, spec.probes)
+    scale = float(player.codec.score_scale)
+    records = _Probes()
+
+    def fork_jct(job: int, score: float) -> float:
+        return play_out(sim.fork(), player.fork({job: score / scale}))[0]
+
+    decision = 0
+    while not sim.done:
+        state = sim.observe()
+        advantage = None
+        if decision in probed:
+            jobs = slot_jobs(state, spec.max_jobs)
+            advantage = _advantages(jobs, fork_jct, spec, played_jct)
+        allocation = player.decide(state)
+        if advantage is not None:
+            records.add(player.last_obs, player.last_action, advantage, len(jobs), spec.gain)
+        sim.apply(allocation, state)
+        sim.advance()
+        decision += 1
+    return records.arrays(), records.meta(len(probed), played_jct)
+
+
+def _probed(total: int, probes: int) -> set[int]:
+    """The decisions probed: ``probes`` of ``total``, evenly spread from the first to the last."""
+    return set(np.linspace(0, total - 1, min(probes, total)).round().astype(int).tolist())
+
+
+def _advantages(
+    jobs: list[Any], fork_jct: Callable[[int, float], float], spec: TeacherSpec, base_jct: float
+) -> np.ndarray:
+    """Each slot job's advantage: ``(fork_jct(job, -delta) - fork_jct(job, +delta)) / (2 delta
+    base_jct)`` (the mean JCT a fork reaches with the job's score offset by that many log-weight
+    units), 0 for empty slots."""
+    advantage = np.zeros(spec.max_jobs, dtype=np.float32)
+    for i, job in enumerate(jobs):
+        up, down = fork_jct(job.id, spec.delta), fork_jct(job.id, -spec.delta)
+        advantage[i] = (down - up) / (2 * spec.delta * base_jct)
+    return advantage
+
+
+class _Probes:
+    """The probed decisions of one scenario: observations, labels, jobs in slots, advantages."""
+
+    def __init__(self) -> None:
+        self.observations: list[dict[str, np.ndarray]] = []
+        self.labels: list[np.ndarray] = []
+        self.slots: list[int] = []
+        self.advantages: list[np.ndarray] = []
+
+    def add(
+        self, obs: dict[str, np.ndarray], action: np.ndarray, advantage: np.ndarray, used: int, gain: float
+    ) -> None:
+        """One probe: the label is ``action`` (clipped) with ``gain`` x ``advantage`` added to
+        the ``used`` slots' scores."""
+        label = np.clip(np.asarray(action, dtype=np.float32), -1.0, 1.0)
+        label[:used] = np.clip(action[:used] + gain * advantage[:used], -1.0, 1.0)
+        self.observations.append({key: np.array(value, copy=True) for key, value in obs.items()})
+        self.labels.append(label)
+        self.slots.append(used)
+        self.advantages.append(advantage)
+
+    def arrays(self) -> dict[str, Any]:
+        """The scenario file's arrays (:func:`label_scenario`)."""
+        arrays: dict[str, Any] = {
+            f"obs/{key}": np.stack([o[key] for o in self.observations]) for key in self.observations[0]
+        }
+        arrays.update(
+            label=np.stack(self.labels),
+            slots=np.asarray(self.slots, dtype=np.int16),
+            advantage=np.stack(self.advantages),
+        )
+        return arrays
+
+    def meta(self, probes: int, played_jct: float) -> dict[str, Any]:
+        """The scenario's meta: decisions labelled, probes, forks played (two per job probed and
+        the first play), the JCT the advantages are over."""
+        forks = 2 * sum(self.slots) + 2
+        return {"decisions": len(self.labels), "probes": probes, "forks": forks, "prior_jct": played_jct}
+
+
+def load_player(model: bytes, spec: TeacherSpec, where: str = PLAYER_FILE) -> Any:
+    """The player ``spec`` names, from its model zip's bytes, as an
+    :class:`~agents.saved.policy_adapter.AgentPolicy` (loaded safely, once per process);
+    ``where`` names it in errors.
+
+    Raises:
+        ValueError: bytes that are not the spec's player, or a model that does not act in the
+            env the teacher labels (one line).
+    """
+    digest = player_digest(model)
+    if digest != spec.player:
+        raise ValueError(f"teacher: the player's model is not the one the spec names ({spec.player[:12]})")
+    if digest not in _PLAYERS:
+        from agents.saved.policy_adapter import load_agent_policy  # lazy: torch (a prior's teacher needs none)
+
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / PLAYER_FILE
+            path.write_bytes(model)
+            try:
+                player = load_agent_policy(path, name="player")
+            except ValueError as exc:  # a checkpoint's error names the temporary copy
+                raise ValueError(str(exc).replace(str(path), where)) from None
+        codec = player.codec
+        wanted = (spec.max_jobs, spec.search.prior, WIDTH_CLASSES, True, 1)
+        found = (
+            player.max_jobs,
+            getattr(codec, "base_name", None),
+            getattr(codec, "width_classes", 0),
+            player.outlook is not None,
+            player.hold,
+        )
+        if player.action_mode != "score" or found != wanted:
+            raise ValueError(
+                f"{where}: the teacher's player must be a score model over {spec.search.prior} with "
+                f"{spec.max_jobs} slots, {WIDTH_CLASSES} width classes, the outlook and hold 1; it has {found}"
+            )
+        _PLAYERS[digest] = player
+    return _PLAYERS[digest]
+
+
+_PLAYERS: dict[str, Any] = {}
+"""Players loaded in this process, by digest (a worker labels several scenarios)."""
 
 
 def _fork_jct(sim: Simulator | None, spec: TeacherSpec, scores: dict[int, float]) -> float:
@@ -289,18 +450,27 @@ def teach(
     resume: bool = False,
     progress: bool = False,
     on_label: Callable[[Labelled], None] | None = None,
+    player: bytes = b"",
 ) -> dict[str, Any]:
     """Label every scenario of ``spec`` missing from ``out`` (the module docstring); returns the
-    manifest. A stop (:class:`~deepboot_env.stops.Stopped`) keeps every file written.
+    manifest. A stop (:class:`~deepboot_env.stops.Stopped`) keeps every file written. A spec
+    with a player takes its model zip, ``player``, or :data:`PLAYER_FILE` in ``out`` on a resume;
+    ``out`` keeps a copy (its labels say whose states they are).
 
     Raises:
-        ValueError: ``out`` holds another spec, or labels without ``resume``.
+        ValueError: ``out`` holds another spec, or labels without ``resume``; a player that is
+            not the spec's.
     """
     out.mkdir(parents=True, exist_ok=True)
     with lock_folder(out, "--out"):
+        player = _kept_player(spec, out, player)
         manifest = _start_manifest(spec, out, resume)
+        if player and not (out / PLAYER_FILE).is_file():
+            with atomic_write(out / PLAYER_FILE, binary=True) as fh:
+                fh.write(player)
         _adopt_written(out, spec, manifest)
         todo = [key for key in spec.scenarios if not (out / file_name(key)).is_file()]
+        todo.sort(key=lambda key: -len(cached_scenario(*key).workload.jobs))  # the longest first: no long tail
 
         def keep(_: int, labelled: Labelled) -> None:
             with atomic_write(out / file_name(labelled.key), binary=True) as fh:
@@ -313,7 +483,7 @@ def teach(
 
         run_pool(
             label_scenario,
-            [(key, spec) for key in todo],
+            [(key, spec, player) for key in todo],
             jobs,
             progress,
             "hindsight teacher",
@@ -322,6 +492,35 @@ def teach(
             backend=backend,
         )
     return manifest
+
+
+def _kept_player(spec: TeacherSpec, out: Path, player: bytes) -> bytes:
+    """The player's model zip for ``spec`` (b"" without one): ``player``, else the copy ``out``
+    keeps.
+
+    Raises:
+        ValueError: no player given or kept, or one that is not the spec's (one line).
+    """
+    if not spec.player:
+        return b""
+    kept = out / PLAYER_FILE
+    if not player and kept.is_file():
+        player = read_player(out)
+    if not player or player_digest(player) != spec.player:
+        raise ValueError(f"--out {out}: the teacher's player ({spec.player[:12]}) is neither given nor in {kept.name}")
+    return player
+
+
+def read_player(out: Path) -> bytes:
+    """The player's model zip a teacher's folder keeps (:data:`PLAYER_FILE`), bounded.
+
+    Raises:
+        ValueError: unreadable or too large (one line).
+    """
+    try:
+        return read_bounded(out / PLAYER_FILE, MAX_ZIP_TOTAL_BYTES, "a player's model zip", ValueError)
+    except OSError as exc:
+        raise ValueError(f"{out / PLAYER_FILE}: cannot read it ({exc.strerror or exc})") from None
 
 
 def mean_search_ratio(metas: list[dict[str, Any]]) -> float | None:

@@ -237,7 +237,8 @@ def plan_run(settings: TrainSettings, more: int | None = None) -> RunPlan:
     if continued is not None and saved is not None:
         done = int(saved.data.get("num_timesteps", 0))
         steps = more if more is not None else steps - done
-        if steps < 1:
+        warm_start_due = taught and not (recorded_config(continued).get("teacher") or {}).get("complete", False)
+        if steps < 1 and not warm_start_due:  # a stopped hindsight start goes on, PPO steps or none
             raise ConfigError(f"--resume {continued}: the run has trained its {done:,} steps; -n N trains N more")
     return RunPlan(settings, algo, device, resume, resolved, saved=saved, continued=continued, steps=steps)
 
@@ -518,7 +519,8 @@ def start_from_teacher(run: Run, model: Any) -> dict[str, Any]:
     settings, resolved = run.plan.settings, run.plan.resolved
     t0 = time.perf_counter()
     backend = Backend("ray", settings.address) if settings.vec_env == "ray" else LOCAL
-    with _epoch_log(run.tb_dir, "clone", resolved["clone_epochs"], settings.verbose, t0) as on_epoch:
+    epochs = resolved["clone_epochs"] * resolved["teacher_rounds"]
+    with _epoch_log(run.tb_dir, "clone", epochs, settings.verbose, t0) as on_epoch:
         record = hindsight_start(
             model,
             resolved,
@@ -530,7 +532,22 @@ def start_from_teacher(run: Run, model: Any) -> dict[str, Any]:
             on_epoch,
         )
     model.set_random_seed(settings.seed)
-    return {**record, "seconds": round(time.perf_counter() - t0, 1)}
+    record["seconds"] = round(time.perf_counter() - t0, 1)
+    if settings.verbose >= 1 and record.get("complete"):
+        print(hindsight_budget(record))
+    return record
+
+
+def hindsight_budget(record: Mapping[str, Any]) -> str:
+    """One line of what a complete hindsight start cost: rounds, scenarios labelled, the
+    teacher's CPU seconds (its workers' process time) and the stage's wall seconds."""
+    rounds = record["rounds"]
+    labelled = sum(done["scenarios"] for done in rounds)
+    return (
+        f"hindsight start: {len(rounds)} round(s), {labelled} scenarios labelled, teacher "
+        f"{record['teacher_cpu_s']:,.0f} CPU-s ({record['teacher_cpu_s'] / 3600:.2f} CPU-h), "
+        f"{record['seconds']:,.0f} s in all"
+    )
 
 
 def clone_expert(

@@ -21,7 +21,8 @@ from agents.runs.validation import EVAL_COLUMNS
 from agents.saved.checkpoint import SavedModel
 from agents.trainers.learner import LabelSet, clone_labels, read_labels
 from agents.trainers.ppo import build_model, make_vec_env_for
-from agents.trainers.teacher import MANIFEST, TeacherSpec, teach
+from agents.trainers.teacher import MANIFEST, PLAYER_FILE, TeacherSpec, player_digest, read_manifest, teach
+from agents.trainers.training_run import hindsight_budget
 from baselines.hindsight import HindsightSettings
 from deepboot_env.env.observation import JOB_FEATURES
 from deepboot_env.sim.apps import APP_NAMES
@@ -128,9 +129,9 @@ def test_a_regression_is_deterministic_stops_and_refuses_other_actions(labels) -
         clone_labels(_model(0), read, epochs=-1)
 
 
-def _train(tmp_path: Path, name: str, *extra: str) -> list[str]:
+def _train(tmp_path: Path, name: str, *extra: str, preset: dict | None = None) -> list[str]:
     conf = tmp_path / "tiny.yml"
-    conf.write_text(yaml.safe_dump({"common": TINY_PRESET, "ppo": {}}))
+    conf.write_text(yaml.safe_dump({"common": preset or TINY_PRESET, "ppo": {}}))
     runs = tmp_path / name
     return [
         "--conf-file",
@@ -146,8 +147,8 @@ def _train(tmp_path: Path, name: str, *extra: str) -> list[str]:
     ]
 
 
-def _weights(run: Path) -> dict[str, torch.Tensor]:
-    saved = SavedModel.read(run / "final_model.zip")
+def _weights(run: Path, name: str = "final_model.zip") -> dict[str, torch.Tensor]:
+    saved = SavedModel.read(run / name)
     return {key: value.clone() for key, value in saved.load("cpu").policy.state_dict().items()}
 
 
@@ -206,3 +207,55 @@ def test_a_run_starts_from_labels_deepboot_teach_wrote(labels, tmp_path: Path) -
     assert float(rows[1][EVAL_COLUMNS.index("prior_ratio")]) > 0
     with pytest.raises(ConfigError, match="not a teacher manifest|cannot read it"):
         train_policy.run(_train(tmp_path, "runs", "--teacher-labels", str(tmp_path)))
+
+
+ROUNDS_PRESET = {
+    **TINY_PRESET,
+    "n_timesteps": 0,
+    "teacher_rounds": 2,
+    "teacher_probes": 1,
+    "env_kwargs": {**SPEC.env_kwargs, "relative_reward": True},
+}
+"""Policy iteration in small, and no PPO after it: the tiny preset's round, then one probe over its
+regression (hold 1: the player's every decision is its own)."""
+
+
+def test_policy_iteration_rounds_label_the_last_regression_and_resume_exactly(tmp_path: Path, monkeypatch) -> None:
+    """With ``teacher_rounds`` 2 the second round labels the first regression's own play (its
+    model kept as the round's player) and the model regresses those labels afresh; a run stopped
+    once the second round's labels are written resumes at that round, without labelling or
+    regressing the first again, to the same weights as a run never stopped."""
+    import agents.trainers.learner
+
+    whole = train_policy.run(_train(tmp_path, "whole", preset=ROUNDS_PRESET))
+    record = yaml.safe_load((whole / "config.yml").read_text())["teacher"]
+    assert record["complete"] and [done["round"] for done in record["rounds"]] == [1, 2]
+    assert record["rounds"][1]["folder"] == "teacher-2" and record["rounds"][1]["scenarios"] == 1
+    kept = (whole / "teacher-2" / PLAYER_FILE).read_bytes()
+    spec = TeacherSpec.from_json(read_manifest(whole / "teacher-2")["spec"], "teacher-2")
+    assert spec.player == player_digest(kept) == record["rounds"][1]["player"][:12] + spec.player[12:]
+    assert record["teacher_cpu_s"] == pytest.approx(sum(done["teacher_cpu_s"] for done in record["rounds"]), abs=0.2)
+    assert hindsight_budget(record).startswith("hindsight start: 2 round(s), 2 scenarios labelled, teacher ")
+
+    real_teach, calls = agents.trainers.learner.teach, []
+
+    def teach_then_stop(*args, **kwargs):
+        manifest = real_teach(*args, **kwargs)
+        calls.append(bool(kwargs.get("player")))
+        if calls == [False, True]:
+            os.kill(os.getpid(), signal.SIGINT)  # once the second round's labels are written
+        return manifest
+
+    monkeypatch.setattr(agents.trainers.learner, "teach", teach_then_stop)
+    with pytest.raises(TrainingInterrupted):
+        train_policy.run(_train(tmp_path, "stopped", preset=ROUNDS_PRESET))
+    assert calls == [False, True]
+    run = next((tmp_path / "stopped").iterdir())
+    assert train_policy.run(["--resume", str(run), "--verbose", "0"]) == run
+    assert calls == [False, True, True]  # the resume starts at round 2
+    resumed, straight = _weights(run), _weights(whole)
+    assert all(torch.equal(resumed[key], straight[key]) for key in straight)
+    with pytest.raises(ConfigError, match="hold:1"):
+        train_policy.run(_train(tmp_path, "held", "--env-kwargs", "hold:4", preset=ROUNDS_PRESET))
+    with pytest.raises(ConfigError, match="needs a warm start"):
+        train_policy.run(_train(tmp_path, "cold", "--teacher-seeds", "0", preset=ROUNDS_PRESET))

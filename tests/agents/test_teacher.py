@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from agents.trainers.teacher import MANIFEST, TeacherSpec, label_scenario, read_manifest, read_scenario, teach
-from baselines.hindsight import HeldScores, HindsightSettings, held_jct, scored_prior
+from agents.trainers.teacher import (
+    MANIFEST,
+    PLAYER_FILE,
+    TeacherSpec,
+    label_scenario,
+    load_player,
+    player_digest,
+    read_manifest,
+    read_scenario,
+    teach,
+)
+from baselines.hindsight import HeldScores, HindsightSettings, held_jct, play_out, scored_prior
 from deepboot_env.env import DeepBootEnv
 from deepboot_env.env.observation import slot_jobs
+from deepboot_env.sim.simulator import Simulator
 from traces.families import cached_scenario
 
 SMALL = TeacherSpec(("mixed",), seeds=1, search=HindsightSettings(generations=1, pairs=1))
@@ -109,10 +121,8 @@ def test_advantage_labels_are_each_job_s_forked_difference_on_the_prior_s_states
     first probe (the episode's first decision) recomputed by hand from forks of a fresh env; the
     label is gain times it, clipped; only the present slots' scores are labelled."""
     spec = TeacherSpec(("short-period",), seeds=1, labels="advantage", probes=3, delta=0.5, gain=30.0)
-    labelled = label_scenario((("short-period", 1000), spec))
+    labelled = label_scenario((("short-period", 1000), spec, b""))
     path = Path(f"{labelled.key[0]}-{labelled.key[1]}.npz")
-    import io
-
     with np.load(io.BytesIO(labelled.npz), allow_pickle=False) as npz:
         arrays = {name: npz[name] for name in npz.files}
     meta = labelled.meta
@@ -133,3 +143,118 @@ def test_advantage_labels_are_each_job_s_forked_difference_on_the_prior_s_states
         up = held_jct(env.sim, HeldScores(prior, {job.id: 0.5}), 0)
         down = held_jct(env.sim, HeldScores(prior, {job.id: -0.5}), 0)
         assert advantage[0, i] == pytest.approx((down - up) / (1.0 * base), rel=1e-5, abs=1e-9)
+
+
+@pytest.fixture(scope="module")
+def player_zip() -> bytes:
+    """A small score model (untrained: its scores are its initial network's), saved as a zip."""
+    return _score_model_zip()
+
+
+def _score_model_zip(**env: object) -> bytes:
+    from agents.trainers.learner import model_bytes
+    from agents.trainers.ppo import build_model, make_vec_env_for
+
+    env_kwargs = {**TeacherSpec(("short-period",)).env_kwargs, "relative_reward": True, **env}
+    vec = make_vec_env_for("tiny", 2, 0, env_kwargs, group_size=2, antithetic=True)
+    hyperparams = {
+        "policy": "SetPolicy",
+        "n_steps": 64,
+        "batch_size": 64,
+        "policy_kwargs": {"embed_dim": 16, "attention_heads": 2, "pool_layers": 1, "application_scores": 0},
+    }
+    return model_bytes(build_model("ppo", vec, hyperparams=hyperparams, env_kwargs=env_kwargs, group_size=2))
+
+
+def _played(spec: TeacherSpec, player: object) -> tuple[Simulator, DeepBootEnv]:
+    """A new episode of ``player`` on the spec's first scenario, in the simulator the teacher builds."""
+    env = DeepBootEnv(workload=cached_scenario(spec.families[0], 1000), **spec.env_kwargs)
+    env.reset(seed=0)
+    assert env.sim is not None
+    player.reset(0)  # type: ignore[attr-defined]
+    return Simulator(env.sim.workload, env.sim_config, player), env  # type: ignore[arg-type]
+
+
+def test_a_forked_player_goes_on_as_the_episode_would(player_zip: bytes) -> None:
+    """Policy iteration's forks: a copy of the player made mid-episode, with no offset, plays a
+    fork of the simulator to the very JCT of the episode it was forked from (its codec's held
+    scores and its outlook are copied, not shared); an offset moves the job's score entry."""
+    spec = TeacherSpec(("short-period",), labels="advantage", player=player_digest(player_zip))
+    player = load_player(player_zip, spec)
+    sim, _ = _played(spec, player)
+    forked = None
+    for _ in range(12):
+        state = sim.observe()
+        sim.apply(player.decide(state), state)
+        sim.advance()
+    forked = play_out(sim.fork(), player.fork())[0]
+    episode = play_out(sim, player)[0]
+    assert forked == episode
+    sim, _ = _played(spec, player)
+    state = sim.observe()
+    job = slot_jobs(state, spec.max_jobs)[0].id
+    plain, offset = player.fork().predict(state)[0], player.fork({job: 0.25}).predict(state)[0]
+    assert offset[0] == pytest.approx(plain[0] + 0.25) and np.array_equal(offset[1:], plain[1:])
+
+
+def test_policy_iteration_labels_the_player_s_states_with_its_own_advantages(player_zip: bytes) -> None:
+    """With a player, the probed states are the player's and the advantages are over its JCT:
+    the first probe (the first decision) recomputed by hand from forks played by copies of it;
+    the label is its own action with gain x the advantage added to the present jobs' scores."""
+    spec = TeacherSpec(("short-period",), labels="advantage", probes=2, player=player_digest(player_zip))
+    labelled = label_scenario((("short-period", 1000), spec, player_zip))
+    with np.load(io.BytesIO(labelled.npz), allow_pickle=False) as npz:
+        arrays = {name: npz[name] for name in npz.files}
+    assert labelled.meta["decisions"] == 2 and labelled.meta["forks"] == 2 * int(arrays["slots"].sum()) + 2
+    player = load_player(player_zip, spec)
+    sim, env = _played(spec, player)
+    state = sim.observe()
+    base = play_out(sim.fork(), player.fork())[0]
+    assert base == labelled.meta["prior_jct"]
+    scale = player.codec.score_scale
+    jobs = slot_jobs(state, spec.max_jobs)
+    assert arrays["slots"][0] == len(jobs)
+    for i, job in enumerate(jobs):
+        up = play_out(sim.fork(), player.fork({job.id: 0.5 / scale}))[0]
+        down = play_out(sim.fork(), player.fork({job.id: -0.5 / scale}))[0]
+        assert arrays["advantage"][0, i] == pytest.approx((down - up) / (1.0 * base), rel=1e-5, abs=1e-9)
+    action = player.predict(state)[0]
+    wanted = np.clip(action, -1, 1)
+    wanted[: len(jobs)] = np.clip(action[: len(jobs)] + 30.0 * arrays["advantage"][0, : len(jobs)], -1, 1)
+    np.testing.assert_allclose(arrays["label"][0], wanted, rtol=1e-6)
+    first, _ = env.reset(seed=0)  # the states are the env's observations of the player's episode
+    for key, value in first.items():
+        np.testing.assert_array_equal(arrays[f"obs/{key}"][0], value)
+
+
+def test_a_teacher_keeps_its_player_and_refuses_another(player_zip: bytes, tmp_path: Path) -> None:
+    spec = TeacherSpec(("short-period",), labels="advantage", probes=1, player=player_digest(player_zip))
+    out = tmp_path / "pi"
+    with pytest.raises(ValueError, match="neither given nor in player.zip"):
+        teach(spec, out)
+    teach(spec, out, player=player_zip)
+    assert (out / PLAYER_FILE).read_bytes() == player_zip
+    teach(spec, out, resume=True)  # the kept copy plays on a resume
+    with pytest.raises(ValueError, match="not the one the spec names"):
+        load_player(b"not a model", spec)
+    with pytest.raises(ValueError, match="player must be a model's SHA-256 with advantage labels"):
+        TeacherSpec(("short-period",), player=spec.player)
+    held = _score_model_zip(hold=4)
+    with pytest.raises(ValueError, match="hold 1"):
+        load_player(held, TeacherSpec(("short-period",), labels="advantage", player=player_digest(held)))
+
+
+def test_deepboot_teach_labels_a_player_s_play(player_zip: bytes, tmp_path: Path, capsys) -> None:
+    from deepboot_harness.cli import main
+
+    (tmp_path / "model.zip").write_bytes(player_zip)
+    argv = ["teach", "--families", "short-period", "--seeds", "1", "--labels", "advantage", "--probes", "1"]
+    assert main([*argv, "--player", str(tmp_path / "model.zip"), "--out", str(tmp_path / "t"), "--quiet"]) == 0
+    assert (tmp_path / "t" / PLAYER_FILE).read_bytes() == player_zip
+    spec = TeacherSpec.from_json(read_manifest(tmp_path / "t")["spec"], "t")
+    assert spec.player == player_digest(player_zip)
+    (tmp_path / "text.zip").write_text("not a model")
+    assert main([*argv, "--player", str(tmp_path / "text.zip"), "--out", str(tmp_path / "u")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "text.zip" in err and "\n" not in err
+    assert not (tmp_path / "u").exists()
