@@ -154,3 +154,23 @@ def test_an_es_resume_refuses_a_fifo_state(tmp_path: Path, capsys) -> None:
     assert stop.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert "FIFO" in err[-1] and len(err[-1]) <= 300, err
+
+
+def test_a_signal_as_the_file_opens_stays_a_signal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ctrl-C raised as the file object is made (the object dropped, its descriptor closed with
+    it) reaches the caller as KeyboardInterrupt, never as "Bad file descriptor" from a second close
+    (which a config reader would report as an unreadable file, exit 2: a CI flake of test_stops)."""
+    import builtins
+
+    import deepboot_env.sim.files
+
+    path = tmp_path / "conf.yml"
+    path.write_text("a: 1\n")
+
+    def open_then_interrupt(*args: object, **kwargs: object) -> object:
+        builtins.open(*args, **kwargs).close()  # type: ignore[call-overload]
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(deepboot_env.sim.files, "open", open_then_interrupt, raising=False)
+    with pytest.raises(KeyboardInterrupt):
+        open_regular(path)

@@ -54,10 +54,13 @@ def open_regular(path: str | Path, encoding: str | None = None, newline: str | N
             what = _KINDS.get(kind, "a special file")
             raise NotRegularFile(errno.EINVAL, f"is {what}, not a regular file", str(path))
         os.set_blocking(fd, True)
-        binary = os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
         raise
+    # Outside the try: once the file object exists it owns the descriptor. A signal's exception
+    # raised as open() returns drops the object, which closes the descriptor; closing it again
+    # here would turn a Ctrl-C into "Bad file descriptor" (a config error, exit 2).
+    binary = open(fd, "rb")
     return binary if encoding is None else io.TextIOWrapper(binary, encoding=encoding, newline=newline)
 
 
