@@ -90,12 +90,12 @@ def add_teach_parser(sub: Any, add_backend_arguments: Any) -> None:
 
 def cmd_teach(args: argparse.Namespace) -> int:
     """Run the teacher as ``args`` say; the exit status (0, or 128 + the signal that stopped it)."""
-    from agents.trainers.teacher import TeacherSpec, load_player, player_digest, teach
+    from agents.trainers.teacher import TeacherSpec, load_player, player_digest, read_player, teach
     from baselines.hindsight import HindsightSettings
     from deepboot_env.pool import Backend
 
     settings = HindsightSettings(args.prior, args.generations, args.pairs, learning_rate=args.lr)
-    player = read_player_model(args.player) if args.player else b""
+    player = read_player(Path(args.player)) if args.player else b""
     spec = TeacherSpec(
         tuple(args.families),
         args.seeds,
@@ -134,18 +134,6 @@ def cmd_teach(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(summary(manifest), file=sys.stderr)
     return 0
-
-
-def read_player_model(path: str) -> bytes:
-    """``--player``'s model zip (a file or run folder, as ``ppo:<path>`` names one), bounded.
-
-    Raises:
-        FileNotFoundError: no model there; ValueError: too large (one line).
-    """
-    from agents.saved.policy_adapter import resolve_model_path
-    from deepboot_env.limits import MAX_ZIP_TOTAL_BYTES, read_bounded
-
-    return read_bounded(resolve_model_path(path), MAX_ZIP_TOTAL_BYTES, "a model zip", ValueError)
 
 
 def summary(manifest: dict[str, Any]) -> str:

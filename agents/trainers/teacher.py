@@ -511,16 +511,22 @@ def _kept_player(spec: TeacherSpec, out: Path, player: bytes) -> bytes:
     return player
 
 
-def read_player(out: Path) -> bytes:
-    """The player's model zip a teacher's folder keeps (:data:`PLAYER_FILE`), bounded.
+def read_player(path: Path) -> bytes:
+    """A player's model zip, bounded: ``path`` a zip, or a folder holding one (a teacher's
+    folder keeps :data:`PLAYER_FILE`; a run folder, as ``ppo:<path>`` names one).
 
     Raises:
-        ValueError: unreadable or too large (one line).
+        ValueError: no model there, unreadable or too large (one line).
     """
+    from agents.saved.policy_adapter import resolve_model_path  # lazy: it imports torch
+
+    zip_path = path / PLAYER_FILE if (path / PLAYER_FILE).is_file() else path
     try:
-        return read_bounded(out / PLAYER_FILE, MAX_ZIP_TOTAL_BYTES, "a player's model zip", ValueError)
+        return read_bounded(resolve_model_path(zip_path), MAX_ZIP_TOTAL_BYTES, "a player's model zip", ValueError)
+    except FileNotFoundError as exc:
+        raise ValueError(str(exc)) from None
     except OSError as exc:
-        raise ValueError(f"{out / PLAYER_FILE}: cannot read it ({exc.strerror or exc})") from None
+        raise ValueError(f"{zip_path}: cannot read it ({exc.strerror or exc})") from None
 
 
 def mean_search_ratio(metas: list[dict[str, Any]]) -> float | None:
