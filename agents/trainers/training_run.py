@@ -237,7 +237,7 @@ def plan_run(settings: TrainSettings, more: int | None = None) -> RunPlan:
     if continued is not None and saved is not None:
         done = int(saved.data.get("num_timesteps", 0))
         steps = more if more is not None else steps - done
-        warm_start_due = taught and not (recorded_config(continued).get("teacher") or {}).get("complete", False)
+        warm_start_due = taught and not teacher_complete(recorded_config(continued))
         if steps < 1 and not warm_start_due:  # a stopped hindsight start goes on, PPO steps or none
             raise ConfigError(f"--resume {continued}: the run has trained its {done:,} steps; -n N trains N more")
     return RunPlan(settings, algo, device, resume, resolved, saved=saved, continued=continued, steps=steps)
@@ -507,7 +507,13 @@ def teacher_due(run: Run) -> bool:
     plan = run.plan
     if not starts_from_teacher(plan.resolved) or (plan.resume is not None and plan.continued is None):
         return False
-    return plan.continued is None or not (run.record.get("teacher") or {}).get("complete", False)
+    return plan.continued is None or not teacher_complete(run.record)
+
+
+def teacher_complete(record: Mapping[str, Any]) -> bool:
+    """Whether a run's record (its ``config.yml``) says its hindsight start finished: every
+    round labelled and regressed (``teacher.complete``)."""
+    return bool((record.get("teacher") or {}).get("complete", False))
 
 
 def start_from_teacher(run: Run, model: Any) -> dict[str, Any]:
