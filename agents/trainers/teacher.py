@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from baselines.hindsight import (
+    Held,
     HeldScores,
     HindsightSettings,
     held_jct,
@@ -151,7 +152,7 @@ class TeacherSpec:
             ValueError: a record that is not a spec (one line naming ``where``).
         """
         try:
-            search = HindsightSettings(**doc["search"])
+            search = HindsightSettings(**doc["search"])  # a record without ``widths`` held none: the default
             kind = {key: doc[key] for key in ("labels", "probes", "delta", "gain", "player") if key in doc}
             return cls(tuple(doc["families"]), doc["seeds"], search, doc["max_jobs"], doc["dynamics"], **kind)
         except (KeyError, TypeError, ValueError) as exc:
@@ -210,8 +211,8 @@ def held_labels(
     """The held scores a search finds on ``env``'s scenario, replayed as every decision's label
     (the module docstring); the arrays and the meta (the search's ratio, curve and episodes)."""
     assert env.sim is not None
-    found = search_held_scores(env.sim, spec.search, lambda scores: _fork_jct(env.sim, spec, scores))
-    observations, labels, slots = _replay(env, first, dict(enumerate(found.scores)))
+    found = search_held_scores(env.sim, spec.search, lambda held: _fork_jct(env.sim, spec, held))
+    observations, labels, slots = _replay(env, first, found.held(env.sim.workload))
     meta = {
         "decisions": len(labels),
         "search_ratio": found.ratio,
@@ -223,6 +224,8 @@ def held_labels(
     arrays: dict[str, Any] = {f"obs/{key}": np.stack([o[key] for o in observations]) for key in observations[0]}
     arrays.update(label=np.stack(labels), slots=np.asarray(slots, dtype=np.int16))
     arrays["scores"] = np.asarray(found.scores, dtype=np.float32)  # per job of the workload, in its order
+    if found.widths:  # per application (APP_NAMES order), its width scores
+        arrays["widths"] = np.asarray(found.widths, dtype=np.float32)
     return arrays, meta
 
 
@@ -411,20 +414,23 @@ _PLAYERS: dict[str, Any] = {}
 """Players loaded in this process, by digest (a worker labels several scenarios)."""
 
 
-def _fork_jct(sim: Simulator | None, spec: TeacherSpec, scores: dict[int, float]) -> float:
-    """The mean training JCT of the prior with ``scores`` held, on a fork of ``sim`` to the end
+def _fork_jct(sim: Simulator | None, spec: TeacherSpec, held: Held) -> float:
+    """The mean training JCT of the prior with ``held`` held, on a fork of ``sim`` to the end
     (the fork calls the env's prior's hooks: the same prior)."""
     assert sim is not None
-    return held_jct(sim, HeldScores(scored_prior(spec.search.prior), scores), 0)
+    return held_jct(sim, HeldScores(scored_prior(spec.search.prior), held.scores, held.widths), 0)
 
 
 def _replay(
-    env: DeepBootEnv, obs: dict[str, np.ndarray], scores: dict[int, float]
+    env: DeepBootEnv, obs: dict[str, np.ndarray], held: Held
 ) -> tuple[list[dict[str, np.ndarray]], list[np.ndarray], list[int]]:
     """Play ``env`` from its reset (observation ``obs``: the search ran on forks, the env is where
-    it was) to the end with the held ``scores`` as the action; each decision's observation, action
-    (the label) and number of jobs in slots."""
+    it was) to the end with the ``held`` scores and width scores as the action; each decision's
+    observation, action (the label) and number of jobs in slots."""
     scale = float(getattr(env.codec, "score_scale", 1.0))
+    width = int(getattr(env.codec, "width_classes", 0))
+    if held.widths and not width:
+        raise ValueError("teacher: the search held width scores, and the env's action has none")
     observations: list[dict[str, np.ndarray]] = []
     labels: list[np.ndarray] = []
     slots: list[int] = []
@@ -433,7 +439,10 @@ def _replay(
         jobs = slot_jobs(env.state, env.config.max_jobs)
         action = np.zeros(env.action_space.shape, dtype=np.float32)
         for i, job in enumerate(jobs):
-            action[i] = np.clip(scores.get(job.id, 0.0) / scale, -1.0, 1.0)
+            action[i] = np.clip(held.scores.get(job.id, 0.0) / scale, -1.0, 1.0)
+            if job.id in held.widths:
+                first = env.config.max_jobs + i * width
+                action[first : first + width] = np.clip(np.asarray(held.widths[job.id]) / scale, -1.0, 1.0)
         observations.append(obs)
         labels.append(action)
         slots.append(len(jobs))

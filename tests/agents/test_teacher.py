@@ -20,7 +20,7 @@ from agents.trainers.teacher import (
     read_scenario,
     teach,
 )
-from baselines.hindsight import HeldScores, HindsightSettings, held_jct, play_out, scored_prior
+from baselines.hindsight import Held, HeldScores, HindsightSettings, held_jct, play_out, scored_prior
 from deepboot_env.env import DeepBootEnv
 from deepboot_env.env.observation import slot_jobs
 from deepboot_env.sim.simulator import Simulator
@@ -56,6 +56,30 @@ def test_a_scenario_is_labelled_with_its_held_scores_in_the_learner_s_env(taught
     meta = read_manifest(taught)["scenarios"][name]
     assert meta["decisions"] == decisions and meta["episodes"] == SMALL.search.episodes == 4
     assert meta["search_ratio"] <= 1.0 and meta["cpu_s"] > 0 and meta["curve"][0] == 1.0
+
+
+def test_held_width_scores_are_labelled_as_the_search_played_them() -> None:
+    """A search that holds width scores (``widths``) is replayed with them in each slot's width
+    entries, and the replayed episode is the one the search measured on its fork: no more jobs
+    than slots (the action scores the jobs in slots only), values exact in float32 over the
+    score scale (the action decodes to the same numbers)."""
+    from agents.trainers.teacher import _fork_jct, _replay
+    from traces.generate import generate_workload
+
+    spec = TeacherSpec(("mixed",), seeds=1, search=HindsightSettings(generations=1, pairs=1, widths=True))
+    workload = generate_workload("crowded", 3, train={"num_jobs": 24})
+    env = DeepBootEnv(workload=workload, **spec.env_kwargs)
+    first, _ = env.reset(seed=0)
+    assert env.sim is not None
+    first_app = workload.jobs[0].app
+    rows = {j: (-0.5, 0.25, 0.5) if job.app == first_app else (0.25, 0.0, -0.5) for j, job in enumerate(workload.jobs)}
+    held = Held({0: 0.5, 3: -0.25}, rows)
+    searched, without = _fork_jct(env.sim, spec, held), _fork_jct(env.sim, spec, Held(held.scores))
+    _, labels, slots = _replay(env, first, held)
+    assert env.sim.metrics().train_jct_mean == searched != without
+    widths = np.stack(labels)[:, spec.max_jobs : -1].reshape(len(labels), spec.max_jobs, 3)
+    for row, used in zip(widths, slots, strict=True):
+        assert not row[used:].any() and {tuple(w) for w in row[:used].tolist()} <= set(rows.values())
 
 
 def test_a_resume_labels_what_is_missing_and_refuses_another_spec(taught: Path, tmp_path: Path) -> None:

@@ -7,10 +7,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from baselines.hindsight import HindsightPolicy, HindsightSettings, search_held_scores
+from baselines.hindsight import Held, HeldScores, HindsightPolicy, HindsightSettings, held_jct, search_held_scores
 from deepboot_env.config import sim_config
 from deepboot_env.evaluation import run_episode
-from deepboot_env.policy import make_policy
+from deepboot_env.policy import WIDTH_CLASSES, make_policy
+from deepboot_env.sim.apps import APP_NAMES
+from deepboot_env.sim.simulator import Simulator
 from traces.generate import generate_workload
 
 PRIOR = "ats-srpt-fcfs-place-rr-warm"
@@ -23,9 +25,10 @@ def test_the_search_descends_a_known_bowl_and_plays_what_it_says() -> None:
     target = np.array([0.3, -0.2, 0.1, 0.0, -0.3])
     played: list[dict[int, float]] = []
 
-    def play(scores: dict[int, float]) -> float:
-        played.append(scores)
-        x = np.array([scores.get(j, 0.0) for j in range(len(target))])
+    def play(held: Held) -> float:
+        played.append(held.scores)
+        assert not held.widths  # the settings hold no width scores
+        x = np.array([held.scores.get(j, 0.0) for j in range(len(target))])
         return 100.0 * (1.0 + float(((x - target) ** 2).sum()))
 
     sim = SimpleNamespace(workload=SimpleNamespace(jobs=[None] * len(target)))
@@ -35,6 +38,46 @@ def test_the_search_descends_a_known_bowl_and_plays_what_it_says() -> None:
     assert found.curve[0] == 1.0 and found.ratio == min(found.curve) < 0.9
     assert found.prior_jct == pytest.approx(100.0 * (1 + (target**2).sum()))
     assert np.abs(np.array(found.scores) - target).sum() < np.abs(target).sum()
+
+
+def test_width_scores_are_searched_per_application_and_held_by_each_of_its_jobs() -> None:
+    """With ``widths`` the vector also holds WIDTH_CLASSES width scores per application: every
+    job of an application holds its row, the search descends a bowl over them too, and
+    :meth:`Search.held` hands the best vector to a player as it was played."""
+    apps = [APP_NAMES[0], APP_NAMES[2], APP_NAMES[0]]
+    wanted = np.zeros((len(APP_NAMES), WIDTH_CLASSES))
+    wanted[0], wanted[2] = [0.2, -0.1, 0.3], [-0.3, 0.1, 0.0]
+    played: list[Held] = []
+
+    def play(held: Held) -> float:
+        played.append(held)
+        rows = np.zeros_like(wanted)
+        for job, app in enumerate(apps):
+            assert held.widths.get(job, (0.0,) * WIDTH_CLASSES) == held.widths.get(apps.index(app), (0.0,) * 3)
+            rows[APP_NAMES.index(app)] = held.widths.get(job, (0.0,) * WIDTH_CLASSES)
+        return 100.0 * (1.0 + float(((rows - wanted) ** 2).sum()))
+
+    sim = SimpleNamespace(workload=SimpleNamespace(jobs=[SimpleNamespace(app=app) for app in apps]))
+    settings = HindsightSettings(generations=20, pairs=4, sigma=0.05, learning_rate=0.05, widths=True)
+    found = search_held_scores(sim, settings, play)  # type: ignore[arg-type]
+    assert played[0] == Held() and len(played[1].widths) == len(apps)
+    assert np.shape(found.widths) == (len(APP_NAMES), WIDTH_CLASSES) and found.ratio < 0.95
+    held = found.held(sim.workload)  # type: ignore[arg-type]
+    assert held.widths[0] == tuple(found.widths[0]) == held.widths[2] and held.widths[1] == tuple(found.widths[2])
+    assert play(held) / found.prior_jct == pytest.approx(found.ratio, rel=1e-12)
+
+
+def test_width_scores_move_a_real_schedule_and_zero_ones_are_the_prior_bit_for_bit() -> None:
+    """On a real scenario, width scores of 0 for every job play the prior exactly (a factor
+    exp(0) = 1.0 is the same floats), and width scores that favour splitting change it."""
+    workload = generate_workload("crowded", 3, train={"num_jobs": 24})
+    sim = Simulator(workload, sim_config(), make_policy(PRIOR))
+    prior = make_policy(PRIOR)
+    base = held_jct(sim, HeldScores(prior, {}), 0)
+    zeros = {j: (0.0,) * WIDTH_CLASSES for j in range(len(workload.jobs))}
+    assert held_jct(sim, HeldScores(prior, {}, zeros), 0) == base
+    split = {j: (-1.0, -1.0, 1.0) for j in range(len(workload.jobs))}
+    assert held_jct(sim, HeldScores(prior, {}, split), 0) != base
 
 
 def test_hindsight_plays_the_schedule_it_searched_and_never_loses_to_its_prior() -> None:
@@ -51,6 +94,7 @@ def test_hindsight_plays_the_schedule_it_searched_and_never_loses_to_its_prior()
     played = run_episode(policy, workload, config).train_jct_mean
     found = policy.search
     assert found is not None and found.episodes == 11 and found.cpu_s > 0
+    assert policy.settings.widths and np.shape(found.widths) == (len(APP_NAMES), WIDTH_CLASSES)
     assert played == pytest.approx(found.ratio * found.prior_jct, rel=1e-9) and found.prior_jct == pytest.approx(prior)
     assert played <= prior and found.ratio == min(found.curve)
     assert run_episode(HindsightPolicy(generations=2, pairs=2), workload, config).train_jct_mean == played
@@ -64,6 +108,7 @@ def test_hindsight_plays_the_schedule_it_searched_and_never_loses_to_its_prior()
         ({"sigma": 0.0}, "sigma must be a number in"),
         ({"learning_rate": float("nan")}, "learning_rate must be a number in"),
         ({"prior": "fifo"}, "prior 'fifo' is not one of ATS's variants"),
+        ({"widths": 1}, "widths must be true or false"),
     ],
 )
 def test_bad_settings_are_one_line(kwargs: dict, message: str) -> None:
