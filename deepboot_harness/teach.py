@@ -74,6 +74,13 @@ def add_teach_parser(sub: Any, add_backend_arguments: Any) -> None:
     teach.add_argument(
         "--gain", type=float, default=TeacherSpec.gain, help="advantage: label = gain x advantage (default 30)"
     )
+    teach.add_argument(
+        "--app-gain",
+        type=float,
+        default=TeacherSpec.app_gain,
+        help="advantage: also add app-gain x the advantage of the job's application, all its jobs' scores "
+        "held together (two more forks per application probed; default 0: none)",
+    )
     teach.add_argument("--prior", default=DEFAULT_PRIOR, help=f"the prior the scores act on (default {DEFAULT_PRIOR})")
     teach.add_argument(
         "--player",
@@ -104,6 +111,7 @@ def cmd_teach(args: argparse.Namespace) -> int:
         probes=args.probes,
         delta=args.delta,
         gain=args.gain,
+        app_gain=args.app_gain,
         player=player_digest(player) if player else "",
     )
     if player:

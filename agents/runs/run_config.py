@@ -75,6 +75,7 @@ TEACHER_KEYS: dict[str, Any] = {
     "teacher_probes": 16,
     "teacher_delta": 0.5,
     "teacher_gain": 30.0,
+    "teacher_app_gain": 0.0,
     "teacher_rounds": 1,
     "clone_epochs": 20,
     "clone_lr": 1.0e-3,
@@ -85,7 +86,8 @@ TEACHER_KEYS: dict[str, Any] = {
 teacher) with ``teacher_kind`` labels (:data:`~agents.trainers.teacher.LABEL_KINDS`): ``held``,
 a search of ``teacher_generations`` x ``teacher_pairs`` at step ``teacher_lr``; ``advantage``,
 ``teacher_probes`` decisions probed at +-``teacher_delta``, labels ``teacher_gain`` x the
-advantage. The new model regresses the labels for ``clone_epochs`` at ``clone_lr`` in batches of
+advantage (plus ``teacher_app_gain`` x the job's application's, all its jobs held together).
+The new model regresses the labels for ``clone_epochs`` at ``clone_lr`` in batches of
 ``clone_batch`` before PPO. With ``teacher_rounds`` R > 1 that is policy iteration: R - 1 more
 rounds label the advantages over the latest regression's own play, and the new model regresses
 each round's labels afresh. ``teacher_labels``, a folder ``deepboot teach`` wrote, gives the
@@ -383,6 +385,10 @@ def resolve_teacher(flags: TrainSettings, conf: dict[str, Any]) -> dict[str, Any
         if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value <= high:
             raise ConfigError(f"{key} must be a number in (0, {high:,}], got {shown(value)}")
         out[key] = float(value)
+    app_gain = out["teacher_app_gain"]
+    if not isinstance(app_gain, int | float) or isinstance(app_gain, bool) or not 0 <= app_gain <= 1_000:
+        raise ConfigError(f"teacher_app_gain must be a number in [0, 1,000], got {shown(app_gain)}")
+    out["teacher_app_gain"] = float(app_gain)
     return out
 
 

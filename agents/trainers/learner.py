@@ -276,6 +276,7 @@ def _asked_spec(settings: Mapping[str, Any]) -> TeacherSpec:
         probes=settings["teacher_probes"],
         delta=settings["teacher_delta"],
         gain=settings["teacher_gain"],
+        app_gain=settings["teacher_app_gain"],
     )
 
 

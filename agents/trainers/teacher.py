@@ -90,7 +90,9 @@ class TeacherSpec:
     (:data:`LABEL_KINDS`): ``held``, searched with ``search``; ``advantage``, at ``probes``
     decisions with scores held at +-``delta`` and labels ``gain`` x the advantage, on the prior's
     states or, with ``player`` (the SHA-256 of a score model's zip, :data:`PLAYER_FILE` in the
-    folder), on that model's (:func:`played_advantage_labels`)."""
+    folder), on that model's (:func:`played_advantage_labels`); with ``app_gain`` > 0 each label
+    also adds ``app_gain`` x the advantage of the job's application, all its jobs' scores held
+    together (:func:`_app_advantages`)."""
 
     families: tuple[str, ...]
     seeds: int = 4
@@ -102,6 +104,7 @@ class TeacherSpec:
     delta: float = 0.5
     gain: float = 30.0
     player: str = ""
+    app_gain: float = 0.0
 
     def __post_init__(self) -> None:
         unknown = [family for family in self.families if family not in FAMILIES]
@@ -118,6 +121,11 @@ class TeacherSpec:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1_000:
                 raise ValueError(f"teacher: {name} must be a number in (0, 1000], got {value!r}")
+        app_gain = self.app_gain
+        if isinstance(app_gain, bool) or not isinstance(app_gain, int | float) or not 0 <= app_gain <= 1_000:
+            raise ValueError(f"teacher: app_gain must be a number in [0, 1000], got {app_gain!r}")
+        if app_gain and self.labels != "advantage":
+            raise ValueError("teacher: app_gain needs advantage labels")
         if self.player and (self.labels != "advantage" or not _is_digest(self.player)):
             raise ValueError(f"teacher: player must be a model's SHA-256 with advantage labels, got {self.player!r}")
 
@@ -153,7 +161,7 @@ class TeacherSpec:
         """
         try:
             search = HindsightSettings(**doc["search"])  # a record without ``widths`` held none: the default
-            kind = {key: doc[key] for key in ("labels", "probes", "delta", "gain", "player") if key in doc}
+            kind = {key: doc[key] for key in ("labels", "probes", "delta", "gain", "player", "app_gain") if key in doc}
             return cls(tuple(doc["families"]), doc["seeds"], search, doc["max_jobs"], doc["dynamics"], **kind)
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{where}: not a teacher spec ({exc})") from None
@@ -257,16 +265,14 @@ def advantage_labels(
     sim, prior = env.sim, scored_prior(spec.search.prior)
     prior_jct, total = played_fork(sim, HeldScores(prior, {}), 0)  # one play: its JCT and its length
     probed = _probed(total, spec.probes)
-    records = _Probes()
+    records = _Probes(spec, [job.app for job in sim.workload.jobs])
     zero = np.zeros(env.action_space.shape, dtype=np.float32)
     obs, decision, done = first, 0, False
     while not done:
         if decision in probed:
             jobs = slot_jobs(env.state, env.config.max_jobs)
-            advantage = _advantages(
-                jobs, lambda job, score: held_jct(sim, HeldScores(prior, {job: score}), 0), spec, prior_jct
-            )
-            records.add(obs, zero, advantage, len(jobs), spec.gain)
+            measured = records.measure(jobs, lambda scores: held_jct(sim, HeldScores(prior, scores), 0), prior_jct)
+            records.add(obs, zero, measured, len(jobs))
         obs, _, terminated, truncated, _ = env.step(zero)
         decision, done = decision + 1, terminated or truncated
     return records.arrays(), records.meta(len(probed), prior_jct)
@@ -291,21 +297,19 @@ def played_advantage_labels(env: DeepBootEnv, spec: TeacherSpec, player: Any) ->
     played_jct, total = play_out(sim.fork(), player.fork())
     probed = _probed(total, spec.probes)
     scale = float(player.codec.score_scale)
-    records = _Probes()
+    records = _Probes(spec, [job.app for job in sim.workload.jobs])
 
-    def fork_jct(job: int, score: float) -> float:
-        return play_out(sim.fork(), player.fork({job: score / scale}))[0]
+    def fork_jct(scores: dict[int, float]) -> float:
+        return play_out(sim.fork(), player.fork({job: score / scale for job, score in scores.items()}))[0]
 
     decision = 0
     while not sim.done:
         state = sim.observe()
-        advantage = None
-        if decision in probed:
-            jobs = slot_jobs(state, spec.max_jobs)
-            advantage = _advantages(jobs, fork_jct, spec, played_jct)
+        jobs = slot_jobs(state, spec.max_jobs)
+        measured = records.measure(jobs, fork_jct, played_jct) if decision in probed else None  # before it decides
         allocation = player.decide(state)
-        if advantage is not None:
-            records.add(player.last_obs, player.last_action, advantage, len(jobs), spec.gain)
+        if measured is not None:
+            records.add(player.last_obs, player.last_action, measured, len(jobs))
         sim.apply(allocation, state)
         sim.advance()
         decision += 1
@@ -317,39 +321,81 @@ def _probed(total: int, probes: int) -> set[int]:
     return set(np.linspace(0, total - 1, min(probes, total)).round().astype(int).tolist())
 
 
-def _advantages(
-    jobs: list[Any], fork_jct: Callable[[int, float], float], spec: TeacherSpec, base_jct: float
-) -> np.ndarray:
-    """Each slot job's advantage: ``(fork_jct(job, -delta) - fork_jct(job, +delta)) / (2 delta
-    base_jct)`` (the mean JCT a fork reaches with the job's score offset by that many log-weight
-    units), 0 for empty slots."""
+ForkJct = Callable[[dict[int, float]], float]
+"""The mean JCT of a fork played to the end with some jobs' scores offset (job id -> log-weight units)."""
+
+
+def _advantages(jobs: list[Any], fork_jct: ForkJct, spec: TeacherSpec, base_jct: float) -> np.ndarray:
+    """Each slot job's advantage: ``(fork_jct({job: -delta}) - fork_jct({job: +delta})) / (2
+    delta base_jct)`` (the mean JCT a fork reaches with the job's score offset by that many
+    log-weight units), 0 for empty slots."""
     advantage = np.zeros(spec.max_jobs, dtype=np.float32)
     for i, job in enumerate(jobs):
-        up, down = fork_jct(job.id, spec.delta), fork_jct(job.id, -spec.delta)
-        advantage[i] = (down - up) / (2 * spec.delta * base_jct)
+        advantage[i] = _advantage(fork_jct, [job.id], spec.delta, base_jct)
     return advantage
 
 
-class _Probes:
-    """The probed decisions of one scenario: observations, labels, jobs in slots, advantages."""
+def _app_advantages(
+    jobs: list[Any], apps: list[str], fork_jct: ForkJct, spec: TeacherSpec, base_jct: float
+) -> np.ndarray:
+    """Each slot job's application's advantage: the same as :func:`_advantages` with the score
+    of every job of the application (``apps``: each workload job's, by id) offset together, those
+    in the system and those to come, as a per-application score table would: what one job's
+    offset cannot show, the applications' standing against each other. 0 for empty slots."""
+    advantage = np.zeros(spec.max_jobs, dtype=np.float32)
+    of_app: dict[str, float] = {}
+    for i, job in enumerate(jobs):
+        app = apps[job.id]
+        if app not in of_app:
+            members = [j for j, other in enumerate(apps) if other == app]
+            of_app[app] = _advantage(fork_jct, members, spec.delta, base_jct)
+        advantage[i] = of_app[app]
+    return advantage
 
-    def __init__(self) -> None:
+
+def _advantage(fork_jct: ForkJct, members: list[int], delta: float, base_jct: float) -> float:
+    """The fall of the mean JCT per unit of score of ``members``, all offset together."""
+    up = fork_jct(dict.fromkeys(members, delta))
+    down = fork_jct(dict.fromkeys(members, -delta))
+    return (down - up) / (2 * delta * base_jct)
+
+
+class _Probes:
+    """The probed decisions of one scenario: observations, labels, jobs in slots, advantages (and
+    the applications' with ``spec.app_gain``)."""
+
+    def __init__(self, spec: TeacherSpec, apps: list[str]) -> None:
+        self.spec = spec
+        self.apps = apps
         self.observations: list[dict[str, np.ndarray]] = []
         self.labels: list[np.ndarray] = []
         self.slots: list[int] = []
         self.advantages: list[np.ndarray] = []
+        self.app_advantages: list[np.ndarray] = []
+        self.apps_probed = 0
 
-    def add(
-        self, obs: dict[str, np.ndarray], action: np.ndarray, advantage: np.ndarray, used: int, gain: float
-    ) -> None:
-        """One probe: the label is ``action`` (clipped) with ``gain`` x ``advantage`` added to
-        the ``used`` slots' scores."""
+    def measure(self, jobs: list[Any], fork_jct: ForkJct, base_jct: float) -> tuple[np.ndarray, ...]:
+        """The slot jobs' advantages (:func:`_advantages`), then with ``app_gain`` their
+        applications' (:func:`_app_advantages`)."""
+        measured: tuple[np.ndarray, ...] = (_advantages(jobs, fork_jct, self.spec, base_jct),)
+        if self.spec.app_gain:
+            measured += (_app_advantages(jobs, self.apps, fork_jct, self.spec, base_jct),)
+            self.apps_probed += len({self.apps[job.id] for job in jobs})
+        return measured
+
+    def add(self, obs: dict[str, np.ndarray], action: np.ndarray, measured: tuple[np.ndarray, ...], used: int) -> None:
+        """One probe: the label is ``action`` (clipped) with ``gain`` x the job's advantage (and
+        ``app_gain`` x its application's) added to the ``used`` slots' scores."""
         label = np.clip(np.asarray(action, dtype=np.float32), -1.0, 1.0)
-        label[:used] = np.clip(action[:used] + gain * advantage[:used], -1.0, 1.0)
+        shift = self.spec.gain * measured[0][:used]
+        if len(measured) > 1:
+            shift = shift + self.spec.app_gain * measured[1][:used]
+            self.app_advantages.append(measured[1])
+        label[:used] = np.clip(action[:used] + shift, -1.0, 1.0)
         self.observations.append({key: np.array(value, copy=True) for key, value in obs.items()})
         self.labels.append(label)
         self.slots.append(used)
-        self.advantages.append(advantage)
+        self.advantages.append(measured[0])
 
     def arrays(self) -> dict[str, Any]:
         """The scenario file's arrays (:func:`label_scenario`)."""
@@ -361,12 +407,14 @@ class _Probes:
             slots=np.asarray(self.slots, dtype=np.int16),
             advantage=np.stack(self.advantages),
         )
+        if self.app_advantages:
+            arrays["app_advantage"] = np.stack(self.app_advantages)
         return arrays
 
     def meta(self, probes: int, played_jct: float) -> dict[str, Any]:
-        """The scenario's meta: decisions labelled, probes, forks played (two per job probed and
-        the first play), the JCT the advantages are over."""
-        forks = 2 * sum(self.slots) + 2
+        """The scenario's meta: decisions labelled, probes, forks played (two per job probed, two
+        per application probed, and the first play), the JCT the advantages are over."""
+        forks = 2 * sum(self.slots) + 2 * self.apps_probed + 2
         return {"decisions": len(self.labels), "probes": probes, "forks": forks, "prior_jct": played_jct}
 
 

@@ -189,6 +189,10 @@ def test_a_teacher_needs_a_new_score_model_in_its_env(tmp_path: Path) -> None:
         train_policy.run(_train(tmp_path, "runs", "--env-kwargs", "width_classes:0"))
     with pytest.raises(ConfigError, match="from the teacher's labels or from an expert's"):
         train_policy.run(_train(tmp_path, "runs", "--pretrain-expert", "ats"))
+    with pytest.raises(ConfigError, match=r"teacher_app_gain must be a number in \[0, 1,000\], got -1"):
+        train_policy.run(_train(tmp_path, "runs", preset={**TINY_PRESET, "teacher_app_gain": -1}))
+    with pytest.raises(ConfigError, match="app_gain needs advantage labels"):  # the preset's labels are held
+        train_policy.run(_train(tmp_path, "runs", preset={**TINY_PRESET, "teacher_app_gain": 5}))
 
 
 def test_a_run_starts_from_labels_deepboot_teach_wrote(labels, tmp_path: Path) -> None:

@@ -169,6 +169,38 @@ def test_advantage_labels_are_each_job_s_forked_difference_on_the_prior_s_states
         assert advantage[0, i] == pytest.approx((down - up) / (1.0 * base), rel=1e-5, abs=1e-9)
 
 
+def test_application_advantages_hold_every_job_of_the_application_together() -> None:
+    """With ``app_gain`` each probe also measures, per application in the slots, the fall of the
+    mean JCT when every job of the application (present and to come) is held at +delta rather
+    than -delta; each slot job's label adds ``app_gain`` x its application's. The first probe
+    recomputed by hand; the per-job advantages are those of the same spec without ``app_gain``."""
+    spec = TeacherSpec(("mixed",), seeds=1, labels="advantage", probes=2, delta=0.5, gain=30.0, app_gain=20.0)
+    labelled = label_scenario((("mixed", 1000), spec, b""))
+    with np.load(io.BytesIO(labelled.npz), allow_pickle=False) as npz:
+        arrays = {name: npz[name] for name in npz.files}
+    advantage, apps_adv, labels, slots = arrays["advantage"], arrays["app_advantage"], arrays["label"], arrays["slots"]
+    shift = 30.0 * advantage + 20.0 * apps_adv
+    np.testing.assert_allclose(labels[:, : spec.max_jobs], np.clip(shift, -1, 1), rtol=1e-6, atol=1e-7)
+    plain = label_scenario((("mixed", 1000), TeacherSpec(**{**spec.__dict__, "app_gain": 0.0}), b""))
+    with np.load(io.BytesIO(plain.npz), allow_pickle=False) as npz:
+        np.testing.assert_array_equal(npz["advantage"], advantage)
+        assert "app_advantage" not in npz.files
+    env = DeepBootEnv(workload=cached_scenario("mixed", 1000), **spec.env_kwargs)
+    env.reset(seed=0)
+    assert env.sim is not None
+    prior, base = scored_prior(spec.search.prior), labelled.meta["prior_jct"]
+    apps = [job.app for job in env.sim.workload.jobs]
+    jobs = slot_jobs(env.state, spec.max_jobs)
+    assert apps_adv[0].any()
+    for i, job in enumerate(jobs):
+        members = [j for j, app in enumerate(apps) if app == apps[job.id]]
+        up = held_jct(env.sim, HeldScores(prior, dict.fromkeys(members, 0.5)), 0)
+        down = held_jct(env.sim, HeldScores(prior, dict.fromkeys(members, -0.5)), 0)
+        assert apps_adv[0, i] == pytest.approx((down - up) / base, rel=1e-5, abs=1e-9)
+    assert not apps_adv[0, slots[0] :].any()
+    assert labelled.meta["forks"] >= 2 * int(slots.sum()) + 2 * len(slots) + 2  # one application at least per probe
+
+
 @pytest.fixture(scope="module")
 def player_zip() -> bytes:
     """A small score model (untrained: its scores are its initial network's), saved as a zip."""
