@@ -120,6 +120,11 @@ def test_labels_are_read_bounded_and_without_unpickling(tmp_path: Path) -> None:
         ({"families": ("mixed",), "labels": "guess"}, "labels must be one of held, advantage"),
         ({"families": ("mixed",), "probes": 0}, "probes must be a whole number"),
         ({"families": ("mixed",), "delta": 0.0}, "delta must be a number"),
+        (
+            {"families": ("mixed",), "labels": "advantage", "app_gain": -1.0},
+            r"app_gain must be a number in \[0, 1000\]",
+        ),
+        ({"families": ("mixed",), "app_gain": 3.0}, "app_gain needs advantage labels"),
     ],
 )
 def test_a_bad_spec_is_one_line(kwargs: dict, message: str) -> None:
