@@ -147,6 +147,11 @@ class HeldScores(BasePolicy):
         self.widths = dict(widths) if widths else None
         self.name = prior.name
 
+    @classmethod
+    def holding(cls, prior: AtsPolicy, held: Held) -> HeldScores:
+        """``prior`` holding what ``held`` holds (a search's candidate or its best vector)."""
+        return cls(prior, held.scores, held.widths)
+
     # bound methods keep the marks the simulator reads (its built-in rules run directly)
     @property
     def adaptive_batch(self) -> bool:  # type: ignore[override]
@@ -285,13 +290,12 @@ class HindsightPolicy(BasePolicy):
         """ORACLE: search the held scores on forks of ``sim`` (its true future) before the first
         decision, then hold the best vector for the episode."""
         self.search = search_held_scores(sim, self.settings, lambda held: self._play(sim, held))
-        found = self.search.held(sim.workload)
-        self._held = HeldScores(self._held.prior, found.scores, found.widths)
+        self._held = HeldScores.holding(self._held.prior, self.search.held(sim.workload))
         self._held.reset(self._seed)
 
     def _play(self, sim: Simulator, held: Held) -> float:
         """One candidate on a fork, its hooks served by its own prior."""
-        self._playing = HeldScores(scored_prior(self.settings.prior), held.scores, held.widths)
+        self._playing = HeldScores.holding(scored_prior(self.settings.prior), held)
         try:
             return held_jct(sim, self._playing, self._seed)
         finally:

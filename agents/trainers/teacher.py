@@ -63,6 +63,7 @@ from deepboot_env.limits import MAX_ZIP_TOTAL_BYTES, parse_json, read_bounded
 from deepboot_env.policy import WIDTH_CLASSES
 from deepboot_env.pool import LOCAL, Backend, run_pool
 from deepboot_env.sim.simulator import Simulator
+from deepboot_env.sim.workload import Workload
 from traces.families import FAMILIES, cached_scenario, split_seeds
 
 MANIFEST = "teacher.json"
@@ -265,7 +266,7 @@ def advantage_labels(
     sim, prior = env.sim, scored_prior(spec.search.prior)
     prior_jct, total = played_fork(sim, HeldScores(prior, {}), 0)  # one play: its JCT and its length
     probed = _probed(total, spec.probes)
-    records = _Probes(spec, [job.app for job in sim.workload.jobs])
+    records = _Probes(spec, _app_members(sim.workload))
     zero = np.zeros(env.action_space.shape, dtype=np.float32)
     obs, decision, done = first, 0, False
     while not done:
@@ -297,7 +298,7 @@ def played_advantage_labels(env: DeepBootEnv, spec: TeacherSpec, player: Any) ->
     played_jct, total = play_out(sim.fork(), player.fork())
     probed = _probed(total, spec.probes)
     scale = float(player.codec.score_scale)
-    records = _Probes(spec, [job.app for job in sim.workload.jobs])
+    records = _Probes(spec, _app_members(sim.workload))
 
     def fork_jct(scores: dict[int, float]) -> float:
         return play_out(sim.fork(), player.fork({job: score / scale for job, score in scores.items()}))[0]
@@ -316,6 +317,14 @@ def played_advantage_labels(env: DeepBootEnv, spec: TeacherSpec, player: Any) ->
     return records.arrays(), records.meta(len(probed), played_jct)
 
 
+def _app_members(workload: Workload) -> dict[str, list[int]]:
+    """The job ids (workload indices) of each application of ``workload``, in workload order."""
+    members: dict[str, list[int]] = {}
+    for job_id, job in enumerate(workload.jobs):
+        members.setdefault(job.app, []).append(job_id)
+    return members
+
+
 def _probed(total: int, probes: int) -> set[int]:
     """The decisions probed: ``probes`` of ``total``, evenly spread from the first to the last."""
     return set(np.linspace(0, total - 1, min(probes, total)).round().astype(int).tolist())
@@ -323,6 +332,9 @@ def _probed(total: int, probes: int) -> set[int]:
 
 ForkJct = Callable[[dict[int, float]], float]
 """The mean JCT of a fork played to the end with some jobs' scores offset (job id -> log-weight units)."""
+
+Measured = tuple[np.ndarray, np.ndarray | None]
+"""One probe's slot advantages: the jobs', and their applications' (None without ``app_gain``)."""
 
 
 def _advantages(jobs: list[Any], fork_jct: ForkJct, spec: TeacherSpec, base_jct: float) -> np.ndarray:
@@ -336,20 +348,18 @@ def _advantages(jobs: list[Any], fork_jct: ForkJct, spec: TeacherSpec, base_jct:
 
 
 def _app_advantages(
-    jobs: list[Any], apps: list[str], fork_jct: ForkJct, spec: TeacherSpec, base_jct: float
+    jobs: list[Any], members: dict[str, list[int]], fork_jct: ForkJct, spec: TeacherSpec, base_jct: float
 ) -> np.ndarray:
     """Each slot job's application's advantage: the same as :func:`_advantages` with the score
-    of every job of the application (``apps``: each workload job's, by id) offset together, those
-    in the system and those to come, as a per-application score table would: what one job's
-    offset cannot show, the applications' standing against each other. 0 for empty slots."""
+    of every job of the application (``members``: the workload's job ids per application) offset
+    together, those in the system and those to come, as a per-application score table would: what
+    one job's offset cannot show, the applications' standing against each other. 0 for empty slots."""
     advantage = np.zeros(spec.max_jobs, dtype=np.float32)
     of_app: dict[str, float] = {}
     for i, job in enumerate(jobs):
-        app = apps[job.id]
-        if app not in of_app:
-            members = [j for j, other in enumerate(apps) if other == app]
-            of_app[app] = _advantage(fork_jct, members, spec.delta, base_jct)
-        advantage[i] = of_app[app]
+        if job.app not in of_app:
+            of_app[job.app] = _advantage(fork_jct, members[job.app], spec.delta, base_jct)
+        advantage[i] = of_app[job.app]
     return advantage
 
 
@@ -362,11 +372,11 @@ def _advantage(fork_jct: ForkJct, members: list[int], delta: float, base_jct: fl
 
 class _Probes:
     """The probed decisions of one scenario: observations, labels, jobs in slots, advantages (and
-    the applications' with ``spec.app_gain``)."""
+    the applications' with ``spec.app_gain``; ``members``: the workload's job ids per application)."""
 
-    def __init__(self, spec: TeacherSpec, apps: list[str]) -> None:
+    def __init__(self, spec: TeacherSpec, members: dict[str, list[int]]) -> None:
         self.spec = spec
-        self.apps = apps
+        self.members = members
         self.observations: list[dict[str, np.ndarray]] = []
         self.labels: list[np.ndarray] = []
         self.slots: list[int] = []
@@ -374,28 +384,29 @@ class _Probes:
         self.app_advantages: list[np.ndarray] = []
         self.apps_probed = 0
 
-    def measure(self, jobs: list[Any], fork_jct: ForkJct, base_jct: float) -> tuple[np.ndarray, ...]:
-        """The slot jobs' advantages (:func:`_advantages`), then with ``app_gain`` their
+    def measure(self, jobs: list[Any], fork_jct: ForkJct, base_jct: float) -> Measured:
+        """The slot jobs' advantages (:func:`_advantages`) and, with ``app_gain``, their
         applications' (:func:`_app_advantages`)."""
-        measured: tuple[np.ndarray, ...] = (_advantages(jobs, fork_jct, self.spec, base_jct),)
-        if self.spec.app_gain:
-            measured += (_app_advantages(jobs, self.apps, fork_jct, self.spec, base_jct),)
-            self.apps_probed += len({self.apps[job.id] for job in jobs})
-        return measured
+        advantage = _advantages(jobs, fork_jct, self.spec, base_jct)
+        if not self.spec.app_gain:
+            return advantage, None
+        self.apps_probed += len({job.app for job in jobs})
+        return advantage, _app_advantages(jobs, self.members, fork_jct, self.spec, base_jct)
 
-    def add(self, obs: dict[str, np.ndarray], action: np.ndarray, measured: tuple[np.ndarray, ...], used: int) -> None:
+    def add(self, obs: dict[str, np.ndarray], action: np.ndarray, measured: Measured, used: int) -> None:
         """One probe: the label is ``action`` (clipped) with ``gain`` x the job's advantage (and
         ``app_gain`` x its application's) added to the ``used`` slots' scores."""
+        advantage, app_advantage = measured
         label = np.clip(np.asarray(action, dtype=np.float32), -1.0, 1.0)
-        shift = self.spec.gain * measured[0][:used]
-        if len(measured) > 1:
-            shift = shift + self.spec.app_gain * measured[1][:used]
-            self.app_advantages.append(measured[1])
+        shift = self.spec.gain * advantage[:used]
+        if app_advantage is not None:
+            shift = shift + self.spec.app_gain * app_advantage[:used]
+            self.app_advantages.append(app_advantage)
         label[:used] = np.clip(action[:used] + shift, -1.0, 1.0)
         self.observations.append({key: np.array(value, copy=True) for key, value in obs.items()})
         self.labels.append(label)
         self.slots.append(used)
-        self.advantages.append(measured[0])
+        self.advantages.append(advantage)
 
     def arrays(self) -> dict[str, Any]:
         """The scenario file's arrays (:func:`label_scenario`)."""
@@ -466,7 +477,7 @@ def _fork_jct(sim: Simulator | None, spec: TeacherSpec, held: Held) -> float:
     """The mean training JCT of the prior with ``held`` held, on a fork of ``sim`` to the end
     (the fork calls the env's prior's hooks: the same prior)."""
     assert sim is not None
-    return held_jct(sim, HeldScores(scored_prior(spec.search.prior), held.scores, held.widths), 0)
+    return held_jct(sim, HeldScores.holding(scored_prior(spec.search.prior), held), 0)
 
 
 def _replay(
