@@ -58,6 +58,7 @@ import numpy as np
 from baselines.job_order import job_priority_key
 from deepboot_env.placement import place_count_lists, place_counts
 from deepboot_env.policy import WIDTH_CLASSES, Allocation, BasePolicy, ClusterState, JobView
+from deepboot_env.sim.compiled import compiled
 from deepboot_env.sim.reclaim import RestartAwareRule, fair_share_base
 from deepboot_env.sim.state import GpuRef, RequestView
 
@@ -610,17 +611,9 @@ def _knapsack_loops(speedups: np.ndarray, table: np.ndarray, capacity: int) -> n
 
 @functools.cache
 def _compiled_knapsack() -> Callable[..., np.ndarray]:
-    """:func:`_knapsack_loops` compiled by numba (imported here, on the first knapsack, so that
-    importing the policies stays cheap); the machine code is cached next to this module, or in
-    numba's user-wide cache where the package is read-only, and compiled in every process where
-    neither can be written (numba refuses to cache there)."""
-    import numba
-
-    try:
-        kernel = numba.njit(cache=True)(_knapsack_loops)
-    except RuntimeError:  # "cannot cache function ...: no locator available"
-        kernel = numba.njit(cache=False)(_knapsack_loops)
-    return cast(Callable[..., np.ndarray], kernel)
+    """:func:`_knapsack_loops` compiled (:func:`~deepboot_env.sim.compiled.compiled`: cached on
+    disk where it can be), on the first knapsack, so that importing the policies stays cheap."""
+    return compiled(_knapsack_loops)
 
 
 def knapsack_prefix(

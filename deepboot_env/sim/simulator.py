@@ -57,6 +57,7 @@ from deepboot_env.sim.apps import AppProfile, default_profiles
 from deepboot_env.sim.aryl_mode import ArylInferencePool, strip_training
 from deepboot_env.sim.cluster import ClusterLedger, node_layout
 from deepboot_env.sim.config import SimConfig
+from deepboot_env.sim.drain import RequestColumns, compiled_drain, drain_applies
 from deepboot_env.sim.events import Event, EventKind, EventQueue
 from deepboot_env.sim.fork import SimSnapshot, clone_into
 from deepboot_env.sim.hooks import DefaultHooks, SimulatorHooks, checked_hooks
@@ -101,6 +102,10 @@ class Simulator:
 
     _pool_type: type[InferencePool] = InferencePool
     """The inference side built at each reset (a subclass may record what it does)."""
+
+    drain_compiled: bool = True
+    """Whether the inference drain at the end of an episode runs compiled where it can
+    (:mod:`deepboot_env.sim.drain`); False runs the Python reference loop (the tests compare them)."""
 
     def __init__(
         self,
@@ -159,6 +164,8 @@ class Simulator:
         self._arrived_before = 0
         """:attr:`_next_request` when the last interval closed."""
         self._recent: deque[int] = deque([0] * RECENT_INTERVALS, maxlen=RECENT_INTERVALS)
+        self._request_columns: RequestColumns | None = None
+        """The pool's requests as columns for the compiled drain (made at the first drain)."""
         self.num_events = 0
         self.truncated = False
         self.done = False
@@ -318,7 +325,14 @@ class Simulator:
 
     def _drain(self, limit: float) -> None:
         """No training decision is left: run the remaining events (inference) up to ``limit``,
-        still sampling the timeline once per interval."""
+        still sampling the timeline once per interval; by the compiled loop where it is the same
+        episode (:mod:`deepboot_env.sim.drain`), else by the Python one below (the reference)."""
+        if self.drain_compiled and drain_applies(self):
+            columns = self._request_columns
+            if columns is None or columns.specs is not self._pool._specs:
+                columns = self._request_columns = RequestColumns.of(self._pool._specs)
+            compiled_drain(self, limit, columns)
+            return
         interval = self.config.interval
         t = self._boundary
         while self._next_live_time() <= limit:

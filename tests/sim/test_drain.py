@@ -1,0 +1,153 @@
+"""The compiled inference drain (:mod:`deepboot_env.sim.drain`) leaves the simulator exactly as the
+Python reference loop (``Simulator.drain_compiled = False``) does: request records, pods, the
+waiting queue, the ledger, the live events, the GPU-seconds, the timeline and the counters, bit
+for bit, under overload (requests waiting, SLEEP pods evicted, warm pods served out of FIFO
+order), on a shared pool, at other protect scales and intervals, cut by ``max_time`` mid-drain,
+through the loop's hand-over of a full row buffer, and in forks played to the end. Where its
+preconditions fail (Aryl mode, a recording pool) the Python loop runs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from builders import drive, episode_record
+
+import deepboot_env.sim.drain as drain
+import deepboot_env.sim.simulator as simulator_module
+from deepboot_env.policy import make_policy
+from deepboot_env.sim.cluster import ClusterConfig
+from deepboot_env.sim.simulator import SimConfig, Simulator
+from traces.generate import generate_workload
+
+
+def _workload(seed: int, mean_gpus: float, horizon_s: float = 2 * 86400.0):
+    return generate_workload(
+        f"drain-{seed}",
+        seed,
+        train={"num_jobs": 8},
+        inference={"horizon_s": horizon_s, "mean_gpus": mean_gpus, "instances_per_app": 2, "bursts": 4},
+    )
+
+
+def _state(sim: Simulator) -> dict[str, object]:
+    """Everything the drain changes, comparable with ==."""
+    pool, books, ledger = sim._pool, sim._books, sim.ledger
+    live_events = sorted(
+        entry
+        for entry in sim.events.heap
+        if entry[1] != 2 and entry[3] in pool.pods and pool.pods[entry[3]].version == entry[4]
+    )
+    return {
+        "clock": (sim.now, sim.done, sim.truncated, sim.num_events, sim._next_request, sim._arrived_before),
+        "recent": list(sim._recent),
+        "books": (books.gpu_seconds, books.waiting_seconds, books._t, books._sample_from, books.timeline),
+        "records": list(pool.requests),
+        "pods": {pid: vars(pod) for pid, pod in pool.pods.items()},
+        "pod_order": list(pool.pods),
+        "by_instance": pool._pods_by_instance,
+        "waiting": list(pool.waiting.items()),
+        "waiting_of": {name: list(queue) for name, queue in pool._waiting_of.items() if queue},
+        "counters": (pool._tickets, pool._pod_seq, pool.reclaims, sim.events._seq),
+        "ledger": (ledger.counts, ledger.by_state),
+        "events": live_events,
+        "record": episode_record(sim, events=True),
+    }
+
+
+def _played(workload, config: SimConfig, compiled: bool, policy: str = "ats") -> tuple[dict[str, object], int]:
+    """The end state of an episode of ``policy`` with the drain compiled or not, and how many
+    drains ran compiled."""
+    calls = []
+    original = drain.compiled_drain
+
+    def counted(*args):
+        calls.append(1)
+        return original(*args)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Simulator, "drain_compiled", compiled)
+        patch.setattr(simulator_module, "compiled_drain", counted)
+        agent = make_policy(policy)
+        agent.reset(0)
+        sim = Simulator(workload, config, agent)
+        drive(sim, agent)
+    return _state(sim), len(calls)
+
+
+CASES = {
+    "overload": (0, 40.0, SimConfig()),
+    "calm": (1, 12.0, SimConfig()),
+    "protect-2-interval-300": (2, 40.0, SimConfig(protect_scale=2.0, interval=300.0)),
+    "shared-pool": (3, 20.0, SimConfig(cluster=ClusterConfig(train_nodes=8, infer_nodes=0, shared_pool=True))),
+    "cut-mid-drain": (0, 40.0, SimConfig(max_time=2 * 86400.0)),  # the last requests arrive just before
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_compiled_drain_is_the_python_drain(case: str) -> None:
+    seed, mean_gpus, config = CASES[case]
+    workload = _workload(seed, mean_gpus)
+    reference, python_calls = _played(workload, config, compiled=False)
+    ours, compiled_calls = _played(workload, config, compiled=True)
+    assert (python_calls, compiled_calls) == (0, 1)
+    assert ours == reference
+    if case == "overload":  # the drain met a queue: requests waited and SLEEP pods were evicted
+        assert reference["books"][1] > 0 and max(row[-2] for row in reference["books"][4]) > 0
+    if case == "cut-mid-drain":
+        assert reference["clock"][2] and reference["events"]
+
+
+def test_a_full_row_buffer_is_handed_over_and_the_loop_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    seed, mean_gpus, config = CASES["overload"]
+    workload = _workload(seed, mean_gpus)
+    reference, _ = _played(workload, config, compiled=False)
+    monkeypatch.setattr(drain, "ROW_BUFFER", 3)
+    ours, calls = _played(workload, config, compiled=True)
+    assert calls == 1 and ours == reference
+    assert len(reference["books"][4]) > 3 * 10  # the loop handed rows over more than ten times
+
+
+def test_forks_played_to_the_end_drain_alike() -> None:
+    """Forks from mid-episode (the hindsight search's and the teacher's rollouts) each drain
+    compiled, as the Python loop does, and the original is untouched by them."""
+    workload = _workload(4, 40.0)
+    agent = make_policy("ats-srpt-fcfs-place-rr-warm")
+    agent.reset(0)
+    sim = Simulator(workload, SimConfig(), agent)
+    drive(sim, agent, steps=40)
+    before = _state(sim)
+    ends = []
+    for compiled in (False, True):
+        fork = sim.fork()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(Simulator, "drain_compiled", compiled)
+            drive(fork, agent)
+        ends.append(_state(fork))
+    assert ends[0] == ends[1]
+    assert _state(sim) == before
+
+
+def test_the_python_loop_runs_where_the_compiled_one_does_not_apply() -> None:
+    """Aryl mode's pool (a subclass) reclaims whole servers: its drain is the Python loop's, and
+    so is a drain with training GPUs still held (an episode cut by ``max_time`` mid-training)."""
+    workload = _workload(5, 20.0)
+    aryl = SimConfig(inference_placement="aryl")
+    reference, _ = _played(workload, aryl, compiled=False)
+    ours, calls = _played(workload, aryl, compiled=True)
+    assert calls == 0 and ours == reference
+    workload = _workload(5, 20.0, horizon_s=3600.0)
+    cut = SimConfig(max_time=workload.jobs[-1].arrival + 300.0)  # the last job still trains then
+    reference, _ = _played(workload, cut, compiled=False)
+    ours, calls = _played(workload, cut, compiled=True)
+    assert calls == 0 and ours == reference and reference["clock"][2]
+
+
+def test_request_columns_hold_each_instance_and_cold_start() -> None:
+    workload = _workload(6, 12.0)
+    columns = drain.RequestColumns.of(workload.requests)
+    for spec, (inst, app), (duration, delay) in zip(workload.requests, columns.ids, columns.times, strict=True):
+        assert columns.instances[inst] == spec.instance and columns.apps[app] == spec.app
+        assert duration == spec.duration and delay > 0 and not math.isnan(delay)
+    assert len(columns.instances) == 12  # two instances of each of the six applications
