@@ -60,7 +60,19 @@ class RequestColumns:
 
     @classmethod
     def of(cls, specs: Sequence[InferenceRequestSpec]) -> RequestColumns:
-        """The columns of ``specs``."""
+        """The columns of ``specs`` (made once per request list: a workload's episodes, resets
+        and forks share it; the last :data:`_COLUMNS_KEPT` lists are kept)."""
+        kept = _COLUMNS.get(id(specs))
+        if kept is not None and kept.specs is specs:
+            return kept
+        if len(_COLUMNS) >= _COLUMNS_KEPT:
+            _COLUMNS.pop(next(iter(_COLUMNS)))
+        columns = _COLUMNS[id(specs)] = cls._made(specs)
+        return columns
+
+    @classmethod
+    def _made(cls, specs: Sequence[InferenceRequestSpec]) -> RequestColumns:
+        """The columns of ``specs``, made afresh."""
         instances: dict[str, int] = {}
         apps: dict[str, int] = {}
         ids = np.empty((len(specs), 2), dtype=np.int64)
@@ -70,6 +82,12 @@ class RequestColumns:
             ids[i, 1] = apps.setdefault(spec.app, len(apps))
             times[i, 0], times[i, 1] = spec.duration, COLD_START_DELAY_S[spec.app]
         return cls(specs, list(instances), list(apps), ids, times)
+
+
+_COLUMNS: dict[int, RequestColumns] = {}
+"""Request columns by the id of their request list (which each holds, so that the id is not
+reused while it is here)."""
+_COLUMNS_KEPT = 16
 
 
 def drain_applies(sim: Simulator) -> bool:

@@ -147,7 +147,6 @@ _SIM_SHARED = frozenset(
         "done",
         "_wall_start",
         "_boundary",
-        "_request_columns",
     }
 )
 """Attributes of a :class:`~deepboot_env.sim.simulator.Simulator` that never change in place

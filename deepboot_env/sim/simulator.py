@@ -164,8 +164,6 @@ class Simulator:
         self._arrived_before = 0
         """:attr:`_next_request` when the last interval closed."""
         self._recent: deque[int] = deque([0] * RECENT_INTERVALS, maxlen=RECENT_INTERVALS)
-        self._request_columns: RequestColumns | None = None
-        """The pool's requests as columns for the compiled drain (made at the first drain)."""
         self.num_events = 0
         self.truncated = False
         self.done = False
@@ -328,10 +326,7 @@ class Simulator:
         still sampling the timeline once per interval; by the compiled loop where it is the same
         episode (:mod:`deepboot_env.sim.drain`), else by the Python one below (the reference)."""
         if self.drain_compiled and drain_applies(self):
-            columns = self._request_columns
-            if columns is None or columns.specs is not self._pool._specs:
-                columns = self._request_columns = RequestColumns.of(self._pool._specs)
-            compiled_drain(self, limit, columns)
+            compiled_drain(self, limit, RequestColumns.of(self._pool._specs))
             return
         interval = self.config.interval
         t = self._boundary

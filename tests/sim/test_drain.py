@@ -151,3 +151,5 @@ def test_request_columns_hold_each_instance_and_cold_start() -> None:
         assert columns.instances[inst] == spec.instance and columns.apps[app] == spec.app
         assert duration == spec.duration and delay > 0 and not math.isnan(delay)
     assert len(columns.instances) == 12  # two instances of each of the six applications
+    assert drain.RequestColumns.of(workload.requests) is columns  # made once per request list
+    assert drain.RequestColumns.of(list(workload.requests)) is not columns
