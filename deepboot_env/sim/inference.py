@@ -35,7 +35,7 @@ from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, NamedTuple, Protocol, cast
 
 from deepboot_env.sim.apps import COLD_START_DELAY_S
 from deepboot_env.sim.cluster import NODE_INFER, NODE_TRAIN, ClusterLedger
@@ -95,10 +95,10 @@ class Pod:
     since: float = 0.0
 
 
-@dataclass(frozen=True)
-class RequestRecord:
+class RequestRecord(NamedTuple):
     """What happened to one inference request (immutable: the pool replaces a request's record
-    when the request starts, so that snapshots share the records, :mod:`deepboot_env.sim.fork`).
+    when the request starts, so that snapshots share the records, :mod:`deepboot_env.sim.fork`;
+    a named tuple, made in a third of a frozen dataclass's time: every request makes two).
 
     Attributes:
         index: position in the workload.
@@ -109,7 +109,7 @@ class RequestRecord:
         pod: pod that served it.
     """
 
-    index: int
+    index: int  # type: ignore[assignment]  # the field hides tuple.index, which no record needs
     arrival: float
     start: float | None = None
     finish: float | None = None
