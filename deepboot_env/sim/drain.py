@@ -7,7 +7,8 @@ the episode, with the timeline sampled once per interval: a tenth to a fifth of 
 time, paid again by every fork a planner plays to the end. :func:`compiled_drain` runs it with
 :func:`~deepboot_env.sim.drain_loops.drain_loops` instead, where that loop is the same episode:
 the plain inference pool (not a subclass, not Aryl mode), no training GPU held (so nothing is
-reclaimed, no reclaim hook or ATS-I pass is called), and no live training event. It copies the
+reclaimed, no reclaim hook or ATS-I pass is called), and no live training event; the simulator
+calls it from a process's second drain on (:data:`PYTHON_DRAINS_FIRST`). It copies the
 pool, ledger, event heap, books and clock into arrays (O(pods + requests left + heap), once per
 episode), runs the loop, and writes everything back: request records, pods, the waiting queue,
 the ledger's counts, the heap, the GPU-seconds and timeline rows, the arrival position and the
@@ -107,6 +108,21 @@ def drain_applies(sim: Simulator) -> bool:
         if kind == _TRAIN_DONE and jobs[target].version == version and jobs[target].completion is None:
             return False
     return True
+
+
+PYTHON_DRAINS_FIRST = 1
+"""Drains each process runs by the Python loop before it compiles the loop (or loads it from
+numba's disk cache): a single episode, such as a ``deepboot simulate``, does not pay the start-up
+of a loop that saves it milliseconds; a process that plays more pays it once."""
+_drains_seen = 0
+
+
+def kernel_worth_it() -> bool:
+    """Whether this drain should run compiled: every drain after the first
+    :data:`PYTHON_DRAINS_FIRST` of the process (counted here)."""
+    global _drains_seen
+    _drains_seen += 1
+    return _drains_seen > PYTHON_DRAINS_FIRST
 
 
 def compiled_drain(sim: Simulator, limit: float, columns: RequestColumns) -> None:

@@ -57,7 +57,7 @@ from deepboot_env.sim.apps import AppProfile, default_profiles
 from deepboot_env.sim.aryl_mode import ArylInferencePool, strip_training
 from deepboot_env.sim.cluster import ClusterLedger, node_layout
 from deepboot_env.sim.config import SimConfig
-from deepboot_env.sim.drain import RequestColumns, compiled_drain, drain_applies
+from deepboot_env.sim.drain import RequestColumns, compiled_drain, drain_applies, kernel_worth_it
 from deepboot_env.sim.events import Event, EventKind, EventQueue
 from deepboot_env.sim.fork import SimSnapshot, clone_into
 from deepboot_env.sim.hooks import DefaultHooks, SimulatorHooks, checked_hooks
@@ -104,8 +104,9 @@ class Simulator:
     """The inference side built at each reset (a subclass may record what it does)."""
 
     drain_compiled: bool = True
-    """Whether the inference drain at the end of an episode runs compiled where it can
-    (:mod:`deepboot_env.sim.drain`); False runs the Python reference loop (the tests compare them)."""
+    """Whether the inference drain at the end of an episode runs compiled where it can, from a
+    process's second drain on (:mod:`deepboot_env.sim.drain`); False runs the Python reference
+    loop (the tests compare them)."""
 
     def __init__(
         self,
@@ -325,7 +326,7 @@ class Simulator:
         """No training decision is left: run the remaining events (inference) up to ``limit``,
         still sampling the timeline once per interval; by the compiled loop where it is the same
         episode (:mod:`deepboot_env.sim.drain`), else by the Python one below (the reference)."""
-        if self.drain_compiled and drain_applies(self):
+        if self.drain_compiled and drain_applies(self) and kernel_worth_it():
             compiled_drain(self, limit, RequestColumns.of(self._pool._specs))
             return
         interval = self.config.interval

@@ -4,7 +4,8 @@ waiting queue, the ledger, the live events, the GPU-seconds, the timeline and th
 for bit, under overload (requests waiting, SLEEP pods evicted, warm pods served out of FIFO
 order), on a shared pool, at other protect scales and intervals, cut by ``max_time`` mid-drain,
 through the loop's hand-over of a full row buffer, and in forks played to the end. Where its
-preconditions fail (Aryl mode, a recording pool) the Python loop runs.
+preconditions fail (Aryl mode, a cut mid-training) and at a process's first drain the Python
+loop runs.
 """
 
 from __future__ import annotations
@@ -20,6 +21,12 @@ from deepboot_env.policy import make_policy
 from deepboot_env.sim.cluster import ClusterConfig
 from deepboot_env.sim.simulator import SimConfig, Simulator
 from traces.generate import generate_workload
+
+
+@pytest.fixture(autouse=True)
+def compile_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every drain of these tests may run compiled (a process's first one runs in Python)."""
+    monkeypatch.setattr(drain, "PYTHON_DRAINS_FIRST", 0)
 
 
 def _workload(seed: int, mean_gpus: float, horizon_s: float = 2 * 86400.0):
@@ -97,6 +104,18 @@ def test_compiled_drain_is_the_python_drain(case: str) -> None:
         assert reference["books"][1] > 0 and max(row[-2] for row in reference["books"][4]) > 0
     if case == "cut-mid-drain":
         assert reference["clock"][2] and reference["events"]
+
+
+def test_a_process_drains_in_python_first_then_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A single episode (``deepboot simulate``) does not pay the loop's compilation: a process's
+    first drain runs in Python, the later ones compiled, to the same end."""
+    monkeypatch.setattr(drain, "PYTHON_DRAINS_FIRST", 1)
+    monkeypatch.setattr(drain, "_drains_seen", 0)
+    seed, mean_gpus, config = CASES["calm"]
+    workload = _workload(seed, mean_gpus)
+    first, first_calls = _played(workload, config, compiled=True)
+    second, second_calls = _played(workload, config, compiled=True)
+    assert (first_calls, second_calls) == (0, 1) and first == second
 
 
 def test_a_full_row_buffer_is_handed_over_and_the_loop_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
