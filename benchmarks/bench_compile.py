@@ -18,28 +18,18 @@ as they are.
 from __future__ import annotations
 
 import os
-import resource
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
 
 from deepboot_env.argparsing import ArgumentParser
 
 
 def timed_run(command: list[str], cache_dir: str) -> tuple[float, float]:
     """Wall and CPU seconds of one ``deepboot`` ``command`` in a fresh process caching in ``cache_dir``."""
-    argv = [sys.executable, "-m", "deepboot_harness.cli", *command]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "NUMBA_CACHE_DIR": cache_dir})
-    wall = time.perf_counter() - start
-    if done.returncode:
-        last = (done.stderr.strip().splitlines() or [f"status {done.returncode}"])[-1]
-        raise SystemExit(f"deepboot {command[0]} failed: {last}")
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    from bench_philly import run_deepboot  # this script's folder: the one child-process timer
+
+    cpu, _, wall = run_deepboot(command, {**os.environ, "NUMBA_CACHE_DIR": cache_dir})
+    return wall, cpu
 
 
 def _with_out(command: list[str], out: str, name: str) -> list[str]:

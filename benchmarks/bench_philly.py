@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from deepboot_env.argparsing import ArgumentParser
@@ -23,15 +24,18 @@ from traces.loaders import load_philly
 from traces.philly_replay import philly_replay
 
 
-def run_simulate(argv: list[str]) -> tuple[float, float]:
-    """Run ``deepboot simulate argv`` in a child process; its (CPU seconds, peak RSS in MB)."""
-    cmd = [sys.executable, "-m", "deepboot_harness.cli", "simulate", *argv]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+def run_deepboot(command: list[str], env: dict[str, str] | None = None) -> tuple[float, float, float]:
+    """Run ``deepboot <command>`` in a child process of this interpreter (environment ``env``,
+    None: this one's); its (CPU seconds, peak RSS in MB, wall seconds)."""
+    cmd = [sys.executable, "-m", "deepboot_harness.cli", *command]
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, env=env)
     _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed with status {proc.returncode}")
-    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024.0
+    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024.0, wall
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         for policy in args.policies:
             metrics = out / f"{replay.workload.name}-{policy}.json"
             flags = ["--workload", str(workload), "--cluster", cluster.describe(), "--max-days", str(replay.max_days)]
-            cpu, rss = run_simulate([*flags, "--policy", policy, "--quiet", "--json", str(metrics)])
+            cpu, rss, _ = run_deepboot(["simulate", *flags, "--policy", policy, "--quiet", "--json", str(metrics)])
             m = json.loads(metrics.read_text())
             print(
                 f"| {len(replay.workload.jobs):,} | {len(replay.workload.requests):,} | {gpus:,} "

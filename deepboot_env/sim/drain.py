@@ -13,6 +13,13 @@ pool, ledger, event heap, books and clock into arrays (O(pods + requests left + 
 episode), runs the loop, and writes everything back: request records, pods, the waiting queue,
 the ledger's counts, the heap, the GPU-seconds and timeline rows, the arrival position and the
 event count, bit for bit what the Python loop leaves (tests/sim/test_drain.py).
+
+:mod:`~deepboot_env.sim.drain_loops` is imported where it is used, not at the top: it imports numba
+(half a second), which a process whose drains all run in Python never needs. Its layout constants
+stay in it, literals beside the kernel, because numba's disk cache is keyed on that module's source
+alone: a constant read from another module would be frozen into a cached kernel that a change there
+does not invalidate (the tests check the literals against :class:`~deepboot_env.sim.events.EventKind`
+and the pool's states).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from deepboot_env.sim.apps import COLD_START_DELAY_S
+from deepboot_env.sim.events import EventKind
 from deepboot_env.sim.inference import PROTECT, RUNNING, SLEEP, InferencePool, Pod, RequestRecord
 from deepboot_env.sim.workload import InferenceRequestSpec
 
@@ -36,7 +44,7 @@ if TYPE_CHECKING:
 _STATUS_CODES = {RUNNING: 0, PROTECT: 1, SLEEP: 2}
 _STATUS_NAMES = (RUNNING, PROTECT, SLEEP)
 _RECLAIMABLE_KEYS = {"lent": 0, "train": 1, None: 2}
-_TRAIN_DONE = 2
+_TRAIN_DONE = int(EventKind.TRAIN_DONE)
 ROW_BUFFER = 4096
 """Timeline rows the loop writes before handing them over (it then goes on where it was)."""
 

@@ -164,6 +164,23 @@ def test_the_python_loop_runs_where_the_compiled_one_does_not_apply() -> None:
     assert calls == 0 and ours == reference and reference["clock"][2]
 
 
+def test_the_kernel_literals_are_the_simulator_codes() -> None:
+    """The compiled loop's event kinds and pod states are literals (numba caches a kernel by its own
+    module's source); they are the simulator's."""
+    from deepboot_env.sim import drain_loops as k
+    from deepboot_env.sim.events import EventKind
+    from deepboot_env.sim.inference import PROTECT, RUNNING, SLEEP
+
+    assert (k.REQUEST_DONE, k.POD_SLEEP, k.REQUEST_ARRIVAL) == (
+        EventKind.REQUEST_DONE,
+        EventKind.POD_SLEEP,
+        EventKind.REQUEST_ARRIVAL,
+    )
+    assert drain._STATUS_CODES == {RUNNING: k.RUNNING, PROTECT: k.PROTECT, SLEEP: k.SLEEP}
+    assert [drain._STATUS_CODES[name] for name in drain._STATUS_NAMES] == [0, 1, 2]
+    assert drain._RECLAIMABLE_KEYS[None] == 2  # the key _cold_gpu_possible reads as "always"
+
+
 def test_request_columns_hold_each_instance_and_cold_start() -> None:
     workload = _workload(6, 12.0)
     columns = drain.RequestColumns.of(workload.requests)
