@@ -3,13 +3,22 @@ pytest puts it on the path for the modules of every subfolder)."""
 
 from __future__ import annotations
 
+import math
+import random
 import re
 import shlex
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from pytest import MonkeyPatch
+
+from deepboot_env.evaluation import run_episode
 from deepboot_env.policy import BasePolicy
+from deepboot_env.sim import jobs as jobs_module
+from deepboot_env.sim.cluster import ClusterConfig
+from deepboot_env.sim.jobs import ProjectionState, RunResult, TrainingJob
 from deepboot_env.sim.metrics import EpisodeMetrics
+from deepboot_env.sim.simulator import SimConfig
 from deepboot_env.sim.workload import InferenceRequestSpec, TrainingJobSpec, Workload
 
 REPO = Path(__file__).resolve().parents[1]
@@ -456,3 +465,41 @@ def shell_commands(markdown: str) -> list[list[str]]:
                     argv.append(token)
             commands.append(argv)
     return [argv for argv in commands if argv]
+
+
+RunCase = tuple[TrainingJob, float, ProjectionState]
+
+
+def recorded_run_cases(workload: Workload) -> list[RunCase]:
+    """Every third call of ``_run`` in episodes that cover stalls (afe, full, pollux), stop-free
+    phases and interference (speeds below 1), each with the job as it was then and the horizons
+    asked plus random ones: the time itself, just before and at the end of the first phase,
+    a short and a long step, and infinity (a projection)."""
+    recorded: list[RunCase] = []
+    calls = iter(range(1 << 62))
+    real = jobs_module._run
+
+    def recording(job: TrainingJob, t1: float, start: ProjectionState) -> RunResult:
+        if next(calls) % 3 == 0:
+            recorded.append((job.clone(), t1, start))
+        return real(job, t1, start)
+
+    with MonkeyPatch.context() as patch:
+        patch.setattr(jobs_module, "_run", recording)
+        for policy, config in [
+            ("ats", SimConfig()),
+            ("optimus", SimConfig(restart="stopfree")),
+            ("ats", SimConfig(restart="stopfree", interference=0.3)),
+            ("pollux", SimConfig(cluster=ClusterConfig.parse_shared("8x4"), restart="pollux")),
+            ("fifo", SimConfig(restart="full", interference=0.3)),
+        ]:
+            run_episode(policy, workload, config)
+    rng = random.Random(0)
+    cases: list[RunCase] = []
+    for job, t1, start in recorded:
+        t0, phases = start[0], start[3]
+        stall_end = t0 + phases[0].seconds if phases else t0
+        horizons = [t1, t0, stall_end, max(stall_end - 1.0, t0), math.inf]
+        horizons += [t0 + rng.expovariate(1 / 120), t0 + rng.expovariate(1 / 7200), stall_end + rng.uniform(0, 90)]
+        cases += [(job, horizon, start) for horizon in horizons]
+    return cases

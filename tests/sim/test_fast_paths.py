@@ -27,11 +27,10 @@ from __future__ import annotations
 
 import json
 import math
-import random
 
 import numpy as np
 import pytest
-from builders import check_completion_bounds, masked_random_action
+from builders import RunCase, check_completion_bounds, masked_random_action, recorded_run_cases
 
 from baselines.ats import knapsack
 from deepboot_env.env import DeepBootEnv
@@ -88,43 +87,10 @@ def test_step_without_revalidation_equals_validating_apply(workload, restart: st
         assert all(np.array_equal(obs[k], expected[k]) for k in obs)
 
 
-RunCase = tuple[TrainingJob, float, ProjectionState]
-
-
 @pytest.fixture(scope="module")
 def run_cases(workload) -> list[RunCase]:
-    """Every third call of ``_run`` in episodes that cover stalls (afe, full, pollux), stop-free
-    phases and interference (speeds below 1), each with the job as it was then and the horizons
-    asked plus random ones: the time itself, just before and at the end of the first phase,
-    a short and a long step, and infinity (a projection)."""
-    recorded: list[RunCase] = []
-    calls = iter(range(1 << 62))
-    real = jobs_module._run
-
-    def recording(job: TrainingJob, t1: float, start: ProjectionState) -> RunResult:
-        if next(calls) % 3 == 0:
-            recorded.append((job.clone(), t1, start))
-        return real(job, t1, start)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(jobs_module, "_run", recording)
-        for policy, config in [
-            ("ats", SimConfig()),
-            ("optimus", SimConfig(restart="stopfree")),
-            ("ats", SimConfig(restart="stopfree", interference=0.3)),
-            ("pollux", SimConfig(cluster=ClusterConfig.parse_shared("8x4"), restart="pollux")),
-            ("fifo", SimConfig(restart="full", interference=0.3)),
-        ]:
-            run_episode(policy, workload, config)
-    rng = random.Random(0)
-    cases: list[RunCase] = []
-    for job, t1, start in recorded:
-        t0, phases = start[0], start[3]
-        stall_end = t0 + phases[0].seconds if phases else t0
-        horizons = [t1, t0, stall_end, max(stall_end - 1.0, t0), math.inf]
-        horizons += [t0 + rng.expovariate(1 / 120), t0 + rng.expovariate(1 / 7200), stall_end + rng.uniform(0, 90)]
-        cases += [(job, horizon, start) for horizon in horizons]
-    return cases
+    """Calls of ``_run`` in real episodes and random horizons (:func:`builders.recorded_run_cases`)."""
+    return recorded_run_cases(workload)
 
 
 def run_record(result: RunResult) -> str:

@@ -1,0 +1,113 @@
+"""A training job's progress state and its application's rates as the arrays of
+:mod:`deepboot_env.sim.progress_loops`, and back.
+
+:class:`ProgressTables` holds one :class:`~deepboot_env.sim.rates.RateTable`'s rates at every
+epoch and GPU count, with their rounded-duration suffix sums, as arrays (built once per table and
+process: the table is shared, :func:`~deepboot_env.sim.rates.shared_rate_table`).
+:func:`job_rows` writes a job's :data:`~deepboot_env.sim.jobs.ProjectionState` into the kernel's
+row arrays, and :func:`compiled_run` is :func:`~deepboot_env.sim.jobs._run` through the compiled
+kernel: what ``tests/sim/test_progress_kernel.py`` holds to the reference loop.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+
+from deepboot_env.sim.jobs import ProjectionState, RunResult, TrainingJob
+from deepboot_env.sim.rates import RateTable
+from deepboot_env.sim.restart import Phase
+
+# the kernel's row layout (deepboot_env.sim.progress_loops; literals there, for numba's cache)
+T, PROGRESS, ANCHOR_T, ANCHOR_P, SPEED = range(5)
+EPOCH, REPLICAS, MULTI, N_PHASES = range(4)
+P_SECONDS, P_END = range(2)
+P_REPLICAS, P_MULTI = range(2)
+JF_WIDTH, JI_WIDTH, MAX_PHASES = 5, 4, 2
+
+
+@dataclass(frozen=True)
+class ProgressTables:
+    """One rate table as arrays: ``rates[cls, k, e]`` (class: the multi-node flag; ``k`` up to
+    the table's ``max_replicas``), ``suffix[cls, k]`` (:meth:`RateTable.epoch_suffix_list`) and
+    ``ends`` (the progress at each epoch's end)."""
+
+    rates: np.ndarray
+    suffix: np.ndarray
+    ends: np.ndarray
+
+    @classmethod
+    def of(cls, table: RateTable) -> ProgressTables:
+        """The arrays of ``table`` (cached per table: they are computed from it alone)."""
+        tables = _TABLES.get(table)
+        if tables is None:
+            epochs = len(table.app.epoch_progress)
+            rates = np.stack([table.rates(e) for e in range(epochs)], axis=-1)
+            width = table.max_replicas + 1
+            suffix = np.array([[table.epoch_suffix_list(bool(c), k) for k in range(width)] for c in (0, 1)])
+            ends = np.asarray(table.app.epoch_progress, dtype=np.float64)
+            tables = _TABLES[table] = cls(np.ascontiguousarray(rates), suffix, ends)
+        return tables
+
+
+_TABLES: weakref.WeakKeyDictionary[RateTable, ProgressTables] = weakref.WeakKeyDictionary()
+
+
+def job_rows(job: TrainingJob, start: ProjectionState) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(jf, ji, pf, pi)``: one row each holding ``job`` at ``start`` (its time, epoch,
+    progress, phases and anchor; its GPUs, class and speed as they are now).
+
+    Raises:
+        ValueError: a job whose truth is not a fitted rate table, or with more phases than a plan holds.
+    """
+    if not isinstance(job.truth, RateTable):
+        kind = type(job.truth).__name__
+        raise ValueError(f"job {job.index}: the compiled progress reads a fitted rate table, not {kind}")
+    t, epoch, progress, phases, anchor = start
+    if len(phases) > MAX_PHASES:
+        raise ValueError(f"job {job.index}: {len(phases)} phases; a restart plan holds at most {MAX_PHASES}")
+    jf = np.full((1, JF_WIDTH), np.nan)
+    jf[0, T], jf[0, PROGRESS], jf[0, SPEED] = t, progress, job.speed
+    if anchor is not None:
+        jf[0, ANCHOR_T], jf[0, ANCHOR_P] = anchor
+    ji = np.array([[epoch, job.replicas, int(bool(job.rate_class)), len(phases)]], dtype=np.int64)
+    pf = np.full((1, MAX_PHASES, 2), np.nan)
+    pi = np.zeros((1, MAX_PHASES, 2), dtype=np.int64)
+    for p, phase in enumerate(phases):
+        pf[0, p, P_SECONDS] = phase.seconds
+        pf[0, p, P_END] = np.nan if phase.end is None else phase.end
+        pi[0, p] = phase.replicas, int(phase.multi_node)
+    return jf, ji, pf, pi
+
+
+def compiled_run(job: TrainingJob, t1: float, start: ProjectionState) -> RunResult:
+    """:func:`~deepboot_env.sim.jobs._run` ``(job, t1, start)`` by the compiled kernel: the same
+    (epoch, progress, phases left, anchor, completion); the phases keep their ``counts``."""
+    from deepboot_env.sim.progress_loops import advance_rows  # lazy: it imports numba
+
+    jf, ji, pf, pi = job_rows(job, start)
+    tables = ProgressTables.of(job.truth)  # type: ignore[arg-type]  # job_rows checked it
+    out = np.empty(1)
+    advance_rows(jf, ji, pf, pi, np.array([t1], dtype=np.float64), tables.rates, tables.suffix, tables.ends, out)
+    phases = start[3]
+    left = int(ji[0, N_PHASES])
+    kept = [
+        Phase(
+            float(pf[0, p, P_SECONDS]),
+            int(pi[0, p, P_REPLICAS]),
+            bool(pi[0, p, P_MULTI]),
+            phases[len(phases) - left + p].counts,
+            _none_if_nan(pf[0, p, P_END]),
+        )
+        for p in range(left)
+    ]
+    anchor = None if math.isnan(jf[0, ANCHOR_T]) else (float(jf[0, ANCHOR_T]), float(jf[0, ANCHOR_P]))
+    return int(ji[0, EPOCH]), float(jf[0, PROGRESS]), kept, anchor, _none_if_nan(out[0])
+
+
+def _none_if_nan(value: float) -> float | None:
+    """``value`` as a float, None for NaN (the kernel's None)."""
+    return None if math.isnan(value) else float(value)

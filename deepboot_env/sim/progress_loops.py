@@ -1,0 +1,223 @@
+"""A training job's progress over arrays, compiled by numba: :func:`~deepboot_env.sim.jobs._run` again.
+
+This is :func:`~deepboot_env.sim.jobs._reference_run` (with its epoch jumps, which :func:`_run`'s
+fast paths equal) written over the arrays of :mod:`deepboot_env.sim.progress`, step for step and
+float operation for float operation, for the fitted truth (a
+:class:`~deepboot_env.sim.rates.RateTable`, whose placement class is the multi-node flag). It is
+the first block of the compiled training loop of issue 70: a loop that keeps the jobs' state in
+arrays advances a job with :func:`advance_row` without leaving machine code.
+
+A job's state is one row of each of four arrays (:mod:`deepboot_env.sim.progress` builds them):
+
+* ``jf`` (float64): the time it was advanced to, its progress, its anchor (the time and progress
+  at which its constant-rate stretch began; NaN when none runs) and its speed factor;
+* ``ji`` (int64): its epoch, its GPUs, its multi-node flag and how many phases are left;
+* ``pf`` (float64, phases x 2): each phase's seconds and its end once cut (NaN: not cut);
+* ``pi`` (int64, phases x 2): each phase's replicas and multi-node flag.
+
+Its application's tables: ``rates[cls, k, e]``, the progress rate of epoch ``e`` on ``k`` GPUs of
+class ``cls`` (``k`` up to the table's ``max_replicas``; 0 GPUs: 0), ``suffix[cls, k]``, the
+suffix sums of the rounded epoch durations (:func:`~deepboot_env.sim.rates.epoch_suffix`) and
+``ends``, the progress at each epoch's end. A completion time of None is NaN here.
+
+The column numbers are literals of this module on purpose: numba's disk cache is keyed on this
+module's source alone, so a constant read from another module would go stale in a cached kernel.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba.extending import register_jitable as inlined
+
+from deepboot_env.sim.compiled import compiled
+
+T, PROGRESS, ANCHOR_T, ANCHOR_P, SPEED = range(5)
+"""``jf`` columns."""
+JF_WIDTH = 5
+EPOCH, REPLICAS, MULTI, N_PHASES = range(4)
+"""``ji`` columns."""
+JI_WIDTH = 4
+P_SECONDS, P_END = range(2)
+"""``pf`` columns (a phase's seconds; its end once cut, else NaN)."""
+P_REPLICAS, P_MULTI = range(2)
+"""``pi`` columns."""
+MAX_PHASES = 2
+"""The most phases a restart plan holds (stop-free scaling: training on the kept GPUs, then a pause)."""
+EXACT = 2.0**53
+"""Whole numbers of seconds below this are exact floats (:data:`deepboot_env.sim.jobs._EXACT`)."""
+WHOLE = 2.0**52
+"""A float at least this large is a whole number: Python's ``round`` gives it unchanged."""
+
+
+@inlined
+def _is_whole(x: float) -> bool:
+    """``float(x).is_integer()``."""
+    return math.isfinite(x) and x == math.floor(x)
+
+
+@inlined
+def _rounded(x: float) -> float:
+    """``round(x)`` as Python computes it, as a float (numba's int64 ``round`` would overflow
+    where Python's whole number grows; a float that large is whole already)."""
+    return x if abs(x) >= WHOLE else float(round(x))
+
+
+@inlined
+def finish_time(suffix: np.ndarray, n_epochs: int, t: float, epoch: int) -> float:
+    """:func:`~deepboot_env.sim.rates.finish_time_from_suffix` (NaN for None)."""
+    rest = suffix[epoch]
+    if rest == np.inf:
+        return np.nan
+    if _is_whole(t):
+        return t + rest
+    for e in range(epoch, n_epochs):
+        t += suffix[e] - suffix[e + 1]
+    return t
+
+
+@inlined
+def _whole_epochs(suffix: np.ndarray, n_epochs: int, t: float, epoch: int, seg_end: float) -> tuple[float, int]:
+    """:func:`~deepboot_env.sim.jobs._whole_epochs`: (time, epoch) after the epochs skipped, or
+    (NaN, -1) for None."""
+    rest = suffix[epoch]
+    if not (_is_whole(t) and t + rest < EXACT):
+        return np.nan, -1
+    end = epoch
+    while end < n_epochs and t + (rest - suffix[end + 1]) <= seg_end:
+        end += 1
+    if end == epoch:
+        return np.nan, -1
+    return t + (rest - suffix[end]), end
+
+
+@inlined
+def _run_segment(
+    rates: np.ndarray,
+    suffix: np.ndarray,
+    ends: np.ndarray,
+    speed: float,
+    k: int,
+    cls: int,
+    seg_end: float,
+    t: float,
+    epoch: int,
+    progress: float,
+    anchor_t: float,
+    anchor_p: float,
+    finish: bool,
+) -> tuple[int, float, float, float, float]:
+    """:func:`~deepboot_env.sim.jobs._run_segment` with ``jump``: (epoch, progress, anchor time,
+    anchor progress, completion); the anchor is NaN where none runs, the completion NaN for None."""
+    n_epochs = len(ends)
+    width = min(k, rates.shape[1] - 1)  # the table's rate() caps the GPUs at its max_replicas
+    column, sums = rates[cls, width], suffix[cls, width]
+    while True:
+        rate = column[epoch] * speed
+        if rate <= 0:
+            return epoch, progress, np.nan, np.nan, np.nan
+        target = ends[epoch]
+        if math.isnan(anchor_t):
+            anchor_t, anchor_p = t, progress
+        t_cross = anchor_t + _rounded((target - anchor_p) / rate)
+        if t_cross > seg_end:
+            if seg_end > t:
+                progress = min(anchor_p + rate * (seg_end - anchor_t), target)
+            return epoch, progress, anchor_t, anchor_p, np.nan
+        t = max(t_cross, t)
+        progress = target
+        epoch += 1
+        anchor_t = anchor_p = np.nan
+        if epoch >= n_epochs:
+            return epoch, progress, np.nan, np.nan, t
+        if speed == 1.0:
+            if finish:
+                return n_epochs, ends[n_epochs - 1], np.nan, np.nan, finish_time(sums, n_epochs, t, epoch)
+            skipped_t, skipped_epoch = _whole_epochs(sums, n_epochs, t, epoch, seg_end)
+            if skipped_epoch >= 0:
+                t, epoch = skipped_t, skipped_epoch
+                progress = ends[epoch - 1]
+                if epoch >= n_epochs:
+                    return epoch, progress, np.nan, np.nan, t
+
+
+@inlined
+def _phase_segment(pf: np.ndarray, pi: np.ndarray, ji: np.ndarray, t: float, t1: float) -> tuple[float, int, int, bool]:
+    """:func:`~deepboot_env.sim.jobs._phase_segment` on the row's head phase: (end, replicas,
+    class, whether the phase ends by ``t1``); the head is removed (the rest moved up) when it
+    ends, else cut at ``t1``."""
+    seconds, end = pf[0, P_SECONDS], pf[0, P_END]
+    if math.isnan(end):
+        end = t + seconds
+    seg_end = min(end, t1)
+    k = pi[0, P_REPLICAS]
+    cls = pi[0, P_MULTI] if k else 0
+    if seg_end >= end:
+        n = ji[N_PHASES]
+        for p in range(1, n):
+            pf[p - 1] = pf[p]
+            pi[p - 1] = pi[p]
+        ji[N_PHASES] = n - 1
+        return seg_end, k, cls, True
+    pf[0, P_SECONDS] = end - seg_end
+    pf[0, P_END] = end
+    return seg_end, k, cls, False
+
+
+@inlined
+def advance_row(
+    jf: np.ndarray,
+    ji: np.ndarray,
+    pf: np.ndarray,
+    pi: np.ndarray,
+    t1: float,
+    rates: np.ndarray,
+    suffix: np.ndarray,
+    ends: np.ndarray,
+) -> float:
+    """:func:`~deepboot_env.sim.jobs._reference_run` (``jump``) of the job whose row is
+    ``jf, ji, pf, pi`` to ``t1``, written back into the row (its time is left to the caller, as
+    :meth:`TrainingJob.advance` sets it); the completion time, NaN for None. The job holds GPUs."""
+    t, epoch, progress = jf[T], ji[EPOCH], jf[PROGRESS]
+    anchor_t, anchor_p = jf[ANCHOR_T], jf[ANCHOR_P]
+    n_epochs = len(ends)
+    while True:
+        final = ji[N_PHASES] == 0
+        if final:
+            seg_end, k, cls, phase_ends = t1, ji[REPLICAS], ji[MULTI], False
+        else:
+            seg_end, k, cls, phase_ends = _phase_segment(pf, pi, ji, t, t1)
+        if k > 0:
+            finish = final and t1 == np.inf
+            epoch, progress, anchor_t, anchor_p, completion = _run_segment(
+                rates, suffix, ends, jf[SPEED], k, cls, seg_end, t, epoch, progress, anchor_t, anchor_p, finish
+            )
+            if epoch >= n_epochs:
+                ji[EPOCH], jf[PROGRESS], ji[N_PHASES] = epoch, progress, 0
+                jf[ANCHOR_T] = jf[ANCHOR_P] = np.nan
+                return completion
+        t = seg_end
+        if k == 0 or phase_ends:
+            anchor_t = anchor_p = np.nan
+        if t >= t1 and not phase_ends:
+            ji[EPOCH], jf[PROGRESS], jf[ANCHOR_T], jf[ANCHOR_P] = epoch, progress, anchor_t, anchor_p
+            return np.nan
+
+
+@compiled
+def advance_rows(
+    jf: np.ndarray,
+    ji: np.ndarray,
+    pf: np.ndarray,
+    pi: np.ndarray,
+    t1: np.ndarray,
+    rates: np.ndarray,
+    suffix: np.ndarray,
+    ends: np.ndarray,
+    out: np.ndarray,
+) -> None:
+    """:func:`advance_row` of every row ``j`` to ``t1[j]`` (jobs of one application's tables),
+    completion times into ``out`` (NaN for None)."""
+    for j in range(len(jf)):
+        out[j] = advance_row(jf[j], ji[j], pf[j], pi[j], t1[j], rates, suffix, ends)
