@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,11 +23,15 @@ from deepboot_env.sim.rates import RateTable
 from deepboot_env.sim.restart import Phase
 
 # the kernel's row layout (deepboot_env.sim.progress_loops; literals there, for numba's cache)
-T, PROGRESS, ANCHOR_T, ANCHOR_P, SPEED = range(5)
-EPOCH, REPLICAS, MULTI, N_PHASES = range(4)
+T, PROGRESS, ANCHOR_T, ANCHOR_P, SPEED, SERVICE, COMPLETION, FIRST_START = range(8)
+EPOCH, REPLICAS, MULTI, N_PHASES, APP, VERSION, SETTLED, RESTARTS, MAX_PROFILED = range(9)
 P_SECONDS, P_END = range(2)
 P_REPLICAS, P_MULTI = range(2)
-JF_WIDTH, JI_WIDTH, MAX_PHASES = 5, 4, 2
+JF_WIDTH, JI_WIDTH, MAX_PHASES = 8, 9, 2
+N_EPOCHS, K_MAX = range(2)
+FULL_DELAY, FAST_DELAY = range(2)
+RESTART_CODES = {"full": 0, "afe": 1, "pollux": 2}
+"""The kernel's restart models (``stopfree`` plans by placement: the kernel does not)."""
 
 
 @dataclass(frozen=True)
@@ -56,24 +61,34 @@ class ProgressTables:
 _TABLES: weakref.WeakKeyDictionary[RateTable, ProgressTables] = weakref.WeakKeyDictionary()
 
 
-def job_rows(job: TrainingJob, start: ProjectionState) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``(jf, ji, pf, pi)``: one row each holding ``job`` at ``start`` (its time, epoch,
-    progress, phases and anchor; its GPUs, class and speed as they are now).
+def job_rows(
+    job: TrainingJob, start: ProjectionState | None = None, app: int = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(jf, ji, pf, pi)``: one row each holding ``job`` (application number ``app``), at
+    ``start`` (its time, epoch, progress, phases and anchor; None: as it is now).
 
     Raises:
-        ValueError: a job whose truth is not a fitted rate table, or with more phases than a plan holds.
+        ValueError: a job whose truth is not a fitted rate table, with more phases than a plan
+            holds, or waiting for a size to count as trained (``cap_growth`` "trained").
     """
     if not isinstance(job.truth, RateTable):
         kind = type(job.truth).__name__
         raise ValueError(f"job {job.index}: the compiled progress reads a fitted rate table, not {kind}")
-    t, epoch, progress, phases, anchor = start
+    if job.pending_profile is not None:
+        raise ValueError(f"job {job.index}: the compiled progress does not grow caps once trained")
+    t, epoch, progress, phases, anchor = job.projection_state() if start is None else start
     if len(phases) > MAX_PHASES:
         raise ValueError(f"job {job.index}: {len(phases)} phases; a restart plan holds at most {MAX_PHASES}")
     jf = np.full((1, JF_WIDTH), np.nan)
-    jf[0, T], jf[0, PROGRESS], jf[0, SPEED] = t, progress, job.speed
+    jf[0, [T, PROGRESS, SPEED, SERVICE]] = t, progress, job.speed, job.attained_service
     if anchor is not None:
         jf[0, ANCHOR_T], jf[0, ANCHOR_P] = anchor
-    ji = np.array([[epoch, job.replicas, int(bool(job.rate_class)), len(phases)]], dtype=np.int64)
+    if job.completion is not None:
+        jf[0, COMPLETION] = job.completion
+    if job.first_start is not None:
+        jf[0, FIRST_START] = job.first_start
+    ints = (epoch, job.replicas, int(bool(job.rate_class)), len(phases), app, job.version, job._settled)
+    ji = np.array([[*ints, job.num_restarts, job.max_profiled]], dtype=np.int64)
     pf = np.full((1, MAX_PHASES, 2), np.nan)
     pi = np.zeros((1, MAX_PHASES, 2), dtype=np.int64)
     for p, phase in enumerate(phases):
@@ -81,6 +96,58 @@ def job_rows(job: TrainingJob, start: ProjectionState) -> tuple[np.ndarray, np.n
         pf[0, p, P_END] = np.nan if phase.end is None else phase.end
         pi[0, p] = phase.replicas, int(phase.multi_node)
     return jf, ji, pf, pi
+
+
+@dataclass
+class JobArrays:
+    """Every job of an episode as the kernel's rows (``jf``, ``ji``, ``pf``, ``pi`` and
+    ``counts``, GPUs per node) and its applications' tables stacked (``tables``: rates, suffix,
+    ends, dims and delays, by application number; :func:`~deepboot_env.sim.progress_loops.app_tables`),
+    under restart model ``model`` (:data:`RESTART_CODES`)."""
+
+    rows: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    tables: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    model: int
+
+    @classmethod
+    def of(cls, jobs: Sequence[TrainingJob], restart: str) -> JobArrays:
+        """The rows of ``jobs`` as they are now.
+
+        Raises:
+            ValueError: a restart model or a job the kernel does not take (:func:`job_rows`).
+        """
+        if restart not in RESTART_CODES:
+            raise ValueError(f"the compiled progress plans restarts by {', '.join(RESTART_CODES)}, not {restart!r}")
+        numbers: dict[int, int] = {}
+        truths: list[RateTable] = []
+        rows = []
+        for job in jobs:
+            app = numbers.setdefault(id(job.truth), len(numbers))
+            if app == len(truths):
+                truths.append(job.truth)  # type: ignore[arg-type]  # job_rows checks it
+            rows.append(job_rows(job, app=app))
+        stacked = tuple(np.concatenate([row[i] for row in rows]) for i in range(4))
+        counts = np.array([job.counts for job in jobs], dtype=np.int64).reshape(len(jobs), -1)
+        return cls((*stacked, counts), stacked_tables(truths), RESTART_CODES[restart])  # type: ignore[arg-type]
+
+
+def stacked_tables(truths: Sequence[RateTable]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The :class:`ProgressTables` of ``truths``, padded to the largest and stacked, with each
+    one's (epochs, ``max_replicas``) and its application's (full, fast) restart delays."""
+    parts = [ProgressTables.of(truth) for truth in truths]
+    width = max((p.rates.shape[1] for p in parts), default=1)
+    epochs = max((p.rates.shape[2] for p in parts), default=1)
+    rates = np.zeros((len(parts), 2, width, epochs))
+    suffix = np.full((len(parts), 2, width, epochs + 1), np.inf)
+    ends = np.zeros((len(parts), epochs))
+    dims = np.zeros((len(parts), 2), dtype=np.int64)
+    delays = np.zeros((len(parts), 2))
+    for a, (part, truth) in enumerate(zip(parts, truths, strict=True)):
+        _, k, e = part.rates.shape
+        rates[a, :, :k, :e], suffix[a, :, :k, : e + 1], ends[a, :e] = part.rates, part.suffix, part.ends
+        dims[a] = e, k - 1
+        delays[a] = truth.app.full_restart_delay, truth.app.fast_restart_delay
+    return rates, suffix, ends, dims, delays
 
 
 def compiled_run(job: TrainingJob, t1: float, start: ProjectionState) -> RunResult:

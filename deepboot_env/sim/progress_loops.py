@@ -10,8 +10,11 @@ arrays advances a job with :func:`advance_row` without leaving machine code.
 A job's state is one row of each of four arrays (:mod:`deepboot_env.sim.progress` builds them):
 
 * ``jf`` (float64): the time it was advanced to, its progress, its anchor (the time and progress
-  at which its constant-rate stretch began; NaN when none runs) and its speed factor;
-* ``ji`` (int64): its epoch, its GPUs, its multi-node flag and how many phases are left;
+  at which its constant-rate stretch began; NaN when none runs), its speed factor, the GPU-seconds
+  it has held, its completion and its first start (NaN: none yet);
+* ``ji`` (int64): its epoch, its GPUs, its multi-node flag, how many phases are left, its
+  application, its version (bumped at every change), the version it was last advanced at, its
+  restarts and the most GPUs it has been given;
 * ``pf`` (float64, phases x 2): each phase's seconds and its end once cut (NaN: not cut);
 * ``pi`` (int64, phases x 2): each phase's replicas and multi-node flag.
 
@@ -33,12 +36,12 @@ from numba.extending import register_jitable as inlined
 
 from deepboot_env.sim.compiled import compiled
 
-T, PROGRESS, ANCHOR_T, ANCHOR_P, SPEED = range(5)
+T, PROGRESS, ANCHOR_T, ANCHOR_P, SPEED, SERVICE, COMPLETION, FIRST_START = range(8)
 """``jf`` columns."""
-JF_WIDTH = 5
-EPOCH, REPLICAS, MULTI, N_PHASES = range(4)
+JF_WIDTH = 8
+EPOCH, REPLICAS, MULTI, N_PHASES, APP, VERSION, SETTLED, RESTARTS, MAX_PROFILED = range(9)
 """``ji`` columns."""
-JI_WIDTH = 4
+JI_WIDTH = 9
 P_SECONDS, P_END = range(2)
 """``pf`` columns (a phase's seconds; its end once cut, else NaN)."""
 P_REPLICAS, P_MULTI = range(2)
@@ -221,3 +224,148 @@ def advance_rows(
     completion times into ``out`` (NaN for None)."""
     for j in range(len(jf)):
         out[j] = advance_row(jf[j], ji[j], pf[j], pi[j], t1[j], rates, suffix, ends)
+
+
+# ----------------------------------------------------------------- a job's changes (TrainingJob)
+FULL_RESTART, AFE_RESTART, POLLUX_RESTART = range(3)
+"""The restart models whose plans depend on the GPU counts alone (``stopfree``'s on the placement: not here)."""
+POLLUX_DELAY_S = 30.0
+""":data:`~deepboot_env.sim.restart.POLLUX_RESTART_DELAY_S`."""
+N_EPOCHS, K_MAX = range(2)
+"""``dims`` columns: an application's epochs and its table's ``max_replicas``."""
+FULL_DELAY, FAST_DELAY = range(2)
+"""``delays`` columns: an application's full and fast restart delays."""
+ADVANCE, ADOPT, SET_SPEED, PROJECT = range(4)
+"""Operations of :func:`replay_job_ops`."""
+
+
+@inlined
+def app_tables(tables: tuple, app: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Application ``app``'s (rates, suffix, ends) in the stacked ``tables`` (rates, suffix, ends,
+    dims, delays), cut to its epochs and GPU counts."""
+    rates, suffix, ends, dims = tables[0], tables[1], tables[2], tables[3]
+    epochs, width = dims[app, N_EPOCHS], dims[app, K_MAX] + 1
+    return rates[app, :, :width, :epochs], suffix[app, :, :width, : epochs + 1], ends[app, :epochs]
+
+
+@inlined
+def advance_job(
+    jf: np.ndarray, ji: np.ndarray, pf: np.ndarray, pi: np.ndarray, j: int, t: float, tables: tuple
+) -> None:
+    """:meth:`TrainingJob.advance <deepboot_env.sim.jobs.TrainingJob.advance>` of row ``j`` to ``t``."""
+    t_last = jf[j, T]
+    if t < t_last:
+        return
+    if not math.isnan(jf[j, COMPLETION]):
+        jf[j, T] = t
+        return
+    if t == t_last and ji[j, SETTLED] == ji[j, VERSION]:
+        return
+    if ji[j, REPLICAS] == 0:
+        jf[j, ANCHOR_T] = jf[j, ANCHOR_P] = np.nan
+        jf[j, T] = t
+        ji[j, SETTLED] = ji[j, VERSION]
+        return
+    jf[j, SERVICE] += ji[j, REPLICAS] * (t - t_last)
+    rates, suffix, ends = app_tables(tables, ji[j, APP])
+    completion = advance_row(jf[j], ji[j], pf[j], pi[j], t, rates, suffix, ends)
+    if not math.isnan(completion):
+        jf[j, COMPLETION] = completion
+    jf[j, T] = t
+    ji[j, SETTLED] = ji[j, VERSION]
+
+
+@inlined
+def completion_time(jf: np.ndarray, ji: np.ndarray, pf: np.ndarray, pi: np.ndarray, j: int, tables: tuple) -> float:
+    """:meth:`TrainingJob.time_of_completion <deepboot_env.sim.jobs.TrainingJob.time_of_completion>`
+    of row ``j`` (NaN for None), without changing the row."""
+    if not math.isnan(jf[j, COMPLETION]):
+        return jf[j, COMPLETION]
+    if ji[j, REPLICAS] == 0:
+        return np.nan
+    rates, suffix, ends = app_tables(tables, ji[j, APP])
+    return advance_row(jf[j].copy(), ji[j].copy(), pf[j].copy(), pi[j].copy(), np.inf, rates, suffix, ends)
+
+
+@inlined
+def stall_seconds(model: int, full: float, fast: float, r_old: int, r_new: int) -> float:
+    """The one stall of :func:`~deepboot_env.sim.restart.plan_change` from ``r_old`` to ``r_new``
+    (> 0) GPUs under ``model`` (:data:`FULL_RESTART`, :data:`AFE_RESTART`, :data:`POLLUX_RESTART`)."""
+    if model == POLLUX_RESTART:
+        return POLLUX_DELAY_S
+    if r_old == 0 or model == FULL_RESTART:
+        return full
+    if r_new < r_old:
+        return fast
+    if r_new > r_old:
+        return fast + math.floor((full - fast) * (r_new - r_old) / r_new)
+    return full
+
+
+@inlined
+def adopt_counts(
+    jf: np.ndarray,
+    ji: np.ndarray,
+    pf: np.ndarray,
+    pi: np.ndarray,
+    counts: np.ndarray,
+    j: int,
+    new: np.ndarray,
+    now: float,
+    model: int,
+    delays: np.ndarray,
+) -> bool:
+    """:meth:`TrainingJob.adopt_change <deepboot_env.sim.jobs.TrainingJob.adopt_change>` of row
+    ``j`` to GPUs per node ``new`` at ``now``, with the plan of
+    :func:`~deepboot_env.sim.restart.plan_change` under ``model``; whether it counts as a restart."""
+    r_old, r_new, nodes = ji[j, REPLICAS], 0, 0
+    for node in range(len(new)):
+        counts[j, node] = new[node]
+        r_new += new[node]
+        nodes += new[node] != 0
+    ji[j, REPLICAS], ji[j, MULTI] = r_new, nodes > 1
+    jf[j, ANCHOR_T] = jf[j, ANCHOR_P] = np.nan
+    restart = False
+    if r_new == 0:
+        ji[j, N_PHASES] = 0
+    else:
+        app = ji[j, APP]
+        restart = not math.isnan(jf[j, FIRST_START])
+        ji[j, N_PHASES] = 1
+        pf[j, 0, P_SECONDS] = stall_seconds(model, delays[app, FULL_DELAY], delays[app, FAST_DELAY], r_old, r_new)
+        pf[j, 0, P_END] = np.nan
+        pi[j, 0, P_REPLICAS] = pi[j, 0, P_MULTI] = 0
+        if math.isnan(jf[j, FIRST_START]):
+            jf[j, FIRST_START] = now
+        if r_new > ji[j, MAX_PROFILED]:
+            ji[j, MAX_PROFILED] = r_new
+    if restart:
+        ji[j, RESTARTS] += 1
+    ji[j, VERSION] += 1
+    return restart
+
+
+@compiled
+def replay_job_ops(
+    rows: tuple, tables: tuple, model: int, ops: np.ndarray, values: np.ndarray, new: np.ndarray, out: tuple
+) -> None:
+    """Apply operations ``ops`` (rows of (code, job)) to the job rows ``rows`` = (jf, ji, pf, pi,
+    counts) in turn: :data:`ADVANCE` to ``values[m]``, :data:`ADOPT` GPUs per node ``new[m]`` at
+    ``values[m]`` (``out[0][m]``: whether a restart), :data:`SET_SPEED` ``values[m]`` (the job
+    advanced already; its stretch ends), :data:`PROJECT` (``out[0][m]``: the completion time, NaN
+    for None); after each, the job's rows are copied into ``out[1:]`` (jf, ji, pf, pi, counts rows
+    by operation). The job-level operations of a compiled loop, run one by one, for checking."""
+    jf, ji, pf, pi, counts = rows
+    for m in range(len(ops)):
+        code, j = ops[m, 0], ops[m, 1]
+        if code == ADVANCE:
+            advance_job(jf, ji, pf, pi, j, values[m], tables)
+        elif code == ADOPT:
+            out[0][m] = adopt_counts(jf, ji, pf, pi, counts, j, new[m], values[m], model, tables[4])
+        elif code == SET_SPEED:
+            jf[j, SPEED] = values[m]
+            jf[j, ANCHOR_T] = jf[j, ANCHOR_P] = np.nan
+            ji[j, VERSION] += 1
+        else:
+            out[0][m] = completion_time(jf, ji, pf, pi, j, tables)
+        out[1][m], out[2][m], out[3][m], out[4][m], out[5][m] = jf[j], ji[j], pf[j], pi[j], counts[j]

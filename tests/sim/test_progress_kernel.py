@@ -13,12 +13,16 @@ import math
 
 import numpy as np
 import pytest
-from builders import RunCase, recorded_run_cases
+from builders import RunCase, drive, recorded_run_cases
 
+from deepboot_env.policy import make_policy
 from deepboot_env.sim import progress, progress_loops
-from deepboot_env.sim.jobs import RunResult, _reference_run
+from deepboot_env.sim.cluster import ClusterConfig
+from deepboot_env.sim.jobs import RunResult, TrainingJob, _reference_run
 from deepboot_env.sim.measured import MeasuredRates
-from deepboot_env.sim.progress import ProgressTables, compiled_run
+from deepboot_env.sim.progress import JobArrays, ProgressTables, compiled_run, job_rows
+from deepboot_env.sim.progress_loops import ADOPT, ADVANCE, PROJECT, SET_SPEED, replay_job_ops
+from deepboot_env.sim.simulator import SimConfig, Simulator
 from traces.generate import generate_workload
 
 
@@ -78,7 +82,9 @@ def test_measured_truth_is_refused(run_cases: list[RunCase]) -> None:
 def test_kernel_layout_literals_match_the_adapter() -> None:
     """The kernel keeps its column numbers as literals (numba's cache is keyed on its source)."""
     names = ("T", "PROGRESS", "ANCHOR_T", "ANCHOR_P", "SPEED", "EPOCH", "REPLICAS", "MULTI", "N_PHASES")
+    names += ("SERVICE", "COMPLETION", "FIRST_START", "APP", "VERSION", "SETTLED", "RESTARTS", "MAX_PROFILED")
     names += ("P_SECONDS", "P_END", "P_REPLICAS", "P_MULTI", "JF_WIDTH", "JI_WIDTH", "MAX_PHASES")
+    names += ("N_EPOCHS", "K_MAX", "FULL_DELAY", "FAST_DELAY")
     assert {n: getattr(progress_loops, n) for n in names} == {n: getattr(progress, n) for n in names}
 
 
@@ -86,8 +92,8 @@ def test_rounding_matches_python_beyond_int64() -> None:
     """A rate so small that an epoch's seconds pass int64 still rounds as Python's ``round``."""
     from deepboot_env.sim.progress_loops import advance_rows
 
-    jf = np.array([[0.0, 0.0, np.nan, np.nan, 1.0]])
-    ji = np.array([[0, 1, 0, 0]], dtype=np.int64)
+    jf = np.array([[0.0, 0.0, np.nan, np.nan, 1.0, 0.0, np.nan, 0.0]])
+    ji = np.array([[0, 1, 0, 0, 0, 1, 0, 0, 1]], dtype=np.int64)
     pf, pi = np.full((1, 2, 2), np.nan), np.zeros((1, 2, 2), dtype=np.int64)
     rates = np.array([[[0.0], [1e-30]], [[0.0], [1e-30]]])
     ends = np.array([1.0])
@@ -96,3 +102,90 @@ def test_rounding_matches_python_beyond_int64() -> None:
     advance_rows(jf, ji, pf, pi, np.array([1e40]), rates, suffix, ends, out)
     completion = 0.0 + round(1.0 / 1e-30)  # Python's whole number, past int64
     assert completion > 2.0**63 and out[0] == completion and ji[0, 0] == 1 and jf[0, 1] == 1.0
+
+
+Op = tuple[int, int, float, list[int] | None, tuple[np.ndarray, ...]]
+"""(code, job, time or value, new GPUs per node, the job's rows after the operation)."""
+
+
+def recorded_job_ops(workload, policy: str, config: SimConfig) -> tuple[JobArrays, list[Op]]:
+    """The jobs' rows at the start of an episode of ``policy``, and every operation on a job
+    during it (advances, changes, speed changes, completion projections) with the job's rows
+    after it, read from the :class:`TrainingJob` itself. A projection from a state kept since the
+    job's last change (``completion_from``) is recorded as one from the job as it is: the same
+    completion, whatever the job was advanced to since (:func:`~deepboot_env.sim.jobs._run`)."""
+    sim = Simulator(workload, config, make_policy(policy))
+    start = JobArrays.of(sim.jobs, config.restart)
+    apps = start.rows[1][:, progress.APP]
+    ops: list[Op] = []
+
+    def rows_of(job: TrainingJob) -> tuple[np.ndarray, ...]:
+        return (*job_rows(job, app=int(apps[job.index])), np.array(job.counts))
+
+    def recorded(code: int, method):
+        def wrapper(job: TrainingJob, *args, **kwargs):
+            result = method(job, *args, **kwargs)
+            value = {ADVANCE: lambda: args[0], ADOPT: lambda: args[3], SET_SPEED: lambda: args[0]}
+            counts = list(args[1]) if code == ADOPT else None
+            ops.append((code, job.index, float(value.get(code, lambda: np.nan)()), counts, rows_of(job)))
+            if code == PROJECT:
+                ops[-1] = (*ops[-1][:4], (*ops[-1][4], np.nan if result is None else result))
+            return result
+
+        return wrapper
+
+    with pytest.MonkeyPatch.context() as patch:
+        for code, name in [(ADVANCE, "advance"), (ADOPT, "adopt_change"), (SET_SPEED, "set_speed")]:
+            patch.setattr(TrainingJob, name, recorded(code, getattr(TrainingJob, name)))
+        for name in ("time_of_completion", "completion_from"):  # the lazy schedule projects from a kept state
+            patch.setattr(TrainingJob, name, recorded(PROJECT, getattr(TrainingJob, name)))
+        drive(sim, sim.policy)
+    return start, ops
+
+
+@pytest.mark.parametrize(
+    "policy, config",
+    [
+        ("ats", SimConfig()),
+        ("ats", SimConfig(interference=0.3)),
+        ("fifo", SimConfig(restart="full")),
+        ("pollux", SimConfig(cluster=ClusterConfig.parse_shared("8x4"), restart="pollux")),
+    ],
+    ids=["ats-afe", "ats-interference", "fifo-full", "pollux-shared"],
+)
+def test_job_operations_replayed_on_rows_leave_the_jobs_state(policy: str, config: SimConfig) -> None:
+    """Every operation on a job in a real episode, replayed on the rows in the kernel, leaves the
+    row the job's own state after it: time, epoch, progress, anchor, phases, speed, GPUs per node,
+    GPU-seconds, completion, first start, version, restarts and the profiled cap."""
+    workload = generate_workload(
+        "job-ops", 5, train={"num_jobs": 24}, inference={"horizon_s": 8 * 3600.0, "mean_gpus": 4.0}
+    )
+    arrays, ops = recorded_job_ops(workload, policy, config)
+    n = len(ops)
+    codes = np.array([[code, j] for code, j, *_ in ops], dtype=np.int64)
+    values = np.array([value for _, _, value, _, _ in ops])
+    width = arrays.rows[4].shape[1]
+    new = np.array([counts or [0] * width for *_, counts, _ in ops], dtype=np.int64).reshape(n, width)
+    jf, ji, pf, pi, counts = arrays.rows
+    out = (np.full(n, np.nan), np.empty((n, *jf.shape[1:])), np.empty((n, *ji.shape[1:]), dtype=np.int64))
+    out += (np.empty((n, *pf.shape[1:])), np.empty((n, *pi.shape[1:]), dtype=np.int64))
+    out += (np.empty((n, *counts.shape[1:]), dtype=np.int64),)
+    replay_job_ops(arrays.rows, arrays.tables, arrays.model, codes, values, new, out)
+    for m, (code, j, _, _, rows) in enumerate(ops):
+        phases = rows[1][0, progress.N_PHASES]
+        got = (out[1][m], out[2][m], out[3][m][:phases], out[4][m][:phases], out[5][m])
+        want = (rows[0][0], rows[1][0], rows[2][0][:phases], rows[3][0][:phases], rows[4])
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b, err_msg=f"operation {m} (code {code}) on job {j}")
+        if code == PROJECT:
+            np.testing.assert_array_equal(out[0][m], rows[5], err_msg=f"projection {m} of job {j}")
+    kinds = np.bincount(codes[:, 0], minlength=4)
+    assert kinds[ADVANCE] > 300 and kinds[ADOPT] > 40 and kinds[PROJECT] > 20, kinds
+    assert (kinds[SET_SPEED] > 0) == (config.interference is not None)
+
+
+def test_stop_free_plans_are_refused() -> None:
+    workload = generate_workload("job-ops", 5, train={"num_jobs": 3}, inference={"horizon_s": 600.0})
+    sim = Simulator(workload, SimConfig(restart="stopfree"))
+    with pytest.raises(ValueError, match="plans restarts by full, afe, pollux, not 'stopfree'"):
+        JobArrays.of(sim.jobs, "stopfree")
