@@ -23,11 +23,11 @@ from deepboot_env.sim.rates import RateTable
 from deepboot_env.sim.restart import Phase
 
 # the kernel's row layout (deepboot_env.sim.progress_loops; literals there, for numba's cache)
-T, PROGRESS, ANCHOR_T, ANCHOR_P, SPEED, SERVICE, COMPLETION, FIRST_START = range(8)
+T, PROGRESS, ANCHOR_T, ANCHOR_P, SPEED, SERVICE, COMPLETION, FIRST_START, ARRIVAL = range(9)
 EPOCH, REPLICAS, MULTI, N_PHASES, APP, VERSION, SETTLED, RESTARTS, MAX_PROFILED = range(9)
 P_SECONDS, P_END = range(2)
 P_REPLICAS, P_MULTI = range(2)
-JF_WIDTH, JI_WIDTH, MAX_PHASES = 8, 9, 2
+JF_WIDTH, JI_WIDTH, MAX_PHASES = 9, 9, 2
 N_EPOCHS, K_MAX = range(2)
 FULL_DELAY, FAST_DELAY = range(2)
 RESTART_CODES = {"full": 0, "afe": 1, "pollux": 2}
@@ -80,7 +80,7 @@ def job_rows(
     if len(phases) > MAX_PHASES:
         raise ValueError(f"job {job.index}: {len(phases)} phases; a restart plan holds at most {MAX_PHASES}")
     jf = np.full((1, JF_WIDTH), np.nan)
-    jf[0, [T, PROGRESS, SPEED, SERVICE]] = t, progress, job.speed, job.attained_service
+    jf[0, [T, PROGRESS, SPEED, SERVICE, ARRIVAL]] = t, progress, job.speed, job.attained_service, job.spec.arrival
     if anchor is not None:
         jf[0, ANCHOR_T], jf[0, ANCHOR_P] = anchor
     if job.completion is not None:

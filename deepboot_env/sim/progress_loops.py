@@ -11,7 +11,7 @@ A job's state is one row of each of four arrays (:mod:`deepboot_env.sim.progress
 
 * ``jf`` (float64): the time it was advanced to, its progress, its anchor (the time and progress
   at which its constant-rate stretch began; NaN when none runs), its speed factor, the GPU-seconds
-  it has held, its completion and its first start (NaN: none yet);
+  it has held, its completion and its first start (NaN: none yet), and its arrival;
 * ``ji`` (int64): its epoch, its GPUs, its multi-node flag, how many phases are left, its
   application, its version (bumped at every change), the version it was last advanced at, its
   restarts and the most GPUs it has been given;
@@ -36,9 +36,9 @@ from numba.extending import register_jitable as inlined
 
 from deepboot_env.sim.compiled import compiled
 
-T, PROGRESS, ANCHOR_T, ANCHOR_P, SPEED, SERVICE, COMPLETION, FIRST_START = range(8)
+T, PROGRESS, ANCHOR_T, ANCHOR_P, SPEED, SERVICE, COMPLETION, FIRST_START, ARRIVAL = range(9)
 """``jf`` columns."""
-JF_WIDTH = 8
+JF_WIDTH = 9
 EPOCH, REPLICAS, MULTI, N_PHASES, APP, VERSION, SETTLED, RESTARTS, MAX_PROFILED = range(9)
 """``ji`` columns."""
 JI_WIDTH = 9
@@ -369,3 +369,140 @@ def replay_job_ops(
         else:
             out[0][m] = completion_time(jf, ji, pf, pi, j, tables)
         out[1][m], out[2][m], out[3][m], out[4][m], out[5][m] = jf[j], ji[j], pf[j], pi[j], counts[j]
+
+
+# ---------------------------------------------------------------------------- reclaims (ATS-I)
+TIE = 1e-12
+"""Costs closer than this are equal: the first candidate in ATS-I's order keeps the GPU choice."""
+
+
+@inlined
+def _rate(rates: np.ndarray, cls: int, k: int, epoch: int) -> float:
+    """:meth:`RateTable.rate <deepboot_env.sim.rates.RateTable.rate>` (0 for no GPU)."""
+    if k <= 0:
+        return 0.0
+    return rates[cls, min(k, rates.shape[1] - 1), epoch]
+
+
+@inlined
+def _holder_order(jf: np.ndarray, holders: np.ndarray, n: int) -> None:
+    """Sort the first ``n`` job numbers of ``holders`` into ATS-I's order: least attained
+    service, then earliest arrival, then job number (:class:`~deepboot_env.sim.reclaim.Holder`)."""
+    for a in range(1, n):
+        j = holders[a]
+        b = a - 1
+        while b >= 0:
+            i = holders[b]
+            if jf[i, SERVICE] != jf[j, SERVICE]:
+                first = jf[i, SERVICE] < jf[j, SERVICE]
+            elif jf[i, ARRIVAL] != jf[j, ARRIVAL]:
+                first = jf[i, ARRIVAL] < jf[j, ARRIVAL]
+            else:
+                first = i < j
+            if first:
+                break
+            holders[b + 1] = i
+            b -= 1
+        holders[b + 1] = j
+
+
+@inlined
+def _reclaim_cost(
+    rates: np.ndarray,
+    ji: np.ndarray,
+    pf: np.ndarray,
+    pi: np.ndarray,
+    j: int,
+    k: int,
+    after: float,
+    model: int,
+    full: float,
+    fast: float,
+) -> float:
+    """:func:`~deepboot_env.sim.reclaim._restart_loss` of taking one of job ``j``'s ``k`` GPUs."""
+    epoch = ji[j, EPOCH]
+    if after <= 0.0 or k == 1:
+        return _rate(rates, 0, 1, epoch) * full
+    stalled = 0.0
+    for p in range(ji[j, N_PHASES]):
+        if pi[j, p, P_REPLICAS] == 0:
+            stalled += pf[j, p, P_SECONDS]
+    return after * max(stall_seconds(model, full, fast, k, k - 1) - stalled, 0.0)
+
+
+@inlined
+def least_loss_victim(
+    rows: tuple,
+    tables: tuple,
+    model: int,
+    active: np.ndarray,
+    lendable: np.ndarray,
+    fair: int,
+    horizon: float,
+    now: float,
+) -> tuple[int, int]:
+    """:meth:`Simulator.least_loss_victim <deepboot_env.sim.simulator.Simulator.least_loss_victim>`:
+    the (job, node) whose GPU ATS-I (``horizon`` 0) or the restart-aware rule takes back, (-1, -1)
+    for none; the holders (the ``active`` jobs with a GPU on a ``lendable`` node) are advanced to
+    ``now``, as their views would be. ``fair``: :func:`~deepboot_env.sim.reclaim.fair_replicas`."""
+    jf, ji, pf, pi, counts = rows
+    holders = np.empty(len(active), dtype=np.int64)
+    n = 0
+    for j in active:
+        if ji[j, REPLICAS] == 0:
+            continue
+        lent = False
+        for node in lendable:
+            lent = lent or counts[j, node] > 0
+        if lent:
+            advance_job(jf, ji, pf, pi, j, now, tables)
+            holders[n] = j
+            n += 1
+    _holder_order(jf, holders, n)
+    best, victim, at = np.inf, -1, -1
+    for h in range(n):
+        j = holders[h]
+        app, epoch = ji[j, APP], ji[j, EPOCH]
+        rates = app_tables(tables, app)[0]
+        base = _rate(rates, 0, max(1, min(fair, rates.shape[1] - 1)), epoch)
+        base = base if base > 0 else 1.0
+        k, spread = 0, 0
+        for node in range(counts.shape[1]):
+            k += counts[j, node]
+            spread += counts[j, node] != 0
+        before = _rate(rates, int(spread > 1), k, epoch)
+        for node in lendable:
+            if counts[j, node] == 0:
+                continue
+            after_spread = spread - 1 if counts[j, node] == 1 else spread
+            after = _rate(rates, int(after_spread > 1), k - 1, epoch)
+            loss = (before - after) / base
+            if horizon:
+                loss *= horizon
+                if victim >= 0 and loss >= best - TIE:
+                    continue  # the restart term is >= 0: this candidate cannot win
+                delays = tables[4]
+                loss += (
+                    _reclaim_cost(
+                        rates, ji, pf, pi, j, k, after, model, delays[app, FULL_DELAY], delays[app, FAST_DELAY]
+                    )
+                    / base
+                )
+            if victim < 0 or loss < best - TIE:
+                best, victim, at = loss, j, node
+    return victim, at
+
+
+@compiled
+def reclaim_victim(
+    rows: tuple,
+    tables: tuple,
+    model: int,
+    active: np.ndarray,
+    lendable: np.ndarray,
+    fair: int,
+    horizon: float,
+    now: float,
+) -> tuple[int, int]:
+    """:func:`least_loss_victim`, called from Python (for checking)."""
+    return least_loss_victim(rows, tables, model, active, lendable, fair, horizon, now)

@@ -15,13 +15,15 @@ import numpy as np
 import pytest
 from builders import RunCase, drive, recorded_run_cases
 
+from baselines.ats import AtsPolicy
 from deepboot_env.policy import make_policy
 from deepboot_env.sim import progress, progress_loops
-from deepboot_env.sim.cluster import ClusterConfig
+from deepboot_env.sim.cluster import ClusterConfig, node_layout
 from deepboot_env.sim.jobs import RunResult, TrainingJob, _reference_run
 from deepboot_env.sim.measured import MeasuredRates
 from deepboot_env.sim.progress import JobArrays, ProgressTables, compiled_run, job_rows
-from deepboot_env.sim.progress_loops import ADOPT, ADVANCE, PROJECT, SET_SPEED, replay_job_ops
+from deepboot_env.sim.progress_loops import ADOPT, ADVANCE, PROJECT, SET_SPEED, reclaim_victim, replay_job_ops
+from deepboot_env.sim.reclaim import fair_replicas
 from deepboot_env.sim.simulator import SimConfig, Simulator
 from traces.generate import generate_workload
 
@@ -82,7 +84,17 @@ def test_measured_truth_is_refused(run_cases: list[RunCase]) -> None:
 def test_kernel_layout_literals_match_the_adapter() -> None:
     """The kernel keeps its column numbers as literals (numba's cache is keyed on its source)."""
     names = ("T", "PROGRESS", "ANCHOR_T", "ANCHOR_P", "SPEED", "EPOCH", "REPLICAS", "MULTI", "N_PHASES")
-    names += ("SERVICE", "COMPLETION", "FIRST_START", "APP", "VERSION", "SETTLED", "RESTARTS", "MAX_PROFILED")
+    names += (
+        "SERVICE",
+        "COMPLETION",
+        "FIRST_START",
+        "ARRIVAL",
+        "APP",
+        "VERSION",
+        "SETTLED",
+        "RESTARTS",
+        "MAX_PROFILED",
+    )
     names += ("P_SECONDS", "P_END", "P_REPLICAS", "P_MULTI", "JF_WIDTH", "JI_WIDTH", "MAX_PHASES")
     names += ("N_EPOCHS", "K_MAX", "FULL_DELAY", "FAST_DELAY")
     assert {n: getattr(progress_loops, n) for n in names} == {n: getattr(progress, n) for n in names}
@@ -92,7 +104,7 @@ def test_rounding_matches_python_beyond_int64() -> None:
     """A rate so small that an epoch's seconds pass int64 still rounds as Python's ``round``."""
     from deepboot_env.sim.progress_loops import advance_rows
 
-    jf = np.array([[0.0, 0.0, np.nan, np.nan, 1.0, 0.0, np.nan, 0.0]])
+    jf = np.array([[0.0, 0.0, np.nan, np.nan, 1.0, 0.0, np.nan, 0.0, 0.0]])
     ji = np.array([[0, 1, 0, 0, 0, 1, 0, 0, 1]], dtype=np.int64)
     pf, pi = np.full((1, 2, 2), np.nan), np.zeros((1, 2, 2), dtype=np.int64)
     rates = np.array([[[0.0], [1e-30]], [[0.0], [1e-30]]])
@@ -189,3 +201,48 @@ def test_stop_free_plans_are_refused() -> None:
     sim = Simulator(workload, SimConfig(restart="stopfree"))
     with pytest.raises(ValueError, match="plans restarts by full, afe, pollux, not 'stopfree'"):
         JobArrays.of(sim.jobs, "stopfree")
+
+
+@pytest.mark.parametrize(
+    "policy, config",
+    [
+        (AtsPolicy(), SimConfig()),
+        (AtsPolicy(reclaim_horizon=600.0), SimConfig()),
+        (AtsPolicy(reclaim_horizon=120.0), SimConfig(restart="full", cluster=ClusterConfig.parse_shared("8x4"))),
+    ],
+    ids=["ats-i", "restart-aware", "restart-aware-shared"],
+)
+def test_reclaim_victim_is_the_simulators(policy, config: SimConfig) -> None:
+    """At every reclaim of a real episode, the kernel's victim from the jobs' rows is the
+    simulator's (ATS-I, or the restart-aware rule at its horizon), and the holders it advanced
+    are left as the simulator leaves them."""
+    workload = generate_workload(
+        "reclaims", 3, train={"num_jobs": 24}, inference={"horizon_s": 8 * 3600.0, "mean_gpus": 8.0}
+    )
+    sim = Simulator(workload, config, policy)
+    horizon = float(policy.reclaim_horizon)
+    real = Simulator.least_loss_victim
+    seen: list[tuple[int, int]] = []
+
+    def checked(self: Simulator, horizon_asked: float = 0.0):
+        arrays = JobArrays.of(self.jobs, config.restart)
+        active = np.array(self._active, dtype=np.int64)
+        lendable = np.array(node_layout(self.ledger.kinds).lendable, dtype=np.int64)
+        counts = self.ledger.counts
+        node_counts = (counts["train"], counts["running"], counts["protect"], counts["sleep"])
+        fair = fair_replicas(len(active), node_counts, config.cluster.total_gpus)
+        victim = real(self, horizon_asked)
+        assert horizon_asked == horizon
+        got = reclaim_victim(arrays.rows, arrays.tables, arrays.model, active, lendable, fair, horizon, self.now)
+        assert got == ((victim.job_id, victim.node) if victim is not None else (-1, -1))
+        after = JobArrays.of(self.jobs, config.restart)
+        for a, b in zip(arrays.rows[:2], after.rows[:2], strict=True):
+            np.testing.assert_array_equal(a, b)
+        seen.append(got)
+        return victim
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Simulator, "least_loss_victim", checked)
+        drive(sim, policy)
+    victims = [job for job, _ in seen if job >= 0]
+    assert len(victims) > 30 and len(set(victims)) > 5, (len(seen), len(set(victims)))
