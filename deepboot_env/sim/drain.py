@@ -32,8 +32,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from deepboot_env.sim.apps import COLD_START_DELAY_S
+from deepboot_env.sim.cluster import node_layout
 from deepboot_env.sim.events import EventKind
 from deepboot_env.sim.inference import PROTECT, RUNNING, SLEEP, InferencePool, Pod, RequestRecord
+from deepboot_env.sim.progress import JobArrays
 from deepboot_env.sim.workload import InferenceRequestSpec
 
 if TYPE_CHECKING:
@@ -140,7 +142,9 @@ def compiled_drain(sim: Simulator, limit: float, columns: RequestColumns) -> Non
 
     arrays = _DrainArrays.of(sim, limit, columns)
     while True:
-        answer = drain_loops(arrays.st, arrays.fs, arrays.pods, arrays.events, arrays.reqs, arrays.queue, arrays.rows)
+        answer = drain_loops(
+            arrays.st, arrays.fs, arrays.pods, arrays.events, arrays.reqs, arrays.queue, *arrays.training, arrays.rows
+        )
         arrays.hand_over_rows(sim)
         if answer != ROWS_FULL:
             break
@@ -159,6 +163,8 @@ class _DrainArrays:
     events: tuple[np.ndarray, np.ndarray]
     reqs: tuple[np.ndarray, ...]
     queue: tuple[np.ndarray, np.ndarray]
+    training: tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]
+    """The training side: (train, tables) of :mod:`~deepboot_env.sim.drain_loops` (none in a drain)."""
     rows: np.ndarray
     columns: RequestColumns
     first_pod: int
@@ -169,8 +175,10 @@ class _DrainArrays:
     """The arrival-stream position of arrival row 0."""
 
     @classmethod
-    def of(cls, sim: Simulator, limit: float, columns: RequestColumns) -> _DrainArrays:
-        """``sim``'s state as the loop's arrays, to run up to ``limit``."""
+    def of(cls, sim: Simulator, limit: float, columns: RequestColumns, jobs: JobArrays | None = None) -> _DrainArrays:
+        """``sim``'s state as the loop's arrays, to run up to ``limit``; with ``jobs`` (``sim``'s
+        jobs as rows), its training side too: the active jobs, the live TRAIN_DONE events and
+        the deferred ones projected (else none: a drain, :func:`drain_applies`)."""
         from deepboot_env.sim import drain_loops as k
 
         pool, books = sim._pool, sim._books
@@ -189,6 +197,8 @@ class _DrainArrays:
         fs[k.SCALE], fs[k.INTERVAL], fs[k.LIMIT] = pool.protect_scale, sim.config.interval, limit
         fs[k.GS : k.SAMPLE], fs[k.SAMPLE :] = books.gpu_seconds, books._sample_from[1]
         started_most = len(pool.waiting) + arrivals_left + len(pool.pods)
+        training = _training_arrays(sim, jobs, st, fs)
+        trained = [] if jobs is None else _training_events(sim)
         reqs = (
             np.concatenate([columns.ids, np.zeros_like(columns.ids)], axis=1),
             np.concatenate([columns.times, np.zeros_like(columns.times)], axis=1),
@@ -199,9 +209,10 @@ class _DrainArrays:
             st,
             fs,
             _pod_arrays(sim, columns, pool._pod_seq + arrivals_left + len(pool.waiting) + 1, st),
-            _heap_arrays(sim.events.heap, st, 2 * started_most + 1),
+            _heap_arrays(sim.events.heap, st, 3 * started_most + 1, trained),
             reqs,
             _waiting_arrays(pool, columns, first_ticket, arrivals_left, st),
+            training,
             np.zeros((ROW_BUFFER, k.ROW_WIDTH)),
             columns,
             pool._pod_seq,
@@ -297,13 +308,17 @@ class _DrainArrays:
 
 
 def _heap_arrays(
-    heap: list[tuple[float, int, int, int, int]], st: np.ndarray, pushes: int
+    heap: list[tuple[float, int, int, int, int]],
+    st: np.ndarray,
+    pushes: int,
+    training: list[tuple[float, int, int, int, int]],
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The event heap's inference events as the loop's heap (sorted, so a heap), with room for
-    ``pushes`` more; the training events, all stale (:func:`drain_applies`), are left out."""
+    """The event heap's inference events and the ``training`` ones as the loop's heap (sorted,
+    so a heap), with room for ``pushes`` more (the heap's own training events are all stale in a
+    drain, :func:`drain_applies`, and ``training`` holds the live ones otherwise)."""
     from deepboot_env.sim.drain_loops import HEAP_N
 
-    entries = sorted(entry for entry in heap if entry[1] != _TRAIN_DONE)
+    entries = sorted([entry for entry in heap if entry[1] != _TRAIN_DONE] + training)
     heap_t = np.empty(len(entries) + pushes)
     heap_i = np.empty((len(entries) + pushes, 4), dtype=np.int64)
     if entries:
@@ -311,6 +326,47 @@ def _heap_arrays(
         heap_i[: len(entries)] = [entry[1:] for entry in entries]
     st[HEAP_N] = len(entries)
     return heap_t, heap_i
+
+
+def _training_events(sim: Simulator) -> list[tuple[float, int, int, int, int]]:
+    """The live TRAIN_DONE events of ``sim``: those on its heap, and the deferred ones of its
+    completion schedule projected now, with the sequence numbers they reserved (the loop projects
+    every change at once: :func:`~deepboot_env.sim.drain_loops._schedule`)."""
+    jobs = sim.jobs
+    live = [e for e in sim.events.heap if e[1] == _TRAIN_DONE and jobs[e[3]].version == e[4] and not jobs[e[3]].done]
+    for index, (_, seq, version, state) in sim._training.completions._deferred.items():
+        job = jobs[index]
+        due = job.completion_from(state) if job.version == version else None
+        if due is not None:  # after every horizon so far, so after now: the max with now is due
+            live.append((due, _TRAIN_DONE, seq, index, version))
+    return live
+
+
+def _training_arrays(
+    sim: Simulator, jobs: JobArrays | None, st: np.ndarray, fs: np.ndarray
+) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
+    """The loop's ``train`` and ``tables`` for ``sim``'s ``jobs`` (None: a drain's, no job), and
+    its training scalars in ``st`` and ``fs``: the restart model, the active jobs, the cluster's
+    GPUs and the reclaim rule's horizon."""
+    from deepboot_env.sim import drain_loops as k
+    from deepboot_env.sim.reclaim import least_loss_horizon
+
+    kinds = sim.ledger.kinds
+    lendable = np.array(node_layout(kinds).lendable, dtype=np.int64)
+    inference = np.array(sim._pool.inference_nodes, dtype=np.int64)
+    lent = np.zeros(len(kinds), dtype=np.int64)
+    lent[sim.ledger._infer_nodes] = 1
+    st[k.TOTAL_GPUS] = sim.config.cluster.total_gpus
+    if jobs is None:
+        rows = JobArrays.empty(len(kinds))
+        none = np.zeros(0, dtype=np.int64)
+        return (*rows.rows, none, lendable, inference, none, lent), rows.tables
+    active = np.zeros(len(jobs.rows[0]), dtype=np.int64)
+    active[: len(sim._active)] = sim._active
+    st[k.MODEL], st[k.N_ACTIVE] = jobs.model, len(sim._active)
+    fs[k.HORIZON] = least_loss_horizon(sim.policy.choose_reclaim) or 0.0
+    done = np.zeros(len(active), dtype=np.int64)
+    return (*jobs.rows, active, lendable, inference, done, lent), jobs.tables
 
 
 def _waiting_arrays(

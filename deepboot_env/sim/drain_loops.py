@@ -1,12 +1,15 @@
-"""The inference drain's event loop over arrays, compiled by numba (docs/simulator.md §9).
+"""The simulator's event loop over arrays, compiled by numba (docs/simulator.md §9-§10).
 
 These are :meth:`Simulator._drain <deepboot_env.sim.simulator.Simulator._drain>` and the
 :class:`~deepboot_env.sim.inference.InferencePool` methods it runs (arrivals, completions, pods
 falling asleep, FIFO serving, evictions) together with the
 :class:`~deepboot_env.sim.accounting.EpisodeAccount` integration, written again over the arrays
-of :mod:`deepboot_env.sim.drain`, step for step and float operation for float operation, for the
-case the drain meets in every finished episode: no training job holds a GPU, so no GPU can be
-reclaimed and no hook is called. Importing this module compiles nothing; the first call compiles
+of :mod:`deepboot_env.sim.drain`, step for step and float operation for float operation: the
+drain, where no training job holds a GPU, so no GPU can be reclaimed and no hook is called; and,
+with the jobs as the rows of :mod:`~deepboot_env.sim.progress_loops` (``train`` and ``tables``,
+described above :func:`_sort_order`), the events between two decisions
+(:func:`run_events_loops`): reclaims by ATS-I or the restart-aware rule, completions and the
+ledger's training GPUs. Importing this module compiles nothing; the first call compiles
 :func:`drain_loops` together with its helpers (registered for compiled callers only, so that they
 need no Python entry points), and the machine code is cached on disk
 (:func:`~deepboot_env.sim.compiled.compiled`).
@@ -41,13 +44,28 @@ import numpy as np
 from numba.extending import register_jitable as inlined
 
 from deepboot_env.sim.compiled import compiled
+from deepboot_env.sim.progress_loops import (
+    COMPLETION,
+    adopt_counts,
+    advance_job,
+    completion_time,
+    least_loss_victim,
+)
+from deepboot_env.sim.progress_loops import REPLICAS as JOB_REPLICAS
+from deepboot_env.sim.progress_loops import VERSION as JOB_VERSION
+
+PROGRESS_LOOPS_DIGEST = "1a3e379e7c4b074e"
+"""The first 16 hex digits of the SHA-256 of ``progress_loops.py``'s source: numba's disk cache
+is keyed on this module's source alone, so a change there must change this line (a test checks
+it) for the cached loops to be compiled again with it."""
 
 # int64 scalars in `st`; HELD starts the ledger's six GPUs by state
 (NXT, POD_SEQ, N_LIVE, SEQ, TICKETS, W_HEAD, N_WAITING, PROCESSED, ARRIVED_BEFORE, HEAP_N, ROWS, N_DIRTY) = range(12)
-CAPACITY, INFERENCE_GPUS, RECLAIM_KEY, HELD = 12, 13, 14, 15
+CAPACITY, INFERENCE_GPUS, RECLAIM_KEY = 12, 13, 14
+MODEL, N_ACTIVE, N_DONE, RESTARTS, RECLAIMS, TOTAL_GPUS, HELD = 15, 16, 17, 18, 19, 20, 21
 ST_SIZE = HELD + 6
 # float64 scalars in `fs`; GS and SAMPLE start six GPU-second totals each
-NOW, WAIT_S, ACC_T, SAMPLE_T, DRAIN_T, SCALE, INTERVAL, LIMIT, GS = range(9)
+NOW, WAIT_S, ACC_T, SAMPLE_T, DRAIN_T, SCALE, INTERVAL, LIMIT, HORIZON, GS = range(10)
 SAMPLE = GS + 6
 FS_SIZE = SAMPLE + 6
 # pod columns: pod_i (int64) and pod_f (float64); a dropped pod's status is DEAD
@@ -58,7 +76,7 @@ RUNNING, PROTECT, SLEEP, DEAD = 0, 1, 2, -1
 # request columns: req_i (int64) and req_f (float64)
 R_INST, R_APP, R_COLD, R_POD = range(4)
 R_DURATION, R_DELAY, R_START, R_FINISH = range(4)
-REQUEST_DONE, POD_SLEEP, REQUEST_ARRIVAL = 0, 1, 3
+REQUEST_DONE, POD_SLEEP, TRAIN_DONE, REQUEST_ARRIVAL = 0, 1, 2, 3
 """Event kinds (:class:`~deepboot_env.sim.events.EventKind` values)."""
 Q_HEAD, Q_TAIL, Q_LEN, Q_DIRTY, Q_DIRTY_LIST = range(5)
 W_REQUEST, W_NEXT = range(2)
@@ -87,12 +105,18 @@ def _heap_swap(heap_t: np.ndarray, heap_i: np.ndarray, a: int, b: int) -> None:
 @inlined
 def _push(st: np.ndarray, events: tuple, time: float, kind: int, target: int, version: int) -> None:
     """:meth:`EventQueue.push <deepboot_env.sim.events.EventQueue.push>`: the next sequence number."""
-    heap_t, heap_i = events
     st[SEQ] += 1
+    _push_reserved(st, events, time, kind, st[SEQ], target, version)
+
+
+@inlined
+def _push_reserved(st: np.ndarray, events: tuple, time: float, kind: int, seq: int, target: int, version: int) -> None:
+    """:meth:`EventQueue.push_reserved <deepboot_env.sim.events.EventQueue.push_reserved>`."""
+    heap_t, heap_i = events
     k = st[HEAP_N]
     st[HEAP_N] = k + 1
     heap_t[k] = time
-    heap_i[k, 0], heap_i[k, 1], heap_i[k, 2], heap_i[k, 3] = kind, st[SEQ], target, version
+    heap_i[k, 0], heap_i[k, 1], heap_i[k, 2], heap_i[k, 3] = kind, seq, target, version
     while k > 0:
         parent = (k - 1) // 2
         if not _heap_less(heap_t, heap_i, k, parent):
@@ -254,9 +278,19 @@ def _start_on_pod(
 
 
 @inlined
-def _place(st: np.ndarray, pods: tuple, events: tuple, reqs: tuple, idx: int, now: float) -> bool:
-    """``InferencePool._place_request`` where no GPU is lent: a warm pod of the request's
-    instance, else an empty GPU, else an evicted SLEEP pod's; False if none."""
+def _place(
+    st: np.ndarray,
+    fs: np.ndarray,
+    pods: tuple,
+    events: tuple,
+    reqs: tuple,
+    train: tuple,
+    tables: tuple,
+    idx: int,
+    now: float,
+) -> bool:
+    """``InferencePool._place_request``: a warm pod of the request's instance, else an empty GPU,
+    else an evicted SLEEP pod's, else a lent training GPU taken back (:func:`_reclaim`); False if none."""
     req_i = reqs[0]
     inst = req_i[idx, R_INST]
     pid = _warm_pod(st, pods, inst)
@@ -265,6 +299,8 @@ def _place(st: np.ndarray, pods: tuple, events: tuple, reqs: tuple, idx: int, no
         node = _free_node(st, pods)
         if node < 0:
             node = _evict_sleeper(st, pods)
+        if node < 0:
+            node = _reclaim(st, fs, pods, events, train, tables, now)
         if node < 0:
             return False
         pid = _new_pod(st, pods, inst, req_i[idx, R_APP], node, now)
@@ -322,7 +358,17 @@ def _cold_gpu_possible(st: np.ndarray) -> bool:
 
 
 @inlined
-def _serve_warm(st: np.ndarray, pods: tuple, events: tuple, reqs: tuple, queue: tuple, now: float) -> None:
+def _serve_warm(
+    st: np.ndarray,
+    fs: np.ndarray,
+    pods: tuple,
+    events: tuple,
+    reqs: tuple,
+    queue: tuple,
+    train: tuple,
+    tables: tuple,
+    now: float,
+) -> None:
     """``InferencePool._serve_warm``: the first waiting requests of the dirty instances, as many
     as each has warm pods, in FIFO (ticket) order."""
     pod_i, live = pods[0], pods[2]
@@ -350,45 +396,76 @@ def _serve_warm(st: np.ndarray, pods: tuple, events: tuple, reqs: tuple, queue: 
             j -= 1
         chosen[j] = ticket
     for ticket in chosen[:n]:
-        if not _place(st, pods, events, reqs, waits[ticket, W_REQUEST], now):
+        if not _place(st, fs, pods, events, reqs, train, tables, waits[ticket, W_REQUEST], now):
             raise RuntimeError("a waiting request found no warm pod of its instance")
         _dequeue(st, reqs, queue, ticket)
 
 
 @inlined
-def _serve_waiting(st: np.ndarray, pods: tuple, events: tuple, reqs: tuple, queue: tuple, now: float) -> None:
-    """``InferencePool.serve_waiting`` where no GPU is lent: from the head while requests find a
-    pod or a GPU, then the dirty instances' warm pods."""
+def _serve_waiting(
+    st: np.ndarray,
+    fs: np.ndarray,
+    pods: tuple,
+    events: tuple,
+    reqs: tuple,
+    queue: tuple,
+    train: tuple,
+    tables: tuple,
+    now: float,
+) -> None:
+    """``InferencePool.serve_waiting`` under a reclaim rule that never refuses while GPUs are
+    lent (ATS-I, the restart-aware rule): from the head while requests find a pod or a GPU, then
+    the dirty instances' warm pods."""
     waits, queues = queue
     while st[N_WAITING] > 0 and _cold_gpu_possible(st):
         while waits[st[W_HEAD], W_REQUEST] < 0:  # tickets served out of order are skipped once
             st[W_HEAD] += 1
         ticket = st[W_HEAD]
-        if not _place(st, pods, events, reqs, waits[ticket, W_REQUEST], now):
+        if not _place(st, fs, pods, events, reqs, train, tables, waits[ticket, W_REQUEST], now):
             break
         _dequeue(st, reqs, queue, ticket)
     if st[N_DIRTY] > 0 and st[N_WAITING] > 0:
-        _serve_warm(st, pods, events, reqs, queue, now)
+        _serve_warm(st, fs, pods, events, reqs, queue, train, tables, now)
     for d in range(st[N_DIRTY]):
         queues[queues[d, Q_DIRTY_LIST], Q_DIRTY] = 0
     st[N_DIRTY] = 0
 
 
 @inlined
-def _arrive(st: np.ndarray, pods: tuple, events: tuple, reqs: tuple, queue: tuple, idx: int, now: float) -> None:
+def _arrive(
+    st: np.ndarray,
+    fs: np.ndarray,
+    pods: tuple,
+    events: tuple,
+    reqs: tuple,
+    queue: tuple,
+    train: tuple,
+    tables: tuple,
+    idx: int,
+    now: float,
+) -> None:
     """``InferencePool.arrive``."""
     alone = st[N_WAITING] == 0
-    if alone and _place(st, pods, events, reqs, idx, now):
+    if alone and _place(st, fs, pods, events, reqs, train, tables, idx, now):
         return
     _enqueue(st, reqs, queue, idx)
     if not alone:
         _mark_dirty(st, queue[1], reqs[0][idx, R_INST])
-        _serve_waiting(st, pods, events, reqs, queue, now)
+        _serve_waiting(st, fs, pods, events, reqs, queue, train, tables, now)
 
 
 @inlined
 def _request_done(
-    st: np.ndarray, fs: np.ndarray, pods: tuple, events: tuple, reqs: tuple, queue: tuple, pid: int, now: float
+    st: np.ndarray,
+    fs: np.ndarray,
+    pods: tuple,
+    events: tuple,
+    reqs: tuple,
+    queue: tuple,
+    train: tuple,
+    tables: tuple,
+    pid: int,
+    now: float,
 ) -> None:
     """``InferencePool.request_done``: the pod turns PROTECT until its POD_SLEEP event."""
     pod_i, pod_f = pods[0], pods[1]
@@ -401,11 +478,22 @@ def _request_done(
     _push(st, events, pod_f[pid, SLEEP_AT], POD_SLEEP, pid, pod_i[pid, VERSION])
     if st[N_WAITING] > 0:
         _mark_dirty(st, queue[1], pod_i[pid, INST])
-        _serve_waiting(st, pods, events, reqs, queue, now)
+        _serve_waiting(st, fs, pods, events, reqs, queue, train, tables, now)
 
 
 @inlined
-def _pod_sleep(st: np.ndarray, pods: tuple, events: tuple, reqs: tuple, queue: tuple, pid: int, now: float) -> None:
+def _pod_sleep(
+    st: np.ndarray,
+    fs: np.ndarray,
+    pods: tuple,
+    events: tuple,
+    reqs: tuple,
+    queue: tuple,
+    train: tuple,
+    tables: tuple,
+    pid: int,
+    now: float,
+) -> None:
     """``InferencePool.pod_sleep``."""
     pod_i, pod_f = pods[0], pods[1]
     _move_pod(st, pods, pid, SLEEP)
@@ -413,33 +501,176 @@ def _pod_sleep(st: np.ndarray, pods: tuple, events: tuple, reqs: tuple, queue: t
     pod_f[pid, SINCE] = now
     pod_i[pid, VERSION] += 1
     if st[N_WAITING] > 0:
-        _serve_waiting(st, pods, events, reqs, queue, now)
+        _serve_waiting(st, fs, pods, events, reqs, queue, train, tables, now)
 
 
 @inlined
-def _live_top(st: np.ndarray, pods: tuple, events: tuple) -> float:
-    """Drop the stale events at the top of the heap; the time of the earliest live one, inf if none."""
-    pod_i = pods[0]
+def _live_top(st: np.ndarray, pods: tuple, events: tuple, train: tuple) -> float:
+    """Drop the stale events at the top of the heap (``Simulator._is_stale``: a pod re-used or
+    gone, a job re-planned or done); the time of the earliest live one, inf if none."""
+    pod_i, jf, ji = pods[0], train[0], train[1]
     heap_t, heap_i = events
     while st[HEAP_N] > 0:
-        pid = heap_i[0, 2]
-        if pod_i[pid, STATUS] != DEAD and pod_i[pid, VERSION] == heap_i[0, 3]:
+        target, version = heap_i[0, 2], heap_i[0, 3]
+        if heap_i[0, 0] == TRAIN_DONE:
+            if ji[target, JOB_VERSION] == version and math.isnan(jf[target, COMPLETION]):
+                return heap_t[0]
+        elif pod_i[target, STATUS] != DEAD and pod_i[target, VERSION] == version:
             return heap_t[0]
         _heap_pop(st, events)
     return np.inf
 
 
 @inlined
-def _next_live_time(st: np.ndarray, pods: tuple, events: tuple, reqs: tuple) -> float:
+def _next_live_time(st: np.ndarray, pods: tuple, events: tuple, reqs: tuple, train: tuple) -> float:
     """``Simulator._next_live_time``: the earliest live event or arrival, inf if none."""
     arr_t = reqs[2]
     arrival = arr_t[st[NXT]] if st[NXT] < len(arr_t) else np.inf
-    return min(_live_top(st, pods, events), arrival)
+    return min(_live_top(st, pods, events, train), arrival)
+
+
+# ----------------------------------------------------------------- the training side
+# `train`: (jf, ji, pf, pi, jcounts, active, lendable, infer_nodes, done, lent_mask) - the job
+# rows of deepboot_env.sim.progress_loops and their GPUs per node; the active jobs in arrival
+# order (the first st[N_ACTIVE]); the nodes inference may take a training GPU from; the inference
+# nodes in the pool's order; the jobs completed here, in order (the first st[N_DONE]); per node,
+# 1 where the ledger counts training GPUs as lent (an inference node of two clusters).
+# `tables`: the applications' stacked tables (progress_loops.app_tables).
+
+
+@inlined
+def _sort_order(pods: tuple, train: tuple) -> None:
+    """``InferencePool._inference_node_order``: the inference nodes, those with the fewest
+    training GPUs first (a stable insertion sort of the pool's order: a few nodes)."""
+    counts, order, nodes = pods[3], pods[4], train[7]
+    for i in range(len(nodes)):
+        node, j = nodes[i], i
+        while j > 0 and counts[0, order[j - 1]] > counts[0, node]:
+            order[j] = order[j - 1]
+            j -= 1
+        order[j] = node
+
+
+@inlined
+def _change_training(st: np.ndarray, pods: tuple, train: tuple, node: int, delta: int) -> None:
+    """:meth:`ClusterLedger.change_training <deepboot_env.sim.cluster.ClusterLedger.change_training>`
+    by ``delta`` GPUs on ``node``: the training row, lent (an inference node of two clusters) or
+    training GPUs, and the idle ones."""
+    pods[3][0, node] += delta
+    st[HELD + train[9][node]] += delta
+    st[HELD + 5] -= delta
+
+
+@inlined
+def _schedule(st: np.ndarray, events: tuple, train: tuple, tables: tuple, j: int, now: float) -> None:
+    """:meth:`CompletionSchedule.schedule <deepboot_env.sim.completions.CompletionSchedule.schedule>`,
+    projected at once: the sequence number is taken now, as the lazy schedule reserves it, so
+    the event sorts the same."""
+    jf, ji, pf, pi = train[0], train[1], train[2], train[3]
+    if ji[j, JOB_REPLICAS] == 0 and math.isnan(jf[j, COMPLETION]):
+        return
+    st[SEQ] += 1
+    t = completion_time(jf, ji, pf, pi, j, tables)
+    if not math.isnan(t):
+        _push_reserved(st, events, max(t, now), TRAIN_DONE, st[SEQ], j, ji[j, JOB_VERSION])
+
+
+@inlined
+def _change_job(
+    st: np.ndarray, pods: tuple, events: tuple, train: tuple, tables: tuple, j: int, new: np.ndarray, now: float
+) -> None:
+    """``TrainingJobs._change_job``: job ``j`` moves to GPUs per node ``new`` at ``now`` (the
+    ledger too), re-planned and re-projected."""
+    jf, ji, pf, pi, jcounts = train[0], train[1], train[2], train[3], train[4]
+    advance_job(jf, ji, pf, pi, j, now, tables)
+    for node in range(len(new)):
+        if new[node] != jcounts[j, node]:
+            _change_training(st, pods, train, node, new[node] - jcounts[j, node])
+    if adopt_counts(jf, ji, pf, pi, jcounts, j, new, now, st[MODEL], tables[4]):
+        st[RESTARTS] += 1
+    _schedule(st, events, train, tables, j, now)
+    _sort_order(pods, train)
+
+
+@inlined
+def _reclaim(
+    st: np.ndarray, fs: np.ndarray, pods: tuple, events: tuple, train: tuple, tables: tuple, now: float
+) -> int:
+    """``InferencePool._reclaim`` with the ATS-I or restart-aware rule (horizon ``fs[HORIZON]``):
+    the victim's GPU taken back, its node; -1 if no training GPU is reclaimable."""
+    key, counts = st[RECLAIM_KEY], pods[3]
+    if key == 0:
+        lent = st[HELD + 1] > 0
+    elif key == 1:
+        lent = st[HELD] + st[HELD + 1] > 0
+    else:
+        lent = False
+        for node in train[7]:
+            lent = lent or counts[0, node] > 0
+    if not lent:
+        return -1
+    pods_now = st[HELD + 2] + st[HELD + 3] + st[HELD + 4]
+    fair = math.ceil(st[TOTAL_GPUS] / max(st[N_ACTIVE] + pods_now, 1))
+    rows = (train[0], train[1], train[2], train[3], train[4])
+    active = train[5][: st[N_ACTIVE]]
+    j, node = least_loss_victim(rows, tables, st[MODEL], active, train[6], fair, fs[HORIZON], now)
+    if j < 0:
+        raise RuntimeError("the reclaim rule chose no GPU while training GPUs are lent")
+    new = train[4][j].copy()
+    new[node] -= 1
+    _change_job(st, pods, events, train, tables, j, new, now)
+    st[RECLAIMS] += 1
+    return node
+
+
+@inlined
+def _train_done(
+    st: np.ndarray,
+    fs: np.ndarray,
+    pods: tuple,
+    events: tuple,
+    reqs: tuple,
+    queue: tuple,
+    train: tuple,
+    tables: tuple,
+    j: int,
+    now: float,
+) -> None:
+    """``TrainingJobs.train_done``: job ``j`` completes now; its GPUs are freed (it is parked),
+    it leaves the active jobs, and waiting requests are served."""
+    jf, ji, pf, pi, jcounts, active, done = train[0], train[1], train[2], train[3], train[4], train[5], train[8]
+    advance_job(jf, ji, pf, pi, j, now, tables)
+    if math.isnan(jf[j, COMPLETION]):
+        raise RuntimeError("a job was projected to complete now and did not")
+    for node in range(jcounts.shape[1]):
+        if jcounts[j, node]:
+            _change_training(st, pods, train, node, -jcounts[j, node])
+    adopt_counts(jf, ji, pf, pi, jcounts, j, np.zeros(jcounts.shape[1], dtype=np.int64), now, st[MODEL], tables[4])
+    n = st[N_ACTIVE]
+    at = 0
+    while active[at] != j:
+        at += 1
+    for i in range(at, n - 1):
+        active[i] = active[i + 1]
+    st[N_ACTIVE] = n - 1
+    done[st[N_DONE]] = j
+    st[N_DONE] += 1
+    _sort_order(pods, train)
+    if st[N_WAITING] > 0:
+        _serve_waiting(st, fs, pods, events, reqs, queue, train, tables, now)
 
 
 @inlined
 def _run_events(
-    st: np.ndarray, fs: np.ndarray, pods: tuple, events: tuple, reqs: tuple, queue: tuple, until: float
+    st: np.ndarray,
+    fs: np.ndarray,
+    pods: tuple,
+    events: tuple,
+    reqs: tuple,
+    queue: tuple,
+    train: tuple,
+    tables: tuple,
+    until: float,
 ) -> None:
     """``Simulator._run_events``: every event up to ``until``, the heap's and the arrivals merged
     in (time, kind, sequence) order (an arrival after every heap event of its second)."""
@@ -447,7 +678,7 @@ def _run_events(
     arr_t, arr_idx = reqs[2], reqs[3]
     while True:
         arrival = arr_t[st[NXT]] if st[NXT] < len(arr_t) else np.inf
-        top = _live_top(st, pods, events)
+        top = _live_top(st, pods, events, train)
         if top <= until and top <= arrival:
             t, kind, target = top, heap_i[0, 0], heap_i[0, 2]
             _heap_pop(st, events)
@@ -460,27 +691,55 @@ def _run_events(
         _account(t, st, fs)
         fs[NOW] = t
         if kind == REQUEST_ARRIVAL:
-            _arrive(st, pods, events, reqs, queue, target, t)
+            _arrive(st, fs, pods, events, reqs, queue, train, tables, target, t)
         elif kind == REQUEST_DONE:
-            _request_done(st, fs, pods, events, reqs, queue, target, t)
+            _request_done(st, fs, pods, events, reqs, queue, train, tables, target, t)
+        elif kind == POD_SLEEP:
+            _pod_sleep(st, fs, pods, events, reqs, queue, train, tables, target, t)
         else:
-            _pod_sleep(st, pods, events, reqs, queue, target, t)
+            _train_done(st, fs, pods, events, reqs, queue, train, tables, target, t)
 
 
 @compiled
 def drain_loops(
-    st: np.ndarray, fs: np.ndarray, pods: tuple, events: tuple, reqs: tuple, queue: tuple, rows: np.ndarray
+    st: np.ndarray,
+    fs: np.ndarray,
+    pods: tuple,
+    events: tuple,
+    reqs: tuple,
+    queue: tuple,
+    train: tuple,
+    tables: tuple,
+    rows: np.ndarray,
 ) -> int:
     """``Simulator._drain(fs[LIMIT])``: the events up to the limit interval by interval, a
     timeline row at every interval end with events left; 0 when done, :data:`ROWS_FULL` when
     ``rows`` is full (empty it, set ``st[ROWS]`` to 0 and call again: it goes on where it was)."""
     interval, limit = fs[INTERVAL], fs[LIMIT]
-    while _next_live_time(st, pods, events, reqs) <= limit:
+    while _next_live_time(st, pods, events, reqs, train) <= limit:
         if st[ROWS] >= len(rows):
             return ROWS_FULL
         t = (math.floor(fs[DRAIN_T] / interval) + 1) * interval
         fs[DRAIN_T] = t
-        _run_events(st, fs, pods, events, reqs, queue, min(t, limit))
-        if _next_live_time(st, pods, events, reqs) <= limit and t <= limit:
+        _run_events(st, fs, pods, events, reqs, queue, train, tables, min(t, limit))
+        if _next_live_time(st, pods, events, reqs, train) <= limit and t <= limit:
             _close_interval(t, st, fs, rows)
     return 0
+
+
+@compiled
+def run_events_loops(
+    st: np.ndarray,
+    fs: np.ndarray,
+    pods: tuple,
+    events: tuple,
+    reqs: tuple,
+    queue: tuple,
+    train: tuple,
+    tables: tuple,
+    until: float,
+) -> None:
+    """``Simulator._run_events(until)`` with training jobs: inference events, reclaims of lent
+    GPUs by ATS-I or the restart-aware rule, and completions (training side: :mod:`progress_loops`)."""
+    _sort_order(pods, train)
+    _run_events(st, fs, pods, events, reqs, queue, train, tables, until)

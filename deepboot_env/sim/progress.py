@@ -110,6 +110,13 @@ class JobArrays:
     model: int
 
     @classmethod
+    def empty(cls, nodes: int) -> JobArrays:
+        """No job (a drain's training side), on ``nodes`` nodes, with one empty table."""
+        floats, ints = np.zeros((0, JF_WIDTH)), np.zeros((0, JI_WIDTH), dtype=np.int64)
+        phases = (np.zeros((0, MAX_PHASES, 2)), np.zeros((0, MAX_PHASES, 2), dtype=np.int64))
+        return cls((floats, ints, *phases, np.zeros((0, nodes), dtype=np.int64)), stacked_tables([]), 0)
+
+    @classmethod
     def of(cls, jobs: Sequence[TrainingJob], restart: str) -> JobArrays:
         """The rows of ``jobs`` as they are now.
 
@@ -137,11 +144,12 @@ def stacked_tables(truths: Sequence[RateTable]) -> tuple[np.ndarray, np.ndarray,
     parts = [ProgressTables.of(truth) for truth in truths]
     width = max((p.rates.shape[1] for p in parts), default=1)
     epochs = max((p.rates.shape[2] for p in parts), default=1)
-    rates = np.zeros((len(parts), 2, width, epochs))
-    suffix = np.full((len(parts), 2, width, epochs + 1), np.inf)
-    ends = np.zeros((len(parts), epochs))
-    dims = np.zeros((len(parts), 2), dtype=np.int64)
-    delays = np.zeros((len(parts), 2))
+    count = max(len(parts), 1)  # at least one (empty) table: the arrays keep their dimensions
+    rates = np.zeros((count, 2, width, epochs))
+    suffix = np.full((count, 2, width, epochs + 1), np.inf)
+    ends = np.zeros((count, epochs))
+    dims = np.zeros((count, 2), dtype=np.int64)
+    delays = np.zeros((count, 2))
     for a, (part, truth) in enumerate(zip(parts, truths, strict=True)):
         _, k, e = part.rates.shape
         rates[a, :, :k, :e], suffix[a, :, :k, : e + 1], ends[a, :e] = part.rates, part.suffix, part.ends

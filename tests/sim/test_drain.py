@@ -11,6 +11,7 @@ loop runs.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from builders import drive, episode_record
@@ -171,14 +172,29 @@ def test_the_kernel_literals_are_the_simulator_codes() -> None:
     from deepboot_env.sim.events import EventKind
     from deepboot_env.sim.inference import PROTECT, RUNNING, SLEEP
 
-    assert (k.REQUEST_DONE, k.POD_SLEEP, k.REQUEST_ARRIVAL) == (
+    assert (k.REQUEST_DONE, k.POD_SLEEP, k.TRAIN_DONE, k.REQUEST_ARRIVAL) == (
         EventKind.REQUEST_DONE,
         EventKind.POD_SLEEP,
+        EventKind.TRAIN_DONE,
         EventKind.REQUEST_ARRIVAL,
     )
     assert drain._STATUS_CODES == {RUNNING: k.RUNNING, PROTECT: k.PROTECT, SLEEP: k.SLEEP}
     assert [drain._STATUS_CODES[name] for name in drain._STATUS_NAMES] == [0, 1, 2]
     assert drain._RECLAIMABLE_KEYS[None] == 2  # the key _cold_gpu_possible reads as "always"
+
+
+def test_the_loops_name_the_progress_kernels_they_compile_in() -> None:
+    """The loops compile the job kernels of progress_loops.py into their own machine code, which
+    numba caches by drain_loops.py's source alone: drain_loops.py names the digest of the source
+    it was compiled with, so that changing progress_loops.py means changing drain_loops.py too
+    (and its cache is compiled again)."""
+    import hashlib
+
+    from deepboot_env.sim import drain_loops, progress_loops
+
+    source = Path(progress_loops.__file__).read_bytes()
+    digest = hashlib.sha256(source).hexdigest()[:16]
+    assert drain_loops.PROGRESS_LOOPS_DIGEST == digest, f"set PROGRESS_LOOPS_DIGEST in drain_loops.py to {digest!r}"
 
 
 def test_request_columns_hold_each_instance_and_cold_start() -> None:
