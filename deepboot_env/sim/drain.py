@@ -196,6 +196,8 @@ class _DrainArrays:
         fs[k.SAMPLE_T], fs[k.DRAIN_T] = books._sample_from[0], sim._boundary
         fs[k.SCALE], fs[k.INTERVAL], fs[k.LIMIT] = pool.protect_scale, sim.config.interval, limit
         fs[k.GS : k.SAMPLE], fs[k.SAMPLE :] = books.gpu_seconds, books._sample_from[1]
+        # pushes: a request started pushes REQUEST_DONE, then POD_SLEEP, and its reclaim a
+        # TRAIN_DONE; an allocation a TRAIN_DONE per job (the loop refuses to overflow)
         started_most = len(pool.waiting) + arrivals_left + len(pool.pods)
         training = _training_arrays(sim, jobs, st, fs)
         trained = [] if jobs is None else _training_events(sim)
@@ -209,7 +211,7 @@ class _DrainArrays:
             st,
             fs,
             _pod_arrays(sim, columns, pool._pod_seq + arrivals_left + len(pool.waiting) + 1, st),
-            _heap_arrays(sim.events.heap, st, 3 * started_most + 1, trained),
+            _heap_arrays(sim.events.heap, st, 3 * started_most + 1 + len(training[0][0]), trained),
             reqs,
             _waiting_arrays(pool, columns, first_ticket, arrivals_left, st),
             training,

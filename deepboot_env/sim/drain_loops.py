@@ -114,6 +114,8 @@ def _push_reserved(st: np.ndarray, events: tuple, time: float, kind: int, seq: i
     """:meth:`EventQueue.push_reserved <deepboot_env.sim.events.EventQueue.push_reserved>`."""
     heap_t, heap_i = events
     k = st[HEAP_N]
+    if k >= len(heap_t):  # sized by the caller; numba does not check bounds
+        raise RuntimeError("the event heap is full")
     st[HEAP_N] = k + 1
     heap_t[k] = time
     heap_i[k, 0], heap_i[k, 1], heap_i[k, 2], heap_i[k, 3] = kind, seq, target, version
@@ -213,26 +215,36 @@ def _free_node(st: np.ndarray, pods: tuple) -> int:
 @inlined
 def _evict_sleeper(st: np.ndarray, pods: tuple) -> int:
     """``InferencePool._evict_sleep_pod``: on the first inference node with a SLEEP pod, evict
-    the one asleep the longest (then the lowest pod id); its node, or -1."""
-    pod_i, pod_f, live, counts, order = pods
+    the one asleep the longest (:func:`_evict_on`); its node, or -1."""
+    counts, order = pods[3], pods[4]
     for node in order:
         if counts[3, node] > 0:
-            victim, at = -1, -1
-            for j in range(st[N_LIVE]):
-                pid = live[j]
-                if pod_i[pid, NODE] == node and pod_i[pid, STATUS] == SLEEP:
-                    since = pod_f[pid, SINCE]
-                    if victim < 0 or since < pod_f[victim, SINCE] or (since == pod_f[victim, SINCE] and pid < victim):
-                        victim, at = pid, j
-            counts[3, node] -= 1
-            st[HELD + 4] -= 1
-            st[HELD + 5] += 1
-            pod_i[victim, STATUS] = DEAD
-            for j in range(at, st[N_LIVE] - 1):
-                live[j] = live[j + 1]
-            st[N_LIVE] -= 1
+            _evict_on(st, pods, node)
             return node
     return -1
+
+
+@inlined
+def _evict_on(st: np.ndarray, pods: tuple, node: int) -> None:
+    """``InferencePool.evict_one_sleeper``: evict the SLEEP pod on ``node`` asleep the longest
+    (then the lowest pod id)."""
+    pod_i, pod_f, live, counts = pods[0], pods[1], pods[2], pods[3]
+    victim, at = -1, -1
+    for j in range(st[N_LIVE]):
+        pid = live[j]
+        if pod_i[pid, NODE] == node and pod_i[pid, STATUS] == SLEEP:
+            since = pod_f[pid, SINCE]
+            if victim < 0 or since < pod_f[victim, SINCE] or (since == pod_f[victim, SINCE] and pid < victim):
+                victim, at = pid, j
+    if victim < 0:
+        raise RuntimeError("no SLEEP pod to evict on the node")
+    counts[3, node] -= 1
+    st[HELD + 4] -= 1
+    st[HELD + 5] += 1
+    pod_i[victim, STATUS] = DEAD
+    for j in range(at, st[N_LIVE] - 1):
+        live[j] = live[j + 1]
+    st[N_LIVE] -= 1
 
 
 @inlined
@@ -725,6 +737,79 @@ def drain_loops(
         if _next_live_time(st, pods, events, reqs, train) <= limit and t <= limit:
             _close_interval(t, st, fs, rows)
     return 0
+
+
+@inlined
+def _apply_counts(
+    st: np.ndarray,
+    fs: np.ndarray,
+    pods: tuple,
+    events: tuple,
+    reqs: tuple,
+    queue: tuple,
+    train: tuple,
+    tables: tuple,
+    wanted: np.ndarray,
+    now: float,
+) -> None:
+    """``Simulator.apply_valid_counts``: account to ``now``, then ``TrainingJobs.apply_counts``
+    with ``wanted[j]`` the GPUs per node of active job ``j`` (-1 in its first column: absent, none):
+    the SLEEP pods in the way evicted, the ledger's training GPUs set, every job whose placement
+    changes re-planned in arrival order, waiting requests served."""
+    jcounts, active, counts = train[4], train[5], pods[3]
+    nodes = jcounts.shape[1]
+    _account(now, st, fs)
+    total = np.zeros(nodes, dtype=np.int64)
+    changed = np.empty(st[N_ACTIVE], dtype=np.int64)
+    n = 0
+    for a in range(st[N_ACTIVE]):
+        j = active[a]
+        if wanted[j, 0] < 0:
+            if train[1][j, JOB_REPLICAS]:
+                wanted[j] = 0
+                changed[n] = j
+                n += 1
+            continue
+        moved = False
+        for node in range(nodes):
+            total[node] += wanted[j, node]
+            moved = moved or wanted[j, node] != jcounts[j, node]
+        if moved:
+            changed[n] = j
+            n += 1
+    for node in range(nodes):
+        for _ in range(total[node] + counts[1, node] + counts[2, node] + counts[3, node] - st[CAPACITY]):
+            _evict_on(st, pods, node)
+        if total[node] != counts[0, node]:
+            _change_training(st, pods, train, node, total[node] - counts[0, node])
+    jf, ji, pf, pi = train[0], train[1], train[2], train[3]
+    for c in range(n):
+        j = changed[c]
+        advance_job(jf, ji, pf, pi, j, now, tables)
+        if adopt_counts(jf, ji, pf, pi, jcounts, j, wanted[j], now, st[MODEL], tables[4]):
+            st[RESTARTS] += 1
+        _schedule(st, events, train, tables, j, now)
+    _sort_order(pods, train)
+    if st[N_WAITING] > 0:
+        _serve_waiting(st, fs, pods, events, reqs, queue, train, tables, now)
+
+
+@compiled
+def apply_counts_loops(
+    st: np.ndarray,
+    fs: np.ndarray,
+    pods: tuple,
+    events: tuple,
+    reqs: tuple,
+    queue: tuple,
+    train: tuple,
+    tables: tuple,
+    wanted: np.ndarray,
+    now: float,
+) -> None:
+    """:func:`_apply_counts` (``wanted`` is changed: absent jobs' rows become zeros)."""
+    _sort_order(pods, train)
+    _apply_counts(st, fs, pods, events, reqs, queue, train, tables, wanted, now)
 
 
 @compiled

@@ -132,3 +132,58 @@ def test_compiled_events_with_training_are_the_simulators(policy, config: SimCon
         patch.setattr(Simulator, "_run_events", checked)
         drive(sim, policy)
     assert totals["runs"] > 100 and totals["reclaims"] > 20 and totals["done"] > 10, totals
+
+
+@pytest.mark.parametrize(
+    "policy, config",
+    [
+        ("ats", SimConfig()),
+        ("ats-srpt-fcfs-place-rr-warm", SimConfig()),
+        ("fifo", SimConfig(restart="full", cluster=ClusterConfig.parse_shared("8x4"))),
+    ],
+    ids=["ats", "prior", "fifo-shared-full"],
+)
+def test_compiled_allocation_is_the_simulators(policy, config: SimConfig) -> None:
+    """At every decision of real episodes, the compiled ``apply_counts_loops`` leaves the state the
+    simulator's ``_apply_counts`` leaves: SLEEP pods evicted, the ledger set, every changed job
+    re-planned and re-projected, waiting requests served."""
+    workload = generate_workload(
+        "training-events", 8, train={"num_jobs": 30}, inference={"horizon_s": 10 * 3600.0, "mean_gpus": 10.0}
+    )
+    policy = make_policy(policy)
+    sim = Simulator(workload, config, policy)
+    real = Simulator._apply_counts
+    totals = {"decisions": 0, "changes": 0, "evictions": 0}
+
+    def checked(self: Simulator, counts: dict[int, list[int]]) -> None:
+        columns = RequestColumns.of(self._pool._specs)
+        arrays = _DrainArrays.of(self, self.now, columns, JobArrays.of(self.jobs, config.restart))
+        wanted = np.full(arrays.training[0][4].shape, -1, dtype=np.int64)
+        for j, row in counts.items():
+            wanted[j] = row
+        versions = [job.version for job in self.jobs]
+        live = len(self._pool.pods)
+        k.apply_counts_loops(
+            arrays.st,
+            arrays.fs,
+            arrays.pods,
+            arrays.events,
+            arrays.reqs,
+            arrays.queue,
+            *arrays.training,
+            wanted,
+            self.now,
+        )
+        real(self, counts)
+        after = _DrainArrays.of(self, self.now, columns, JobArrays.of(self.jobs, config.restart))
+        want, got = state_of(after), state_of(arrays)
+        for key in want:
+            assert same(got[key], want[key]), f"{key} after the decision at {self.now}"
+        totals["decisions"] += 1
+        totals["changes"] += sum(job.version != v for job, v in zip(self.jobs, versions, strict=True))
+        totals["evictions"] += max(live - len(self._pool.pods), 0)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Simulator, "_apply_counts", checked)
+        drive(sim, policy)
+    assert totals["decisions"] > 100 and totals["changes"] > 50 and totals["evictions"] > 0, totals
