@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from deepboot_env.config import sim_config
 from deepboot_env.policy import ClusterState, Policy, checked_policy, make_policy
+from deepboot_env.sim.array_episode import ArrayEpisode, array_episode_applies
 from deepboot_env.sim.metrics import EpisodeMetrics
 from deepboot_env.sim.simulator import SimConfig, Simulator
 from deepboot_env.sim.workload import Workload
@@ -121,6 +122,7 @@ def run_episode(
     policy.reset(seed)
     config = config or sim_config()
     sim = Simulator(workload, config, policy)
+    driver = episode_driver(sim)
     total = len(workload.jobs)
 
     def report(decisions: int, done: bool = False) -> None:
@@ -128,11 +130,11 @@ def run_episode(
         progress(
             EpisodeProgress(
                 decisions=decisions,
-                sim_time=sim.now,
+                sim_time=driver.now,
                 max_time=config.max_time,
-                jobs_done=sim.jobs_finished,
+                jobs_done=driver.jobs_finished,
                 jobs_total=total,
-                active_jobs=len(sim.active_jobs),
+                active_jobs=len(driver.active_jobs),
                 wall_s=time.perf_counter() - start,
                 done=done,
             )
@@ -146,31 +148,45 @@ def run_episode(
     # active jobs (observe() advances those holding GPUs to now) grew; jobs admitted since then add exactly 0 (they
     # had no GPU yet), so the sums compare like with like. `since` is the last check that saw
     # progress: nothing progressed after it, so the stall reported never overstates.
-    jobs = sim.jobs
     period = 0.0 if stall_limit_s is None else min(3600.0, stall_limit_s / 8)
-    finished, work, since, next_check = -1, 0.0, sim.now, sim.now
-    while not sim.done:
-        state = sim.observe()
-        if stall_limit_s is not None and sim.now >= next_check:
-            next_check = sim.now + period
-            now_finished = sim.jobs_finished
-            now_work = sum([jobs[view.id].progress for view in state.jobs])
+    finished, work, since, next_check = -1, 0.0, driver.now, driver.now
+    while not driver.done:
+        state = driver.observe()
+        if stall_limit_s is not None and driver.now >= next_check:
+            next_check = driver.now + period
+            now_finished = driver.jobs_finished
+            now_work = driver.job_progress([view.id for view in state.jobs])
             if now_finished != finished or now_work > work:
-                since = sim.now
-            elif sim.now - since > stall_limit_s:
-                raise _stalled(policy, state, sim.now, since)
+                since = driver.now
+            elif driver.now - since > stall_limit_s:
+                raise _stalled(policy, state, driver.now, since)
             finished, work = now_finished, now_work
-        sim.apply(policy.decide(state), state)
-        sim.advance()
+        driver.apply(policy.decide(state), state)
+        driver.advance()
         decisions += 1
-        if decisions >= cut and not sim.done and sim.now >= last_arrival:
+        if decisions >= cut and not driver.done and driver.now >= last_arrival:
             break
         if progress is not None and decisions % progress_every == 0 and not sim.done:
             report(decisions)
     if progress is not None:
         report(decisions, done=True)
+    if isinstance(driver, ArrayEpisode) and not driver.done:
+        driver.stop()  # cut by max_decisions: the simulator holds the episode so far
     metrics = sim.metrics()
     return metrics if sim.done else replace(metrics, truncated=True)
+
+
+ARRAY_EPISODES = False
+"""Whether :func:`run_episode` plays an episode on the compiled loop's arrays where that is the same
+episode (:func:`~deepboot_env.sim.array_episode.array_episode_applies`)."""
+
+
+def episode_driver(sim: Simulator) -> Simulator | ArrayEpisode:
+    """What :func:`run_episode` drives: ``sim`` itself, or with :data:`ARRAY_EPISODES` the
+    :class:`~deepboot_env.sim.array_episode.ArrayEpisode` of it where one applies."""
+    if ARRAY_EPISODES and not sim.done and array_episode_applies(sim):
+        return ArrayEpisode(sim)
+    return sim
 
 
 def _stalled(policy: Policy, state: ClusterState, now: float, since: float) -> StalledEpisodeError:

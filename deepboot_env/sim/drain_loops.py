@@ -828,3 +828,32 @@ def run_events_loops(
     GPUs by ATS-I or the restart-aware rule, and completions (training side: :mod:`progress_loops`)."""
     _sort_order(pods, train)
     _run_events(st, fs, pods, events, reqs, queue, train, tables, until)
+
+
+@compiled
+def run_to_boundary(
+    st: np.ndarray,
+    fs: np.ndarray,
+    pods: tuple,
+    events: tuple,
+    reqs: tuple,
+    queue: tuple,
+    train: tuple,
+    tables: tuple,
+    until: float,
+    rows: np.ndarray,
+) -> None:
+    """``Simulator._go_to_next_decision``'s step to a boundary: every event up to ``until``, then
+    the interval closed there (one timeline row; ``rows`` has room for it)."""
+    _sort_order(pods, train)
+    _run_events(st, fs, pods, events, reqs, queue, train, tables, until)
+    _close_interval(until, st, fs, rows)
+
+
+@compiled
+def advance_holders(train: tuple, tables: tuple, active: np.ndarray, now: float) -> None:
+    """The jobs of ``active`` that hold GPUs advanced to ``now`` (as ``StateBuilder.views`` does)."""
+    jf, ji, pf, pi = train[0], train[1], train[2], train[3]
+    for j in active:
+        if ji[j, JOB_REPLICAS]:
+            advance_job(jf, ji, pf, pi, j, now, tables)

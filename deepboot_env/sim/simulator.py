@@ -497,6 +497,11 @@ class Simulator:
         the interval); read it, never change it."""
         return self._books.timeline
 
+    def job_progress(self, ids: list[int]) -> float:
+        """The summed progress of jobs ``ids`` (the evaluation loop's watchdog measure)."""
+        jobs = self.jobs
+        return sum([jobs[i].progress for i in ids])
+
     def observe(self) -> ClusterState:
         """The read-only state at the current time (jobs holding GPUs advanced to now)."""
         return self._state_builder.build(self.now, self._active, len(self._pool.waiting), self._recent)

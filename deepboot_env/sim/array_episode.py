@@ -1,0 +1,385 @@
+"""A whole episode with the simulator's state in the compiled loop's arrays (docs/simulator.md §10).
+
+:class:`ArrayEpisode` takes a :class:`~deepboot_env.sim.simulator.Simulator` at its first
+decision, copies its state into the arrays of :mod:`deepboot_env.sim.drain_loops` once (the jobs
+as the rows of :mod:`deepboot_env.sim.progress_loops`), and plays the rest of the episode on them:
+the events between decisions and each decision's allocation run compiled, the policy's state is
+built from the rows, and at the end everything is written back into the simulator, which then
+holds what its own loop would have left (``tests/sim/test_array_episode.py`` compares whole
+episodes). :func:`array_episode_applies` says where it is the same episode: the plain inference
+pool, the fitted truth, restarts planned by GPU counts (``full``, ``afe``, ``pollux``), no
+interference, caps grown at the allocation, a reclaim hook the simulator computes itself (ATS-I or
+the restart-aware rule) and a policy that neither looks into the simulator nor relists.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from deepboot_env.sim.drain import RequestColumns, _DrainArrays
+from deepboot_env.sim.hooks import DefaultHooks
+from deepboot_env.sim.inference import InferencePool
+from deepboot_env.sim.jobs import TrainingJob, frozen_alloc
+from deepboot_env.sim.progress import (
+    ANCHOR_P,
+    ANCHOR_T,
+    COMPLETION,
+    EPOCH,
+    FIRST_START,
+    MAX_PROFILED,
+    N_PHASES,
+    P_END,
+    P_MULTI,
+    P_REPLICAS,
+    P_SECONDS,
+    PROGRESS,
+    REPLICAS,
+    RESTART_CODES,
+    RESTARTS,
+    SERVICE,
+    SETTLED,
+    SPEED,
+    VERSION,
+    JobArrays,
+    T,
+)
+from deepboot_env.sim.rates import RateTable
+from deepboot_env.sim.reclaim import least_loss_horizon
+from deepboot_env.sim.restart import Phase
+from deepboot_env.sim.state import Allocation, ClusterState, JobView, checked_counts
+
+if TYPE_CHECKING:
+    from deepboot_env.sim.simulator import Simulator
+
+
+def array_episode_applies(sim: Simulator) -> bool:
+    """Whether playing ``sim``'s episode on the arrays is the same episode (the module docstring)."""
+    config, policy = sim.config, sim.policy
+    if type(sim._pool) is not InferencePool or config.interference is not None:
+        return False
+    if config.restart not in RESTART_CODES or config.cap_growth != "allocated":
+        return False
+    if least_loss_horizon(policy.choose_reclaim) is None or getattr(policy, "relist_restarts", False):
+        return False
+    if getattr(type(policy), "bind_simulator", None) is not DefaultHooks.bind_simulator:
+        return False
+    return all(isinstance(job.truth, RateTable) for job in sim.jobs)
+
+
+class ArrayEpisode:
+    """The rest of ``sim``'s episode, from its current decision, on the arrays (see the module
+    docstring); ``sim`` must meet :func:`array_episode_applies` and must not be used until
+    :attr:`done` (it is then written back)."""
+
+    def __init__(self, sim: Simulator) -> None:
+        self.sim = sim
+        self.arrays = _DrainArrays.of(
+            sim, sim.config.max_time, RequestColumns.of(sim._pool._specs), JobArrays.of(sim.jobs, sim.config.restart)
+        )
+        self.boundary = sim._boundary
+        self.next_arrival = sim._training.next_arrival
+        self.arrivals = [job.spec.arrival for job in sim.jobs]
+        self.recent: deque[int] = deque(sim._recent, maxlen=sim._recent.maxlen)
+        self.done = False
+        self._jobs: list[TrainingJob] = sim.jobs
+        self._fixed = [_fixed_view_fields(job) for job in sim.jobs]
+
+    # ------------------------------------------------------------ the loop's interface
+    @property
+    def now(self) -> float:
+        """The current time."""
+        from deepboot_env.sim.drain_loops import NOW
+
+        return float(self.arrays.fs[NOW])
+
+    @property
+    def active(self) -> list[int]:
+        """The active jobs, in arrival order."""
+        from deepboot_env.sim.drain_loops import N_ACTIVE
+
+        return self.arrays.training[0][5][: self.arrays.st[N_ACTIVE]].tolist()
+
+    @property
+    def active_jobs(self) -> list[int]:
+        """The active jobs' ids (:attr:`active`; the simulator's own job objects are stale until
+        the episode is written back)."""
+        return self.active
+
+    @property
+    def jobs_finished(self) -> int:
+        """Training jobs completed so far."""
+        return int(np.isfinite(self.arrays.training[0][0][:, COMPLETION]).sum())
+
+    def job_progress(self, ids: list[int]) -> float:
+        """The summed progress of jobs ``ids`` (the watchdog's measure)."""
+        progress = self.arrays.training[0][0][:, PROGRESS]
+        return sum(progress[ids].tolist())  # summed as Simulator.job_progress sums
+
+    def observe(self) -> ClusterState:
+        """``Simulator.observe`` from the arrays: the jobs holding GPUs advanced to now."""
+        from deepboot_env.sim.drain_loops import N_WAITING, advance_holders
+
+        a, now, active = self.arrays, self.now, self.active
+        train, tables = a.training
+        advance_holders(train, tables, np.asarray(active, dtype=np.int64), now)
+        jf, ji, pf, pi, jcounts = train[0], train[1], train[2], train[3], train[4]
+        views = [
+            self._view(j, now, f, i, jcounts[j].tolist(), pf[j], pi[j])
+            for j, f, i in zip(active, jf[active].tolist(), ji[active].tolist(), strict=True)
+        ]
+        counts = a.pods[3].tolist()
+        node_counts = (counts[0], counts[1], counts[2], counts[3])
+        arrays = np.array(node_counts, dtype=np.int64)
+        state = object.__new__(ClusterState)
+        state.__dict__.update(
+            time=now,
+            interval=self.sim.config.interval,
+            config=self.sim.config.cluster,
+            node_kinds=self.sim.ledger.kinds,
+            train_used=arrays[0],
+            running=arrays[1],
+            protect=arrays[2],
+            sleeping=arrays[3],
+            node_counts=node_counts,
+            jobs=tuple(views),
+            waiting_requests=int(a.st[N_WAITING]),
+            recent_arrivals=tuple(self.recent),
+            restart_model=self.sim.config.restart,
+        )
+        return state
+
+    def _view(
+        self, j: int, now: float, f: list[float], i: list[int], counts: list[int], pf: np.ndarray, pi: np.ndarray
+    ) -> JobView:
+        """Job ``j``'s view at ``now`` from its rows (``f``, ``i``: its float and int rows as lists)."""
+        job, replicas = self._jobs[j], i[REPLICAS]
+        phases = i[N_PHASES]
+        stalled: float = 0
+        if phases and any(pi[p, P_REPLICAS] == 0 for p in range(phases)):
+            stalled = sum(float(pf[p, P_SECONDS]) for p in range(phases) if pi[p, P_REPLICAS] == 0)
+        view = object.__new__(JobView)
+        fields = view.__dict__
+        fields.update(self._fixed[j])
+        fields.update(
+            age=now - fields["arrival"],
+            num_restarts=i[RESTARTS],
+            max_replicas=_cap(job, i[MAX_PROFILED], self.sim.adaptive),
+            alloc=frozen_alloc(counts),
+            throughput_ratio=f[SPEED] if replicas > 0 else 1.0,
+            replicas=replicas,
+            attained_service=f[SERVICE],
+            epoch=i[EPOCH],
+            progress_fraction=i[EPOCH] / job.app.max_epochs,
+            stalled_seconds=stalled,
+            remaining_work=job.target_progress - f[PROGRESS],
+            trained=f[PROGRESS] > 0.0,
+        )
+        return view
+
+    def apply(self, allocation: Allocation, state: ClusterState) -> None:
+        """``Simulator.apply``: the allocation checked against ``state``, then applied compiled.
+
+        Raises:
+            AllocationError: an invalid allocation (the message names the job and node).
+            ValueError: an allocation that asks for relisted restarts (no array episode plays those).
+        """
+        if getattr(allocation, "relist", None):
+            raise ValueError("an array episode plays no relisted restarts (Allocation.relist)")
+        ids, counts = checked_counts(state, allocation)
+        self.apply_valid_counts(dict(zip(ids, counts.tolist(), strict=True)))
+
+    def apply_valid_counts(self, counts: dict[int, list[int]]) -> None:
+        """``Simulator.apply_valid_counts`` on the arrays."""
+        from deepboot_env.sim.drain_loops import apply_counts_loops
+
+        a = self.arrays
+        self._ensure_heap_room()
+        wanted = np.full(a.training[0][4].shape, -1, dtype=np.int64)
+        for j, row in counts.items():
+            wanted[j] = row
+        apply_counts_loops(a.st, a.fs, a.pods, a.events, a.reqs, a.queue, *a.training, wanted, self.now)
+
+    def advance(self) -> None:
+        """``Simulator.advance``: every event up to the next decision, or to the end (then the
+        simulator is written back and :attr:`done`)."""
+        from deepboot_env.sim.drain_loops import N_ACTIVE, run_to_boundary
+
+        a = self.arrays
+        while True:
+            boundary = self._next_boundary()
+            if boundary is None or boundary > self.sim.config.max_time:
+                self._drain()
+                return
+            self._ensure_heap_room()
+            run_to_boundary(a.st, a.fs, a.pods, a.events, a.reqs, a.queue, *a.training, boundary, a.rows)
+            self._hand_over_rows()
+            self.boundary = boundary
+            self._admit(boundary)
+            if a.st[N_ACTIVE]:
+                return
+
+    def stop(self) -> None:
+        """End the episode here (a cut before its end): the simulator is written back as it is
+        at this decision, and not finished."""
+        self._write_back()
+        self.done = True
+
+    # ------------------------------------------------------------ steps
+    def _next_boundary(self) -> float | None:
+        """``Simulator._next_boundary``."""
+        interval = self.sim.config.interval
+        nxt = (math.floor(self.boundary / interval) + 1) * interval
+        if self.active:
+            return nxt
+        if self.next_arrival < len(self.arrivals):
+            return max(nxt, math.ceil(self.arrivals[self.next_arrival] / interval) * interval)
+        return None
+
+    def _admit(self, now: float) -> None:
+        """``TrainingJobs.admit``: every job arrived by ``now`` joins the active jobs."""
+        from deepboot_env.sim.drain_loops import N_ACTIVE
+
+        st, active = self.arrays.st, self.arrays.training[0][5]
+        while self.next_arrival < len(self.arrivals) and self.arrivals[self.next_arrival] <= now:
+            active[st[N_ACTIVE]] = self.next_arrival
+            st[N_ACTIVE] += 1
+            self.next_arrival += 1
+
+    def _hand_over_rows(self) -> None:
+        """The timeline rows written, to the books, and their arrivals to the recent arrivals."""
+        from deepboot_env.sim.drain_loops import ROWS
+
+        a = self.arrays
+        for row in a.rows[: a.st[ROWS]].tolist():
+            self.recent.append(int(row[-1]))
+        a.hand_over_rows(self.sim)
+        a.st[ROWS] = 0
+
+    def _ensure_heap_room(self) -> None:
+        """Room on the event heap for what a decision and the events up to the next can push: a
+        TRAIN_DONE per job, and what the drain sizing counts for the requests (grown by copying)."""
+        from deepboot_env.sim.drain_loops import HEAP_N
+
+        a = self.arrays
+        heap_t, heap_i = a.events
+        need = int(a.st[HEAP_N]) + len(self._jobs) + 3 * len(a.reqs[0]) + 1
+        if need > len(heap_t):
+            grown_t, grown_i = np.empty(2 * need), np.empty((2 * need, heap_i.shape[1]), dtype=np.int64)
+            grown_t[: len(heap_t)], grown_i[: len(heap_t)] = heap_t, heap_i
+            a.events = (grown_t, grown_i)
+
+    def _drain(self) -> None:
+        """``Simulator._go_to_next_decision``'s end: the events to ``max_time`` interval by
+        interval, then everything written back and the episode finished."""
+        from deepboot_env.sim.drain_loops import DRAIN_T, LIMIT, ROWS_FULL, drain_loops
+
+        a, sim = self.arrays, self.sim
+        a.fs[LIMIT], a.fs[DRAIN_T] = sim.config.max_time, self.boundary
+        self._ensure_heap_room()
+        while True:
+            answer = drain_loops(a.st, a.fs, a.pods, a.events, a.reqs, a.queue, *a.training, a.rows)
+            self._hand_over_rows()
+            if answer != ROWS_FULL:
+                break
+        self._write_back()
+        sim.truncated = bool(self.active) or self.next_arrival < len(self.arrivals) or self._live_left()
+        sim._finish()
+        self.done = True
+
+    def _live_left(self) -> bool:
+        """Whether an event is left after the drain (an arrival, or a live event on the heap) or a
+        request waits: the episode was cut at ``max_time``."""
+        from deepboot_env.sim import drain_loops as k
+
+        a = self.arrays
+        st, heap_i = a.st, a.events[1]
+        if st[k.NXT] < len(a.reqs[2]) or st[k.N_WAITING]:
+            return True
+        pod_i, jf, ji = a.pods[0], a.training[0][0], a.training[0][1]
+        for kind, _, target, version in heap_i[: st[k.HEAP_N]].tolist():
+            if kind == k.TRAIN_DONE:
+                if ji[target, VERSION] == version and math.isnan(jf[target, COMPLETION]):
+                    return True
+            elif pod_i[target, k.STATUS] != k.DEAD and pod_i[target, k.VERSION] == version:
+                return True
+        return False
+
+    def _write_back(self) -> None:
+        """Everything the Python loop would have left, into the simulator: the inference side (the
+        drain's write-back), the jobs, the active jobs, the completions and the counters."""
+        from deepboot_env.sim import drain_loops as k
+
+        a, sim = self.arrays, self.sim
+        a.write_back(sim)
+        train, st = a.training[0], a.st
+        for job in self._jobs:
+            _write_job(job, train)
+        training = sim._training
+        training.active[:] = self.active
+        training.next_arrival = self.next_arrival
+        training.restarts += int(st[k.RESTARTS])
+        training.completions._deferred.clear()  # every completion is on the heap (projected at once)
+        sim._pool.reclaims += int(st[k.RECLAIMS])
+        sim._boundary = self.boundary
+        sim._recent = self.recent
+        for j in train[8][: st[k.N_DONE]].tolist():
+            job = self._jobs[j]
+            assert job.completion is not None
+            sim._books.job_done(j, job.spec.arrival, job.completion)
+
+
+def _fixed_view_fields(job: TrainingJob) -> dict[str, object]:
+    """The fields of a job's views that never change."""
+    spec = job.spec
+    return {
+        "id": job.index,
+        "name": spec.name,
+        "app": job.app.name,
+        "arrival": spec.arrival,
+        "requested_replicas": spec.num_replicas,
+        "requested_batch": spec.batch_size,
+        "rates": job.rates,
+        "truth": job.truth,
+    }
+
+
+def _cap(job: TrainingJob, profiled: int, adaptive: bool) -> int:
+    """:func:`~deepboot_env.sim.state_builder.max_replicas` of ``job`` with ``profiled`` as its
+    most GPUs so far."""
+    cap = job.rates.max_replicas
+    if adaptive:
+        return max(1, min(cap, max(2 * profiled, 1)))
+    return cap
+
+
+def _write_job(job: TrainingJob, train: tuple[np.ndarray, ...]) -> None:
+    """``job``'s state from its rows (the inverse of :func:`~deepboot_env.sim.progress.job_rows`)."""
+    j = job.index
+    f, i = train[0][j].tolist(), train[1][j].tolist()
+    counts = train[4][j].tolist()
+    job._t, job.progress, job.speed, job.attained_service = f[T], f[PROGRESS], f[SPEED], f[SERVICE]
+    job._anchor = None if math.isnan(f[ANCHOR_T]) else (f[ANCHOR_T], f[ANCHOR_P])
+    job.completion = None if math.isnan(f[COMPLETION]) else f[COMPLETION]
+    job.first_start = None if math.isnan(f[FIRST_START]) else f[FIRST_START]
+    job.epoch, job.version, job._settled = i[EPOCH], i[VERSION], i[SETTLED]
+    job.num_restarts, job.max_profiled = i[RESTARTS], i[MAX_PROFILED]
+    pf, pi = train[2][j], train[3][j]
+    job._phases = tuple(
+        Phase(float(pf[p, P_SECONDS]), int(pi[p, P_REPLICAS]), bool(pi[p, P_MULTI]), (), _none_if_nan(pf[p, P_END]))
+        for p in range(i[N_PHASES])
+    )
+    if counts != job.counts:
+        job.counts, job.alloc = counts, frozen_alloc(counts)
+        job.replicas = sum(counts)
+        job.multi_node = len(counts) - counts.count(0) > 1
+        job.rate_class = job.truth.placement_class(counts, job.multi_node)
+        job.epoch_rates = job.truth.rate_column(job.rate_class, job.replicas)
+
+
+def _none_if_nan(value: float) -> float | None:
+    """``value`` as a float, None for NaN (the rows' None)."""
+    return None if math.isnan(value) else float(value)

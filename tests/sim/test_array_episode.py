@@ -1,0 +1,98 @@
+"""Whole episodes played on the compiled loop's arrays (:class:`ArrayEpisode`) are the simulator's.
+
+Each episode is played twice from the same workload: by the simulator's own loop, and from its
+first decision on the arrays (the events between decisions and every allocation compiled, the
+policy's state built from the job rows, everything written back at the end). The episode records
+(metrics with every JCT, the timeline, every request's record, reclaims, restarts, events) and the
+final jobs are the same, to the last bit.
+"""
+
+from __future__ import annotations
+
+import pytest
+from builders import episode_record
+
+from baselines.ats import AtsPolicy
+from deepboot_env import evaluation
+from deepboot_env.evaluation import run_episode
+from deepboot_env.policy import make_policy
+from deepboot_env.sim.array_episode import ArrayEpisode, array_episode_applies
+from deepboot_env.sim.cluster import ClusterConfig
+from deepboot_env.sim.simulator import SimConfig, Simulator
+from traces.generate import generate_workload
+
+
+def played(workload, config: SimConfig, policy, arrays: bool) -> Simulator:
+    """``workload`` played to the end by ``policy`` (a fresh copy by name), on the arrays or not."""
+    policy = make_policy(policy) if isinstance(policy, str) else policy
+    sim = Simulator(workload, config, policy)
+    driver = ArrayEpisode(sim) if arrays else sim
+    while not driver.done:
+        state = driver.observe()
+        driver.apply(policy.decide(state), state)
+        driver.advance()
+    return sim
+
+
+def job_record(sim: Simulator) -> list[tuple]:
+    return [
+        (j.epoch, j.progress, j.attained_service, j.completion, j.first_start, j.num_restarts, j.version, j.counts)
+        for j in sim.jobs
+    ]
+
+
+@pytest.mark.parametrize(
+    "policy, config",
+    [
+        ("ats", SimConfig()),
+        ("ats-srpt-fcfs-place-rr-warm", SimConfig()),
+        ("ats-srpt", SimConfig(restart="pollux")),
+        ("fifo", SimConfig(restart="full", cluster=ClusterConfig.parse_shared("8x4"))),
+        ("ats", SimConfig(max_time=8 * 3600.0)),  # the last job arrives at 7.6 h: cut mid-training
+    ],
+    ids=["ats", "prior", "ats-srpt-pollux", "fifo-shared-full", "ats-cut"],
+)
+def test_array_episode_is_the_simulators(policy: str, config: SimConfig) -> None:
+    horizon = min(10 * 3600.0, config.max_time - 3600.0)  # every request arrives before the end
+    workload = generate_workload(
+        "array-episodes", 9, train={"num_jobs": 30}, inference={"horizon_s": horizon, "mean_gpus": 10.0}
+    )
+    reference = played(workload, config, policy, arrays=False)
+    ours = played(workload, config, policy, arrays=True)
+    assert array_episode_applies(Simulator(workload, config, make_policy(policy)))
+    assert episode_record(ours, events=True) == episode_record(reference, events=True)
+    assert job_record(ours) == job_record(reference)
+    assert (ours.done, ours.truncated, ours.now) == (reference.done, reference.truncated, reference.now)
+
+
+def test_run_episode_plays_on_the_arrays_where_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    workload = generate_workload("array-episodes", 4, train={"num_jobs": 12}, inference={"horizon_s": 4 * 3600.0})
+    reference = run_episode("ats", workload, SimConfig())
+    made = []
+    start = ArrayEpisode.__init__
+    monkeypatch.setattr(evaluation, "ARRAY_EPISODES", True)
+    monkeypatch.setattr(ArrayEpisode, "__init__", lambda self, sim: made.append(sim) or start(self, sim))
+    assert run_episode("ats", workload, SimConfig()).deterministic_dict() == reference.deterministic_dict()
+    cut = run_episode("ats", workload, SimConfig(), max_decisions=40).deterministic_dict()
+    monkeypatch.setattr(evaluation, "ARRAY_EPISODES", False)
+    assert cut == run_episode("ats", workload, SimConfig(), max_decisions=40).deterministic_dict()
+    assert len(made) == 2 and cut["truncated"]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"config": SimConfig(interference=0.3)},
+        {"config": SimConfig(restart="stopfree")},
+        {"policy": AtsPolicy(relist_restarts=True)},
+        {"policy": "oracle-lookahead"},
+    ],
+    ids=["interference", "stopfree", "relist", "binds-simulator"],
+)
+def test_array_episodes_apply_only_where_they_are_the_same(change: dict) -> None:
+    workload = generate_workload("array-episodes", 4, train={"num_jobs": 4}, inference={"horizon_s": 600.0})
+    policy = change.get("policy", "ats")
+    sim = Simulator(
+        workload, change.get("config", SimConfig()), make_policy(policy) if isinstance(policy, str) else policy
+    )
+    assert not array_episode_applies(sim)
