@@ -8,7 +8,7 @@ built from the rows, and at the end everything is written back into the simulato
 holds what its own loop would have left (``tests/sim/test_array_episode.py`` compares whole
 episodes). :func:`array_episode_applies` says where it is the same episode: the plain inference
 pool, the fitted truth, restarts planned by GPU counts (``full``, ``afe``, ``pollux``), no
-interference, caps grown at the allocation, a reclaim hook the simulator computes itself (ATS-I or
+interference, a reclaim hook the simulator computes itself (ATS-I or
 the restart-aware rule) and a policy that neither looks into the simulator nor relists.
 """
 
@@ -36,6 +36,8 @@ from deepboot_env.sim.progress import (
     P_MULTI,
     P_REPLICAS,
     P_SECONDS,
+    PENDING_K,
+    PENDING_T,
     PROGRESS,
     REPLICAS,
     RESTART_CODES,
@@ -61,7 +63,7 @@ def array_episode_applies(sim: Simulator) -> bool:
     config, policy = sim.config, sim.policy
     if type(sim._pool) is not InferencePool or config.interference is not None:
         return False
-    if config.restart not in RESTART_CODES or config.cap_growth != "allocated":
+    if config.restart not in RESTART_CODES:
         return False
     if least_loss_horizon(policy.choose_reclaim) is None or getattr(policy, "relist_restarts", False):
         return False
@@ -367,6 +369,7 @@ def _write_job(job: TrainingJob, train: tuple[np.ndarray, ...]) -> None:
     job.first_start = None if math.isnan(f[FIRST_START]) else f[FIRST_START]
     job.epoch, job.version, job._settled = i[EPOCH], i[VERSION], i[SETTLED]
     job.num_restarts, job.max_profiled = i[RESTARTS], i[MAX_PROFILED]
+    job.pending_profile = None if math.isnan(f[PENDING_T]) else (f[PENDING_T], i[PENDING_K])
     pf, pi = train[2][j], train[3][j]
     job._phases = tuple(
         Phase(float(pf[p, P_SECONDS]), int(pi[p, P_REPLICAS]), bool(pi[p, P_MULTI]), (), _none_if_nan(pf[p, P_END]))

@@ -50,11 +50,12 @@ from deepboot_env.sim.progress_loops import (
     advance_job,
     completion_time,
     least_loss_victim,
+    profiled,
 )
 from deepboot_env.sim.progress_loops import REPLICAS as JOB_REPLICAS
 from deepboot_env.sim.progress_loops import VERSION as JOB_VERSION
 
-PROGRESS_LOOPS_DIGEST = "1a3e379e7c4b074e"
+PROGRESS_LOOPS_DIGEST = "dbe4a7c71f39d79a"
 """The first 16 hex digits of the SHA-256 of ``progress_loops.py``'s source: numba's disk cache
 is keyed on this module's source alone, so a change there must change this line (a test checks
 it) for the cached loops to be compiled again with it."""
@@ -857,3 +858,4 @@ def advance_holders(train: tuple, tables: tuple, active: np.ndarray, now: float)
     for j in active:
         if ji[j, JOB_REPLICAS]:
             advance_job(jf, ji, pf, pi, j, now, tables)
+            profiled(jf, ji, j, now)  # SimConfig(cap_growth="trained"): the cap grows once trained

@@ -23,11 +23,11 @@ from deepboot_env.sim.rates import RateTable
 from deepboot_env.sim.restart import Phase
 
 # the kernel's row layout (deepboot_env.sim.progress_loops; literals there, for numba's cache)
-T, PROGRESS, ANCHOR_T, ANCHOR_P, SPEED, SERVICE, COMPLETION, FIRST_START, ARRIVAL = range(9)
-EPOCH, REPLICAS, MULTI, N_PHASES, APP, VERSION, SETTLED, RESTARTS, MAX_PROFILED = range(9)
+T, PROGRESS, ANCHOR_T, ANCHOR_P, SPEED, SERVICE, COMPLETION, FIRST_START, ARRIVAL, PENDING_T = range(10)
+EPOCH, REPLICAS, MULTI, N_PHASES, APP, VERSION, SETTLED, RESTARTS, MAX_PROFILED, CAP_AFTER, PENDING_K = range(11)
 P_SECONDS, P_END = range(2)
 P_REPLICAS, P_MULTI = range(2)
-JF_WIDTH, JI_WIDTH, MAX_PHASES = 9, 9, 2
+JF_WIDTH, JI_WIDTH, MAX_PHASES = 10, 11, 2
 N_EPOCHS, K_MAX = range(2)
 FULL_DELAY, FAST_DELAY = range(2)
 RESTART_CODES = {"full": 0, "afe": 1, "pollux": 2}
@@ -68,14 +68,12 @@ def job_rows(
     ``start`` (its time, epoch, progress, phases and anchor; None: as it is now).
 
     Raises:
-        ValueError: a job whose truth is not a fitted rate table, with more phases than a plan
-            holds, or waiting for a size to count as trained (``cap_growth`` "trained").
+        ValueError: a job whose truth is not a fitted rate table, or with more phases than a plan
+            holds.
     """
     if not isinstance(job.truth, RateTable):
         kind = type(job.truth).__name__
         raise ValueError(f"job {job.index}: the compiled progress reads a fitted rate table, not {kind}")
-    if job.pending_profile is not None:
-        raise ValueError(f"job {job.index}: the compiled progress does not grow caps once trained")
     t, epoch, progress, phases, anchor = job.projection_state() if start is None else start
     if len(phases) > MAX_PHASES:
         raise ValueError(f"job {job.index}: {len(phases)} phases; a restart plan holds at most {MAX_PHASES}")
@@ -87,8 +85,12 @@ def job_rows(
         jf[0, COMPLETION] = job.completion
     if job.first_start is not None:
         jf[0, FIRST_START] = job.first_start
+    pending = job.pending_profile
+    if pending is not None:
+        jf[0, PENDING_T] = pending[0]
     ints = (epoch, job.replicas, int(bool(job.rate_class)), len(phases), app, job.version, job._settled)
-    ji = np.array([[*ints, job.num_restarts, job.max_profiled]], dtype=np.int64)
+    caps = (job.num_restarts, job.max_profiled, int(job.cap_after_training), 0 if pending is None else pending[1])
+    ji = np.array([[*ints, *caps]], dtype=np.int64)
     pf = np.full((1, MAX_PHASES, 2), np.nan)
     pi = np.zeros((1, MAX_PHASES, 2), dtype=np.int64)
     for p, phase in enumerate(phases):

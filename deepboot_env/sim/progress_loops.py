@@ -11,10 +11,12 @@ A job's state is one row of each of four arrays (:mod:`deepboot_env.sim.progress
 
 * ``jf`` (float64): the time it was advanced to, its progress, its anchor (the time and progress
   at which its constant-rate stretch began; NaN when none runs), its speed factor, the GPU-seconds
-  it has held, its completion and its first start (NaN: none yet), and its arrival;
+  it has held, its completion and its first start (NaN: none yet), its arrival, and with caps
+  grown once trained the time after which its new size counts (NaN: none pending);
 * ``ji`` (int64): its epoch, its GPUs, its multi-node flag, how many phases are left, its
   application, its version (bumped at every change), the version it was last advanced at, its
-  restarts and the most GPUs it has been given;
+  restarts, the most GPUs it has been given (counted as it trained at them), whether its cap grows
+  only once it has trained at a size (``cap_growth`` "trained") and the size pending;
 * ``pf`` (float64, phases x 2): each phase's seconds and its end once cut (NaN: not cut);
 * ``pi`` (int64, phases x 2): each phase's replicas and multi-node flag.
 
@@ -36,12 +38,12 @@ from numba.extending import register_jitable as inlined
 
 from deepboot_env.sim.compiled import compiled
 
-T, PROGRESS, ANCHOR_T, ANCHOR_P, SPEED, SERVICE, COMPLETION, FIRST_START, ARRIVAL = range(9)
+T, PROGRESS, ANCHOR_T, ANCHOR_P, SPEED, SERVICE, COMPLETION, FIRST_START, ARRIVAL, PENDING_T = range(10)
 """``jf`` columns."""
-JF_WIDTH = 9
-EPOCH, REPLICAS, MULTI, N_PHASES, APP, VERSION, SETTLED, RESTARTS, MAX_PROFILED = range(9)
+JF_WIDTH = 10
+EPOCH, REPLICAS, MULTI, N_PHASES, APP, VERSION, SETTLED, RESTARTS, MAX_PROFILED, CAP_AFTER, PENDING_K = range(11)
 """``ji`` columns."""
-JI_WIDTH = 9
+JI_WIDTH = 11
 P_SECONDS, P_END = range(2)
 """``pf`` columns (a phase's seconds; its end once cut, else NaN)."""
 P_REPLICAS, P_MULTI = range(2)
@@ -235,7 +237,7 @@ N_EPOCHS, K_MAX = range(2)
 """``dims`` columns: an application's epochs and its table's ``max_replicas``."""
 FULL_DELAY, FAST_DELAY = range(2)
 """``delays`` columns: an application's full and fast restart delays."""
-ADVANCE, ADOPT, SET_SPEED, PROJECT = range(4)
+ADVANCE, ADOPT, SET_SPEED, PROJECT, PROFILED = range(5)
 """Operations of :func:`replay_job_ops`."""
 
 
@@ -273,6 +275,15 @@ def advance_job(
         jf[j, COMPLETION] = completion
     jf[j, T] = t
     ji[j, SETTLED] = ji[j, VERSION]
+
+
+@inlined
+def profiled(jf: np.ndarray, ji: np.ndarray, j: int, now: float) -> None:
+    """:meth:`TrainingJob.profiled <deepboot_env.sim.jobs.TrainingJob.profiled>`: a larger size
+    row ``j`` was given counts once it has trained at it, strictly after its restart stall."""
+    if not math.isnan(jf[j, PENDING_T]) and now > jf[j, PENDING_T]:
+        ji[j, MAX_PROFILED] = max(ji[j, MAX_PROFILED], ji[j, PENDING_K])
+        jf[j, PENDING_T], ji[j, PENDING_K] = np.nan, 0
 
 
 @inlined
@@ -325,6 +336,9 @@ def adopt_counts(
         nodes += new[node] != 0
     ji[j, REPLICAS], ji[j, MULTI] = r_new, nodes > 1
     jf[j, ANCHOR_T] = jf[j, ANCHOR_P] = np.nan
+    if ji[j, CAP_AFTER]:
+        profiled(jf, ji, j, now)  # a size trained at before this change counts
+        jf[j, PENDING_T], ji[j, PENDING_K] = np.nan, 0
     restart = False
     if r_new == 0:
         ji[j, N_PHASES] = 0
@@ -332,13 +346,16 @@ def adopt_counts(
         app = ji[j, APP]
         restart = not math.isnan(jf[j, FIRST_START])
         ji[j, N_PHASES] = 1
-        pf[j, 0, P_SECONDS] = stall_seconds(model, delays[app, FULL_DELAY], delays[app, FAST_DELAY], r_old, r_new)
-        pf[j, 0, P_END] = np.nan
+        stall = stall_seconds(model, delays[app, FULL_DELAY], delays[app, FAST_DELAY], r_old, r_new)
+        pf[j, 0, P_SECONDS], pf[j, 0, P_END] = stall, np.nan
         pi[j, 0, P_REPLICAS] = pi[j, 0, P_MULTI] = 0
         if math.isnan(jf[j, FIRST_START]):
             jf[j, FIRST_START] = now
         if r_new > ji[j, MAX_PROFILED]:
-            ji[j, MAX_PROFILED] = r_new
+            if ji[j, CAP_AFTER]:
+                jf[j, PENDING_T], ji[j, PENDING_K] = now + stall, r_new
+            else:
+                ji[j, MAX_PROFILED] = r_new
     if restart:
         ji[j, RESTARTS] += 1
     ji[j, VERSION] += 1
@@ -353,8 +370,9 @@ def replay_job_ops(
     counts) in turn: :data:`ADVANCE` to ``values[m]``, :data:`ADOPT` GPUs per node ``new[m]`` at
     ``values[m]`` (``out[0][m]``: whether a restart), :data:`SET_SPEED` ``values[m]`` (the job
     advanced already; its stretch ends), :data:`PROJECT` (``out[0][m]``: the completion time, NaN
-    for None); after each, the job's rows are copied into ``out[1:]`` (jf, ji, pf, pi, counts rows
-    by operation). The job-level operations of a compiled loop, run one by one, for checking."""
+    for None), :data:`PROFILED` at ``values[m]``; after each, the job's rows are copied into
+    ``out[1:]`` (jf, ji, pf, pi, counts rows by operation). The job-level operations of a
+    compiled loop, run one by one, for checking."""
     jf, ji, pf, pi, counts = rows
     for m in range(len(ops)):
         code, j = ops[m, 0], ops[m, 1]
@@ -366,6 +384,8 @@ def replay_job_ops(
             jf[j, SPEED] = values[m]
             jf[j, ANCHOR_T] = jf[j, ANCHOR_P] = np.nan
             ji[j, VERSION] += 1
+        elif code == PROFILED:
+            profiled(jf, ji, j, values[m])
         else:
             out[0][m] = completion_time(jf, ji, pf, pi, j, tables)
         out[1][m], out[2][m], out[3][m], out[4][m], out[5][m] = jf[j], ji[j], pf[j], pi[j], counts[j]
@@ -431,6 +451,30 @@ def _reclaim_cost(
 
 
 @inlined
+def _holders(
+    rows: tuple, tables: tuple, active: np.ndarray, lendable: np.ndarray, now: float
+) -> tuple[np.ndarray, int]:
+    """The ``active`` jobs with a GPU on a ``lendable`` node, advanced to ``now`` as their views
+    would be (the cap once trained too), in ATS-I's order: (job numbers, how many)."""
+    jf, ji, pf, pi, counts = rows
+    holders = np.empty(len(active), dtype=np.int64)
+    n = 0
+    for j in active:
+        if ji[j, REPLICAS] == 0:
+            continue
+        lent = False
+        for node in lendable:
+            lent = lent or counts[j, node] > 0
+        if lent:
+            advance_job(jf, ji, pf, pi, j, now, tables)
+            profiled(jf, ji, j, now)
+            holders[n] = j
+            n += 1
+    _holder_order(jf, holders, n)
+    return holders, n
+
+
+@inlined
 def least_loss_victim(
     rows: tuple,
     tables: tuple,
@@ -446,19 +490,7 @@ def least_loss_victim(
     for none; the holders (the ``active`` jobs with a GPU on a ``lendable`` node) are advanced to
     ``now``, as their views would be. ``fair``: :func:`~deepboot_env.sim.reclaim.fair_replicas`."""
     jf, ji, pf, pi, counts = rows
-    holders = np.empty(len(active), dtype=np.int64)
-    n = 0
-    for j in active:
-        if ji[j, REPLICAS] == 0:
-            continue
-        lent = False
-        for node in lendable:
-            lent = lent or counts[j, node] > 0
-        if lent:
-            advance_job(jf, ji, pf, pi, j, now, tables)
-            holders[n] = j
-            n += 1
-    _holder_order(jf, holders, n)
+    holders, n = _holders(rows, tables, active, lendable, now)
     best, victim, at = np.inf, -1, -1
     for h in range(n):
         j = holders[h]

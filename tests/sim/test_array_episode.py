@@ -45,7 +45,7 @@ def job_record(sim: Simulator) -> list[tuple]:
     "policy, config",
     [
         ("ats", SimConfig()),
-        ("ats-srpt-fcfs-place-rr-warm", SimConfig()),
+        ("ats-srpt-fcfs-place-rr-warm", SimConfig(cap_growth="trained")),  # v1's caps, the fitted truth
         ("ats-srpt", SimConfig(restart="pollux")),
         ("fifo", SimConfig(restart="full", cluster=ClusterConfig.parse_shared("8x4"))),
         ("ats", SimConfig(max_time=8 * 3600.0)),  # the last job arrives at 7.6 h: cut mid-training

@@ -22,7 +22,7 @@ from deepboot_env.sim.cluster import ClusterConfig, node_layout
 from deepboot_env.sim.jobs import RunResult, TrainingJob, _reference_run
 from deepboot_env.sim.measured import MeasuredRates
 from deepboot_env.sim.progress import JobArrays, ProgressTables, compiled_run, job_rows
-from deepboot_env.sim.progress_loops import ADOPT, ADVANCE, PROJECT, SET_SPEED, reclaim_victim, replay_job_ops
+from deepboot_env.sim.progress_loops import ADOPT, ADVANCE, PROFILED, PROJECT, SET_SPEED, reclaim_victim, replay_job_ops
 from deepboot_env.sim.reclaim import fair_replicas
 from deepboot_env.sim.simulator import SimConfig, Simulator
 from traces.generate import generate_workload
@@ -104,8 +104,8 @@ def test_rounding_matches_python_beyond_int64() -> None:
     """A rate so small that an epoch's seconds pass int64 still rounds as Python's ``round``."""
     from deepboot_env.sim.progress_loops import advance_rows
 
-    jf = np.array([[0.0, 0.0, np.nan, np.nan, 1.0, 0.0, np.nan, 0.0, 0.0]])
-    ji = np.array([[0, 1, 0, 0, 0, 1, 0, 0, 1]], dtype=np.int64)
+    jf = np.array([[0.0, 0.0, np.nan, np.nan, 1.0, 0.0, np.nan, 0.0, 0.0, np.nan]])
+    ji = np.array([[0, 1, 0, 0, 0, 1, 0, 0, 1, 0, 0]], dtype=np.int64)
     pf, pi = np.full((1, 2, 2), np.nan), np.zeros((1, 2, 2), dtype=np.int64)
     rates = np.array([[[0.0], [1e-30]], [[0.0], [1e-30]]])
     ends = np.array([1.0])
@@ -134,10 +134,23 @@ def recorded_job_ops(workload, policy: str, config: SimConfig) -> tuple[JobArray
     def rows_of(job: TrainingJob) -> tuple[np.ndarray, ...]:
         return (*job_rows(job, app=int(apps[job.index])), np.array(job.counts))
 
+    inside: list[int] = []  # a change's own profiled() call is part of the change
+
     def recorded(code: int, method):
         def wrapper(job: TrainingJob, *args, **kwargs):
-            result = method(job, *args, **kwargs)
-            value = {ADVANCE: lambda: args[0], ADOPT: lambda: args[3], SET_SPEED: lambda: args[0]}
+            inside.append(code)
+            try:
+                result = method(job, *args, **kwargs)
+            finally:
+                inside.pop()
+            if code == PROFILED and ADOPT in inside:
+                return result
+            value = {
+                ADVANCE: lambda: args[0],
+                ADOPT: lambda: args[3],
+                SET_SPEED: lambda: args[0],
+                PROFILED: lambda: args[0],
+            }
             counts = list(args[1]) if code == ADOPT else None
             ops.append((code, job.index, float(value.get(code, lambda: np.nan)()), counts, rows_of(job)))
             if code == PROJECT:
@@ -147,7 +160,12 @@ def recorded_job_ops(workload, policy: str, config: SimConfig) -> tuple[JobArray
         return wrapper
 
     with pytest.MonkeyPatch.context() as patch:
-        for code, name in [(ADVANCE, "advance"), (ADOPT, "adopt_change"), (SET_SPEED, "set_speed")]:
+        for code, name in [
+            (ADVANCE, "advance"),
+            (ADOPT, "adopt_change"),
+            (SET_SPEED, "set_speed"),
+            (PROFILED, "profiled"),
+        ]:
             patch.setattr(TrainingJob, name, recorded(code, getattr(TrainingJob, name)))
         for name in ("time_of_completion", "completion_from"):  # the lazy schedule projects from a kept state
             patch.setattr(TrainingJob, name, recorded(PROJECT, getattr(TrainingJob, name)))
@@ -159,7 +177,7 @@ def recorded_job_ops(workload, policy: str, config: SimConfig) -> tuple[JobArray
     "policy, config",
     [
         ("ats", SimConfig()),
-        ("ats", SimConfig(interference=0.3)),
+        ("ats", SimConfig(interference=0.3, cap_growth="trained")),
         ("fifo", SimConfig(restart="full")),
         ("pollux", SimConfig(cluster=ClusterConfig.parse_shared("8x4"), restart="pollux")),
     ],
@@ -191,9 +209,10 @@ def test_job_operations_replayed_on_rows_leave_the_jobs_state(policy: str, confi
             np.testing.assert_array_equal(a, b, err_msg=f"operation {m} (code {code}) on job {j}")
         if code == PROJECT:
             np.testing.assert_array_equal(out[0][m], rows[5], err_msg=f"projection {m} of job {j}")
-    kinds = np.bincount(codes[:, 0], minlength=4)
+    kinds = np.bincount(codes[:, 0], minlength=5)
     assert kinds[ADVANCE] > 300 and kinds[ADOPT] > 40 and kinds[PROJECT] > 20, kinds
     assert (kinds[SET_SPEED] > 0) == (config.interference is not None)
+    assert (kinds[PROFILED] > 0) == (config.cap_growth == "trained")
 
 
 def test_stop_free_plans_are_refused() -> None:
@@ -207,7 +226,7 @@ def test_stop_free_plans_are_refused() -> None:
     "policy, config",
     [
         (AtsPolicy(), SimConfig()),
-        (AtsPolicy(reclaim_horizon=600.0), SimConfig()),
+        (AtsPolicy(reclaim_horizon=600.0), SimConfig(cap_growth="trained")),
         (AtsPolicy(reclaim_horizon=120.0), SimConfig(restart="full", cluster=ClusterConfig.parse_shared("8x4"))),
     ],
     ids=["ats-i", "restart-aware", "restart-aware-shared"],

@@ -75,7 +75,7 @@ def same(a: object, b: object) -> bool:
     "policy, config",
     [
         ("ats", SimConfig()),
-        ("ats-srpt-fcfs-place-rr-warm", SimConfig()),
+        ("ats-srpt-fcfs-place-rr-warm", SimConfig(cap_growth="trained")),
         (AtsPolicy(reclaim_horizon=120.0), SimConfig(restart="full", cluster=ClusterConfig.parse_shared("8x4"))),
         ("ats-srpt", SimConfig(restart="pollux")),
     ],
@@ -138,7 +138,7 @@ def test_compiled_events_with_training_are_the_simulators(policy, config: SimCon
     "policy, config",
     [
         ("ats", SimConfig()),
-        ("ats-srpt-fcfs-place-rr-warm", SimConfig()),
+        ("ats-srpt-fcfs-place-rr-warm", SimConfig(cap_growth="trained")),
         ("fifo", SimConfig(restart="full", cluster=ClusterConfig.parse_shared("8x4"))),
     ],
     ids=["ats", "prior", "fifo-shared-full"],
