@@ -2,7 +2,7 @@
 same measured on another checkout of the project by the same interpreter, and the ratio.
 
     python benchmarks/bench_episode.py [--workload test/test-01] [--policies ats ats-srpt-fcfs-place-rr-warm]
-        [--repeat 3] [--against DIR] [--modes target score residual]
+        [--repeat 3] [--against DIR] [--arrays] [--modes target score residual]
 
 Each policy plays ``--workload`` once untimed (the warm-up: the process-wide rate tables, ATS's
 speedup rows and numba's compiled knapsack), then ``--repeat`` timed episodes; the best one is
@@ -16,6 +16,11 @@ checkout of another version, e.g. ``git worktree add /tmp/old 5bb71a8``) first o
 one policy at a time and alternating with this checkout's, then prints each policy's speed-up: the
 issue's "at least 3x faster than commit 5bb71a8, best of 3 after a warm-up, both timed by one
 interpreter". Both runs must report the same mean JCT; a difference is an error.
+
+``--arrays`` also times this checkout's episodes played on the compiled loop's arrays
+(:class:`~deepboot_env.sim.array_episode.ArrayEpisode`, ``evaluation.ARRAY_EPISODES``; where they
+apply, e.g. with ``--truth fitted``), after a warm-up that compiles or loads the loops, and checks
+that they give the same mean JCT.
 
 ``--modes`` also times the env step per action mode: ``benchmarks/bench_modes.py`` with its
 defaults (lockstep envs, the same dynamics), whose table follows.
@@ -37,10 +42,16 @@ from deepboot_env.argparsing import ArgumentParser
 DEFAULT_POLICIES = ("ats", "ats-srpt-fcfs-place-rr-warm")
 
 
-def time_episodes(workload_name: str, policy_name: str, repeat: int, sim_argv: list[str]) -> dict[str, Any]:
-    """One untimed episode of ``policy_name`` on ``workload_name``, then ``repeat`` timed ones:
-    the best process CPU seconds, the events and the mean training JCT of the last one."""
+def time_episodes(
+    workload_name: str, policy_name: str, repeat: int, sim_argv: list[str], arrays: bool = False
+) -> dict[str, Any]:
+    """One untimed episode of ``policy_name`` on ``workload_name``, then ``repeat`` timed ones
+    (``arrays``: played on the compiled loop's arrays where they apply): the best process CPU
+    seconds, the events and the mean training JCT of the last one."""
+    from deepboot_env import evaluation
     from deepboot_env.evaluation import run_episode
+
+    evaluation.ARRAY_EPISODES = arrays
     from deepboot_env.policy import make_policy
     from deepboot_harness.cli import add_sim_arguments, sim_config_from_args
     from traces.loaders import load_workload
@@ -66,18 +77,18 @@ def time_episodes(workload_name: str, policy_name: str, repeat: int, sim_argv: l
 
 
 def time_in_child(
-    checkout: Path | None, workload: str, policy: str, repeat: int, sim_argv: list[str]
+    checkout: Path | None, workload: str, policy: str, repeat: int, sim_argv: list[str], arrays: bool = False
 ) -> dict[str, Any]:
     """:func:`time_episodes` in a fresh child process of this interpreter, with ``checkout`` (None:
     this one) first on its import path; its result."""
     root = checkout if checkout is not None else Path(__file__).resolve().parents[1]
     code = (
         "import json, sys; from bench_episode import time_episodes;"
-        "print(json.dumps(time_episodes(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:])))"
+        "print(json.dumps(time_episodes(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[5:], sys.argv[4] == '1')))"
     )
     # the checkout first on the import path, then this script's folder (for bench_episode itself)
     path = os.pathsep.join([str(root), str(Path(__file__).resolve().parent)])
-    argv = [sys.executable, "-c", code, workload, policy, str(repeat), *sim_argv]
+    argv = [sys.executable, "-c", code, workload, policy, str(repeat), str(int(arrays)), *sim_argv]
     done = subprocess.run(
         argv, capture_output=True, text=True, cwd=root, env={**os.environ, "PYTHONPATH": path}, check=False
     )
@@ -106,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES))
     parser.add_argument("--repeat", type=int, default=3, help="timed episodes per policy (default 3)")
     parser.add_argument("--against", type=Path, help="another checkout to time by this interpreter")
+    parser.add_argument("--arrays", action="store_true", help="also time episodes on the compiled loop's arrays")
     parser.add_argument("--modes", nargs="*", help="also time the env step in these action modes")
     args, sim_argv = parser.parse_known_args(argv)
     sim_parser = ArgumentParser(prog=f"{parser.prog} (simulation options)")
@@ -119,6 +131,13 @@ def main(argv: list[str] | None = None) -> int:
         print(policy)
         mine = time_in_child(None, args.workload, policy, args.repeat, sim_argv)
         print_row("this", mine)
+        if args.arrays:
+            arrays = time_in_child(None, args.workload, policy, args.repeat, sim_argv, arrays=True)
+            print_row("arrays", arrays)
+            if arrays["train_jct_mean"] != mine["train_jct_mean"]:
+                print(f"  the arrays differ: mean JCT {arrays['train_jct_mean']!r} against {mine['train_jct_mean']!r}")
+                return 1
+            print(f"  arrays speed-up {mine['cpu_s'] / arrays['cpu_s']:.2f}x")
         if args.against is None:
             continue
         other = time_in_child(args.against, args.workload, policy, args.repeat, sim_argv)

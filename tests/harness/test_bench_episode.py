@@ -38,3 +38,12 @@ def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str
         _bench_main()(["--restart", "bogus"])
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "invalid choice: 'bogus'" in err[0]
+
+
+def test_arrays_play_the_same_episode(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--arrays`` times the episode on the compiled loop's arrays too: the same mean JCT."""
+    status = _bench_main()(["--policies", "ats", "--repeat", "1", "--arrays", "--truth", "fitted"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    rows = [line for line in out.splitlines() if "best CPU" in line]
+    assert len(rows) == 2 and rows[1].lstrip().startswith("arrays") and "arrays speed-up" in out
