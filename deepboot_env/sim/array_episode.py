@@ -53,6 +53,7 @@ from deepboot_env.sim.rates import RateTable
 from deepboot_env.sim.reclaim import least_loss_horizon
 from deepboot_env.sim.restart import Phase
 from deepboot_env.sim.state import Allocation, ClusterState, JobView, checked_counts
+from deepboot_env.sim.state_builder import filled_state
 
 if TYPE_CHECKING:
     from deepboot_env.sim.simulator import Simulator
@@ -135,24 +136,20 @@ class ArrayEpisode:
         ]
         counts = a.pods[3].tolist()
         node_counts = (counts[0], counts[1], counts[2], counts[3])
-        arrays = np.array(node_counts, dtype=np.int64)
-        state = object.__new__(ClusterState)
-        state.__dict__.update(
-            time=now,
-            interval=self.sim.config.interval,
-            config=self.sim.config.cluster,
-            node_kinds=self.sim.ledger.kinds,
-            train_used=arrays[0],
-            running=arrays[1],
-            protect=arrays[2],
-            sleeping=arrays[3],
-            node_counts=node_counts,
-            jobs=tuple(views),
-            waiting_requests=int(a.st[N_WAITING]),
-            recent_arrivals=tuple(self.recent),
-            restart_model=self.sim.config.restart,
+        sim = self.sim
+        config = sim.config
+        waiting = int(a.st[N_WAITING])
+        return filled_state(
+            now,
+            config.interval,
+            config.cluster,
+            sim.ledger.kinds,
+            node_counts,
+            views,
+            waiting,
+            self.recent,
+            config.restart,
         )
-        return state
 
     def _view(
         self, j: int, now: float, f: list[float], i: list[int], counts: list[int], pf: np.ndarray, pi: np.ndarray

@@ -183,22 +183,40 @@ class StateBuilder:
             counts["protect"].copy(),
             counts["sleep"].copy(),
         )
-        arrays = np.array(node_counts, dtype=np.int64)  # one conversion; each field is a row
-        # filled like the views (every field of ClusterState, set once, without its __init__)
-        state = object.__new__(ClusterState)
-        state.__dict__.update(
-            time=now,
-            interval=self.interval,
-            config=self.cluster,
-            node_kinds=self.ledger.kinds,
-            train_used=arrays[0],
-            running=arrays[1],
-            protect=arrays[2],
-            sleeping=arrays[3],
-            node_counts=node_counts,
-            jobs=tuple(views),
-            waiting_requests=waiting,
-            recent_arrivals=tuple(recent),
-            restart_model=self.restart,
+        return filled_state(
+            now, self.interval, self.cluster, self.ledger.kinds, node_counts, views, waiting, recent, self.restart
         )
-        return state
+
+
+def filled_state(
+    now: float,
+    interval: float,
+    cluster: ClusterConfig,
+    kinds: np.ndarray,
+    node_counts: tuple[list[int], list[int], list[int], list[int]],
+    views: list[JobView],
+    waiting: int,
+    recent: Iterable[int],
+    restart: str,
+) -> ClusterState:
+    """The :class:`ClusterState` of these parts (``node_counts``: training GPUs, RUNNING, PROTECT
+    and SLEEP pods per node, lists the state keeps), filled like the views: every field set once,
+    without its ``__init__``."""
+    arrays = np.array(node_counts, dtype=np.int64)  # one conversion; each field is a row
+    state = object.__new__(ClusterState)
+    state.__dict__.update(
+        time=now,
+        interval=interval,
+        config=cluster,
+        node_kinds=kinds,
+        train_used=arrays[0],
+        running=arrays[1],
+        protect=arrays[2],
+        sleeping=arrays[3],
+        node_counts=node_counts,
+        jobs=tuple(views),
+        waiting_requests=waiting,
+        recent_arrivals=tuple(recent),
+        restart_model=restart,
+    )
+    return state
