@@ -83,6 +83,12 @@ class ArrayEpisode:
         self.arrays = _DrainArrays.of(
             sim, sim.config.max_time, RequestColumns.of(sim._pool._specs), JobArrays.of(sim.jobs, sim.config.restart)
         )
+        train, tables = self.arrays.training
+        assert train is not None and tables is not None  # built with the jobs
+        self.train: tuple[np.ndarray, ...] = train
+        """The loop's ``train`` (:mod:`~deepboot_env.sim.drain_loops`): the job rows and the active jobs."""
+        self.tables: tuple[np.ndarray, ...] = tables
+        """The applications' stacked tables."""
         self.boundary = sim._boundary
         self.next_arrival = sim._training.next_arrival
         self.arrivals = [job.spec.arrival for job in sim.jobs]
@@ -104,7 +110,7 @@ class ArrayEpisode:
         """The active jobs, in arrival order."""
         from deepboot_env.sim.drain_loops import N_ACTIVE
 
-        return self.arrays.training[0][5][: self.arrays.st[N_ACTIVE]].tolist()
+        return self.train[5][: self.arrays.st[N_ACTIVE]].tolist()
 
     @property
     def active_jobs(self) -> list[int]:
@@ -115,11 +121,11 @@ class ArrayEpisode:
     @property
     def jobs_finished(self) -> int:
         """Training jobs completed so far."""
-        return int(np.isfinite(self.arrays.training[0][0][:, COMPLETION]).sum())
+        return int(np.isfinite(self.train[0][:, COMPLETION]).sum())
 
     def job_progress(self, ids: list[int]) -> float:
         """The summed progress of jobs ``ids`` (the watchdog's measure)."""
-        progress = self.arrays.training[0][0][:, PROGRESS]
+        progress = self.train[0][:, PROGRESS]
         return sum(progress[ids].tolist())  # summed as Simulator.job_progress sums
 
     def observe(self) -> ClusterState:
@@ -127,8 +133,8 @@ class ArrayEpisode:
         from deepboot_env.sim.drain_loops import N_WAITING, advance_holders
 
         a, now, active = self.arrays, self.now, self.active
-        train, tables = a.training
-        advance_holders(train, tables, np.asarray(active, dtype=np.int64), now)
+        train = self.train
+        advance_holders(train, self.tables, np.asarray(active, dtype=np.int64), now)
         jf, ji, pf, pi, jcounts = train[0], train[1], train[2], train[3], train[4]
         views = [
             self._view(j, now, f, i, jcounts[j].tolist(), pf[j], pi[j])
@@ -197,10 +203,10 @@ class ArrayEpisode:
 
         a = self.arrays
         self._ensure_heap_room()
-        wanted = np.full(a.training[0][4].shape, -1, dtype=np.int64)
+        wanted = np.full(self.train[4].shape, -1, dtype=np.int64)
         for j, row in counts.items():
             wanted[j] = row
-        apply_counts_loops(a.st, a.fs, a.pods, a.events, a.reqs, a.queue, *a.training, wanted, self.now)
+        apply_counts_loops(a.st, a.fs, a.pods, a.events, a.reqs, a.queue, self.train, self.tables, wanted, self.now)
 
     def advance(self) -> None:
         """``Simulator.advance``: every event up to the next decision, or to the end (then the
@@ -214,7 +220,7 @@ class ArrayEpisode:
                 self._drain()
                 return
             self._ensure_heap_room()
-            run_to_boundary(a.st, a.fs, a.pods, a.events, a.reqs, a.queue, *a.training, boundary, a.rows)
+            run_to_boundary(a.st, a.fs, a.pods, a.events, a.reqs, a.queue, self.train, self.tables, boundary, a.rows)
             self._hand_over_rows()
             self.boundary = boundary
             self._admit(boundary)
@@ -242,7 +248,7 @@ class ArrayEpisode:
         """``TrainingJobs.admit``: every job arrived by ``now`` joins the active jobs."""
         from deepboot_env.sim.drain_loops import N_ACTIVE
 
-        st, active = self.arrays.st, self.arrays.training[0][5]
+        st, active = self.arrays.st, self.train[5]
         while self.next_arrival < len(self.arrivals) and self.arrivals[self.next_arrival] <= now:
             active[st[N_ACTIVE]] = self.next_arrival
             st[N_ACTIVE] += 1
@@ -280,7 +286,7 @@ class ArrayEpisode:
         a.fs[LIMIT], a.fs[DRAIN_T] = sim.config.max_time, self.boundary
         self._ensure_heap_room()
         while True:
-            answer = drain_loops(a.st, a.fs, a.pods, a.events, a.reqs, a.queue, *a.training, a.rows)
+            answer = drain_loops(a.st, a.fs, a.pods, a.events, a.reqs, a.queue, self.train, self.tables, a.rows)
             self._hand_over_rows()
             if answer != ROWS_FULL:
                 break
@@ -298,7 +304,7 @@ class ArrayEpisode:
         st, heap_i = a.st, a.events[1]
         if st[k.NXT] < len(a.reqs[2]) or st[k.N_WAITING]:
             return True
-        pod_i, jf, ji = a.pods[0], a.training[0][0], a.training[0][1]
+        pod_i, jf, ji = a.pods[0], self.train[0], self.train[1]
         for kind, _, target, version in heap_i[: st[k.HEAP_N]].tolist():
             if kind == k.TRAIN_DONE:
                 if ji[target, VERSION] == version and math.isnan(jf[target, COMPLETION]):
@@ -314,7 +320,7 @@ class ArrayEpisode:
 
         a, sim = self.arrays, self.sim
         a.write_back(sim)
-        train, st = a.training[0], a.st
+        train, st = self.train, a.st
         for job in self._jobs:
             _write_job(job, train)
         training = sim._training

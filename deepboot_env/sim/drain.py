@@ -143,7 +143,7 @@ def compiled_drain(sim: Simulator, limit: float, columns: RequestColumns) -> Non
     arrays = _DrainArrays.of(sim, limit, columns)
     while True:
         answer = drain_loops(
-            arrays.st, arrays.fs, arrays.pods, arrays.events, arrays.reqs, arrays.queue, *arrays.training, arrays.rows
+            arrays.st, arrays.fs, arrays.pods, arrays.events, arrays.reqs, arrays.queue, None, None, arrays.rows
         )
         arrays.hand_over_rows(sim)
         if answer != ROWS_FULL:
@@ -163,8 +163,8 @@ class _DrainArrays:
     events: tuple[np.ndarray, np.ndarray]
     reqs: tuple[np.ndarray, ...]
     queue: tuple[np.ndarray, np.ndarray]
-    training: tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]
-    """The training side: (train, tables) of :mod:`~deepboot_env.sim.drain_loops` (none in a drain)."""
+    training: tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]] | tuple[None, None]
+    """The training side: (train, tables) of :mod:`~deepboot_env.sim.drain_loops` (None, None in a drain)."""
     rows: np.ndarray
     columns: RequestColumns
     first_pod: int
@@ -211,7 +211,7 @@ class _DrainArrays:
             st,
             fs,
             _pod_arrays(sim, columns, pool._pod_seq + arrivals_left + len(pool.waiting) + 1, st),
-            _heap_arrays(sim.events.heap, st, 3 * started_most + 1 + len(training[0][0]), trained),
+            _heap_arrays(sim.events.heap, st, 3 * started_most + 1 + (0 if jobs is None else len(sim.jobs)), trained),
             reqs,
             _waiting_arrays(pool, columns, first_ticket, arrivals_left, st),
             training,
@@ -346,23 +346,22 @@ def _training_events(sim: Simulator) -> list[tuple[float, int, int, int, int]]:
 
 def _training_arrays(
     sim: Simulator, jobs: JobArrays | None, st: np.ndarray, fs: np.ndarray
-) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
-    """The loop's ``train`` and ``tables`` for ``sim``'s ``jobs`` (None: a drain's, no job), and
-    its training scalars in ``st`` and ``fs``: the restart model, the active jobs, the cluster's
-    GPUs and the reclaim rule's horizon."""
+) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]] | tuple[None, None]:
+    """The loop's ``train`` and ``tables`` for ``sim``'s ``jobs``, and its training scalars in
+    ``st`` and ``fs``: the restart model, the active jobs, the cluster's GPUs and the reclaim
+    rule's horizon; (None, None) for a drain (no job: numba then compiles none of the training
+    side into the drain, whose loop stays as quick to compile as it was without it)."""
     from deepboot_env.sim import drain_loops as k
     from deepboot_env.sim.reclaim import least_loss_horizon
 
+    if jobs is None:
+        return None, None
     kinds = sim.ledger.kinds
     lendable = np.array(node_layout(kinds).lendable, dtype=np.int64)
     inference = np.array(sim._pool.inference_nodes, dtype=np.int64)
     lent = np.zeros(len(kinds), dtype=np.int64)
     lent[sim.ledger._infer_nodes] = 1
     st[k.TOTAL_GPUS] = sim.config.cluster.total_gpus
-    if jobs is None:
-        rows = JobArrays.empty(len(kinds))
-        none = np.zeros(0, dtype=np.int64)
-        return (*rows.rows, none, lendable, inference, none, lent), rows.tables
     active = np.zeros(len(jobs.rows[0]), dtype=np.int64)
     active[: len(sim._active)] = sim._active
     st[k.MODEL], st[k.N_ACTIVE] = jobs.model, len(sim._active)

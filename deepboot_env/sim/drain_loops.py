@@ -297,8 +297,8 @@ def _place(
     pods: tuple,
     events: tuple,
     reqs: tuple,
-    train: tuple,
-    tables: tuple,
+    train: tuple | None,
+    tables: tuple | None,
     idx: int,
     now: float,
 ) -> bool:
@@ -312,8 +312,10 @@ def _place(
         node = _free_node(st, pods)
         if node < 0:
             node = _evict_sleeper(st, pods)
-        if node < 0:
-            node = _reclaim(st, fs, pods, events, train, tables, now)
+        if train is not None:  # None in a drain: numba then compiles none of the training side
+            if node < 0:
+                assert tables is not None
+                node = _reclaim(st, fs, pods, events, train, tables, now)
         if node < 0:
             return False
         pid = _new_pod(st, pods, inst, req_i[idx, R_APP], node, now)
@@ -378,8 +380,8 @@ def _serve_warm(
     events: tuple,
     reqs: tuple,
     queue: tuple,
-    train: tuple,
-    tables: tuple,
+    train: tuple | None,
+    tables: tuple | None,
     now: float,
 ) -> None:
     """``InferencePool._serve_warm``: the first waiting requests of the dirty instances, as many
@@ -422,8 +424,8 @@ def _serve_waiting(
     events: tuple,
     reqs: tuple,
     queue: tuple,
-    train: tuple,
-    tables: tuple,
+    train: tuple | None,
+    tables: tuple | None,
     now: float,
 ) -> None:
     """``InferencePool.serve_waiting`` under a reclaim rule that never refuses while GPUs are
@@ -452,8 +454,8 @@ def _arrive(
     events: tuple,
     reqs: tuple,
     queue: tuple,
-    train: tuple,
-    tables: tuple,
+    train: tuple | None,
+    tables: tuple | None,
     idx: int,
     now: float,
 ) -> None:
@@ -475,8 +477,8 @@ def _request_done(
     events: tuple,
     reqs: tuple,
     queue: tuple,
-    train: tuple,
-    tables: tuple,
+    train: tuple | None,
+    tables: tuple | None,
     pid: int,
     now: float,
 ) -> None:
@@ -502,8 +504,8 @@ def _pod_sleep(
     events: tuple,
     reqs: tuple,
     queue: tuple,
-    train: tuple,
-    tables: tuple,
+    train: tuple | None,
+    tables: tuple | None,
     pid: int,
     now: float,
 ) -> None:
@@ -518,16 +520,17 @@ def _pod_sleep(
 
 
 @inlined
-def _live_top(st: np.ndarray, pods: tuple, events: tuple, train: tuple) -> float:
+def _live_top(st: np.ndarray, pods: tuple, events: tuple, train: tuple | None) -> float:
     """Drop the stale events at the top of the heap (``Simulator._is_stale``: a pod re-used or
     gone, a job re-planned or done); the time of the earliest live one, inf if none."""
-    pod_i, jf, ji = pods[0], train[0], train[1]
+    pod_i = pods[0]
     heap_t, heap_i = events
     while st[HEAP_N] > 0:
         target, version = heap_i[0, 2], heap_i[0, 3]
         if heap_i[0, 0] == TRAIN_DONE:
-            if ji[target, JOB_VERSION] == version and math.isnan(jf[target, COMPLETION]):
-                return heap_t[0]
+            if train is not None:  # a drain's heap holds no live training event
+                if train[1][target, JOB_VERSION] == version and math.isnan(train[0][target, COMPLETION]):
+                    return heap_t[0]
         elif pod_i[target, STATUS] != DEAD and pod_i[target, VERSION] == version:
             return heap_t[0]
         _heap_pop(st, events)
@@ -535,7 +538,7 @@ def _live_top(st: np.ndarray, pods: tuple, events: tuple, train: tuple) -> float
 
 
 @inlined
-def _next_live_time(st: np.ndarray, pods: tuple, events: tuple, reqs: tuple, train: tuple) -> float:
+def _next_live_time(st: np.ndarray, pods: tuple, events: tuple, reqs: tuple, train: tuple | None) -> float:
     """``Simulator._next_live_time``: the earliest live event or arrival, inf if none."""
     arr_t = reqs[2]
     arrival = arr_t[st[NXT]] if st[NXT] < len(arr_t) else np.inf
@@ -681,8 +684,8 @@ def _run_events(
     events: tuple,
     reqs: tuple,
     queue: tuple,
-    train: tuple,
-    tables: tuple,
+    train: tuple | None,
+    tables: tuple | None,
     until: float,
 ) -> None:
     """``Simulator._run_events``: every event up to ``until``, the heap's and the arrivals merged
@@ -709,7 +712,8 @@ def _run_events(
             _request_done(st, fs, pods, events, reqs, queue, train, tables, target, t)
         elif kind == POD_SLEEP:
             _pod_sleep(st, fs, pods, events, reqs, queue, train, tables, target, t)
-        else:
+        elif train is not None:
+            assert tables is not None
             _train_done(st, fs, pods, events, reqs, queue, train, tables, target, t)
 
 
@@ -721,8 +725,8 @@ def drain_loops(
     events: tuple,
     reqs: tuple,
     queue: tuple,
-    train: tuple,
-    tables: tuple,
+    train: tuple | None,
+    tables: tuple | None,
     rows: np.ndarray,
 ) -> int:
     """``Simulator._drain(fs[LIMIT])``: the events up to the limit interval by interval, a
