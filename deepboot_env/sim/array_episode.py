@@ -7,7 +7,7 @@ the events between decisions and each decision's allocation run compiled, the po
 built from the rows, and at the end everything is written back into the simulator, which then
 holds what its own loop would have left (``tests/sim/test_array_episode.py`` compares whole
 episodes). :func:`array_episode_applies` says where it is the same episode: the plain inference
-pool, the fitted truth, restarts planned by GPU counts (``full``, ``afe``, ``pollux``), no
+pool, restarts planned by GPU counts (``full``, ``afe``, ``pollux``), no
 interference, a reclaim hook the simulator computes itself (ATS-I or
 the restart-aware rule) and a policy that neither looks into the simulator nor relists.
 """
@@ -24,6 +24,7 @@ from deepboot_env.sim.drain import RequestColumns, _DrainArrays
 from deepboot_env.sim.hooks import DefaultHooks
 from deepboot_env.sim.inference import InferencePool
 from deepboot_env.sim.jobs import TrainingJob, frozen_alloc
+from deepboot_env.sim.measured import MeasuredRates
 from deepboot_env.sim.progress import (
     ANCHOR_P,
     ANCHOR_T,
@@ -32,8 +33,8 @@ from deepboot_env.sim.progress import (
     FIRST_START,
     MAX_PROFILED,
     N_PHASES,
+    P_CLASS,
     P_END,
-    P_MULTI,
     P_REPLICAS,
     P_SECONDS,
     PENDING_K,
@@ -70,7 +71,7 @@ def array_episode_applies(sim: Simulator) -> bool:
         return False
     if getattr(type(policy), "bind_simulator", None) is not DefaultHooks.bind_simulator:
         return False
-    return all(isinstance(job.truth, RateTable) for job in sim.jobs)
+    return all(isinstance(job.truth, RateTable | MeasuredRates) for job in sim.jobs)
 
 
 class ArrayEpisode:
@@ -375,7 +376,7 @@ def _write_job(job: TrainingJob, train: tuple[np.ndarray, ...]) -> None:
     job.pending_profile = None if math.isnan(f[PENDING_T]) else (f[PENDING_T], i[PENDING_K])
     pf, pi = train[2][j], train[3][j]
     job._phases = tuple(
-        Phase(float(pf[p, P_SECONDS]), int(pi[p, P_REPLICAS]), bool(pi[p, P_MULTI]), (), _none_if_nan(pf[p, P_END]))
+        Phase(float(pf[p, P_SECONDS]), int(pi[p, P_REPLICAS]), bool(pi[p, P_CLASS]), (), _none_if_nan(pf[p, P_END]))
         for p in range(i[N_PHASES])
     )
     if counts != job.counts:

@@ -55,7 +55,7 @@ from deepboot_env.sim.progress_loops import (
 from deepboot_env.sim.progress_loops import REPLICAS as JOB_REPLICAS
 from deepboot_env.sim.progress_loops import VERSION as JOB_VERSION
 
-PROGRESS_LOOPS_DIGEST = "dbe4a7c71f39d79a"
+PROGRESS_LOOPS_DIGEST = "046c1bac846fa53a"
 """The first 16 hex digits of the SHA-256 of ``progress_loops.py``'s source: numba's disk cache
 is keyed on this module's source alone, so a change there must change this line (a test checks
 it) for the cached loops to be compiled again with it."""
@@ -602,7 +602,7 @@ def _change_job(
     for node in range(len(new)):
         if new[node] != jcounts[j, node]:
             _change_training(st, pods, train, node, new[node] - jcounts[j, node])
-    if adopt_counts(jf, ji, pf, pi, jcounts, j, new, now, st[MODEL], tables[4]):
+    if adopt_counts(jf, ji, pf, pi, jcounts, j, new, now, st[MODEL], tables):
         st[RESTARTS] += 1
     _schedule(st, events, train, tables, j, now)
     _sort_order(pods, train)
@@ -661,7 +661,7 @@ def _train_done(
     for node in range(jcounts.shape[1]):
         if jcounts[j, node]:
             _change_training(st, pods, train, node, -jcounts[j, node])
-    adopt_counts(jf, ji, pf, pi, jcounts, j, np.zeros(jcounts.shape[1], dtype=np.int64), now, st[MODEL], tables[4])
+    adopt_counts(jf, ji, pf, pi, jcounts, j, np.zeros(jcounts.shape[1], dtype=np.int64), now, st[MODEL], tables)
     n = st[N_ACTIVE]
     at = 0
     while active[at] != j:
@@ -791,7 +791,7 @@ def _apply_counts(
     for c in range(n):
         j = changed[c]
         advance_job(jf, ji, pf, pi, j, now, tables)
-        if adopt_counts(jf, ji, pf, pi, jcounts, j, wanted[j], now, st[MODEL], tables[4]):
+        if adopt_counts(jf, ji, pf, pi, jcounts, j, wanted[j], now, st[MODEL], tables):
             st[RESTARTS] += 1
         _schedule(st, events, train, tables, j, now)
     _sort_order(pods, train)

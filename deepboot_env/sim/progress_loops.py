@@ -3,7 +3,8 @@
 This is :func:`~deepboot_env.sim.jobs._reference_run` (with its epoch jumps, which :func:`_run`'s
 fast paths equal) written over the arrays of :mod:`deepboot_env.sim.progress`, step for step and
 float operation for float operation, for the fitted truth (a
-:class:`~deepboot_env.sim.rates.RateTable`, whose placement class is the multi-node flag). It is
+:class:`~deepboot_env.sim.rates.RateTable`) and the measured one
+(:class:`~deepboot_env.sim.measured.MeasuredRates`, classes by placement shape). It is
 the first block of the compiled training loop of issue 70: a loop that keeps the jobs' state in
 arrays advances a job with :func:`advance_row` without leaving machine code.
 
@@ -13,17 +14,20 @@ A job's state is one row of each of four arrays (:mod:`deepboot_env.sim.progress
   at which its constant-rate stretch began; NaN when none runs), its speed factor, the GPU-seconds
   it has held, its completion and its first start (NaN: none yet), its arrival, and with caps
   grown once trained the time after which its new size counts (NaN: none pending);
-* ``ji`` (int64): its epoch, its GPUs, its multi-node flag, how many phases are left, its
+* ``ji`` (int64): its epoch, its GPUs, its placement's class in its truth's table, how many
+  phases are left, its
   application, its version (bumped at every change), the version it was last advanced at, its
   restarts, the most GPUs it has been given (counted as it trained at them), whether its cap grows
   only once it has trained at a size (``cap_growth`` "trained") and the size pending;
 * ``pf`` (float64, phases x 2): each phase's seconds and its end once cut (NaN: not cut);
 * ``pi`` (int64, phases x 2): each phase's replicas and multi-node flag.
 
-Its application's tables: ``rates[cls, k, e]``, the progress rate of epoch ``e`` on ``k`` GPUs of
-class ``cls`` (``k`` up to the table's ``max_replicas``; 0 GPUs: 0), ``suffix[cls, k]``, the
-suffix sums of the rounded epoch durations (:func:`~deepboot_env.sim.rates.epoch_suffix`) and
-``ends``, the progress at each epoch's end. A completion time of None is NaN here.
+Its truth's tables, by placement class: ``rates[c, e]``, the progress rate of epoch ``e`` in class
+``c``, ``suffix[c]``, the suffix sums of the rounded epoch durations
+(:func:`~deepboot_env.sim.rates.epoch_suffix`), and ``ends``, the progress at each epoch's end. The
+fitted truth's class of ``k`` GPUs is ``multi_node * (K + 1) + min(k, K)`` (K its
+``max_replicas``); the measured truth's is a measured shape, else a (nodes, GPUs) grid class
+(:func:`class_of`). A completion time of None is NaN here.
 
 The column numbers are literals of this module on purpose: numba's disk cache is keyed on this
 module's source alone, so a constant read from another module would go stale in a cached kernel.
@@ -41,12 +45,12 @@ from deepboot_env.sim.compiled import compiled
 T, PROGRESS, ANCHOR_T, ANCHOR_P, SPEED, SERVICE, COMPLETION, FIRST_START, ARRIVAL, PENDING_T = range(10)
 """``jf`` columns."""
 JF_WIDTH = 10
-EPOCH, REPLICAS, MULTI, N_PHASES, APP, VERSION, SETTLED, RESTARTS, MAX_PROFILED, CAP_AFTER, PENDING_K = range(11)
+EPOCH, REPLICAS, CLASS, N_PHASES, APP, VERSION, SETTLED, RESTARTS, MAX_PROFILED, CAP_AFTER, PENDING_K = range(11)
 """``ji`` columns."""
 JI_WIDTH = 11
 P_SECONDS, P_END = range(2)
 """``pf`` columns (a phase's seconds; its end once cut, else NaN)."""
-P_REPLICAS, P_MULTI = range(2)
+P_REPLICAS, P_CLASS = range(2)
 """``pi`` columns."""
 MAX_PHASES = 2
 """The most phases a restart plan holds (stop-free scaling: training on the kept GPUs, then a pause)."""
@@ -113,11 +117,11 @@ def _run_segment(
     anchor_p: float,
     finish: bool,
 ) -> tuple[int, float, float, float, float]:
-    """:func:`~deepboot_env.sim.jobs._run_segment` with ``jump``: (epoch, progress, anchor time,
-    anchor progress, completion); the anchor is NaN where none runs, the completion NaN for None."""
+    """:func:`~deepboot_env.sim.jobs._run_segment` with ``jump`` on ``k`` GPUs of class ``cls``:
+    (epoch, progress, anchor time, anchor progress, completion); the anchor is NaN where none runs,
+    the completion NaN for None."""
     n_epochs = len(ends)
-    width = min(k, rates.shape[1] - 1)  # the table's rate() caps the GPUs at its max_replicas
-    column, sums = rates[cls, width], suffix[cls, width]
+    column, sums = rates[cls], suffix[cls]
     while True:
         rate = column[epoch] * speed
         if rate <= 0:
@@ -157,7 +161,7 @@ def _phase_segment(pf: np.ndarray, pi: np.ndarray, ji: np.ndarray, t: float, t1:
         end = t + seconds
     seg_end = min(end, t1)
     k = pi[0, P_REPLICAS]
-    cls = pi[0, P_MULTI] if k else 0
+    cls = pi[0, P_CLASS] if k else 0  # only stalls are planned here: a phase never trains
     if seg_end >= end:
         n = ji[N_PHASES]
         for p in range(1, n):
@@ -190,7 +194,7 @@ def advance_row(
     while True:
         final = ji[N_PHASES] == 0
         if final:
-            seg_end, k, cls, phase_ends = t1, ji[REPLICAS], ji[MULTI], False
+            seg_end, k, cls, phase_ends = t1, ji[REPLICAS], ji[CLASS], False
         else:
             seg_end, k, cls, phase_ends = _phase_segment(pf, pi, ji, t, t1)
         if k > 0:
@@ -233,8 +237,15 @@ FULL_RESTART, AFE_RESTART, POLLUX_RESTART = range(3)
 """The restart models whose plans depend on the GPU counts alone (``stopfree``'s on the placement: not here)."""
 POLLUX_DELAY_S = 30.0
 """:data:`~deepboot_env.sim.restart.POLLUX_RESTART_DELAY_S`."""
-N_EPOCHS, K_MAX = range(2)
-"""``dims`` columns: an application's epochs and its table's ``max_replicas``."""
+N_EPOCHS, K_MAX, MEASURED, N_SHAPES = range(4)
+"""``dims`` columns: an application's epochs, its table's ``max_replicas``, whether its truth is
+the measured one, and its measured shapes."""
+T_MODEL, T_RATES, T_SUFFIX, T_ENDS, T_DIMS, T_DELAYS, T_SHAPES = range(7)
+"""``tables``: the fitted model's rates by [app, multi-node flag, GPUs, epoch] (what the reclaim
+rule weighs), the truth's rates and suffix sums by [app, class, epoch], the epochs' ends, the
+dims, the restart delays, and each application's measured shapes as keys (:func:`class_of`)."""
+GRID_NODES = 16
+"""A grid class counts at most this many nodes (:data:`~deepboot_env.sim.measured.GRID_NODE_CAP`)."""
 FULL_DELAY, FAST_DELAY = range(2)
 """``delays`` columns: an application's full and fast restart delays."""
 ADVANCE, ADOPT, SET_SPEED, PROJECT, PROFILED = range(5)
@@ -242,12 +253,45 @@ ADVANCE, ADOPT, SET_SPEED, PROJECT, PROFILED = range(5)
 
 
 @inlined
-def app_tables(tables: tuple, app: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Application ``app``'s (rates, suffix, ends) in the stacked ``tables`` (rates, suffix, ends,
-    dims, delays), cut to its epochs and GPU counts."""
-    rates, suffix, ends, dims = tables[0], tables[1], tables[2], tables[3]
+def app_tables(tables: tuple, app: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Application ``app``'s (model rates, truth rates, truth suffix sums, ends) in the stacked
+    ``tables``, cut to its epochs (and the model's to its GPU counts)."""
+    dims = tables[T_DIMS]
     epochs, width = dims[app, N_EPOCHS], dims[app, K_MAX] + 1
-    return rates[app, :, :width, :epochs], suffix[app, :, :width, : epochs + 1], ends[app, :epochs]
+    model, rates, suffix = tables[T_MODEL][app, :, :width, :epochs], tables[T_RATES][app], tables[T_SUFFIX][app]
+    return model, rates[:, :epochs], suffix[:, : epochs + 1], tables[T_ENDS][app, :epochs]
+
+
+@inlined
+def class_of(tables: tuple, app: int, counts: np.ndarray) -> int:
+    """The class of GPUs per node ``counts`` (at least one GPU) in application ``app``'s truth:
+    the fitted truth's multi-node flag and GPUs; the measured truth's shape (the GPUs per node
+    without empty nodes, rotated to the lexicographically smallest rotation) if it is measured,
+    else its (nodes up to 16, GPUs) grid class (:meth:`StepTimes.placement_class
+    <deepboot_env.sim.measured.StepTimes.placement_class>`)."""
+    dims = tables[T_DIMS]
+    kmax = dims[app, K_MAX]
+    used = counts[counts != 0]
+    n, k = len(used), used.sum()
+    if not dims[app, MEASURED]:
+        return (kmax + 1 if n > 1 else 0) + min(k, kmax)
+    best = 0
+    for r in range(1, n):  # the smallest rotation
+        for i in range(n):
+            a, b = used[(r + i) % n], used[(best + i) % n]
+            if a != b:
+                if a < b:
+                    best = r
+                break
+    if used.max() <= 9:
+        key = 0
+        for i in range(n):
+            key = 10 * key + used[(best + i) % n]
+        shapes = tables[T_SHAPES][app]
+        for s in range(dims[app, N_SHAPES]):
+            if shapes[s] == key:
+                return s
+    return dims[app, N_SHAPES] + (min(n, GRID_NODES) - 1) * kmax + k - 1
 
 
 @inlined
@@ -269,7 +313,7 @@ def advance_job(
         ji[j, SETTLED] = ji[j, VERSION]
         return
     jf[j, SERVICE] += ji[j, REPLICAS] * (t - t_last)
-    rates, suffix, ends = app_tables(tables, ji[j, APP])
+    _, rates, suffix, ends = app_tables(tables, ji[j, APP])
     completion = advance_row(jf[j], ji[j], pf[j], pi[j], t, rates, suffix, ends)
     if not math.isnan(completion):
         jf[j, COMPLETION] = completion
@@ -294,7 +338,7 @@ def completion_time(jf: np.ndarray, ji: np.ndarray, pf: np.ndarray, pi: np.ndarr
         return jf[j, COMPLETION]
     if ji[j, REPLICAS] == 0:
         return np.nan
-    rates, suffix, ends = app_tables(tables, ji[j, APP])
+    _, rates, suffix, ends = app_tables(tables, ji[j, APP])
     return advance_row(jf[j].copy(), ji[j].copy(), pf[j].copy(), pi[j].copy(), np.inf, rates, suffix, ends)
 
 
@@ -324,17 +368,17 @@ def adopt_counts(
     new: np.ndarray,
     now: float,
     model: int,
-    delays: np.ndarray,
+    tables: tuple,
 ) -> bool:
     """:meth:`TrainingJob.adopt_change <deepboot_env.sim.jobs.TrainingJob.adopt_change>` of row
     ``j`` to GPUs per node ``new`` at ``now``, with the plan of
     :func:`~deepboot_env.sim.restart.plan_change` under ``model``; whether it counts as a restart."""
-    r_old, r_new, nodes = ji[j, REPLICAS], 0, 0
+    r_old, r_new = ji[j, REPLICAS], 0
     for node in range(len(new)):
         counts[j, node] = new[node]
         r_new += new[node]
-        nodes += new[node] != 0
-    ji[j, REPLICAS], ji[j, MULTI] = r_new, nodes > 1
+    ji[j, REPLICAS] = r_new
+    ji[j, CLASS] = class_of(tables, ji[j, APP], new) if r_new else 0
     jf[j, ANCHOR_T] = jf[j, ANCHOR_P] = np.nan
     if ji[j, CAP_AFTER]:
         profiled(jf, ji, j, now)  # a size trained at before this change counts
@@ -346,9 +390,10 @@ def adopt_counts(
         app = ji[j, APP]
         restart = not math.isnan(jf[j, FIRST_START])
         ji[j, N_PHASES] = 1
+        delays = tables[T_DELAYS]
         stall = stall_seconds(model, delays[app, FULL_DELAY], delays[app, FAST_DELAY], r_old, r_new)
         pf[j, 0, P_SECONDS], pf[j, 0, P_END] = stall, np.nan
-        pi[j, 0, P_REPLICAS] = pi[j, 0, P_MULTI] = 0
+        pi[j, 0, P_REPLICAS] = pi[j, 0, P_CLASS] = 0
         if math.isnan(jf[j, FIRST_START]):
             jf[j, FIRST_START] = now
         if r_new > ji[j, MAX_PROFILED]:
@@ -379,7 +424,7 @@ def replay_job_ops(
         if code == ADVANCE:
             advance_job(jf, ji, pf, pi, j, values[m], tables)
         elif code == ADOPT:
-            out[0][m] = adopt_counts(jf, ji, pf, pi, counts, j, new[m], values[m], model, tables[4])
+            out[0][m] = adopt_counts(jf, ji, pf, pi, counts, j, new[m], values[m], model, tables)
         elif code == SET_SPEED:
             jf[j, SPEED] = values[m]
             jf[j, ANCHOR_T] = jf[j, ANCHOR_P] = np.nan
@@ -513,7 +558,7 @@ def least_loss_victim(
                 loss *= horizon
                 if victim >= 0 and loss >= best - TIE:
                     continue  # the restart term is >= 0: this candidate cannot win
-                delays = tables[4]
+                delays = tables[T_DELAYS]
                 loss += (
                     _reclaim_cost(
                         rates, ji, pf, pi, j, k, after, model, delays[app, FULL_DELAY], delays[app, FAST_DELAY]

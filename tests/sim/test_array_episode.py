@@ -14,6 +14,7 @@ from builders import episode_record
 
 from baselines.ats import AtsPolicy
 from deepboot_env import evaluation
+from deepboot_env.config import sim_config
 from deepboot_env.evaluation import run_episode
 from deepboot_env.policy import make_policy
 from deepboot_env.sim.array_episode import ArrayEpisode, array_episode_applies
@@ -49,8 +50,10 @@ def job_record(sim: Simulator) -> list[tuple]:
         ("ats-srpt", SimConfig(restart="pollux")),
         ("fifo", SimConfig(restart="full", cluster=ClusterConfig.parse_shared("8x4"))),
         ("ats", SimConfig(max_time=8 * 3600.0)),  # the last job arrives at 7.6 h: cut mid-training
+        ("ats", sim_config()),  # DeepBoot-v1: the measured truth, caps grown once trained
+        ("ats-srpt-fcfs-place-rr-warm", sim_config()),
     ],
-    ids=["ats", "prior", "ats-srpt-pollux", "fifo-shared-full", "ats-cut"],
+    ids=["ats", "prior", "ats-srpt-pollux", "fifo-shared-full", "ats-cut", "ats-v1", "prior-v1"],
 )
 def test_array_episode_is_the_simulators(policy: str, config: SimConfig) -> None:
     horizon = min(10 * 3600.0, config.max_time - 3600.0)  # every request arrives before the end

@@ -20,8 +20,7 @@ from deepboot_env.policy import make_policy
 from deepboot_env.sim import progress, progress_loops
 from deepboot_env.sim.cluster import ClusterConfig, node_layout
 from deepboot_env.sim.jobs import RunResult, TrainingJob, _reference_run
-from deepboot_env.sim.measured import MeasuredRates
-from deepboot_env.sim.progress import JobArrays, ProgressTables, compiled_run, job_rows
+from deepboot_env.sim.progress import JobArrays, ProgressTables, class_id, compiled_run, job_rows
 from deepboot_env.sim.progress_loops import ADOPT, ADVANCE, PROFILED, PROJECT, SET_SPEED, reclaim_victim, replay_job_ops
 from deepboot_env.sim.reclaim import fair_replicas
 from deepboot_env.sim.simulator import SimConfig, Simulator
@@ -66,24 +65,33 @@ def test_tables_hold_the_rate_table(run_cases: list[RunCase]) -> None:
     tables = ProgressTables.of(table)
     assert tables is ProgressTables.of(table)  # built once per table
     epochs = len(job.epoch_ends)
-    assert tables.rates.shape == (2, table.max_replicas + 1, epochs)
-    assert tables.suffix.shape == (2, table.max_replicas + 1, epochs + 1)
-    for e in (0, epochs - 1):
-        assert tables.rates[1, k, e] == table.rate(e, True, k) and tables.rates[0, 0, e] == 0.0
-    assert tables.suffix[0, k].tolist() == table.epoch_suffix_list(False, k) and k > 1
+    assert tables.rates.shape == (2 * (k + 1), epochs) and tables.suffix.shape == (2 * (k + 1), epochs + 1)
+    assert tables.model.shape == (2, k + 1, epochs) and not tables.measured
+    multi = class_id(tables, [k - 1, 1])
+    assert multi == k + 1 + k and class_id(tables, [k]) == k
+    assert tables.rates[multi].tolist() == table.rate_column(True, k) and tables.rates[0].tolist() == [0.0] * epochs
+    assert tables.suffix[k].tolist() == table.epoch_suffix_list(False, k) and k > 1
 
 
-def test_measured_truth_is_refused(run_cases: list[RunCase]) -> None:
-    job, t1, start = run_cases[0]
-    job = job.clone()
-    job.truth = MeasuredRates.__new__(MeasuredRates)
-    with pytest.raises(ValueError, match=f"job {job.index}: the compiled progress reads a fitted rate table"):
-        compiled_run(job, t1, start)
+def test_measured_classes_are_the_step_times(run_cases: list[RunCase]) -> None:
+    """The measured truth's classes: each measured shape, then the (nodes, GPUs) grid; a
+    placement's class is its shape's if measured, else its grid cell, as the truth keys it."""
+    from deepboot_env.sim.measured import shared_measured_rates
+
+    table = max((case[0] for case in run_cases), key=lambda job: job.truth.max_replicas).truth
+    truth = shared_measured_rates(table, "pollux")
+    tables = ProgressTables.of(truth)
+    assert tables.measured and len(tables.shapes) == len(truth.steps.shapes) > 3
+    for counts in ([2, 0, 1], [1, 2, 0, 0], [4, 4], [1, 1, 1, 1, 1], [0, 3], [2, 2, 0, 2]):
+        cls = truth.placement_class(counts, sum(1 for c in counts if c) > 1)
+        c = class_id(tables, counts)
+        assert tables.rates[c].tolist() == truth.rate_column(cls, sum(counts)), (counts, cls)
+        assert (c < len(tables.shapes)) == isinstance(cls, str)
 
 
 def test_kernel_layout_literals_match_the_adapter() -> None:
     """The kernel keeps its column numbers as literals (numba's cache is keyed on its source)."""
-    names = ("T", "PROGRESS", "ANCHOR_T", "ANCHOR_P", "SPEED", "EPOCH", "REPLICAS", "MULTI", "N_PHASES")
+    names = ("T", "PROGRESS", "ANCHOR_T", "ANCHOR_P", "SPEED", "EPOCH", "REPLICAS", "CLASS", "N_PHASES")
     names += (
         "SERVICE",
         "COMPLETION",
@@ -95,8 +103,8 @@ def test_kernel_layout_literals_match_the_adapter() -> None:
         "RESTARTS",
         "MAX_PROFILED",
     )
-    names += ("P_SECONDS", "P_END", "P_REPLICAS", "P_MULTI", "JF_WIDTH", "JI_WIDTH", "MAX_PHASES")
-    names += ("N_EPOCHS", "K_MAX", "FULL_DELAY", "FAST_DELAY")
+    names += ("P_SECONDS", "P_END", "P_REPLICAS", "P_CLASS", "JF_WIDTH", "JI_WIDTH", "MAX_PHASES")
+    names += ("N_EPOCHS", "K_MAX", "MEASURED", "N_SHAPES", "FULL_DELAY", "FAST_DELAY", "GRID_NODES")
     assert {n: getattr(progress_loops, n) for n in names} == {n: getattr(progress, n) for n in names}
 
 
@@ -105,11 +113,9 @@ def test_rounding_matches_python_beyond_int64() -> None:
     from deepboot_env.sim.progress_loops import advance_rows
 
     jf = np.array([[0.0, 0.0, np.nan, np.nan, 1.0, 0.0, np.nan, 0.0, 0.0, np.nan]])
-    ji = np.array([[0, 1, 0, 0, 0, 1, 0, 0, 1, 0, 0]], dtype=np.int64)
+    ji = np.array([[0, 1, 1, 0, 0, 1, 0, 0, 1, 0, 0]], dtype=np.int64)  # one GPU of class 1
     pf, pi = np.full((1, 2, 2), np.nan), np.zeros((1, 2, 2), dtype=np.int64)
-    rates = np.array([[[0.0], [1e-30]], [[0.0], [1e-30]]])
-    ends = np.array([1.0])
-    suffix = np.zeros((2, 2, 2))
+    rates, suffix, ends = np.array([[0.0], [1e-30]]), np.zeros((2, 2)), np.array([1.0])
     out = np.empty(1)
     advance_rows(jf, ji, pf, pi, np.array([1e40]), rates, suffix, ends, out)
     completion = 0.0 + round(1.0 / 1e-30)  # Python's whole number, past int64
@@ -180,8 +186,9 @@ def recorded_job_ops(workload, policy: str, config: SimConfig) -> tuple[JobArray
         ("ats", SimConfig(interference=0.3, cap_growth="trained")),
         ("fifo", SimConfig(restart="full")),
         ("pollux", SimConfig(cluster=ClusterConfig.parse_shared("8x4"), restart="pollux")),
+        ("ats", SimConfig(truth="measured", cap_growth="trained")),  # DeepBoot-v1's truth and caps
     ],
-    ids=["ats-afe", "ats-interference", "fifo-full", "pollux-shared"],
+    ids=["ats-afe", "ats-interference", "fifo-full", "pollux-shared", "ats-v1"],
 )
 def test_job_operations_replayed_on_rows_leave_the_jobs_state(policy: str, config: SimConfig) -> None:
     """Every operation on a job in a real episode, replayed on the rows in the kernel, leaves the
@@ -228,8 +235,9 @@ def test_stop_free_plans_are_refused() -> None:
         (AtsPolicy(), SimConfig()),
         (AtsPolicy(reclaim_horizon=600.0), SimConfig(cap_growth="trained")),
         (AtsPolicy(reclaim_horizon=120.0), SimConfig(restart="full", cluster=ClusterConfig.parse_shared("8x4"))),
+        (AtsPolicy(), SimConfig(truth="measured", cap_growth="trained")),
     ],
-    ids=["ats-i", "restart-aware", "restart-aware-shared"],
+    ids=["ats-i", "restart-aware", "restart-aware-shared", "ats-i-v1"],
 )
 def test_reclaim_victim_is_the_simulators(policy, config: SimConfig) -> None:
     """At every reclaim of a real episode, the kernel's victim from the jobs' rows is the

@@ -78,8 +78,9 @@ def same(a: object, b: object) -> bool:
         ("ats-srpt-fcfs-place-rr-warm", SimConfig(cap_growth="trained")),
         (AtsPolicy(reclaim_horizon=120.0), SimConfig(restart="full", cluster=ClusterConfig.parse_shared("8x4"))),
         ("ats-srpt", SimConfig(restart="pollux")),
+        ("ats-srpt-fcfs-place-rr-warm", SimConfig(truth="measured", cap_growth="trained")),
     ],
-    ids=["ats", "prior", "restart-aware-shared-full", "ats-srpt-pollux"],
+    ids=["ats", "prior", "restart-aware-shared-full", "ats-srpt-pollux", "prior-v1"],
 )
 def test_compiled_events_with_training_are_the_simulators(policy, config: SimConfig) -> None:
     workload = generate_workload(
@@ -140,8 +141,9 @@ def test_compiled_events_with_training_are_the_simulators(policy, config: SimCon
         ("ats", SimConfig()),
         ("ats-srpt-fcfs-place-rr-warm", SimConfig(cap_growth="trained")),
         ("fifo", SimConfig(restart="full", cluster=ClusterConfig.parse_shared("8x4"))),
+        ("ats", SimConfig(truth="measured", cap_growth="trained")),
     ],
-    ids=["ats", "prior", "fifo-shared-full"],
+    ids=["ats", "prior", "fifo-shared-full", "ats-v1"],
 )
 def test_compiled_allocation_is_the_simulators(policy, config: SimConfig) -> None:
     """At every decision of real episodes, the compiled ``apply_counts_loops`` leaves the state the
