@@ -551,7 +551,9 @@ def _next_live_time(st: np.ndarray, pods: tuple, events: tuple, reqs: tuple, tra
 # order (the first st[N_ACTIVE]); the nodes inference may take a training GPU from; the inference
 # nodes in the pool's order; the jobs completed here, in order (the first st[N_DONE]); per node,
 # 1 where the ledger counts training GPUs as lent (an inference node of two clusters).
-# `tables`: the applications' stacked tables (progress_loops.app_tables).
+# `tables`: the applications' stacked tables (progress_loops.app_tables). A drain passes None for
+# both: every training call of the loop sits under `train is not None`, which numba prunes from the
+# drain's machine code (compiling the training side would triple the drain's first compile).
 
 
 @inlined
