@@ -97,6 +97,10 @@ class ArrayEpisode:
         self.done = False
         self._jobs: list[TrainingJob] = sim.jobs
         self._fixed = [_fixed_view_fields(job) for job in sim.jobs]
+        self._idle: dict[int, tuple[int, int, dict[str, object]]] = {}
+        """Job -> (version, profiled cap, view fields) of the last view made of it while it held no
+        GPU: a job without GPUs does not progress, so only its age changes until its version does
+        (most of an overloaded cluster's views, as in the StateBuilder)."""
 
     # ------------------------------------------------------------ the loop's interface
     @property
@@ -137,10 +141,21 @@ class ArrayEpisode:
         train = self.train
         advance_holders(train, self.tables, np.asarray(active, dtype=np.int64), now)
         jf, ji, pf, pi, jcounts = train[0], train[1], train[2], train[3], train[4]
-        views = [
-            self._view(j, now, f, i, jcounts[j].tolist(), pf[j], pi[j])
-            for j, f, i in zip(active, jf[active].tolist(), ji[active].tolist(), strict=True)
-        ]
+        idle, new_view = self._idle, object.__new__
+        views = []
+        for j, f, i in zip(active, jf[active].tolist(), ji[active].tolist(), strict=True):
+            if not i[REPLICAS]:  # a job without GPUs: the view cached at its version, only its age new
+                hit = idle.get(j)
+                if hit is not None and hit[0] == i[VERSION] and hit[1] == i[MAX_PROFILED]:
+                    view = new_view(JobView)
+                    view.__dict__.update(hit[2])
+                    view.__dict__["age"] = now - self.arrivals[j]
+                    views.append(view)
+                    continue
+            view = self._view(j, now, f, i, jcounts[j].tolist(), pf[j], pi[j])
+            if not i[REPLICAS]:
+                idle[j] = (i[VERSION], i[MAX_PROFILED], dict(view.__dict__))
+            views.append(view)
         counts = a.pods[3].tolist()
         node_counts = (counts[0], counts[1], counts[2], counts[3])
         sim = self.sim
@@ -212,7 +227,7 @@ class ArrayEpisode:
     def advance(self) -> None:
         """``Simulator.advance``: every event up to the next decision, or to the end (then the
         simulator is written back and :attr:`done`)."""
-        from deepboot_env.sim.drain_loops import N_ACTIVE, run_to_boundary
+        from deepboot_env.sim.drain_loops import N_ACTIVE, ROWS, run_to_boundary
 
         a = self.arrays
         while True:
@@ -221,8 +236,10 @@ class ArrayEpisode:
                 self._drain()
                 return
             self._ensure_heap_room()
+            if a.st[ROWS] >= len(a.rows):
+                self._hand_over_rows()
             run_to_boundary(a.st, a.fs, a.pods, a.events, a.reqs, a.queue, self.train, self.tables, boundary, a.rows)
-            self._hand_over_rows()
+            self.recent.append(int(a.rows[a.st[ROWS] - 1, -1]))
             self.boundary = boundary
             self._admit(boundary)
             if a.st[N_ACTIVE]:
@@ -256,12 +273,11 @@ class ArrayEpisode:
             self.next_arrival += 1
 
     def _hand_over_rows(self) -> None:
-        """The timeline rows written, to the books, and their arrivals to the recent arrivals."""
+        """The timeline rows written so far, to the books (when the buffer is full, and at the end:
+        a row a boundary would cost a call each)."""
         from deepboot_env.sim.drain_loops import ROWS
 
         a = self.arrays
-        for row in a.rows[: a.st[ROWS]].tolist():
-            self.recent.append(int(row[-1]))
         a.hand_over_rows(self.sim)
         a.st[ROWS] = 0
 
@@ -281,13 +297,15 @@ class ArrayEpisode:
     def _drain(self) -> None:
         """``Simulator._go_to_next_decision``'s end: the events to ``max_time`` interval by
         interval, then everything written back and the episode finished."""
-        from deepboot_env.sim.drain_loops import DRAIN_T, LIMIT, ROWS_FULL, drain_loops
+        from deepboot_env.sim.drain_loops import DRAIN_T, LIMIT, ROWS, ROWS_FULL, drain_loops
 
         a, sim = self.arrays, self.sim
         a.fs[LIMIT], a.fs[DRAIN_T] = sim.config.max_time, self.boundary
         self._ensure_heap_room()
+        self._hand_over_rows()
         while True:
             answer = drain_loops(a.st, a.fs, a.pods, a.events, a.reqs, a.queue, self.train, self.tables, a.rows)
+            self.recent.extend(int(arrivals) for arrivals in a.rows[: a.st[ROWS], -1].tolist())
             self._hand_over_rows()
             if answer != ROWS_FULL:
                 break
@@ -320,6 +338,7 @@ class ArrayEpisode:
         from deepboot_env.sim import drain_loops as k
 
         a, sim = self.arrays, self.sim
+        self._hand_over_rows()
         a.write_back(sim)
         train, st = self.train, a.st
         for job in self._jobs:
