@@ -166,7 +166,7 @@ def run_episode(
         decisions += 1
         if decisions >= cut and not driver.done and driver.now >= last_arrival:
             break
-        if progress is not None and decisions % progress_every == 0 and not sim.done:
+        if progress is not None and decisions % progress_every == 0 and not driver.done:
             report(decisions)
     if progress is not None:
         report(decisions, done=True)

@@ -49,12 +49,14 @@ from deepboot_env.sim.progress import (
     VERSION,
     JobArrays,
     T,
+    none_if_nan,
 )
 from deepboot_env.sim.rates import RateTable
 from deepboot_env.sim.reclaim import least_loss_horizon
 from deepboot_env.sim.restart import Phase
+from deepboot_env.sim.simulator import next_boundary
 from deepboot_env.sim.state import Allocation, ClusterState, JobView, checked_counts
-from deepboot_env.sim.state_builder import filled_state
+from deepboot_env.sim.state_builder import filled_state, replica_cap, static_view_fields
 
 if TYPE_CHECKING:
     from deepboot_env.sim.simulator import Simulator
@@ -96,7 +98,7 @@ class ArrayEpisode:
         self.recent: deque[int] = deque(sim._recent, maxlen=sim._recent.maxlen)
         self.done = False
         self._jobs: list[TrainingJob] = sim.jobs
-        self._fixed = [_fixed_view_fields(job) for job in sim.jobs]
+        self._fixed = [static_view_fields(job) for job in sim.jobs]
         self._idle: dict[int, tuple[int, int, dict[str, object]]] = {}
         """Job -> (version, profiled cap, view fields) of the last view made of it while it held no
         GPU: a job without GPUs does not progress, so only its age changes until its version does
@@ -188,7 +190,7 @@ class ArrayEpisode:
         fields.update(
             age=now - fields["arrival"],
             num_restarts=i[RESTARTS],
-            max_replicas=_cap(job, i[MAX_PROFILED], self.sim.adaptive),
+            max_replicas=replica_cap(job, i[MAX_PROFILED], self.sim.adaptive),
             alloc=frozen_alloc(counts),
             throughput_ratio=f[SPEED] if replicas > 0 else 1.0,
             replicas=replicas,
@@ -254,13 +256,8 @@ class ArrayEpisode:
     # ------------------------------------------------------------ steps
     def _next_boundary(self) -> float | None:
         """``Simulator._next_boundary``."""
-        interval = self.sim.config.interval
-        nxt = (math.floor(self.boundary / interval) + 1) * interval
-        if self.active:
-            return nxt
-        if self.next_arrival < len(self.arrivals):
-            return max(nxt, math.ceil(self.arrivals[self.next_arrival] / interval) * interval)
-        return None
+        arrival = self.arrivals[self.next_arrival] if self.next_arrival < len(self.arrivals) else None
+        return next_boundary(self.boundary, self.sim.config.interval, bool(self.active), arrival)
 
     def _admit(self, now: float) -> None:
         """``TrainingJobs.admit``: every job arrived by ``now`` joins the active jobs."""
@@ -297,7 +294,7 @@ class ArrayEpisode:
     def _drain(self) -> None:
         """``Simulator._go_to_next_decision``'s end: the events to ``max_time`` interval by
         interval, then everything written back and the episode finished."""
-        from deepboot_env.sim.drain_loops import DRAIN_T, LIMIT, ROWS, ROWS_FULL, drain_loops
+        from deepboot_env.sim.drain_loops import DRAIN_T, LIMIT, N_WAITING, NEXT_T, ROWS, ROWS_FULL, drain_loops
 
         a, sim = self.arrays, self.sim
         a.fs[LIMIT], a.fs[DRAIN_T] = sim.config.max_time, self.boundary
@@ -310,27 +307,11 @@ class ArrayEpisode:
             if answer != ROWS_FULL:
                 break
         self._write_back()
-        sim.truncated = bool(self.active) or self.next_arrival < len(self.arrivals) or self._live_left()
+        # cut at max_time: jobs or events left (the drain's last look at the heap), requests waiting
+        left = a.fs[NEXT_T] < math.inf or bool(a.st[N_WAITING])
+        sim.truncated = bool(self.active) or self.next_arrival < len(self.arrivals) or left
         sim._finish()
         self.done = True
-
-    def _live_left(self) -> bool:
-        """Whether an event is left after the drain (an arrival, or a live event on the heap) or a
-        request waits: the episode was cut at ``max_time``."""
-        from deepboot_env.sim import drain_loops as k
-
-        a = self.arrays
-        st, heap_i = a.st, a.events[1]
-        if st[k.NXT] < len(a.reqs[2]) or st[k.N_WAITING]:
-            return True
-        pod_i, jf, ji = a.pods[0], self.train[0], self.train[1]
-        for kind, _, target, version in heap_i[: st[k.HEAP_N]].tolist():
-            if kind == k.TRAIN_DONE:
-                if ji[target, VERSION] == version and math.isnan(jf[target, COMPLETION]):
-                    return True
-            elif pod_i[target, k.STATUS] != k.DEAD and pod_i[target, k.VERSION] == version:
-                return True
-        return False
 
     def _write_back(self) -> None:
         """Everything the Python loop would have left, into the simulator: the inference side (the
@@ -357,30 +338,6 @@ class ArrayEpisode:
             sim._books.job_done(j, job.spec.arrival, job.completion)
 
 
-def _fixed_view_fields(job: TrainingJob) -> dict[str, object]:
-    """The fields of a job's views that never change."""
-    spec = job.spec
-    return {
-        "id": job.index,
-        "name": spec.name,
-        "app": job.app.name,
-        "arrival": spec.arrival,
-        "requested_replicas": spec.num_replicas,
-        "requested_batch": spec.batch_size,
-        "rates": job.rates,
-        "truth": job.truth,
-    }
-
-
-def _cap(job: TrainingJob, profiled: int, adaptive: bool) -> int:
-    """:func:`~deepboot_env.sim.state_builder.max_replicas` of ``job`` with ``profiled`` as its
-    most GPUs so far."""
-    cap = job.rates.max_replicas
-    if adaptive:
-        return max(1, min(cap, max(2 * profiled, 1)))
-    return cap
-
-
 def _write_job(job: TrainingJob, train: tuple[np.ndarray, ...]) -> None:
     """``job``'s state from its rows (the inverse of :func:`~deepboot_env.sim.progress.job_rows`)."""
     j = job.index
@@ -395,7 +352,7 @@ def _write_job(job: TrainingJob, train: tuple[np.ndarray, ...]) -> None:
     job.pending_profile = None if math.isnan(f[PENDING_T]) else (f[PENDING_T], i[PENDING_K])
     pf, pi = train[2][j], train[3][j]
     job._phases = tuple(
-        Phase(float(pf[p, P_SECONDS]), int(pi[p, P_REPLICAS]), bool(pi[p, P_CLASS]), (), _none_if_nan(pf[p, P_END]))
+        Phase(float(pf[p, P_SECONDS]), int(pi[p, P_REPLICAS]), bool(pi[p, P_CLASS]), (), none_if_nan(pf[p, P_END]))
         for p in range(i[N_PHASES])
     )
     if counts != job.counts:
@@ -404,8 +361,3 @@ def _write_job(job: TrainingJob, train: tuple[np.ndarray, ...]) -> None:
         job.multi_node = len(counts) - counts.count(0) > 1
         job.rate_class = job.truth.placement_class(counts, job.multi_node)
         job.epoch_rates = job.truth.rate_column(job.rate_class, job.replicas)
-
-
-def _none_if_nan(value: float) -> float | None:
-    """``value`` as a float, None for NaN (the rows' None)."""
-    return None if math.isnan(value) else float(value)

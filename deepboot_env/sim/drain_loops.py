@@ -55,7 +55,7 @@ from deepboot_env.sim.progress_loops import (
 from deepboot_env.sim.progress_loops import REPLICAS as JOB_REPLICAS
 from deepboot_env.sim.progress_loops import VERSION as JOB_VERSION
 
-PROGRESS_LOOPS_DIGEST = "046c1bac846fa53a"
+PROGRESS_LOOPS_DIGEST = "027caf4eb0a69a55"
 """The first 16 hex digits of the SHA-256 of ``progress_loops.py``'s source: numba's disk cache
 is keyed on this module's source alone, so a change there must change this line (a test checks
 it) for the cached loops to be compiled again with it."""
@@ -66,7 +66,7 @@ CAPACITY, INFERENCE_GPUS, RECLAIM_KEY = 12, 13, 14
 MODEL, N_ACTIVE, N_DONE, RESTARTS, RECLAIMS, TOTAL_GPUS, HELD = 15, 16, 17, 18, 19, 20, 21
 ST_SIZE = HELD + 6
 # float64 scalars in `fs`; GS and SAMPLE start six GPU-second totals each
-NOW, WAIT_S, ACC_T, SAMPLE_T, DRAIN_T, SCALE, INTERVAL, LIMIT, HORIZON, GS = range(10)
+NOW, WAIT_S, ACC_T, SAMPLE_T, DRAIN_T, SCALE, INTERVAL, LIMIT, HORIZON, NEXT_T, GS = range(11)
 SAMPLE = GS + 6
 FS_SIZE = SAMPLE + 6
 # pod columns: pod_i (int64) and pod_f (float64); a dropped pod's status is DEAD
@@ -595,19 +595,30 @@ def _schedule(st: np.ndarray, events: tuple, train: tuple, tables: tuple, j: int
 
 @inlined
 def _change_job(
-    st: np.ndarray, pods: tuple, events: tuple, train: tuple, tables: tuple, j: int, new: np.ndarray, now: float
+    st: np.ndarray,
+    pods: tuple,
+    events: tuple,
+    train: tuple,
+    tables: tuple,
+    j: int,
+    new: np.ndarray,
+    now: float,
+    update_ledger: bool,
 ) -> None:
-    """``TrainingJobs._change_job``: job ``j`` moves to GPUs per node ``new`` at ``now`` (the
-    ledger too), re-planned and re-projected."""
+    """``TrainingJobs._change_job``: job ``j`` moves to GPUs per node ``new`` at ``now``,
+    re-planned and re-projected; with ``update_ledger``, the ledger's training GPUs (and the
+    inference nodes' order) too, else the caller has set them."""
     jf, ji, pf, pi, jcounts = train[0], train[1], train[2], train[3], train[4]
     advance_job(jf, ji, pf, pi, j, now, tables)
-    for node in range(len(new)):
-        if new[node] != jcounts[j, node]:
-            _change_training(st, pods, train, node, new[node] - jcounts[j, node])
+    if update_ledger:
+        for node in range(len(new)):
+            if new[node] != jcounts[j, node]:
+                _change_training(st, pods, train, node, new[node] - jcounts[j, node])
     if adopt_counts(jf, ji, pf, pi, jcounts, j, new, now, st[MODEL], tables):
         st[RESTARTS] += 1
     _schedule(st, events, train, tables, j, now)
-    _sort_order(pods, train)
+    if update_ledger:
+        _sort_order(pods, train)
 
 
 @inlined
@@ -636,7 +647,7 @@ def _reclaim(
         raise RuntimeError("the reclaim rule chose no GPU while training GPUs are lent")
     new = train[4][j].copy()
     new[node] -= 1
-    _change_job(st, pods, events, train, tables, j, new, now)
+    _change_job(st, pods, events, train, tables, j, new, now, True)
     st[RECLAIMS] += 1
     return node
 
@@ -732,10 +743,14 @@ def drain_loops(
     rows: np.ndarray,
 ) -> int:
     """``Simulator._drain(fs[LIMIT])``: the events up to the limit interval by interval, a
-    timeline row at every interval end with events left; 0 when done, :data:`ROWS_FULL` when
-    ``rows`` is full (empty it, set ``st[ROWS]`` to 0 and call again: it goes on where it was)."""
+    timeline row at every interval end with events left; 0 when done (``fs[NEXT_T]``: the next
+    live event or arrival after the limit, inf if none), :data:`ROWS_FULL` when ``rows`` is full
+    (empty it, set ``st[ROWS]`` to 0 and call again: it goes on where it was)."""
     interval, limit = fs[INTERVAL], fs[LIMIT]
-    while _next_live_time(st, pods, events, reqs, train) <= limit:
+    while True:
+        fs[NEXT_T] = _next_live_time(st, pods, events, reqs, train)
+        if fs[NEXT_T] > limit:
+            return 0
         if st[ROWS] >= len(rows):
             return ROWS_FULL
         t = (math.floor(fs[DRAIN_T] / interval) + 1) * interval
@@ -743,7 +758,6 @@ def drain_loops(
         _run_events(st, fs, pods, events, reqs, queue, train, tables, min(t, limit))
         if _next_live_time(st, pods, events, reqs, train) <= limit and t <= limit:
             _close_interval(t, st, fs, rows)
-    return 0
 
 
 @inlined
@@ -789,13 +803,8 @@ def _apply_counts(
             _evict_on(st, pods, node)
         if total[node] != counts[0, node]:
             _change_training(st, pods, train, node, total[node] - counts[0, node])
-    jf, ji, pf, pi = train[0], train[1], train[2], train[3]
     for c in range(n):
-        j = changed[c]
-        advance_job(jf, ji, pf, pi, j, now, tables)
-        if adopt_counts(jf, ji, pf, pi, jcounts, j, wanted[j], now, st[MODEL], tables):
-            st[RESTARTS] += 1
-        _schedule(st, events, train, tables, j, now)
+        _change_job(st, pods, events, train, tables, changed[c], wanted[changed[c]], now, False)
     _sort_order(pods, train)
     if st[N_WAITING] > 0:
         _serve_waiting(st, fs, pods, events, reqs, queue, train, tables, now)

@@ -1,9 +1,11 @@
 """A training job's progress state and its application's rates as the arrays of
 :mod:`deepboot_env.sim.progress_loops`, and back.
 
-:class:`ProgressTables` holds one :class:`~deepboot_env.sim.rates.RateTable`'s rates at every
-epoch and GPU count, with their rounded-duration suffix sums, as arrays (built once per table and
-process: the table is shared, :func:`~deepboot_env.sim.rates.shared_rate_table`).
+:class:`ProgressTables` holds one truth's rates (a fitted
+:class:`~deepboot_env.sim.rates.RateTable`, or the measured
+:class:`~deepboot_env.sim.measured.MeasuredRates`) at every epoch and placement class, with their
+rounded-duration suffix sums, as arrays (built once per truth and process: truths are shared,
+:func:`~deepboot_env.sim.rates.shared_rate_table`).
 :func:`job_rows` writes a job's :data:`~deepboot_env.sim.jobs.ProjectionState` into the kernel's
 row arrays, and :func:`compiled_run` is :func:`~deepboot_env.sim.jobs._run` through the compiled
 kernel: what ``tests/sim/test_progress_kernel.py`` holds to the reference loop.
@@ -62,7 +64,8 @@ class ProgressTables:
     @classmethod
     def of(cls, truth: Truth) -> ProgressTables:
         """The arrays of ``truth`` (cached per truth: they are computed from it alone; the
-        measured truth's every class is computed here once per process, about 0.1 s)."""
+        measured truth's every class is computed here once per process, 1.2 CPU-s for the six
+        applications of test/test-01)."""
         tables = _TABLES.get(truth)
         if tables is None:
             table = truth if isinstance(truth, RateTable) else truth.model
@@ -147,18 +150,9 @@ def job_rows(
     for p, phase in enumerate(phases):
         pf[0, p, P_SECONDS] = phase.seconds
         pf[0, p, P_END] = np.nan if phase.end is None else phase.end
-        pi[0, p] = phase.replicas, _phase_class(tables, phase)
+        # a phase that trains (stop-free scaling's) says on which nodes: its class; a stall 0
+        pi[0, p] = phase.replicas, class_id(tables, list(phase.counts)) if phase.replicas else 0
     return jf, ji, pf, pi
-
-
-def _phase_class(tables: ProgressTables, phase: Phase) -> int:
-    """The class of the GPUs that train during ``phase`` (0 for a stall)."""
-    if not phase.replicas:
-        return 0
-    if not tables.measured:
-        kmax = tables.model.shape[1] - 1
-        return (kmax + 1 if phase.multi_node else 0) + min(phase.replicas, kmax)
-    return class_id(tables, list(phase.counts))
 
 
 @dataclass
@@ -171,13 +165,6 @@ class JobArrays:
     rows: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
     tables: tuple[np.ndarray, ...]
     model: int
-
-    @classmethod
-    def empty(cls, nodes: int) -> JobArrays:
-        """No job (a drain's training side), on ``nodes`` nodes, with one empty table."""
-        floats, ints = np.zeros((0, JF_WIDTH)), np.zeros((0, JI_WIDTH), dtype=np.int64)
-        phases = (np.zeros((0, MAX_PHASES, 2)), np.zeros((0, MAX_PHASES, 2), dtype=np.int64))
-        return cls((floats, ints, *phases, np.zeros((0, nodes), dtype=np.int64)), stacked_tables([]), 0)
 
     @classmethod
     def of(cls, jobs: Sequence[TrainingJob], restart: str) -> JobArrays:
@@ -246,14 +233,14 @@ def compiled_run(job: TrainingJob, t1: float, start: ProjectionState) -> RunResu
             int(pi[0, p, P_REPLICAS]),
             phases[len(phases) - left + p].multi_node,
             phases[len(phases) - left + p].counts,
-            _none_if_nan(pf[0, p, P_END]),
+            none_if_nan(pf[0, p, P_END]),
         )
         for p in range(left)
     ]
     anchor = None if math.isnan(jf[0, ANCHOR_T]) else (float(jf[0, ANCHOR_T]), float(jf[0, ANCHOR_P]))
-    return int(ji[0, EPOCH]), float(jf[0, PROGRESS]), kept, anchor, _none_if_nan(out[0])
+    return int(ji[0, EPOCH]), float(jf[0, PROGRESS]), kept, anchor, none_if_nan(out[0])
 
 
-def _none_if_nan(value: float) -> float | None:
-    """``value`` as a float, None for NaN (the kernel's None)."""
+def none_if_nan(value: float) -> float | None:
+    """``value`` as a float, None for NaN (the rows' None)."""
     return None if math.isnan(value) else float(value)

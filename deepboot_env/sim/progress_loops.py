@@ -161,7 +161,7 @@ def _phase_segment(pf: np.ndarray, pi: np.ndarray, ji: np.ndarray, t: float, t1:
         end = t + seconds
     seg_end = min(end, t1)
     k = pi[0, P_REPLICAS]
-    cls = pi[0, P_CLASS] if k else 0  # only stalls are planned here: a phase never trains
+    cls = pi[0, P_CLASS]  # a stall's is 0; a phase that trains (stop-free scaling) holds its own
     if seg_end >= end:
         n = ji[N_PHASES]
         for p in range(1, n):

@@ -83,6 +83,18 @@ RECENT_INTERVALS = 10
 __all__ = ["RECENT_INTERVALS", "SimConfig", "SimSnapshot", "Simulator"]
 
 
+def next_boundary(boundary: float, interval: float, active: bool, arrival: float | None) -> float | None:
+    """The decision boundary after ``boundary``: the next interval's end while jobs are
+    ``active``, else the first interval end at or after the next job's ``arrival`` (None: no job
+    is left to arrive, so no decision either)."""
+    nxt = (math.floor(boundary / interval) + 1) * interval
+    if active:
+        return nxt
+    if arrival is not None:
+        return max(nxt, math.ceil(arrival / interval) * interval)
+    return None
+
+
 class Simulator:
     """One episode of a workload on a cluster under a policy's reclaim hook.
 
@@ -284,14 +296,9 @@ class Simulator:
 
     # ------------------------------------------------------------ boundaries
     def _next_boundary(self) -> float | None:
-        interval = self.config.interval
-        nxt = (math.floor(self._boundary / interval) + 1) * interval
-        if self._active:
-            return nxt
-        arrival = self._training.next_arrival_time()
-        if arrival is not None:
-            return max(nxt, math.ceil(arrival / interval) * interval)
-        return None
+        return next_boundary(
+            self._boundary, self.config.interval, bool(self._active), self._training.next_arrival_time()
+        )
 
     def _go_to_next_decision(self, first: bool = False) -> None:
         training = self._training

@@ -23,12 +23,32 @@ from deepboot_env.sim.state import ClusterState, JobView
 
 
 def max_replicas(job: TrainingJob, adaptive: bool) -> int:
-    """The most GPUs ``job`` may get at a decision: its rate table's limit, and with adaptive
-    batch sizes at most twice the most it has run with (at least 1)."""
+    """The most GPUs ``job`` may get at a decision (:func:`replica_cap` of its own profile)."""
+    return replica_cap(job, job.max_profiled, adaptive)
+
+
+def replica_cap(job: TrainingJob, profiled: int, adaptive: bool) -> int:
+    """The most GPUs ``job`` may get at a decision when the most it has run with is ``profiled``:
+    its rate table's limit, and with adaptive batch sizes at most twice ``profiled`` (at least 1)."""
     cap = job.rates.max_replicas
     if adaptive:
-        return max(1, min(cap, max(2 * job.max_profiled, 1)))
+        return max(1, min(cap, max(2 * profiled, 1)))
     return cap
+
+
+def static_view_fields(job: TrainingJob) -> dict[str, object]:
+    """The fields of ``job``'s views that never change (its submission, application and tables)."""
+    spec = job.spec
+    return {
+        "id": job.index,
+        "name": spec.name,
+        "app": job.app.name,
+        "arrival": spec.arrival,
+        "requested_replicas": spec.num_replicas,
+        "requested_batch": spec.batch_size,
+        "rates": job.rates,
+        "truth": job.truth,
+    }
 
 
 def _progress_fields(fields: dict[str, object], job: TrainingJob, max_epochs: int) -> None:
@@ -46,26 +66,18 @@ ViewFields = tuple[int, dict[str, object], int, int]
 ``max_profiled`` then): what :class:`StateBuilder` caches per job."""
 
 
-def _fixed_fields(index: int, job: TrainingJob, adaptive: bool) -> ViewFields:
-    """The fields of job ``index``'s views that change only with its version (a change of
+def _fixed_fields(job: TrainingJob, adaptive: bool) -> ViewFields:
+    """The fields of ``job``'s views that change only with its version (a change of
     placement or speed) or its exploration cap, and its progress fields too while it holds no GPU
     (it does not progress until its version changes). The job's alloc is a read-only array
     (:func:`~deepboot_env.sim.jobs.frozen_alloc`), so its views share it."""
-    spec = job.spec
     replicas = job.replicas
     cached = (
         job.version,
         {
-            "id": index,
-            "name": spec.name,
-            "app": job.app.name,
-            "arrival": spec.arrival,
+            **static_view_fields(job),
             "num_restarts": job.num_restarts,
             "max_replicas": max_replicas(job, adaptive),
-            "requested_replicas": spec.num_replicas,
-            "requested_batch": spec.batch_size,
-            "rates": job.rates,
-            "truth": job.truth,
             "alloc": job.alloc,
             "throughput_ratio": job.speed if replicas > 0 else 1.0,
             "replicas": replicas,  # JobView.replicas, precomputed
@@ -153,7 +165,7 @@ class StateBuilder:
                 job.profiled(now)  # SimConfig(cap_growth="trained"): the cap grows once trained
             cached = fixed.get(index)
             if cached is None or cached[0] != version or cached[3] != job.max_profiled:
-                cached = fixed[index] = _fixed_fields(index, job, adaptive)
+                cached = fixed[index] = _fixed_fields(job, adaptive)
             # A JobView without its frozen-dataclass __init__ (several times slower): the same
             # instance dict, filled directly. tests/env/test_env.py checks every field is set.
             view = new_view(JobView)
