@@ -51,16 +51,19 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import NamedTuple, cast
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 import numpy as np
 
 from baselines.job_order import job_priority_key
 from deepboot_env.placement import place_count_lists, place_counts
 from deepboot_env.policy import WIDTH_CLASSES, Allocation, BasePolicy, ClusterState, JobView
-from deepboot_env.sim.compiled import compiled
+from deepboot_env.sim.compiled import cached_on_disk, compiled
 from deepboot_env.sim.reclaim import RestartAwareRule, fair_share_base
 from deepboot_env.sim.state import GpuRef, RequestView
+
+if TYPE_CHECKING:
+    from deepboot_env.sim.array_episode import ArrayEpisode
 
 RESTART_PENALTY_S = 10.0
 """Seconds per restart in ATS's restart factor (the original's constant)."""
@@ -519,7 +522,7 @@ def knapsack_matrix(values: np.ndarray, widths: Sequence[int], capacity: int) ->
 def knapsack_options(options: Options, capacity: int) -> list[int]:
     """:func:`knapsack` of the jobs of ``options``, job i taking 0..its width GPUs.
 
-    The dynamic programme and its trace-back run as one compiled loop (:func:`_knapsack_loops`,
+    The dynamic programme and its trace-back run as one compiled loop (:func:`~baselines.ats_loops.knapsack_loops`,
     compiled by numba on first use and cached on disk): every cell is the maximum of the same sums
     of two floats as the definition's, so the choice is bit-identical to it, at about a
     nanosecond per cell instead of numpy's few microseconds per item.
@@ -529,91 +532,23 @@ def knapsack_options(options: Options, capacity: int) -> list[int]:
     return cast(list[int], _compiled_knapsack()(options.speedups, options.table, int(capacity)).tolist())
 
 
-def _knapsack_loops(speedups: np.ndarray, table: np.ndarray, capacity: int) -> np.ndarray:
-    """The group knapsack's programme and trace-back over :class:`Options` arrays, cell by cell
-    (compiled by :func:`_compiled_knapsack`; plain Python gives the same result, slowly).
+@functools.cache
+def _decision_cached() -> bool:
+    """Whether ATS's compiled decision was on disk when this process first asked (it then loads
+    instead of compiling; asked once per process: an episode that may not compile declines it)."""
+    from baselines import ats_loops
 
-    ``dp[i, c]`` is the best value of the jobs before i within c GPUs; the trace-back takes, for
-    each job in reverse order, the smallest w > 0 attaining the optimum within a relative 1e-12,
-    else 0.
-
-    Only the cells a choice can depend on are computed, each as the maximum of the same sums as
-    the full table's (so the same floats and the same choice): row i's cells beyond ``top[i]``,
-    the GPUs the jobs before i can take in all, equal the cell at ``top[i]`` (every sum there
-    reads the previous row beyond its own top), so they are copies of it; and cells below
-    ``bottom[i]``, what the jobs from i on must leave to the jobs before them for the whole
-    capacity to be reached, are never read by the rows after or the trace-back. With a few
-    jobs whose widths add up to about the capacity, that is most of the table.
-    """
-    n = table.shape[0]
-    offsets = np.empty(n, dtype=np.int64)
-    widths = np.empty(n, dtype=np.int64)
-    held = np.empty(n, dtype=np.int64)
-    for i in range(n):  # the columns of OPTION_FIELDS
-        offsets[i], widths[i], held[i] = int(table[i, 0]), int(table[i, 1]), int(table[i, 2])
-    phi, weights = table[:, 3], table[:, 4]
-    clipped = np.minimum(widths, capacity)
-    top = np.zeros(n + 1, dtype=np.int64)
-    for i in range(n):
-        top[i + 1] = min(capacity, top[i] + clipped[i])
-    reach = top[n]  # the most GPUs all the jobs can take: every cell beyond equals this one
-    bottom = np.zeros(n + 1, dtype=np.int64)
-    left = 0
-    for i in range(n, -1, -1):
-        bottom[i] = max(0, reach - left)
-        if i > 0:
-            left += clipped[i - 1]
-    values = np.zeros(capacity + 1)
-    dp = np.zeros((n + 1, capacity + 1))
-    for i in range(n):
-        width = clipped[i]
-        start = offsets[i]
-        for w in range(1, width + 1):
-            value = speedups[start + w] * weights[i]
-            values[w] = value if w == held[i] else value * phi[i]
-        before, after = dp[i], dp[i + 1]
-        low, high = bottom[i + 1], top[i + 1]
-        # cell by cell, each the maximum of before[c - w] + values[w] over w = 1..min(width, c)
-        # and before[c] (w = 0), read as two runs in step: before[c - last .. c - 1] and the
-        # values reversed (values_back[capacity - w] is values[w]). A cell's maximum is over the
-        # same sums whatever their order, so the floats are the same as width by width. The
-        # compiler makes vector instructions of this loop over two runs, where the loop per
-        # width compiled to scalar code: about 20 % less time on recorded instances (session 45)
-        values_back = values[::-1]
-        for c in range(low, high + 1):
-            best = before[c]
-            last = min(width, c)
-            reads = before[c - last : c]
-            backs = values_back[capacity - last : capacity]
-            for k in range(last):
-                best = max(best, reads[k] + backs[k])
-            after[c] = best
-        after[high + 1 :] = after[high]
-    choice = np.zeros(n, dtype=np.int64)
-    c = capacity
-    for i in range(n - 1, -1, -1):
-        width = min(widths[i], c)
-        if width <= 0:
-            continue
-        target = dp[i + 1, c]
-        tol = 1e-12 * max(1.0, abs(target))
-        start = offsets[i]
-        for w in range(1, width + 1):
-            value = speedups[start + w] * weights[i]
-            if w != held[i]:
-                value *= phi[i]
-            if abs(dp[i, c - w] + value - target) <= tol:
-                choice[i] = w
-                c -= w
-                break
-    return choice
+    return cached_on_disk(ats_loops.ats_decision_loops)
 
 
 @functools.cache
 def _compiled_knapsack() -> Callable[..., np.ndarray]:
-    """:func:`_knapsack_loops` compiled (:func:`~deepboot_env.sim.compiled.compiled`: cached on
-    disk where it can be), on the first knapsack, so that importing the policies stays cheap."""
-    return compiled(_knapsack_loops)
+    """:func:`~baselines.ats_loops.knapsack_loops` compiled (:func:`~deepboot_env.sim.compiled.compiled`:
+    cached on disk where it can be), on the first knapsack, so that importing the policies stays
+    cheap (numba is imported with the loops)."""
+    from baselines.ats_loops import knapsack_loops
+
+    return compiled(knapsack_loops)
 
 
 def knapsack_prefix(
@@ -691,8 +626,7 @@ def srpt_weights(jobs: Sequence[JobView], fair: int, power: float) -> np.ndarray
     Memoised per job as T is, by the rates object, epoch, ``fair`` and ``power``: the weights
     are read at every decision (twice in the score action mode), and the three array
     operations they take are most of what they cost for a few jobs. The jobs not in the memo are
-    computed in one array operation, whose floats are those of the whole array's (numpy's power
-    is elementwise: the same float for a value whatever array it is in).
+    computed by libm's ``pow``, as the compiled decision computes them.
     """
     memo = _SRPT_WEIGHTS
     if len(memo) >= _ROWS_LIMIT:
@@ -708,8 +642,13 @@ def srpt_weights(jobs: Sequence[JobView], fair: int, power: float) -> np.ndarray
         else:
             out.append(hit[1])
     if missed:
-        computed = np.maximum(fair_share_seconds([jobs[i] for i in missed], fair), 1.0) ** -power
-        for i, weight in zip(missed, computed.tolist(), strict=True):
+        # libm's pow, one job at a time (not numpy's, whose vector code may differ in the last bit
+        # where a machine has it): the compiled decision (baselines.ats_loops) computes the same
+        computed = [
+            math.pow(max(seconds, 1.0), -power)
+            for seconds in fair_share_seconds([jobs[i] for i in missed], fair).tolist()
+        ]
+        for i, weight in zip(missed, computed, strict=True):
             rates = jobs[i].rates
             memo[(id(rates), jobs[i].epoch, fair, power)] = (rates, weight)
             out[i] = weight
@@ -806,6 +745,38 @@ class AtsPolicy(BasePolicy):
         """Knapsack over job GPU counts, then best-fit placement."""
         state = self._lendable(state)
         return self.place_proposal(state, self.propose_counts(state))
+
+    def decide_on_arrays(self, episode: ArrayEpisode) -> np.ndarray | None:
+        """:meth:`decide` at ``episode``'s decision, compiled over its arrays
+        (:func:`~baselines.ats_loops.ats_decision_loops`, the same allocation bit for bit): the
+        GPUs per node of each job (-1: none, the episode's buffer), or None where the policy
+        decides in Python (a subclass, the original's options, a knapsack past its cell bound).
+
+        Raises:
+            ValueError: if the knapsack's counts cannot be placed (never: they fit by construction).
+        """
+        if type(self) is not AtsPolicy or self.linear_untrained or self.relist_restarts:
+            return None
+        if not (episode.may_compile or _decision_cached()):
+            return None
+        from baselines import ats_loops as loops
+
+        inputs = episode.decision_inputs()
+        params = np.zeros(loops.N_PARAMS)
+        params[loops.LEND], params[loops.SRPT_POWER], params[loops.ARRIVAL_TILT] = (
+            float(self.lend),
+            self.srpt_power,
+            self.arrival_tilt,
+        )
+        params[loops.PLACEMENT_AWARE], params[loops.KEEP_WARM_AT] = self.placement_aware, self.keep_warm_at
+        params[loops.GPUS_PER_NODE], params[loops.ADAPTIVE] = inputs.gpus_per_node, inputs.adaptive
+        params[loops.RESTART_S], params[loops.MAX_CELLS] = RESTART_PENALTY_S, MAX_KNAPSACK_CELLS
+        answer = loops.ats_decision_loops(*inputs[:12], params, inputs.wanted)
+        if answer == loops.BOUNDED:
+            return None
+        if answer != loops.DECIDED:
+            raise ValueError(f"{self.name}: the knapsack's counts do not fit the free GPUs at t={inputs.now:.0f}s")
+        return inputs.wanted
 
     def _lendable(self, state: ClusterState) -> ClusterState:
         """The state the policy decides on: ``state``, or with :attr:`keep_warm_at` and inference
@@ -1028,7 +999,8 @@ class AtsPolicy(BasePolicy):
         if power != 0.0:
             weights = srpt_weights(jobs, fair, power)
         if tilt != 0.0 and len(jobs) > 1:
-            factors = np.exp(tilt * arrival_ranks(jobs))
+            # libm's exp, as the compiled decision (baselines.ats_loops) computes it
+            factors = np.array([math.exp(tilt * rank) for rank in arrival_ranks(jobs).tolist()])
             weights = factors if weights is None else weights * factors
         return weights
 

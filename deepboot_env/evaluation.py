@@ -14,9 +14,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from deepboot_env.config import sim_config
 from deepboot_env.policy import ClusterState, Policy, checked_policy, make_policy
-from deepboot_env.sim.array_episode import ArrayEpisode, array_episode_applies
+from deepboot_env.sim.array_episode import ArrayEpisode, array_episode_applies, loops_cached
 from deepboot_env.sim.metrics import EpisodeMetrics
 from deepboot_env.sim.simulator import SimConfig, Simulator
 from deepboot_env.sim.workload import Workload
@@ -150,18 +152,30 @@ def run_episode(
     # progress: nothing progressed after it, so the stall reported never overstates.
     period = 0.0 if stall_limit_s is None else min(3600.0, stall_limit_s / 8)
     finished, work, since, next_check = -1, 0.0, driver.now, driver.now
+    arrays, decide_on_arrays = _array_decision(driver, policy)
     while not driver.done:
-        state = driver.observe()
+        state = None
+        if arrays is not None:
+            arrays.advance_holders()  # what observe does: the decision reads the jobs at now
+            ids = arrays.active
+        else:
+            state = driver.observe()
+            ids = [view.id for view in state.jobs]
         if stall_limit_s is not None and driver.now >= next_check:
             next_check = driver.now + period
             now_finished = driver.jobs_finished
-            now_work = driver.job_progress([view.id for view in state.jobs])
+            now_work = driver.job_progress(ids)
             if now_finished != finished or now_work > work:
                 since = driver.now
             elif driver.now - since > stall_limit_s:
-                raise _stalled(policy, state, driver.now, since)
+                raise _stalled(policy, state or driver.observe(), driver.now, since)
             finished, work = now_finished, now_work
-        driver.apply(policy.decide(state), state)
+        wanted = decide_on_arrays(arrays) if arrays is not None and decide_on_arrays is not None else None
+        if arrays is not None and wanted is not None:
+            arrays.apply_wanted(wanted)
+        else:
+            state = state or driver.observe()
+            driver.apply(policy.decide(state), state)
         driver.advance()
         decisions += 1
         if decisions >= cut and not driver.done and driver.now >= last_arrival:
@@ -176,17 +190,45 @@ def run_episode(
     return metrics if sim.done else replace(metrics, truncated=True)
 
 
-ARRAY_EPISODES = False
+ARRAY_EPISODES: bool | None = None
 """Whether :func:`run_episode` plays an episode on the compiled loop's arrays where that is the same
-episode (:func:`~deepboot_env.sim.array_episode.array_episode_applies`)."""
+episode (:func:`~deepboot_env.sim.array_episode.array_episode_applies`): True always, False never,
+None (the default) where the loops are cached on disk already, and otherwise from the process's
+:data:`ARRAY_EPISODES_AFTER`-th such episode on. The loops compile in about 25 CPU-s once per
+install, and a policy's compiled decision (ATS's: about 13 CPU-s) on its first use; a process that
+plays one or a few episodes (``deepboot simulate``) does not pay that, and one that plays many (a
+benchmark, a comparison) pays it once and caches it for every later one
+(:attr:`ArrayEpisode.may_compile <deepboot_env.sim.array_episode.ArrayEpisode.may_compile>`)."""
+ARRAY_EPISODES_AFTER = 20
+"""The episodes a process plays before the default rule of :data:`ARRAY_EPISODES` compiles the loops."""
+_applicable_episodes = 0
+"""Episodes this process has played where an array episode applies."""
 
 
 def episode_driver(sim: Simulator) -> Simulator | ArrayEpisode:
-    """What :func:`run_episode` drives: ``sim`` itself, or with :data:`ARRAY_EPISODES` the
-    :class:`~deepboot_env.sim.array_episode.ArrayEpisode` of it where one applies."""
-    if ARRAY_EPISODES and not sim.done and array_episode_applies(sim):
-        return ArrayEpisode(sim)
+    """What :func:`run_episode` drives: ``sim`` itself, or its
+    :class:`~deepboot_env.sim.array_episode.ArrayEpisode` where one applies and
+    :data:`ARRAY_EPISODES` says so."""
+    global _applicable_episodes
+    if ARRAY_EPISODES is False or sim.done or not array_episode_applies(sim):
+        return sim
+    _applicable_episodes += 1
+    may_compile = bool(ARRAY_EPISODES) or _applicable_episodes >= ARRAY_EPISODES_AFTER
+    if may_compile or loops_cached():
+        return ArrayEpisode(sim, may_compile)
     return sim
+
+
+def _array_decision(
+    driver: Simulator | ArrayEpisode, policy: Policy
+) -> tuple[ArrayEpisode | None, Callable[[ArrayEpisode], np.ndarray | None] | None]:
+    """The array episode that ``driver`` is and ``policy``'s compiled decision over its arrays
+    (``decide_on_arrays``: ``decide`` bit for bit, or None where it decides in Python); (None,
+    None) for the simulator, or a policy without one."""
+    decide_on_arrays = getattr(policy, "decide_on_arrays", None)
+    if not isinstance(driver, ArrayEpisode) or decide_on_arrays is None:
+        return None, None
+    return driver, decide_on_arrays
 
 
 def _stalled(policy: Policy, state: ClusterState, now: float, since: float) -> StalledEpisodeError:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from pytest import MonkeyPatch
 
+from deepboot_env import evaluation
 from deepboot_env.evaluation import run_episode
 from deepboot_env.policy import BasePolicy
 from deepboot_env.sim import jobs as jobs_module
@@ -486,6 +487,7 @@ def recorded_run_cases(workload: Workload) -> list[RunCase]:
 
     with MonkeyPatch.context() as patch:
         patch.setattr(jobs_module, "_run", recording)
+        patch.setattr(evaluation, "ARRAY_EPISODES", False)  # the Python loop's calls, not the arrays'
         for policy, config in [
             ("ats", SimConfig()),
             ("optimus", SimConfig(restart="stopfree")),

@@ -13,9 +13,14 @@ import os
 
 import pytest
 
+from deepboot_env import evaluation
 from deepboot_env.ray_pool import LOOPBACK_ENV
 
 os.environ.setdefault(LOOPBACK_ENV, "0")  # a Ray imported by any test puts its servers on 127.0.0.1
+# every episode a test plays through run_episode goes on the compiled loop's arrays where that is the
+# same episode (tests/sim/test_array_episode.py, test_ats_loops.py): the default rule counts the
+# episodes a process has played, and what a test exercises must not depend on the tests before it
+evaluation.ARRAY_EPISODES = True
 
 
 @pytest.fixture(scope="module")

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from deepboot_env.sim.compiled import cached_on_disk
 from deepboot_env.sim.drain import RequestColumns, _DrainArrays
 from deepboot_env.sim.hooks import DefaultHooks
 from deepboot_env.sim.inference import InferencePool
@@ -28,6 +29,7 @@ from deepboot_env.sim.measured import MeasuredRates
 from deepboot_env.sim.progress import (
     ANCHOR_P,
     ANCHOR_T,
+    APP,
     COMPLETION,
     EPOCH,
     FIRST_START,
@@ -76,13 +78,25 @@ def array_episode_applies(sim: Simulator) -> bool:
     return all(isinstance(job.truth, RateTable | MeasuredRates) for job in sim.jobs)
 
 
+def loops_cached() -> bool:
+    """Whether the loops an array episode calls are compiled and cached on disk already, so that
+    the first one in a process loads them (about 0.5 s) instead of compiling them (about 25 CPU-s,
+    once per install)."""
+    from deepboot_env.sim import drain_loops as k
+
+    return all(cached_on_disk(f) for f in (k.run_to_boundary, k.apply_counts_loops, k.advance_holders, k.drain_loops))
+
+
 class ArrayEpisode:
     """The rest of ``sim``'s episode, from its current decision, on the arrays (see the module
     docstring); ``sim`` must meet :func:`array_episode_applies` and must not be used until
     :attr:`done` (it is then written back)."""
 
-    def __init__(self, sim: Simulator) -> None:
+    def __init__(self, sim: Simulator, may_compile: bool = True) -> None:
         self.sim = sim
+        self.may_compile = may_compile
+        """Whether the policy's compiled decision may be compiled in this episode where it is not
+        cached on disk yet (False: the policy decides in Python until it is)."""
         self.arrays = _DrainArrays.of(
             sim, sim.config.max_time, RequestColumns.of(sim._pool._specs), JobArrays.of(sim.jobs, sim.config.restart)
         )
@@ -99,6 +113,10 @@ class ArrayEpisode:
         self.done = False
         self._jobs: list[TrainingJob] = sim.jobs
         self._fixed = [static_view_fields(job) for job in sim.jobs]
+        self._targets: np.ndarray | None = None
+        """Each application's target progress, by the rows' application number (built on first use)."""
+        self._wanted = np.full(self.train[4].shape, -1, dtype=np.int64)
+        """The GPUs per node each job is given at a decision (-1: none), refilled at each."""
         self._idle: dict[int, tuple[int, int, dict[str, object]]] = {}
         """Job -> (version, profiled cap, view fields) of the last view made of it while it held no
         GPU: a job without GPUs does not progress, so only its age changes until its version does
@@ -135,13 +153,33 @@ class ArrayEpisode:
         progress = self.train[0][:, PROGRESS]
         return sum(progress[ids].tolist())  # summed as Simulator.job_progress sums
 
+    def advance_holders(self) -> None:
+        """The jobs holding GPUs advanced to now (what a decision reads; :meth:`observe` does it)."""
+        from deepboot_env.sim.drain_loops import N_ACTIVE, advance_holders
+
+        advance_holders(self.train, self.tables, self.train[5][: self.arrays.st[N_ACTIVE]], self.now)
+
+    def decision_inputs(self) -> DecisionInputs:
+        """What a compiled decision reads at this decision, as arrays (the rows are the episode's
+        own: read them, never change them); call :meth:`advance_holders` first."""
+        from deepboot_env.sim.drain_loops import N_ACTIVE, N_WAITING
+
+        a, train, tables = self.arrays, self.train, self.tables
+        if self._targets is None:
+            self._targets = _app_targets(self._jobs, train[1], len(tables[0]))
+        return DecisionInputs(
+            train[0], train[1], train[4], train[5][: a.st[N_ACTIVE]], tables[0], tables[3], tables[4],
+            self._targets, a.pods[3], self.sim.ledger.kinds, int(a.st[N_WAITING]), self.now,
+            self.sim.config.cluster.gpus_per_node, self.sim.adaptive, self._wanted,
+        )  # fmt: skip
+
     def observe(self) -> ClusterState:
         """``Simulator.observe`` from the arrays: the jobs holding GPUs advanced to now."""
-        from deepboot_env.sim.drain_loops import N_WAITING, advance_holders
+        from deepboot_env.sim.drain_loops import N_WAITING
 
         a, now, active = self.arrays, self.now, self.active
         train = self.train
-        advance_holders(train, self.tables, np.asarray(active, dtype=np.int64), now)
+        self.advance_holders()
         jf, ji, pf, pi, jcounts = train[0], train[1], train[2], train[3], train[4]
         idle, new_view = self._idle, object.__new__
         views = []
@@ -217,13 +255,18 @@ class ArrayEpisode:
 
     def apply_valid_counts(self, counts: dict[int, list[int]]) -> None:
         """``Simulator.apply_valid_counts`` on the arrays."""
+        wanted = np.full(self.train[4].shape, -1, dtype=np.int64)
+        for j, row in counts.items():
+            wanted[j] = row
+        self.apply_wanted(wanted)
+
+    def apply_wanted(self, wanted: np.ndarray) -> None:
+        """:meth:`apply_valid_counts` of ``wanted[j]``, the GPUs per node of each active job j (-1
+        in its first column: none), valid (a compiled decision's; the rows are changed)."""
         from deepboot_env.sim.drain_loops import apply_counts_loops
 
         a = self.arrays
         self._ensure_heap_room()
-        wanted = np.full(self.train[4].shape, -1, dtype=np.int64)
-        for j, row in counts.items():
-            wanted[j] = row
         apply_counts_loops(a.st, a.fs, a.pods, a.events, a.reqs, a.queue, self.train, self.tables, wanted, self.now)
 
     def advance(self) -> None:
@@ -336,6 +379,56 @@ class ArrayEpisode:
             job = self._jobs[j]
             assert job.completion is not None
             sim._books.job_done(j, job.spec.arrival, job.completion)
+
+
+class DecisionInputs(NamedTuple):
+    """What a compiled decision reads (:meth:`ArrayEpisode.decision_inputs`)."""
+
+    jf: np.ndarray
+    """The jobs' float rows (:mod:`~deepboot_env.sim.progress_loops`' columns)."""
+    ji: np.ndarray
+    """The jobs' int rows."""
+    counts: np.ndarray
+    """GPUs per node each job holds."""
+    active: np.ndarray
+    """The active jobs, in index order (which is their arrival order)."""
+    model: np.ndarray
+    """The policy's rates by [application, multi-node flag, GPUs, epoch] (the loop's ``tables[T_MODEL]``)."""
+    ends: np.ndarray
+    """Each application's progress at the end of each epoch."""
+    dims: np.ndarray
+    """Each application's (epochs, most GPUs, measured, shapes)."""
+    targets: np.ndarray
+    """Each application's target progress."""
+    ledger: np.ndarray
+    """The ledger's GPUs per node: train, running, protect and sleep rows."""
+    kinds: np.ndarray
+    """The node kinds (``cluster.NODE_TRAIN`` ...)."""
+    waiting: int
+    """Inference requests waiting."""
+    now: float
+    """The decision's time."""
+    gpus_per_node: int
+    adaptive: bool
+    """Whether the jobs choose their batch sizes (their caps grow with what they have run on)."""
+    wanted: np.ndarray
+    """The episode's buffer for the decision's GPUs per node (:meth:`ArrayEpisode.apply_wanted`)."""
+
+
+def _app_targets(jobs: list[TrainingJob], ji: np.ndarray, apps: int) -> np.ndarray:
+    """Each application's target progress by the rows' application number (``ji[:, APP]``).
+
+    Raises:
+        ValueError: a job whose rate table is not its truth's model (the stacked ``T_MODEL`` tables
+            a compiled decision reads as the policy's rates).
+    """
+    targets = np.zeros(apps)
+    for job in jobs:
+        model = job.truth if isinstance(job.truth, RateTable) else getattr(job.truth, "model", None)
+        if model is not job.rates:
+            raise ValueError(f"job {job.index}: its rate table is not its truth's model")
+        targets[ji[job.index, APP]] = job.rates.app.target_progress
+    return targets
 
 
 def _write_job(job: TrainingJob, train: tuple[np.ndarray, ...]) -> None:

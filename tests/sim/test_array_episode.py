@@ -74,7 +74,7 @@ def test_run_episode_plays_on_the_arrays_where_asked(monkeypatch: pytest.MonkeyP
     made = []
     start = ArrayEpisode.__init__
     monkeypatch.setattr(evaluation, "ARRAY_EPISODES", True)
-    monkeypatch.setattr(ArrayEpisode, "__init__", lambda self, sim: made.append(sim) or start(self, sim))
+    monkeypatch.setattr(ArrayEpisode, "__init__", lambda self, sim, *rest: made.append(sim) or start(self, sim, *rest))
     assert run_episode("ats", workload, SimConfig()).deterministic_dict() == reference.deterministic_dict()
     cut = run_episode("ats", workload, SimConfig(), max_decisions=40).deterministic_dict()
     monkeypatch.setattr(evaluation, "ARRAY_EPISODES", False)
@@ -99,3 +99,26 @@ def test_array_episodes_apply_only_where_they_are_the_same(change: dict) -> None
         workload, change.get("config", SimConfig()), make_policy(policy) if isinstance(policy, str) else policy
     )
     assert not array_episode_applies(sim)
+
+
+def test_episodes_go_on_the_arrays_once_compiling_pays(monkeypatch: pytest.MonkeyPatch) -> None:
+    """By default (``ARRAY_EPISODES`` None) a process plays on the arrays where the loops are on
+    disk already, without compiling a policy's decision that is not; and from its
+    ``ARRAY_EPISODES_AFTER``-th applicable episode on, compiling what it needs."""
+    from deepboot_env.sim import array_episode
+
+    workload = generate_workload("array-episodes", 4, train={"num_jobs": 6}, inference={"horizon_s": 3600.0})
+    monkeypatch.setattr(evaluation, "ARRAY_EPISODES", None)
+    monkeypatch.setattr(evaluation, "_applicable_episodes", 0)
+    monkeypatch.setattr(evaluation, "ARRAY_EPISODES_AFTER", 3)
+    monkeypatch.setattr(evaluation, "loops_cached", lambda: False)
+    drivers = [evaluation.episode_driver(Simulator(workload, SimConfig(), make_policy("ats"))) for _ in range(4)]
+    assert [type(d).__name__ for d in drivers] == ["Simulator", "Simulator", "ArrayEpisode", "ArrayEpisode"]
+    assert all(d.may_compile for d in drivers[2:])
+    monkeypatch.setattr(evaluation, "_applicable_episodes", 0)
+    monkeypatch.setattr(evaluation, "loops_cached", lambda: True)
+    cached = evaluation.episode_driver(Simulator(workload, SimConfig(), make_policy("ats")))
+    assert isinstance(cached, ArrayEpisode) and not cached.may_compile
+    monkeypatch.setattr(evaluation, "ARRAY_EPISODES", False)
+    assert isinstance(evaluation.episode_driver(Simulator(workload, SimConfig(), make_policy("ats"))), Simulator)
+    assert not array_episode.cached_on_disk(len)  # the probe reads anything else as not cached
