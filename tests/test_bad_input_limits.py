@@ -534,9 +534,9 @@ def test_a_poisoned_but_plausible_ats_cache_is_caught_on_resume(tmp_path: Path, 
 @pytest.mark.parametrize(
     ("flags", "fragment"),
     [
-        (["--num-jobs", "100000000"], "100,000,000 training jobs, more than the limit of 200,000 rows"),
+        (["--num-jobs", "100000000"], "100,000,000 training jobs, more than the limit of 1,000,000 rows"),
         (["--load", "1e300"], "an integer of about 302 digits training jobs"),
-        (["--horizon-hours", "1e5"], "inference requests, more than the limit of 200,000 rows"),
+        (["--horizon-hours", "1e5"], "inference requests, more than the limit of 1,000,000 rows"),
     ],
 )
 def test_generate_refuses_workloads_beyond_the_row_limit(flags: list[str], fragment: str, capsys) -> None:
