@@ -309,6 +309,33 @@ class _RowArena:
         return start
 
 
+_NO_SCORES = np.zeros(0)
+"""No held scores (:meth:`AtsPolicy.decide_on_arrays`)."""
+_NO_WIDTHS = np.zeros((0, WIDTH_CLASSES))
+"""No held width scores."""
+
+
+def held_arrays(
+    jobs: int, scores: Mapping[int, float], widths: Mapping[int, Sequence[float]] | None
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Held per-job ``scores`` and ``widths`` (:meth:`AtsPolicy.decide_scored`'s) as the arrays of
+    :meth:`AtsPolicy.decide_on_arrays` over ``jobs`` job indices, or None where they are not
+    finite numbers of the right count (the Python decision then names the culprit)."""
+    score_array = np.zeros(jobs)
+    for j, score in scores.items():
+        if not (0 <= j < jobs and math.isfinite(score)):
+            return None
+        score_array[j] = score
+    if not widths:
+        return score_array, _NO_WIDTHS
+    width_array = np.full((jobs, WIDTH_CLASSES), np.nan)
+    for j, row in widths.items():
+        if not (0 <= j < jobs and len(row) == WIDTH_CLASSES and all(map(math.isfinite, row))):
+            return None
+        width_array[j] = row
+    return score_array, width_array
+
+
 _TINY_WEIGHT = 1e-300
 """Weights below are read as this one in :meth:`AtsPolicy.log_weights` (log of 0 is -inf)."""
 _LOG_TINY_WEIGHT = math.log(_TINY_WEIGHT)
@@ -746,11 +773,16 @@ class AtsPolicy(BasePolicy):
         state = self._lendable(state)
         return self.place_proposal(state, self.propose_counts(state))
 
-    def decide_on_arrays(self, episode: ArrayEpisode) -> np.ndarray | None:
+    def decide_on_arrays(
+        self, episode: ArrayEpisode, scores: np.ndarray = _NO_SCORES, widths: np.ndarray = _NO_WIDTHS
+    ) -> np.ndarray | None:
         """:meth:`decide` at ``episode``'s decision, compiled over its arrays
         (:func:`~baselines.ats_loops.ats_decision_loops`, the same allocation bit for bit): the
         GPUs per node of each job (-1: none, the episode's buffer), or None where the policy
         decides in Python (a subclass, the original's options, a knapsack past its cell bound).
+        With ``scores`` (a log-weight per job index) and ``widths`` (width-class log-multipliers
+        per job index, NaN rows for none; :func:`held_arrays`), :meth:`decide_scored` at lending
+        share 1.
 
         Raises:
             ValueError: if the knapsack's counts cannot be placed (never: they fit by construction).
@@ -771,7 +803,7 @@ class AtsPolicy(BasePolicy):
         params[loops.PLACEMENT_AWARE], params[loops.KEEP_WARM_AT] = self.placement_aware, self.keep_warm_at
         params[loops.GPUS_PER_NODE], params[loops.ADAPTIVE] = inputs.gpus_per_node, inputs.adaptive
         params[loops.RESTART_S], params[loops.MAX_CELLS] = RESTART_PENALTY_S, MAX_KNAPSACK_CELLS
-        answer = loops.ats_decision_loops(*inputs[:12], params, inputs.wanted)
+        answer = loops.ats_decision_loops(*inputs[:12], params, scores, widths, inputs.wanted)
         if answer == loops.BOUNDED:
             return None
         if answer != loops.DECIDED:

@@ -204,12 +204,13 @@ def _lends_before(counts: np.ndarray, cap: np.ndarray, a: int, b: int) -> bool:
 @inlined
 def _job_weights(
     jobs: np.ndarray, ranks: np.ndarray, ji: np.ndarray, model: np.ndarray, ends: np.ndarray, dims: np.ndarray,
-    targets: np.ndarray, fair: int, power: float, tilt: float,
+    targets: np.ndarray, fair: int, power: float, tilt: float, scores: np.ndarray,
 ) -> np.ndarray:  # fmt: skip
     """``AtsPolicy.job_weights`` of ``jobs`` (in priority order; ``ranks``: each one's arrival
     rank, 0 for the earliest): ``max(T, 1) ** -power``, T the work of the epochs left over the
     rate at the fair share on one node, times ``exp(tilt x u)``, ``u = 1 - 2 rank / (n - 1)``
-    (all 1 with neither)."""
+    (all 1 with neither); then times ``exp(scores[j])`` where a job's score is not 0 (``scores``
+    by job index, empty: none; ``Options.of``)."""
     n = len(jobs)
     weights = np.ones(n)
     for i in range(n):
@@ -223,6 +224,8 @@ def _job_weights(
         if tilt != 0.0 and n > 1:
             factor = math.exp(tilt * (1.0 - 2.0 * ranks[i] / (n - 1)))
             weights[i] = factor if power == 0.0 else weights[i] * factor
+        if len(scores) and scores[jobs[i]] != 0.0:
+            weights[i] = weights[i] * math.exp(scores[jobs[i]])
     return weights
 
 
@@ -278,6 +281,44 @@ def _speedup_rows(
             for w in range(max(2, rooms[i] + 1), top + 1):
                 rows[start + w] = model[a, 1, min(w, kmax), epoch] / base
     return rows, offsets
+
+
+@inlined
+def _width_class(width: int, gpn: int, room: int) -> int:
+    """``width_class``: 0 for one GPU, 1 for two on one node, 2 for three to G on one node, 3 split."""
+    if width <= 1:
+        return 0
+    if width > gpn or width > room:
+        return 3
+    return 1 if width == 2 else 2
+
+
+@inlined
+def _width_scored(
+    rows: np.ndarray, offsets: np.ndarray, jobs: np.ndarray, caps: np.ndarray, rooms: np.ndarray, ji: np.ndarray,
+    dims: np.ndarray, widths: np.ndarray, fair: int, gpn: int,
+) -> None:  # fmt: skip
+    """``width_scored_options`` in place: the options of each job with width scores (``widths``
+    by job index, NaN first: none) times ``exp(v[class(w)] - v[class(f)])``, ``v = (0, *scores)``,
+    ``f`` its fair-share width on one node, by class as ``width_factors`` computes them."""
+    logs = np.zeros(4)
+    for i in range(len(jobs)):
+        j, cap = jobs[i], caps[i]
+        if math.isnan(widths[j, 0]) or cap < 1:
+            continue
+        for c in range(3):
+            logs[c + 1] = widths[j, c]
+        room = max(rooms[i], 1)
+        base = logs[_width_class(max(1, min(fair, dims[ji[j, APP], 1])), gpn, gpn)]
+        widest = min(gpn, room)
+        start = offsets[i]
+        rows[start + 1] *= math.exp(logs[0] - base)
+        if cap >= 2:
+            rows[start + 2] *= math.exp(logs[_width_class(2, gpn, room)] - base)
+            threes = max(0, min(cap, widest) - 2)
+            three, split = math.exp(logs[2] - base), math.exp(logs[3] - base)
+            for w in range(3, cap + 1):
+                rows[start + w] *= three if w - 2 <= threes else split
 
 
 @inlined
@@ -385,6 +426,8 @@ def ats_decision_loops(
     waiting: int,
     now: float,
     params: np.ndarray,
+    scores: np.ndarray,
+    widths: np.ndarray,
     wanted: np.ndarray,
 ) -> int:
     """``AtsPolicy.decide`` of the ``active`` jobs (in index order, which is their arrival order)
@@ -395,7 +438,8 @@ def ats_decision_loops(
     the epochs' ends, each app's (epochs, max replicas, ...)); ``targets``: each app's target
     progress; ``counts``: the ledger's GPUs per node (train, running, protect, sleep rows);
     ``kinds``: the node kinds; ``waiting``: requests waiting; ``params``: at :data:`LEND` ...
-    :data:`MAX_CELLS`.
+    :data:`MAX_CELLS`; ``scores``, ``widths``: the score action's held per-job log-weights and
+    width-class log-multipliers by job index (``decide_scored``; empty: none; a NaN row: none).
     """
     n = len(active)
     if n == 0:
@@ -427,9 +471,13 @@ def ats_decision_loops(
     if total > total_capacity and (total + n) * (total_capacity + 1) > params[MAX_CELLS]:
         return BOUNDED
     # the job at priority i is active[ranks[i]]: its arrival rank is ranks[i] (active is in arrival order)
-    weights = _job_weights(jobs, ranks, ji, model, ends, dims, targets, fair, params[SRPT_POWER], params[ARRIVAL_TILT])
+    weights = _job_weights(
+        jobs, ranks, ji, model, ends, dims, targets, fair, params[SRPT_POWER], params[ARRIVAL_TILT], scores
+    )
     rooms = _rooms(jobs, ji, jcounts, capacity, decided[TRAIN_ROW])
     rows, offsets = _speedup_rows(jobs, caps, rooms, ji, model, dims, fair, gpn, params[PLACEMENT_AWARE] != 0.0)
+    if len(widths):
+        _width_scored(rows, offsets, jobs, caps, rooms, ji, dims, widths, fair, gpn)
     table = np.empty((n, 5))  # the columns of OPTION_FIELDS: offset, width, held, phi, weight
     penalty = params[RESTART_S]
     for i in range(n):

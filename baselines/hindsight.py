@@ -36,12 +36,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from baselines.ats import AtsPolicy
+from baselines.ats import AtsPolicy, held_arrays
 from deepboot_env.es import adam_update, antithetic_gradient
+from deepboot_env.evaluation import decide_once, episode_driver
 from deepboot_env.policy import WIDTH_CLASSES, Allocation, BasePolicy, ClusterState, make_policy
 from deepboot_env.sim.apps import APP_NAMES
 
 if TYPE_CHECKING:
+    from deepboot_env.sim.array_episode import ArrayEpisode
     from deepboot_env.sim.simulator import Simulator
     from deepboot_env.sim.workload import Workload
 
@@ -146,6 +148,8 @@ class HeldScores(BasePolicy):
         self.scores = dict(scores)
         self.widths = dict(widths) if widths else None
         self.name = prior.name
+        self._arrays: tuple[int, tuple[np.ndarray, np.ndarray] | None] | None = None
+        """The held scores as arrays over an episode's job count (built at its first compiled decision)."""
 
     @classmethod
     def holding(cls, prior: AtsPolicy, held: Held) -> HeldScores:
@@ -172,9 +176,24 @@ class HeldScores(BasePolicy):
         """The prior's reset."""
         self.prior.reset(seed)
 
+    @property
+    def relist_restarts(self) -> bool:
+        """The prior's choice (an array episode plays no relisted restarts)."""
+        return bool(self.prior.relist_restarts)
+
     def decide(self, state: ClusterState) -> Allocation:
         """The prior's decision with the held scores (:meth:`AtsPolicy.decide_scored`)."""
         return self.prior.decide_scored(state, self.scores, 1.0, self.widths)
+
+    def decide_on_arrays(self, episode: ArrayEpisode) -> np.ndarray | None:
+        """:meth:`decide` compiled over ``episode``'s arrays
+        (:meth:`AtsPolicy.decide_on_arrays <baselines.ats.AtsPolicy.decide_on_arrays>`), or None
+        where it decides in Python."""
+        jobs = len(episode.sim.jobs)
+        if self._arrays is None or self._arrays[0] != jobs:
+            self._arrays = (jobs, held_arrays(jobs, self.scores, self.widths))
+        held = self._arrays[1]
+        return None if held is None else self.prior.decide_on_arrays(episode, *held)
 
 
 def held_jct(sim: Simulator, player: HeldScores, seed: int | None) -> float:
@@ -192,13 +211,14 @@ def played_fork(sim: Simulator, player: HeldScores, seed: int | None) -> tuple[f
 
 def play_out(twin: Simulator, player: BasePolicy) -> tuple[float, int]:
     """Play ``twin`` (a fork) to the end with ``player`` deciding, as it stands (not reset: a
-    player forked mid-episode goes on from its own state); the mean training JCT (unfinished jobs
-    counted to the end) and the decisions taken."""
+    player forked mid-episode goes on from its own state), on the compiled loop's arrays where
+    that is the same episode (:func:`~deepboot_env.evaluation.episode_driver`); the mean
+    training JCT (unfinished jobs counted to the end) and the decisions taken."""
     decisions = 0
-    while not twin.done:
-        state = twin.observe()
-        twin.apply(player.decide(state), state)
-        twin.advance()
+    driver = episode_driver(twin, player)
+    while not driver.done:
+        decide_once(driver, player)
+        driver.advance()
         decisions += 1
     return twin.job_seconds(0.0, twin.now) / max(len(twin.jobs), 1), decisions
 

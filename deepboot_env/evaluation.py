@@ -14,8 +14,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-import numpy as np
-
 from deepboot_env.config import sim_config
 from deepboot_env.policy import ClusterState, Policy, checked_policy, make_policy
 from deepboot_env.sim.array_episode import ArrayEpisode, array_episode_applies, loops_cached
@@ -152,10 +150,10 @@ def run_episode(
     # progress: nothing progressed after it, so the stall reported never overstates.
     period = 0.0 if stall_limit_s is None else min(3600.0, stall_limit_s / 8)
     finished, work, since, next_check = -1, 0.0, driver.now, driver.now
-    arrays, decide_on_arrays = _array_decision(driver, policy)
+    arrays = driver if isinstance(driver, ArrayEpisode) and hasattr(policy, "decide_on_arrays") else None
     while not driver.done:
         state = None
-        if arrays is not None:
+        if arrays is not None:  # no state unless the policy decides in Python (decide_once)
             arrays.advance_holders()  # what observe does: the decision reads the jobs at now
             ids = arrays.active
         else:
@@ -170,12 +168,7 @@ def run_episode(
             elif driver.now - since > stall_limit_s:
                 raise _stalled(policy, state or driver.observe(), driver.now, since)
             finished, work = now_finished, now_work
-        wanted = decide_on_arrays(arrays) if arrays is not None and decide_on_arrays is not None else None
-        if arrays is not None and wanted is not None:
-            arrays.apply_wanted(wanted)
-        else:
-            state = state or driver.observe()
-            driver.apply(policy.decide(state), state)
+        decide_once(driver, policy, state, advanced=True)
         driver.advance()
         decisions += 1
         if decisions >= cut and not driver.done and driver.now >= last_arrival:
@@ -205,12 +198,12 @@ _applicable_episodes = 0
 """Episodes this process has played where an array episode applies."""
 
 
-def episode_driver(sim: Simulator) -> Simulator | ArrayEpisode:
+def episode_driver(sim: Simulator, decider: object | None = None) -> Simulator | ArrayEpisode:
     """What :func:`run_episode` drives: ``sim`` itself, or its
-    :class:`~deepboot_env.sim.array_episode.ArrayEpisode` where one applies and
-    :data:`ARRAY_EPISODES` says so."""
+    :class:`~deepboot_env.sim.array_episode.ArrayEpisode` where one applies (to ``decider``
+    deciding, None: ``sim``'s policy; a fork's player) and :data:`ARRAY_EPISODES` says so."""
     global _applicable_episodes
-    if ARRAY_EPISODES is False or sim.done or not array_episode_applies(sim):
+    if ARRAY_EPISODES is False or sim.done or not array_episode_applies(sim, decider):
         return sim
     _applicable_episodes += 1
     may_compile = bool(ARRAY_EPISODES) or _applicable_episodes >= ARRAY_EPISODES_AFTER
@@ -219,16 +212,23 @@ def episode_driver(sim: Simulator) -> Simulator | ArrayEpisode:
     return sim
 
 
-def _array_decision(
-    driver: Simulator | ArrayEpisode, policy: Policy
-) -> tuple[ArrayEpisode | None, Callable[[ArrayEpisode], np.ndarray | None] | None]:
-    """The array episode that ``driver`` is and ``policy``'s compiled decision over its arrays
-    (``decide_on_arrays``: ``decide`` bit for bit, or None where it decides in Python); (None,
-    None) for the simulator, or a policy without one."""
-    decide_on_arrays = getattr(policy, "decide_on_arrays", None)
-    if not isinstance(driver, ArrayEpisode) or decide_on_arrays is None:
-        return None, None
-    return driver, decide_on_arrays
+def decide_once(
+    driver: Simulator | ArrayEpisode, policy: Policy, state: ClusterState | None = None, advanced: bool = False
+) -> None:
+    """One decision of ``policy`` applied on ``driver``: on an array episode, the policy's compiled
+    decision where it has one (``decide_on_arrays``, ``decide`` bit for bit; the holders advanced
+    to now first, unless ``advanced``), else ``decide`` on the state (``state``: observed already)."""
+    decide_on_arrays = getattr(policy, "decide_on_arrays", None) if isinstance(driver, ArrayEpisode) else None
+    if state is None and decide_on_arrays is not None:
+        assert isinstance(driver, ArrayEpisode)
+        if not advanced:
+            driver.advance_holders()
+        wanted = decide_on_arrays(driver)
+        if wanted is not None:
+            driver.apply_wanted(wanted)
+            return
+    state = state or driver.observe()
+    driver.apply(policy.decide(state), state)
 
 
 def _stalled(policy: Policy, state: ClusterState, now: float, since: float) -> StalledEpisodeError:

@@ -112,10 +112,10 @@ MIN_DURATION_S = 1e-3
 """Shortest inference duration in a workload CSV (s): a denormal one never advances the clock."""
 MAX_NAME_CHARS = 256
 """Longest job or request name in a workload CSV."""
-MAX_WORKLOAD_ROWS = 1_000_000
-"""Most rows of a workload CSV: beyond, a workload takes more than about 5 GB and an hour to
-simulate. The whole Philly replay (docs/workloads.md §9: 74,428 jobs and about 515,000 requests)
-is within."""
+MAX_WORKLOAD_ROWS = 600_000
+"""Most rows of a workload CSV: beyond, a workload takes gigabytes and hours to simulate. The
+whole Philly replay (docs/workloads.md §9: 74,428 jobs and 513,079 requests, 587,507 rows) is
+within, and a file just past it is refused within 320 MB."""
 BYTES_PER_WORKLOAD_ROW = 5_000
 """Memory a simulated workload row takes, about (a 1M-row workload took 5 GB): the estimate the
 row limit's error gives."""

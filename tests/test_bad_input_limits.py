@@ -534,9 +534,9 @@ def test_a_poisoned_but_plausible_ats_cache_is_caught_on_resume(tmp_path: Path, 
 @pytest.mark.parametrize(
     ("flags", "fragment"),
     [
-        (["--num-jobs", "100000000"], "100,000,000 training jobs, more than the limit of 1,000,000 rows"),
+        (["--num-jobs", "100000000"], "100,000,000 training jobs, more than the limit of 600,000 rows"),
         (["--load", "1e300"], "an integer of about 302 digits training jobs"),
-        (["--horizon-hours", "1e5"], "inference requests, more than the limit of 1,000,000 rows"),
+        (["--horizon-hours", "1e5"], "inference requests, more than the limit of 600,000 rows"),
     ],
 )
 def test_generate_refuses_workloads_beyond_the_row_limit(flags: list[str], fragment: str, capsys) -> None:
@@ -594,7 +594,7 @@ def test_crafted_files_stay_under_500_mb_through_the_commands(tmp_path: Path) ->
     wide.write_text("a," * 100_000 + "a\n")
     rows = tmp_path / "rows.csv"
     rows.write_text(
-        "name,time,application,num_replicas,batch_size\n" + "".join(f"j{k},{k},ncf,1,32768\n" for k in range(250_000))
+        "name,time,application,num_replicas,batch_size\n" + "".join(f"j{k},{k},ncf,1,32768\n" for k in range(650_000))
     )
     script = (
         "import sys\n"
@@ -612,7 +612,7 @@ def test_crafted_files_stay_under_500_mb_through_the_commands(tmp_path: Path) ->
         "/dev/zero model": [*simulate, "priority:/dev/zero"],
         "billion laughs": ["train", "--conf-file", str(laughs), "-f", str(tmp_path / "runs")],
         "100,000 columns": ["simulate", "--workload", str(wide), "--policy", "fifo", "--quiet"],
-        "250,000 rows": ["simulate", "--workload", str(rows), "--policy", "fifo", "--quiet"],
+        "650,000 rows": ["simulate", "--workload", str(rows), "--policy", "fifo", "--quiet"],
     }
     for name, argv in cases.items():
         out = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, timeout=300)

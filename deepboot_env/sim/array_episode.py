@@ -64,16 +64,19 @@ if TYPE_CHECKING:
     from deepboot_env.sim.simulator import Simulator
 
 
-def array_episode_applies(sim: Simulator) -> bool:
-    """Whether playing ``sim``'s episode on the arrays is the same episode (the module docstring)."""
+def array_episode_applies(sim: Simulator, decider: object | None = None) -> bool:
+    """Whether playing ``sim``'s episode on the arrays is the same episode (the module docstring),
+    with ``decider`` deciding (None: ``sim``'s policy; on a fork, a player whose hooks ``sim``'s
+    policy serves)."""
     config, policy = sim.config, sim.policy
+    decider = policy if decider is None else decider
     if type(sim._pool) is not InferencePool or config.interference is not None:
         return False
     if config.restart not in RESTART_CODES:
         return False
-    if least_loss_horizon(policy.choose_reclaim) is None or getattr(policy, "relist_restarts", False):
+    if least_loss_horizon(policy.choose_reclaim) is None or getattr(decider, "relist_restarts", False):
         return False
-    if getattr(type(policy), "bind_simulator", None) is not DefaultHooks.bind_simulator:
+    if getattr(type(decider), "bind_simulator", None) is not DefaultHooks.bind_simulator:
         return False
     return all(isinstance(job.truth, RateTable | MeasuredRates) for job in sim.jobs)
 
@@ -255,7 +258,10 @@ class ArrayEpisode:
 
     def apply_valid_counts(self, counts: dict[int, list[int]]) -> None:
         """``Simulator.apply_valid_counts`` on the arrays."""
-        wanted = np.full(self.train[4].shape, -1, dtype=np.int64)
+        from deepboot_env.sim.drain_loops import N_ACTIVE
+
+        wanted = self._wanted  # only the active jobs' rows are read: a row per job and node would
+        wanted[self.train[5][: self.arrays.st[N_ACTIVE]]] = -1  # cost the whole workload's size
         for j, row in counts.items():
             wanted[j] = row
         self.apply_wanted(wanted)

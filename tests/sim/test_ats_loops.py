@@ -18,8 +18,9 @@ import pytest
 
 from baselines import ats_loops
 from baselines.ats import AtsPolicy
+from baselines.hindsight import HeldScores, played_fork
 from deepboot_env.config import sim_config
-from deepboot_env.policy import make_policy
+from deepboot_env.policy import WIDTH_CLASSES, BasePolicy, make_policy
 from deepboot_env.sim.array_episode import ArrayEpisode
 from deepboot_env.sim.cluster import ClusterConfig
 from deepboot_env.sim.simulator import SimConfig, Simulator
@@ -46,7 +47,7 @@ def wanted_of(allocation: Allocation, shape: tuple[int, int]) -> np.ndarray:
     return wanted
 
 
-def compared_decisions(workload, config: SimConfig, name: str | AtsPolicy, fixed_batch: bool = False) -> int:
+def compared_decisions(workload, config: SimConfig, name: str | BasePolicy, fixed_batch: bool = False) -> int:
     """Play ``workload`` on the arrays by policy ``name`` (or this policy; ``fixed_batch``: the
     jobs keep their submitted batch sizes), comparing the compiled and the Python decision at each
     decision (over the active jobs); the decisions compared."""
@@ -96,6 +97,41 @@ def test_compiled_decision_holds_on_other_configurations(
         "ats-loops", 8, train={"num_jobs": 30}, inference={"horizon_s": 8 * 3600.0, "mean_gpus": 10.0}
     )
     assert compared_decisions(workload, config, name, fixed_batch) > 200
+
+
+def held_player(workload, seed: int, widths: bool) -> HeldScores:
+    """The prior holding random per-job scores and (``widths``) random width scores per application."""
+    rng = np.random.default_rng(seed)
+    scores = {j: float(rng.normal(0.0, 0.5)) if j % 4 else 0.0 for j in range(len(workload.jobs))}
+    table = {app: tuple(rng.normal(0.0, 0.3, WIDTH_CLASSES).tolist()) for app in {job.app for job in workload.jobs}}
+    held = {j: table[job.app] for j, job in enumerate(workload.jobs) if j % 3} if widths else None
+    return HeldScores(make_policy("ats-srpt-fcfs-place-rr-warm"), scores, held)
+
+
+@pytest.mark.parametrize("widths", [False, True], ids=["scores", "scores-and-widths"])
+def test_compiled_decision_under_held_scores_is_the_policys(widths: bool) -> None:
+    """The score action's held per-job scores (some 0) and width scores (some jobs without):
+    the compiled decision is ``decide_scored``'s at every decision."""
+    workload = generate_workload(
+        "ats-loops", 6, train={"num_jobs": 40}, inference={"horizon_s": 10 * 3600.0, "mean_gpus": 12.0}
+    )
+    assert compared_decisions(workload, sim_config(), held_player(workload, 3, widths)) > 300
+
+
+def test_hindsight_forks_play_on_the_arrays_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A held-score player on a fork (the hindsight search's episodes) ends with the same mean JCT
+    on the arrays as on the simulator, and the search on them finds the same scores."""
+    from deepboot_env import evaluation
+
+    workload = generate_workload("ats-loops", 7, train={"num_jobs": 20}, inference={"horizon_s": 6 * 3600.0})
+    sim = Simulator(workload, sim_config(), make_policy("ats-srpt-fcfs-place-rr-warm"))
+    sim.observe()
+    results = []
+    for arrays in (False, True):
+        monkeypatch.setattr(evaluation, "ARRAY_EPISODES", arrays)
+        results.append(played_fork(sim, held_player(workload, 5, True), None))
+    assert results[0] == results[1]
+    assert isinstance(evaluation.episode_driver(sim.fork(), held_player(workload, 5, True)), ArrayEpisode)
 
 
 def test_subclasses_and_the_originals_options_decide_in_python() -> None:
