@@ -773,6 +773,11 @@ class AtsPolicy(BasePolicy):
         state = self._lendable(state)
         return self.place_proposal(state, self.propose_counts(state))
 
+    @property
+    def decides_on_arrays(self) -> bool:
+        """Whether :meth:`decide_on_arrays` decides (not a subclass, not the original's options)."""
+        return type(self) is AtsPolicy and not (self.linear_untrained or self.relist_restarts)
+
     def decide_on_arrays(
         self, episode: ArrayEpisode, scores: np.ndarray = _NO_SCORES, widths: np.ndarray = _NO_WIDTHS
     ) -> np.ndarray | None:
@@ -787,7 +792,7 @@ class AtsPolicy(BasePolicy):
         Raises:
             ValueError: if the knapsack's counts cannot be placed (never: they fit by construction).
         """
-        if type(self) is not AtsPolicy or self.linear_untrained or self.relist_restarts:
+        if not self.decides_on_arrays:
             return None
         if not (episode.may_compile or _decision_cached()):
             return None

@@ -185,6 +185,11 @@ class HeldScores(BasePolicy):
         """The prior's decision with the held scores (:meth:`AtsPolicy.decide_scored`)."""
         return self.prior.decide_scored(state, self.scores, 1.0, self.widths)
 
+    @property
+    def decides_on_arrays(self) -> bool:
+        """Whether the prior decides compiled (:meth:`decide_on_arrays`)."""
+        return self.prior.decides_on_arrays
+
     def decide_on_arrays(self, episode: ArrayEpisode) -> np.ndarray | None:
         """:meth:`decide` compiled over ``episode``'s arrays
         (:meth:`AtsPolicy.decide_on_arrays <baselines.ats.AtsPolicy.decide_on_arrays>`), or None

@@ -186,8 +186,11 @@ def run_episode(
 ARRAY_EPISODES: bool | None = None
 """Whether :func:`run_episode` plays an episode on the compiled loop's arrays where that is the same
 episode (:func:`~deepboot_env.sim.array_episode.array_episode_applies`): True always, False never,
-None (the default) where the loops are cached on disk already, and otherwise from the process's
-:data:`ARRAY_EPISODES_AFTER`-th such episode on. The loops compile in about 25 CPU-s once per
+None (the default) for a policy that decides compiled there (its ``decides_on_arrays``: ATS and
+its variants, held scores), where the loops are cached on disk already, and otherwise from the
+process's :data:`ARRAY_EPISODES_AFTER`-th such episode on (a policy that decides in Python on a
+state built from the rows gains little and, on the Philly replay, lost: 47 CPU-s and 850 MB for
+``fifo`` on 10,000 jobs against the simulator's 28.5 and 331). The loops compile in about 25 CPU-s once per
 install, and a policy's compiled decision (ATS's: about 13 CPU-s) on its first use; a process that
 plays one or a few episodes (``deepboot simulate``) does not pay that, and one that plays many (a
 benchmark, a comparison) pays it once and caches it for every later one
@@ -205,6 +208,8 @@ def episode_driver(sim: Simulator, decider: object | None = None) -> Simulator |
     global _applicable_episodes
     if ARRAY_EPISODES is False or sim.done or not array_episode_applies(sim, decider):
         return sim
+    if ARRAY_EPISODES is None and not getattr(sim.policy if decider is None else decider, "decides_on_arrays", False):
+        return sim  # its state built from the rows at every decision: no faster, and larger, than the simulator's
     _applicable_episodes += 1
     may_compile = bool(ARRAY_EPISODES) or _applicable_episodes >= ARRAY_EPISODES_AFTER
     if may_compile or loops_cached():

@@ -102,9 +102,9 @@ def test_array_episodes_apply_only_where_they_are_the_same(change: dict) -> None
 
 
 def test_episodes_go_on_the_arrays_once_compiling_pays(monkeypatch: pytest.MonkeyPatch) -> None:
-    """By default (``ARRAY_EPISODES`` None) a process plays on the arrays where the loops are on
-    disk already, without compiling a policy's decision that is not; and from its
-    ``ARRAY_EPISODES_AFTER``-th applicable episode on, compiling what it needs."""
+    """By default (``ARRAY_EPISODES`` None) a process plays a policy that decides compiled on the
+    arrays where the loops are on disk already, without compiling a policy's decision that is
+    not; and from its ``ARRAY_EPISODES_AFTER``-th applicable episode on, compiling what it needs."""
     from deepboot_env.sim import array_episode
 
     workload = generate_workload("array-episodes", 4, train={"num_jobs": 6}, inference={"horizon_s": 3600.0})
@@ -119,6 +119,8 @@ def test_episodes_go_on_the_arrays_once_compiling_pays(monkeypatch: pytest.Monke
     monkeypatch.setattr(evaluation, "loops_cached", lambda: True)
     cached = evaluation.episode_driver(Simulator(workload, SimConfig(), make_policy("ats")))
     assert isinstance(cached, ArrayEpisode) and not cached.may_compile
+    # a policy that decides in Python stays on the simulator (no faster on the rows, and larger)
+    assert isinstance(evaluation.episode_driver(Simulator(workload, SimConfig(), make_policy("fifo"))), Simulator)
     monkeypatch.setattr(evaluation, "ARRAY_EPISODES", False)
     assert isinstance(evaluation.episode_driver(Simulator(workload, SimConfig(), make_policy("ats"))), Simulator)
     assert not array_episode.cached_on_disk(len)  # the probe reads anything else as not cached
