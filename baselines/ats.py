@@ -748,6 +748,8 @@ class AtsPolicy(BasePolicy):
         self._warm_memo: tuple[ClusterState, ClusterState] | None = None
         """The latest state given and the state this policy decides on (see :meth:`_lendable`)."""
         self.name = label or ("ats" if lend else "ats-nolend")
+        self._array_params: dict[tuple[int, bool], np.ndarray] = {}
+        """The compiled decision's parameters by (GPUs per node, adaptive batch) (:meth:`decide_on_arrays`)."""
         self._weights_memo: tuple[ClusterState, list[JobView], dict[tuple[int, int], np.ndarray | None]] | None = None
         """The state, its jobs in priority order and their weights by (fair, capacity) of the
         latest :meth:`_ranked_weights` (see there)."""
@@ -799,15 +801,18 @@ class AtsPolicy(BasePolicy):
         from baselines import ats_loops as loops
 
         inputs = episode.decision_inputs()
-        params = np.zeros(loops.N_PARAMS)
-        params[loops.LEND], params[loops.SRPT_POWER], params[loops.ARRIVAL_TILT] = (
-            float(self.lend),
-            self.srpt_power,
-            self.arrival_tilt,
-        )
-        params[loops.PLACEMENT_AWARE], params[loops.KEEP_WARM_AT] = self.placement_aware, self.keep_warm_at
-        params[loops.GPUS_PER_NODE], params[loops.ADAPTIVE] = inputs.gpus_per_node, inputs.adaptive
-        params[loops.RESTART_S], params[loops.MAX_CELLS] = RESTART_PENALTY_S, MAX_KNAPSACK_CELLS
+        key = (inputs.gpus_per_node, inputs.adaptive)
+        params = self._array_params.get(key)
+        if params is None:  # the same at every decision of an episode: built once per cluster shape
+            params = self._array_params[key] = np.zeros(loops.N_PARAMS)
+            params[loops.LEND], params[loops.SRPT_POWER], params[loops.ARRIVAL_TILT] = (
+                float(self.lend),
+                self.srpt_power,
+                self.arrival_tilt,
+            )
+            params[loops.PLACEMENT_AWARE], params[loops.KEEP_WARM_AT] = self.placement_aware, self.keep_warm_at
+            params[loops.GPUS_PER_NODE], params[loops.ADAPTIVE] = key
+            params[loops.RESTART_S], params[loops.MAX_CELLS] = RESTART_PENALTY_S, MAX_KNAPSACK_CELLS
         answer = loops.ats_decision_loops(*inputs[:12], params, scores, widths, inputs.wanted)
         if answer == loops.BOUNDED:
             return None
