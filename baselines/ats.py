@@ -63,7 +63,7 @@ from deepboot_env.sim.reclaim import RestartAwareRule, fair_share_base
 from deepboot_env.sim.state import GpuRef, RequestView
 
 if TYPE_CHECKING:
-    from deepboot_env.sim.array_episode import ArrayEpisode
+    from deepboot_env.sim.array_episode import ArrayEpisode, DecisionInputs
 
 RESTART_PENALTY_S = 10.0
 """Seconds per restart in ATS's restart factor (the original's constant)."""
@@ -560,12 +560,13 @@ def knapsack_options(options: Options, capacity: int) -> list[int]:
 
 
 @functools.cache
-def _decision_cached() -> bool:
-    """Whether ATS's compiled decision was on disk when this process first asked (it then loads
-    instead of compiling; asked once per process: an episode that may not compile declines it)."""
+def _kernel_cached(name: str) -> bool:
+    """Whether :mod:`baselines.ats_loops`' compiled ``name`` was on disk when this process first
+    asked (it then loads instead of compiling; asked once per process and kernel: an episode that
+    may not compile declines it)."""
     from baselines import ats_loops
 
-    return cached_on_disk(ats_loops.ats_decision_loops)
+    return cached_on_disk(getattr(ats_loops, name))
 
 
 @functools.cache
@@ -749,6 +750,10 @@ class AtsPolicy(BasePolicy):
         """The latest state given and the state this policy decides on (see :meth:`_lendable`)."""
         self.name = label or ("ats" if lend else "ats-nolend")
         self._array_params: dict[tuple[int, bool], np.ndarray] = {}
+        self._proposal = np.zeros((2, 0), dtype=np.int64)
+        """:meth:`decide_on_arrays`' knapsack counts (the jobs in priority order, their GPUs)."""
+        self._log_weights_out = np.zeros(0)
+        """:meth:`log_weights_on_arrays`' buffer (by job index)."""
         """The compiled decision's parameters by (GPUs per node, adaptive batch) (:meth:`decide_on_arrays`)."""
         self._weights_memo: tuple[ClusterState, list[JobView], dict[tuple[int, int], np.ndarray | None]] | None = None
         """The state, its jobs in priority order and their weights by (fair, capacity) of the
@@ -781,7 +786,7 @@ class AtsPolicy(BasePolicy):
         return type(self) is AtsPolicy and not (self.linear_untrained or self.relist_restarts)
 
     def decide_on_arrays(
-        self, episode: ArrayEpisode, scores: np.ndarray = _NO_SCORES, widths: np.ndarray = _NO_WIDTHS
+        self, episode: ArrayEpisode, scores: np.ndarray = _NO_SCORES, widths: np.ndarray = _NO_WIDTHS, lend: float = 1.0
     ) -> np.ndarray | None:
         """:meth:`decide` at ``episode``'s decision, compiled over its arrays
         (:func:`~baselines.ats_loops.ats_decision_loops`, the same allocation bit for bit): the
@@ -789,36 +794,84 @@ class AtsPolicy(BasePolicy):
         decides in Python (a subclass, the original's options, a knapsack past its cell bound).
         With ``scores`` (a log-weight per job index) and ``widths`` (width-class log-multipliers
         per job index, NaN rows for none; :func:`held_arrays`), :meth:`decide_scored` at lending
-        share 1.
+        share ``lend``.
 
         Raises:
             ValueError: if the knapsack's counts cannot be placed (never: they fit by construction).
         """
-        if not self.decides_on_arrays:
-            return None
-        if not (episode.may_compile or _decision_cached()):
+        if not self.decides_on_arrays or not (episode.may_compile or _kernel_cached("ats_decision_loops")):
             return None
         from baselines import ats_loops as loops
 
         inputs = episode.decision_inputs()
-        key = (inputs.gpus_per_node, inputs.adaptive)
-        params = self._array_params.get(key)
-        if params is None:  # the same at every decision of an episode: built once per cluster shape
-            params = self._array_params[key] = np.zeros(loops.N_PARAMS)
-            params[loops.LEND], params[loops.SRPT_POWER], params[loops.ARRIVAL_TILT] = (
-                float(self.lend),
-                self.srpt_power,
-                self.arrival_tilt,
-            )
-            params[loops.PLACEMENT_AWARE], params[loops.KEEP_WARM_AT] = self.placement_aware, self.keep_warm_at
-            params[loops.GPUS_PER_NODE], params[loops.ADAPTIVE] = key
-            params[loops.RESTART_S], params[loops.MAX_CELLS] = RESTART_PENALTY_S, MAX_KNAPSACK_CELLS
-        answer = loops.ats_decision_loops(*inputs[:12], params, scores, widths, inputs.wanted)
+        params = self._params_at(inputs, lend)
+        if self._proposal.shape[1] < len(inputs.jf):
+            self._proposal = np.zeros((2, len(inputs.jf)), dtype=np.int64)
+        answer = loops.ats_decision_loops(*inputs[:12], params, scores, widths, inputs.wanted, self._proposal)
         if answer == loops.BOUNDED:
             return None
         if answer != loops.DECIDED:
             raise ValueError(f"{self.name}: the knapsack's counts do not fit the free GPUs at t={inputs.now:.0f}s")
         return inputs.wanted
+
+    def propose_on_arrays(self, episode: ArrayEpisode) -> tuple[dict[int, int], np.ndarray] | None:
+        """:meth:`propose_counts` and its placement (:meth:`place_proposal`) at ``episode``'s
+        decision, compiled (:meth:`decide_on_arrays`): the counts by job id in priority order, and
+        the GPUs per node of each job (-1: none; the episode's buffer); or None where the policy
+        decides in Python."""
+        wanted = self.decide_on_arrays(episode)
+        if wanted is None:
+            return None
+        jobs, chosen = self._proposal[:, : len(episode.active)].tolist()
+        return dict(zip(jobs, chosen, strict=True)), wanted
+
+    def log_weights_on_arrays(self, episode: ArrayEpisode) -> np.ndarray | None:
+        """:meth:`log_weights` at ``episode``'s decision, compiled
+        (:func:`~baselines.ats_loops.ats_log_weights_loops`, the same floats): by job index, valid
+        at the active jobs' (a buffer of the policy's, rewritten at the next call); or None where
+        the policy decides in Python."""
+        if not self.decides_on_arrays or not (episode.may_compile or _kernel_cached("ats_log_weights_loops")):
+            return None
+        from baselines import ats_loops as loops
+
+        inputs = episode.decision_inputs()
+        out = self._log_weights_out
+        if len(out) < len(inputs.jf):
+            out = self._log_weights_out = np.zeros(len(inputs.jf))
+        loops.ats_log_weights_loops(
+            inputs.jf, inputs.ji, inputs.active, inputs.model, inputs.ends, inputs.dims, inputs.targets,
+            inputs.ledger, inputs.kinds, inputs.waiting, self._params_at(inputs, 1.0), out,
+        )  # fmt: skip
+        return out
+
+    def _params_at(self, inputs: DecisionInputs, lend: float) -> np.ndarray:
+        """The compiled decision's parameters (:data:`~baselines.ats_loops.N_PARAMS`) at ``inputs``'
+        cluster shape and the lending share ``lend`` times the policy's own."""
+        from baselines import ats_loops as loops
+
+        key = (inputs.gpus_per_node, inputs.adaptive)
+        params = self._array_params.get(key)
+        if params is None:  # the same at every decision of an episode: built once per cluster shape
+            params = self._array_params[key] = np.zeros(loops.N_PARAMS)
+            params[loops.SRPT_POWER], params[loops.ARRIVAL_TILT] = self.srpt_power, self.arrival_tilt
+            params[loops.PLACEMENT_AWARE], params[loops.KEEP_WARM_AT] = self.placement_aware, self.keep_warm_at
+            params[loops.GPUS_PER_NODE], params[loops.ADAPTIVE] = key
+            params[loops.RESTART_S], params[loops.MAX_CELLS] = RESTART_PENALTY_S, MAX_KNAPSACK_CELLS
+            params[loops.WEIGHT_FLOOR] = _TINY_WEIGHT
+        params[loops.LEND] = float(self.lend) * lend  # _scored_counts' share (times 1.0: the policy's own)
+        return params
+
+    def decide_scored_on_arrays(
+        self,
+        episode: ArrayEpisode,
+        scores: Mapping[int, float],
+        lend: float,
+        width_scores: Mapping[int, Sequence[float]] | None = None,
+    ) -> np.ndarray | None:
+        """:meth:`scored_placement` at ``episode``'s decision, compiled (:meth:`decide_on_arrays`
+        with the scores as arrays), or None where the policy decides in Python."""
+        held = held_arrays(len(episode.arrivals), scores, width_scores)
+        return None if held is None else self.decide_on_arrays(episode, *held, lend=lend)
 
     def _lendable(self, state: ClusterState) -> ClusterState:
         """The state the policy decides on: ``state``, or with :attr:`keep_warm_at` and inference

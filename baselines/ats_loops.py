@@ -34,7 +34,8 @@ PROGRESS_LOOPS_DIGEST = "027caf4eb0a69a55"
 
 # the decision's parameters, one float64 array (see ats_decision_loops)
 LEND, SRPT_POWER, ARRIVAL_TILT, PLACEMENT_AWARE, KEEP_WARM_AT, GPUS_PER_NODE, ADAPTIVE, RESTART_S, MAX_CELLS = range(9)
-N_PARAMS = 9
+WEIGHT_FLOOR = 9  # ats_log_weights_loops: weights below read as this one
+N_PARAMS = 10
 DECIDED, BOUNDED = 0, 1
 """:func:`ats_decision_loops`' answers: the allocation is in ``wanted``; the knapsack would pass
 its cell bound (the policy's bounded passes decide, in Python)."""
@@ -411,6 +412,68 @@ def _place(
     return True
 
 
+@inlined
+def _priority_order(
+    jf: np.ndarray, active: np.ndarray, counts: np.ndarray, kinds: np.ndarray, waiting: int, params: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, int, int, np.ndarray, np.ndarray]:
+    """What a decision of the ``active`` jobs (at least one) starts from: the ledger's counts as
+    the policy decides on them, the training capacity per node at the lending share and its
+    total, the fair share ``ceil(capacity / jobs)`` (1 without capacity), and the jobs in
+    least-attained-service order with each one's arrival rank (``ranks[i]``: the index in
+    ``active`` of the job at priority i)."""
+    n = len(active)
+    gpn = int(params[GPUS_PER_NODE])
+    decided = _decision_counts(counts, kinds, gpn, waiting, params[KEEP_WARM_AT])
+    capacity = _training_capacity(decided, kinds, gpn, params[LEND])
+    total_capacity = 0
+    for node in range(len(capacity)):
+        total_capacity += capacity[node]
+    fair = -(-total_capacity // n) if total_capacity > 0 else 1
+    service = np.empty(n)
+    for i in range(n):
+        service[i] = jf[active[i], SERVICE]
+    ranks = _stable_order(service)  # ties by index: by arrival, then id
+    jobs = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        jobs[i] = active[ranks[i]]
+    return decided, capacity, total_capacity, fair, ranks, jobs
+
+
+@compiled
+def ats_log_weights_loops(
+    jf: np.ndarray,
+    ji: np.ndarray,
+    active: np.ndarray,
+    model: np.ndarray,
+    ends: np.ndarray,
+    dims: np.ndarray,
+    targets: np.ndarray,
+    counts: np.ndarray,
+    kinds: np.ndarray,
+    waiting: int,
+    params: np.ndarray,
+    out: np.ndarray,
+) -> None:
+    """``AtsPolicy.log_weights`` of the ``active`` jobs: ``out[j]``, job j's knapsack log-weight
+    relative to the heaviest job's at the fair share and capacity of the lending share
+    ``params[LEND]`` (the arguments are :func:`ats_decision_loops`'); the other entries untouched.
+    Weights below ``params[WEIGHT_FLOOR]`` read as that one, as the policy reads them."""
+    n = len(active)
+    if n == 0:
+        return
+    _, _, _, fair, ranks, jobs = _priority_order(jf, active, counts, kinds, waiting, params)
+    weights = _job_weights(
+        jobs, ranks, ji, model, ends, dims, targets, fair, params[SRPT_POWER], params[ARRIVAL_TILT], np.zeros(0)
+    )
+    tiny = params[WEIGHT_FLOOR]
+    top = -math.inf
+    for i in range(n):
+        weights[i] = math.log(weights[i] if weights[i] > tiny else tiny)
+        top = max(top, weights[i])
+    for i in range(n):
+        out[jobs[i]] = weights[i] - top
+
+
 @compiled
 def ats_decision_loops(
     jf: np.ndarray,
@@ -429,10 +492,13 @@ def ats_decision_loops(
     scores: np.ndarray,
     widths: np.ndarray,
     wanted: np.ndarray,
+    proposal: np.ndarray,
 ) -> int:
     """``AtsPolicy.decide`` of the ``active`` jobs (in index order, which is their arrival order)
     at ``now``: ``wanted[j]`` is job j's GPUs per node, -1 for none (``apply_counts_loops``' input);
-    :data:`DECIDED`, or :data:`BOUNDED` where the knapsack would pass its cell bound.
+    :data:`DECIDED`, or :data:`BOUNDED` where the knapsack would pass its cell bound. The
+    knapsack's counts, ``propose_counts``, are left in ``proposal``: row 0 the jobs in priority
+    order, row 1 their GPUs (the first ``len(active)`` columns).
 
     ``model``, ``ends``, ``dims``: the loop's stacked tables (the rates by [app, flag, GPUs, epoch],
     the epochs' ends, each app's (epochs, max replicas, ...)); ``targets``: each app's target
@@ -445,19 +511,7 @@ def ats_decision_loops(
     if n == 0:
         return DECIDED
     gpn = int(params[GPUS_PER_NODE])
-    decided = _decision_counts(counts, kinds, gpn, waiting, params[KEEP_WARM_AT])
-    capacity = _training_capacity(decided, kinds, gpn, params[LEND])
-    total_capacity = 0
-    for node in range(len(capacity)):
-        total_capacity += capacity[node]
-    fair = -(-total_capacity // n) if total_capacity > 0 else 1
-    service = np.empty(n)
-    for i in range(n):
-        service[i] = jf[active[i], SERVICE]
-    ranks = _stable_order(service)  # ties by index: by arrival, then id
-    jobs = np.empty(n, dtype=np.int64)
-    for i in range(n):
-        jobs[i] = active[ranks[i]]
+    decided, capacity, total_capacity, fair, ranks, jobs = _priority_order(jf, active, counts, kinds, waiting, params)
     caps = np.empty(n, dtype=np.int64)
     for i in range(n):
         j = jobs[i]
@@ -487,6 +541,8 @@ def ats_decision_loops(
         table[i, 0], table[i, 1], table[i, 2] = offsets[i], caps[i], ji[j, REPLICAS]
         table[i, 3], table[i, 4] = (left if left > 0.0 else 0.0) / (age + penalty), weights[i]
     chosen = knapsack_loops(rows, table, min(total_capacity, total))
+    for i in range(n):
+        proposal[0, i], proposal[1, i] = jobs[i], chosen[i]
     own = np.empty(len(kinds), dtype=np.bool_)
     for node in range(len(kinds)):
         own[node] = kinds[node] != NODE_INFER_KIND

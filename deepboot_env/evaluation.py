@@ -201,14 +201,20 @@ _applicable_episodes = 0
 """Episodes this process has played where an array episode applies."""
 
 
-def episode_driver(sim: Simulator, decider: object | None = None) -> Simulator | ArrayEpisode:
+def episode_driver(
+    sim: Simulator, decider: object | None = None, decides_compiled: bool | None = None
+) -> Simulator | ArrayEpisode:
     """What :func:`run_episode` drives: ``sim`` itself, or its
     :class:`~deepboot_env.sim.array_episode.ArrayEpisode` where one applies (to ``decider``
-    deciding, None: ``sim``'s policy; a fork's player) and :data:`ARRAY_EPISODES` says so."""
+    deciding, None: ``sim``'s policy; a fork's player) and :data:`ARRAY_EPISODES` says so
+    (``decides_compiled``: whether the decisions are compiled there, None: the decider's
+    ``decides_on_arrays``; the env's action codec says it for its own decoding)."""
     global _applicable_episodes
     if ARRAY_EPISODES is False or sim.done or not array_episode_applies(sim, decider):
         return sim
-    if ARRAY_EPISODES is None and not getattr(sim.policy if decider is None else decider, "decides_on_arrays", False):
+    if decides_compiled is None:
+        decides_compiled = bool(getattr(sim.policy if decider is None else decider, "decides_on_arrays", False))
+    if ARRAY_EPISODES is None and not decides_compiled:
         return sim  # its state built from the rows at every decision: no faster, and larger, than the simulator's
     _applicable_episodes += 1
     may_compile = bool(ARRAY_EPISODES) or _applicable_episodes >= ARRAY_EPISODES_AFTER

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -43,6 +43,9 @@ from deepboot_env.policy import WIDTH_CLASSES, CountProposer, Policy, ScoredProp
 from deepboot_env.sim.cluster import node_layout
 from deepboot_env.sim.hooks import DefaultHooks, SimulatorHooks
 from deepboot_env.sim.state import Allocation, ClusterState, JobView, validate_allocation
+
+if TYPE_CHECKING:
+    from deepboot_env.sim.array_episode import ArrayEpisode
 
 GPU_BUCKETS: tuple[int, ...] = (0, 1, 2, 4, 8, 16, 32)
 """GPU targets a slot can ask for (target mode)."""
@@ -167,6 +170,11 @@ class ActionCodec(ABC):
         """The codec's observation entries for ``state`` (called once per decision)."""
         return {}
 
+    def observe_on_arrays(self, state: ClusterState, episode: ArrayEpisode) -> dict[str, np.ndarray]:
+        """:meth:`observe` of ``state``, observed from ``episode`` (a codec may read what it
+        needs compiled from the episode's arrays; the same entries)."""
+        return self.observe(state)
+
     @abstractmethod
     def mask(self, state: ClusterState) -> np.ndarray:
         """Valid choices per action dimension, flattened (for sb3-contrib MaskablePPO)."""
@@ -179,6 +187,23 @@ class ActionCodec(ABC):
         Raises:
             ValueError: if the action has the wrong shape or a choice outside the action space.
         """
+
+    @property
+    def decides_on_arrays(self) -> bool:
+        """Whether :meth:`decode_on_arrays` decodes compiled (else the env's episodes stay on the
+        simulator by default: :func:`~deepboot_env.evaluation.episode_driver`)."""
+        return False
+
+    def decode_on_arrays(self, action: np.ndarray, state: ClusterState, episode: ArrayEpisode) -> np.ndarray | None:
+        """:meth:`decode` compiled over ``episode``'s arrays at the decision ``state`` was observed
+        at: the GPUs per node of each job (-1: none; the episode's buffer, for
+        :meth:`ArrayEpisode.apply_wanted <deepboot_env.sim.array_episode.ArrayEpisode.apply_wanted>`),
+        nothing repaired; or None where it decodes in Python (the caller then calls :meth:`decode`)."""
+        return None
+
+    def redecode_on_arrays(self, state: ClusterState, episode: ArrayEpisode) -> np.ndarray | None:
+        """:meth:`redecode` as :meth:`decode_on_arrays` decodes, or None."""
+        return None
 
     def decode_allocation(self, action: np.ndarray, state: ClusterState) -> tuple[Allocation, int]:
         """:meth:`decode` as an :class:`~deepboot_env.sim.state.Allocation` (what a policy returns)."""
@@ -325,6 +350,8 @@ class ResidualCodec(ActionCodec):
         self.proposal: Counts | None = None
         self._proposed: dict[int, int] | None = None
         self._counts: dict[int, int] = {}
+        self._wanted: np.ndarray | None = None
+        """The base policy's compiled placement of the latest :meth:`observe_on_arrays` (None: none)."""
 
     def extra_observation(self) -> dict[str, int]:
         """``base``: the proposed GPUs per slot over the cluster's GPUs."""
@@ -336,21 +363,49 @@ class ResidualCodec(ActionCodec):
         self.proposal = None
         self._proposed = None
         self._counts = {}
+        self._wanted = None
 
     def observe(self, state: ClusterState) -> dict[str, np.ndarray]:
         """Ask the base policy for its counts (or allocation) of ``state``; observe its GPUs per slot."""
         if self._proposer is not None:
             self.proposal = None
             self._proposed = self._proposer.propose_counts(state)
-            counts = self._counts = placement_order(state, self._proposed)
-        else:
-            self._set_proposal(state, self.base.decide(state))
-            counts = self._counts = {job_id: sum(row) for job_id, row in self._checked_proposal().items()}
+            return self._observed(state, placement_order(state, self._proposed))
+        self._set_proposal(state, self.base.decide(state))
+        return self._observed(state, {job_id: sum(row) for job_id, row in self._checked_proposal().items()})
+
+    def _observed(self, state: ClusterState, counts: dict[int, int]) -> dict[str, np.ndarray]:
+        """The ``base`` entry of the base policy's ``counts`` (by job id, kept for :meth:`decode`)."""
+        self._counts = counts
         out = np.zeros(self.max_jobs, dtype=np.float32)
         total = state.config.total_gpus
         for i, job in enumerate(slot_jobs(state, self.max_jobs)):
             out[i] = min(counts.get(job.id, 0) / total, 1.0)
         return {"base": out}
+
+    @property
+    def decides_on_arrays(self) -> bool:
+        """Whether the base policy proposes compiled (``propose_on_arrays``: ATS and its variants)."""
+        return bool(getattr(self.base, "decides_on_arrays", False)) and hasattr(self.base, "propose_on_arrays")
+
+    def observe_on_arrays(self, state: ClusterState, episode: ArrayEpisode) -> dict[str, np.ndarray]:
+        """:meth:`observe`, the base policy's counts and placement compiled where it has them
+        (the same counts, placement and order)."""
+        propose = getattr(self.base, "propose_on_arrays", None) if self._proposer is not None else None
+        proposed = None if propose is None else propose(episode)
+        self._wanted = None
+        if proposed is None:
+            return self.observe(state)
+        self._proposed, self._wanted = proposed
+        self.proposal = None
+        return self._observed(state, placement_order(state, self._proposed))
+
+    def decode_on_arrays(self, action: np.ndarray, state: ClusterState, episode: ArrayEpisode) -> np.ndarray | None:
+        """The base policy's compiled placement for the neutral action (:meth:`decode` places
+        any other in Python): the episode's buffer as :meth:`observe_on_arrays` left it."""
+        if self._wanted is None or not self._is_neutral(action, state):
+            return None
+        return self._wanted
 
     def _set_proposal(self, state: ClusterState, allocation: Allocation) -> None:
         checked = validate_allocation(state, allocation)
@@ -394,7 +449,7 @@ class ResidualCodec(ActionCodec):
             raise RuntimeError("call observe(state) before decode()")
         choices, lend = split_action(action, self.max_jobs, self.slot_choices, self.lend_levels)
         jobs = slot_jobs(state, self.max_jobs)
-        if lend == self.lend_levels - 1 and all(choices[i] == NEUTRAL for i in range(len(jobs))):
+        if self._neutral(choices, lend, len(jobs)):
             return self._base_allocation(state), 0
         targets = dict(self._counts)
         repaired = 0
@@ -405,6 +460,20 @@ class ResidualCodec(ActionCodec):
             targets[job.id] = clipped
         counts, trimmed = self._place(state, targets, lend, state.job_by_id)
         return counts, repaired + trimmed
+
+    def _neutral(self, choices: Sequence[int], lend: int, jobs: int) -> bool:
+        """Whether ``choices`` and ``lend`` (of an action on a state of ``jobs`` slot jobs) leave
+        the base policy's allocation as it is."""
+        return lend == self.lend_levels - 1 and all(choices[i] == NEUTRAL for i in range(jobs))
+
+    def _is_neutral(self, action: np.ndarray, state: ClusterState) -> bool:
+        """:meth:`_neutral` of ``action`` on ``state``.
+
+        Raises:
+            ValueError: if the action has the wrong shape or a choice outside the action space.
+        """
+        choices, lend = split_action(action, self.max_jobs, self.slot_choices, self.lend_levels)
+        return self._neutral(choices, lend, min(len(state.jobs), self.max_jobs))
 
     def neutral_action(self) -> np.ndarray:
         """Zero corrections at the top lending level: the base policy's allocation."""
@@ -587,10 +656,24 @@ class ScoreCodec(ActionCodec):
         at every env step: numpy's per-call cost, not the few values, is what it costs)."""
         jobs = slot_jobs(state, self.max_jobs)
         logs = self.prior.log_weights(state)
+        return self._observed(jobs, [logs[job.id] for job in jobs])
+
+    def observe_on_arrays(self, state: ClusterState, episode: ArrayEpisode) -> dict[str, np.ndarray]:
+        """:meth:`observe`, the prior's log-weights compiled where it has them
+        (``log_weights_on_arrays``: the same floats)."""
+        compiled = getattr(self.prior, "log_weights_on_arrays", None)
+        logs = None if compiled is None else compiled(episode)
+        if logs is None:
+            return self.observe(state)
+        jobs = slot_jobs(state, self.max_jobs)
+        return self._observed(jobs, logs[[job.id for job in jobs]].tolist())
+
+    def _observed(self, jobs: Sequence[JobView], logs: list[float]) -> dict[str, np.ndarray]:
+        """The ``prior`` and ``noise`` entries of the slot ``jobs``, whose prior log-weights are ``logs``."""
         ids = [job.id for job in jobs]
         empty = self.max_jobs - len(ids)
         # max(0.0, 1 + log / range) per slot, in one pass and without a call each
-        prior = [value if (value := 1.0 + logs[job_id] / _LOG_WEIGHT_RANGE) > 0.0 else 0.0 for job_id in ids]
+        prior = [value if (value := 1.0 + log / _LOG_WEIGHT_RANGE) > 0.0 else 0.0 for log in logs]
         old = self._codes
         # unpaired: one draw per slot and the lending code, as ever; paired: keyed codes
         if self._noise_key is None:
@@ -684,6 +767,29 @@ class ScoreCodec(ActionCodec):
         """The prior's schedule of ``state`` under the held scores (jobs that arrived since: 0)."""
         widths = self.held_widths or None  # none: the prior's call as ever
         return self.prior.scored_placement(state, self.held, self.held_lend, widths), 0
+
+    @property
+    def decides_on_arrays(self) -> bool:
+        """Whether the prior decides compiled (:meth:`AtsPolicy.decides_on_arrays
+        <baselines.ats.AtsPolicy.decides_on_arrays>`)."""
+        return bool(getattr(self.prior, "decides_on_arrays", False))
+
+    def decode_on_arrays(self, action: np.ndarray, state: ClusterState, episode: ArrayEpisode) -> np.ndarray | None:
+        """:meth:`decode` by the prior's compiled decision (the same schedule, bit for bit).
+
+        Raises:
+            ValueError: if the action is not :attr:`action_size` finite numbers.
+        """
+        self.held, self.held_widths, self.held_lend = self.scores_of(action, state)
+        return self.redecode_on_arrays(state, episode)
+
+    def redecode_on_arrays(self, state: ClusterState, episode: ArrayEpisode) -> np.ndarray | None:
+        """:meth:`redecode` by the prior's compiled decision, or None where the prior decides in
+        Python (``episode``'s holders are at now: the env observed ``state`` from it)."""
+        decide = getattr(self.prior, "decide_scored_on_arrays", None)
+        if decide is None:
+            return None
+        return decide(episode, self.held, self.held_lend, self.held_widths or None)
 
     def neutral_action(self) -> np.ndarray:
         """All scores 0 and the full lending share: the prior itself."""

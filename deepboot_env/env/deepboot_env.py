@@ -20,7 +20,9 @@ from deepboot_env.env.observation import (
     observation_limits,
 )
 from deepboot_env.env.reference import ReferenceEpisode, reference_curve
+from deepboot_env.evaluation import episode_driver
 from deepboot_env.limits import shown
+from deepboot_env.sim.array_episode import ArrayEpisode
 from deepboot_env.sim.scenario import Scenario
 from deepboot_env.sim.simulator import Simulator
 from deepboot_env.sim.state import ClusterState
@@ -192,7 +194,9 @@ class DeepBootEnv(gym.Env):
         self._antithetic = bool(antithetic)
         self.observation_space, self.action_space = spaces_for(self.codec, self.config.outlook)
         self._outlook = OutlookEncoder(self.config.max_jobs) if self.config.outlook else None
-        self.sim: Simulator | None = None
+        self._sim: Simulator | None = None
+        self._driver: Simulator | ArrayEpisode | None = None
+        """What the episode plays on: the simulator, or its :class:`ArrayEpisode` (see :attr:`sim`)."""
         self._state: ClusterState | None = None
         self._reference: ReferenceEpisode | None = None
 
@@ -217,11 +221,30 @@ class DeepBootEnv(gym.Env):
             raise RuntimeError("call reset() first")
         return self._state
 
+    @property
+    def sim(self) -> Simulator | None:
+        """The episode's simulator, up to date (None before :meth:`reset`).
+
+        Where it is the same episode the env plays on the compiled loop's arrays
+        (:func:`~deepboot_env.evaluation.episode_driver`: the events between decisions compiled,
+        the score action decoded by its prior's compiled decision), and the simulator's own
+        objects are then stale until the episode ends. Asking for the simulator mid-episode
+        writes the arrays back and plays the rest of the episode on the simulator (a fork, a
+        look into its jobs), so what this returns is always the episode as it stands."""
+        driver = self._driver
+        if isinstance(driver, ArrayEpisode) and not driver.done:
+            driver.stop()
+            self._driver = self._sim
+        return self._sim
+
     # ----------------------------------------------------------------- helpers
     def _observe(self) -> dict[str, np.ndarray]:
-        assert self.sim is not None
-        self._state = self.sim.observe()
-        return agent_observation(self._state, self.config.max_jobs, self._outlook, self.codec.observe(self._state))
+        driver = self._driver
+        assert driver is not None
+        state = self._state = driver.observe()
+        codec = self.codec
+        extra = codec.observe_on_arrays(state, driver) if isinstance(driver, ArrayEpisode) else codec.observe(state)
+        return agent_observation(state, self.config.max_jobs, self._outlook, extra)
 
     def neutral_action(self) -> np.ndarray:
         """The action that reproduces the base policy (residual mode: zero corrections, top
@@ -245,7 +268,10 @@ class DeepBootEnv(gym.Env):
         self.sim_config = scenario.configure(self.config.sim)
         saturates = observation_limits(scenario.workload, self.sim_config)
         self.codec.reset(seed)  # first: a base policy's reset forgets the simulator it is bound to
-        self.sim = Simulator(scenario.workload, self.sim_config, self.codec.hooks)
+        self._sim = Simulator(scenario.workload, self.sim_config, self.codec.hooks)
+        # rendered: on the simulator, whose ledger and timeline the frames read at every step
+        compiled = self.codec.decides_on_arrays
+        self._driver = self._sim if self.render_mode else episode_driver(self._sim, decides_compiled=compiled)
         self._reference = (
             reference_curve(self.config.base_policy, scenario, self.sim_config) if self.config.relative_reward else None
         )
@@ -255,10 +281,11 @@ class DeepBootEnv(gym.Env):
         if self._outlook is not None:
             self._outlook.reset()
         self.rounds = 0
+        self._repaired = 0
         self._reward_from = 0.0
         self._waited_from = 0.0
         obs = self._observe()
-        info: dict[str, Any] = {"time": self.sim.now, "workload": scenario.name}
+        info: dict[str, Any] = {"time": self._sim.now, "workload": scenario.name}
         if saturates:
             info["saturates"] = saturates
         if scenario.family:
@@ -295,25 +322,27 @@ class DeepBootEnv(gym.Env):
 
     def step(self, action):
         """Apply the allocation, simulate to the next boundary, return the named rewards."""
-        if self.sim is None or self._state is None:
+        driver = self._driver
+        if driver is None or self._state is None:
             raise RuntimeError("call reset() before step()")
-        if self.sim.done:
+        if driver.done:
             raise RuntimeError("the episode is over; call reset()")
-        counts, repaired = self.codec.decode(action, self._state)
-        # the codec built a valid allocation from the state just observed: no second check
-        self.sim.apply_valid_counts(counts)
+        self._decide(action)
         t0, waited0 = self._reward_from, self._waited_from
-        self.sim.advance()
+        driver.advance()
         self.rounds += 1
         cfg = self.config
         if cfg.hold > 1:
             self._hold_action()
-        t1 = self._reward_from = self.sim.now
-        self._waited_from = self.sim.waiting_seconds
+        if isinstance(driver, ArrayEpisode) and driver.done:
+            driver = self._driver = self._sim  # written back: the episode's end is the simulator's
+        assert driver is not None
+        t1 = self._reward_from = driver.now
+        self._waited_from = driver.waiting_seconds
         interval = self.sim_config.interval
-        job_seconds = self.sim.job_seconds(t0, t1)
-        waited = self.sim.waiting_seconds - waited0
-        terminated = self.sim.done
+        job_seconds = driver.job_seconds(t0, t1)
+        waited = driver.waiting_seconds - waited0
+        terminated = driver.done
         ref = self._reference
         if ref is not None:
             job_seconds -= ref.jobs.between(t0, t1)
@@ -328,16 +357,33 @@ class DeepBootEnv(gym.Env):
         info: dict[str, Any] = {
             "reward_jct": r_jct,
             "reward_infer": r_infer,
-            "repaired_gpus": repaired,
+            "repaired_gpus": self._repaired,
             "time": t1,
             "active_jobs": len(self._state.jobs) if not terminated else 0,
         }
         if terminated or truncated:
-            info["episode_metrics"] = self.sim.metrics().to_dict(include_jcts=False)
+            sim = self.sim  # a truncated episode's arrays written back: its metrics so far
+            assert sim is not None
+            info["episode_metrics"] = sim.metrics().to_dict(include_jcts=False)
             info["episode_scenario"] = self._scenario_key()
             if ref is not None and terminated:
                 info["reference_jct_mean"] = ref.jobs.mean_jct
         return obs, float(r_jct + r_infer), terminated, truncated, info
+
+    def _decide(self, action: np.ndarray) -> None:
+        """Apply ``action`` decoded on the state just observed (on an array episode, by the
+        codec's compiled decision where it has one); sets the repaired GPUs."""
+        driver, state = self._driver, self._state
+        assert driver is not None and state is not None
+        if isinstance(driver, ArrayEpisode):
+            wanted = self.codec.decode_on_arrays(action, state, driver)
+            if wanted is not None:
+                self._repaired = 0
+                driver.apply_wanted(wanted)
+                return
+        counts, self._repaired = self.codec.decode(action, state)
+        # the codec built a valid allocation from the state just observed: no second check
+        driver.apply_valid_counts(counts)
 
     def _scenario_key(self) -> dict[str, Any]:
         """What names the episode's scenario for a reference run elsewhere: its family and seed
@@ -350,16 +396,22 @@ class DeepBootEnv(gym.Env):
         """Keep the action for up to ``hold`` boundaries in all (the codec decodes the held
         action again at each), until a job arrives or finishes, the episode ends or
         ``max_rounds`` is reached; the next observation is the state after the last one."""
-        assert self.sim is not None and self._state is not None
-        decided = [job.id for job in self._state.jobs]
+        driver, state = self._driver, self._state
+        assert driver is not None and state is not None
+        decided = [job.id for job in state.jobs]
         for _ in range(self.config.hold - 1):
-            if self.sim.done or self.rounds >= self.config.max_rounds:
+            if driver.done or self.rounds >= self.config.max_rounds:
                 return
-            state = self.sim.observe()
+            state = driver.observe()
             if [job.id for job in state.jobs] != decided:
                 return
-            self.sim.apply_valid_counts(self.codec.redecode(state)[0])
-            self.sim.advance()
+            wanted = self.codec.redecode_on_arrays(state, driver) if isinstance(driver, ArrayEpisode) else None
+            if wanted is not None:
+                assert isinstance(driver, ArrayEpisode)
+                driver.apply_wanted(wanted)
+            else:
+                driver.apply_valid_counts(self.codec.redecode(state)[0])
+            driver.advance()
             self.rounds += 1
 
     def _empty_obs(self) -> dict[str, np.ndarray]:

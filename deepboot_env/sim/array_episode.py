@@ -124,6 +124,8 @@ class ArrayEpisode:
         """Job -> (version, profiled cap, view fields) of the last view made of it while it held no
         GPU: a job without GPUs does not progress, so only its age changes until its version does
         (most of an overloaded cluster's views, as in the StateBuilder)."""
+        self._booked = 0
+        """The completed jobs (the first of ``train[8]``) handed to the simulator's books so far."""
 
     # ------------------------------------------------------------ the loop's interface
     @property
@@ -155,6 +157,20 @@ class ArrayEpisode:
         """The summed progress of jobs ``ids`` (the watchdog's measure)."""
         progress = self.train[0][:, PROGRESS]
         return sum(progress[ids].tolist())  # summed as Simulator.job_progress sums
+
+    @property
+    def waiting_seconds(self) -> float:
+        """``Simulator.waiting_seconds``: request-seconds spent waiting for a GPU so far."""
+        from deepboot_env.sim.drain_loops import WAIT_S
+
+        return float(self.arrays.fs[WAIT_S])
+
+    def job_seconds(self, t0: float, t1: float) -> float:
+        """``Simulator.job_seconds``: training job-seconds in the system during [t0, t1], ``t1``
+        at most now (the books hold every completion up to now, :meth:`advance` hands them over,
+        and every job arrived by a decision is active at it)."""
+        arrivals = self.arrivals
+        return self.sim._books.job_seconds(t0, t1, [arrivals[j] for j in self.active])
 
     def advance_holders(self) -> None:
         """The jobs holding GPUs advanced to now (what a decision reads; :meth:`observe` does it)."""
@@ -292,6 +308,7 @@ class ArrayEpisode:
             run_to_boundary(a.st, a.fs, a.pods, a.events, a.reqs, a.queue, self.train, self.tables, boundary, a.rows)
             self.recent.append(int(a.rows[a.st[ROWS] - 1, -1]))
             self.boundary = boundary
+            self._book_completions()
             self._admit(boundary)
             if a.st[N_ACTIVE]:
                 return
@@ -317,6 +334,18 @@ class ArrayEpisode:
             active[st[N_ACTIVE]] = self.next_arrival
             st[N_ACTIVE] += 1
             self.next_arrival += 1
+
+    def _book_completions(self) -> None:
+        """The jobs completed since the last call, to the simulator's books (a few per call: the
+        env's reward reads the books at every decision)."""
+        from deepboot_env.sim.drain_loops import N_DONE
+
+        done = int(self.arrays.st[N_DONE])
+        if done > self._booked:
+            completions, books = self.train[0][:, COMPLETION], self.sim._books
+            for j in self.train[8][self._booked : done].tolist():
+                books.job_done(j, self.arrivals[j], float(completions[j]))
+            self._booked = done
 
     def _hand_over_rows(self) -> None:
         """The timeline rows written so far, to the books (when the buffer is full, and at the end:
@@ -370,6 +399,7 @@ class ArrayEpisode:
         a, sim = self.arrays, self.sim
         self._hand_over_rows()
         a.write_back(sim)
+        sim.ledger.counts["train"] = a.pods[3][0].tolist()  # the ledger replaces this list, never changes it
         train, st = self.train, a.st
         for job in self._jobs:
             _write_job(job, train)
@@ -381,10 +411,7 @@ class ArrayEpisode:
         sim._pool.reclaims += int(st[k.RECLAIMS])
         sim._boundary = self.boundary
         sim._recent = self.recent
-        for j in train[8][: st[k.N_DONE]].tolist():
-            job = self._jobs[j]
-            assert job.completion is not None
-            sim._books.job_done(j, job.spec.arrival, job.completion)
+        self._book_completions()
 
 
 class DecisionInputs(NamedTuple):
