@@ -126,21 +126,28 @@ class ArrayEpisode:
         (most of an overloaded cluster's views, as in the StateBuilder)."""
         self._booked = 0
         """The completed jobs (the first of ``train[8]``) handed to the simulator's books so far."""
+        from deepboot_env.sim import drain_loops
+
+        self._k = drain_loops
+        """The compiled loops and their column numbers (imported with the first array episode:
+        numba is not imported with the simulator; bound here, not imported at every call)."""
+        self._heap_margin = len(sim.jobs) + 3 * len(self.arrays.reqs[0]) + 1
+        """What a decision and the events up to the next can push on the heap: a TRAIN_DONE per job
+        and what the drain sizing counts for the requests (:meth:`_ensure_heap_room`)."""
+        config = sim.config
+        self._max_time, self._interval = config.max_time, config.interval
+        self._kinds, self._gpus_per_node = sim.ledger.kinds, config.cluster.gpus_per_node
 
     # ------------------------------------------------------------ the loop's interface
     @property
     def now(self) -> float:
         """The current time."""
-        from deepboot_env.sim.drain_loops import NOW
-
-        return float(self.arrays.fs[NOW])
+        return float(self.arrays.fs[self._k.NOW])
 
     @property
     def active(self) -> list[int]:
         """The active jobs, in arrival order."""
-        from deepboot_env.sim.drain_loops import N_ACTIVE
-
-        return self.train[5][: self.arrays.st[N_ACTIVE]].tolist()
+        return self.train[5][: self.arrays.st[self._k.N_ACTIVE]].tolist()
 
     @property
     def active_jobs(self) -> list[int]:
@@ -161,9 +168,7 @@ class ArrayEpisode:
     @property
     def waiting_seconds(self) -> float:
         """``Simulator.waiting_seconds``: request-seconds spent waiting for a GPU so far."""
-        from deepboot_env.sim.drain_loops import WAIT_S
-
-        return float(self.arrays.fs[WAIT_S])
+        return float(self.arrays.fs[self._k.WAIT_S])
 
     def job_seconds(self, t0: float, t1: float) -> float:
         """``Simulator.job_seconds``: training job-seconds in the system during [t0, t1], ``t1``
@@ -174,22 +179,19 @@ class ArrayEpisode:
 
     def advance_holders(self) -> None:
         """The jobs holding GPUs advanced to now (what a decision reads; :meth:`observe` does it)."""
-        from deepboot_env.sim.drain_loops import N_ACTIVE, advance_holders
-
-        advance_holders(self.train, self.tables, self.train[5][: self.arrays.st[N_ACTIVE]], self.now)
+        k, fs = self._k, self.arrays.fs
+        k.advance_holders(self.train, self.tables, self.train[5][: self.arrays.st[k.N_ACTIVE]], float(fs[k.NOW]))
 
     def decision_inputs(self) -> DecisionInputs:
         """What a compiled decision reads at this decision, as arrays (the rows are the episode's
         own: read them, never change them); call :meth:`advance_holders` first."""
-        from deepboot_env.sim.drain_loops import N_ACTIVE, N_WAITING
-
-        a, train, tables = self.arrays, self.train, self.tables
+        k, a, train, tables = self._k, self.arrays, self.train, self.tables
         if self._targets is None:
             self._targets = _app_targets(self._jobs, train[1], len(tables[0]))
         return DecisionInputs(
-            train[0], train[1], train[4], train[5][: a.st[N_ACTIVE]], tables[0], tables[3], tables[4],
-            self._targets, a.pods[3], self.sim.ledger.kinds, int(a.st[N_WAITING]), self.now,
-            self.sim.config.cluster.gpus_per_node, self.sim.adaptive, self._wanted,
+            train[0], train[1], train[4], train[5][: a.st[k.N_ACTIVE]], tables[0], tables[3], tables[4],
+            self._targets, a.pods[3], self._kinds, int(a.st[k.N_WAITING]), float(a.fs[k.NOW]),
+            self._gpus_per_node, self.sim.adaptive, self._wanted,
         )  # fmt: skip
 
     def observe(self) -> ClusterState:
@@ -274,10 +276,8 @@ class ArrayEpisode:
 
     def apply_valid_counts(self, counts: dict[int, list[int]]) -> None:
         """``Simulator.apply_valid_counts`` on the arrays."""
-        from deepboot_env.sim.drain_loops import N_ACTIVE
-
         wanted = self._wanted  # only the active jobs' rows are read: a row per job and node would
-        wanted[self.train[5][: self.arrays.st[N_ACTIVE]]] = -1  # cost the whole workload's size
+        wanted[self.train[5][: self.arrays.st[self._k.N_ACTIVE]]] = -1  # cost the whole workload's size
         for j, row in counts.items():
             wanted[j] = row
         self.apply_wanted(wanted)
@@ -285,32 +285,30 @@ class ArrayEpisode:
     def apply_wanted(self, wanted: np.ndarray) -> None:
         """:meth:`apply_valid_counts` of ``wanted[j]``, the GPUs per node of each active job j (-1
         in its first column: none), valid (a compiled decision's; the rows are changed)."""
-        from deepboot_env.sim.drain_loops import apply_counts_loops
-
-        a = self.arrays
+        a, k = self.arrays, self._k
         self._ensure_heap_room()
-        apply_counts_loops(a.st, a.fs, a.pods, a.events, a.reqs, a.queue, self.train, self.tables, wanted, self.now)
+        k.apply_counts_loops(
+            a.st, a.fs, a.pods, a.events, a.reqs, a.queue, self.train, self.tables, wanted, float(a.fs[k.NOW])
+        )
 
     def advance(self) -> None:
         """``Simulator.advance``: every event up to the next decision, or to the end (then the
         simulator is written back and :attr:`done`)."""
-        from deepboot_env.sim.drain_loops import N_ACTIVE, ROWS, run_to_boundary
-
-        a = self.arrays
+        a, k = self.arrays, self._k
         while True:
             boundary = self._next_boundary()
-            if boundary is None or boundary > self.sim.config.max_time:
+            if boundary is None or boundary > self._max_time:
                 self._drain()
                 return
             self._ensure_heap_room()
-            if a.st[ROWS] >= len(a.rows):
+            if a.st[k.ROWS] >= len(a.rows):
                 self._hand_over_rows()
-            run_to_boundary(a.st, a.fs, a.pods, a.events, a.reqs, a.queue, self.train, self.tables, boundary, a.rows)
-            self.recent.append(int(a.rows[a.st[ROWS] - 1, -1]))
+            k.run_to_boundary(a.st, a.fs, a.pods, a.events, a.reqs, a.queue, self.train, self.tables, boundary, a.rows)
+            self.recent.append(int(a.rows[a.st[k.ROWS] - 1, -1]))
             self.boundary = boundary
             self._book_completions()
             self._admit(boundary)
-            if a.st[N_ACTIVE]:
+            if a.st[k.N_ACTIVE]:
                 return
 
     def stop(self) -> None:
@@ -323,24 +321,20 @@ class ArrayEpisode:
     def _next_boundary(self) -> float | None:
         """``Simulator._next_boundary``."""
         arrival = self.arrivals[self.next_arrival] if self.next_arrival < len(self.arrivals) else None
-        return next_boundary(self.boundary, self.sim.config.interval, bool(self.active), arrival)
+        return next_boundary(self.boundary, self._interval, bool(self.arrays.st[self._k.N_ACTIVE]), arrival)
 
     def _admit(self, now: float) -> None:
         """``TrainingJobs.admit``: every job arrived by ``now`` joins the active jobs."""
-        from deepboot_env.sim.drain_loops import N_ACTIVE
-
-        st, active = self.arrays.st, self.train[5]
+        st, active, at = self.arrays.st, self.train[5], self._k.N_ACTIVE
         while self.next_arrival < len(self.arrivals) and self.arrivals[self.next_arrival] <= now:
-            active[st[N_ACTIVE]] = self.next_arrival
-            st[N_ACTIVE] += 1
+            active[st[at]] = self.next_arrival
+            st[at] += 1
             self.next_arrival += 1
 
     def _book_completions(self) -> None:
         """The jobs completed since the last call, to the simulator's books (a few per call: the
         env's reward reads the books at every decision)."""
-        from deepboot_env.sim.drain_loops import N_DONE
-
-        done = int(self.arrays.st[N_DONE])
+        done = int(self.arrays.st[self._k.N_DONE])
         if done > self._booked:
             completions, books = self.train[0][:, COMPLETION], self.sim._books
             for j in self.train[8][self._booked : done].tolist():
@@ -359,11 +353,9 @@ class ArrayEpisode:
     def _ensure_heap_room(self) -> None:
         """Room on the event heap for what a decision and the events up to the next can push: a
         TRAIN_DONE per job, and what the drain sizing counts for the requests (grown by copying)."""
-        from deepboot_env.sim.drain_loops import HEAP_N
-
         a = self.arrays
         heap_t, heap_i = a.events
-        need = int(a.st[HEAP_N]) + len(self._jobs) + 3 * len(a.reqs[0]) + 1
+        need = int(a.st[self._k.HEAP_N]) + self._heap_margin
         if need > len(heap_t):
             grown_t, grown_i = np.empty(2 * need), np.empty((2 * need, heap_i.shape[1]), dtype=np.int64)
             grown_t[: len(heap_t)], grown_i[: len(heap_t)] = heap_t, heap_i
