@@ -750,11 +750,11 @@ class AtsPolicy(BasePolicy):
         """The latest state given and the state this policy decides on (see :meth:`_lendable`)."""
         self.name = label or ("ats" if lend else "ats-nolend")
         self._array_params: dict[tuple[int, bool], np.ndarray] = {}
+        """The compiled decision's parameters by (GPUs per node, adaptive batch) (:meth:`_params_at`)."""
         self._proposal = np.zeros((2, 0), dtype=np.int64)
         """:meth:`decide_on_arrays`' knapsack counts (the jobs in priority order, their GPUs)."""
         self._log_weights_out = np.zeros(0)
         """:meth:`log_weights_on_arrays`' buffer (by job index)."""
-        """The compiled decision's parameters by (GPUs per node, adaptive batch) (:meth:`decide_on_arrays`)."""
         self._weights_memo: tuple[ClusterState, list[JobView], dict[tuple[int, int], np.ndarray | None]] | None = None
         """The state, its jobs in priority order and their weights by (fair, capacity) of the
         latest :meth:`_ranked_weights` (see there)."""
@@ -799,7 +799,7 @@ class AtsPolicy(BasePolicy):
         Raises:
             ValueError: if the knapsack's counts cannot be placed (never: they fit by construction).
         """
-        if not self.decides_on_arrays or not (episode.may_compile or _kernel_cached("ats_decision_loops")):
+        if not self._runs_compiled(episode, "ats_decision_loops"):
             return None
         from baselines import ats_loops as loops
 
@@ -830,7 +830,7 @@ class AtsPolicy(BasePolicy):
         (:func:`~baselines.ats_loops.ats_log_weights_loops`, the same floats): by job index, valid
         at the active jobs' (a buffer of the policy's, rewritten at the next call); or None where
         the policy decides in Python."""
-        if not self.decides_on_arrays or not (episode.may_compile or _kernel_cached("ats_log_weights_loops")):
+        if not self._runs_compiled(episode, "ats_log_weights_loops"):
             return None
         from baselines import ats_loops as loops
 
@@ -843,6 +843,11 @@ class AtsPolicy(BasePolicy):
             inputs.ledger, inputs.kinds, inputs.waiting, self._params_at(inputs, 1.0), out,
         )  # fmt: skip
         return out
+
+    def _runs_compiled(self, episode: ArrayEpisode, kernel: str) -> bool:
+        """Whether :mod:`baselines.ats_loops`' ``kernel`` serves this policy in ``episode``: it
+        decides compiled at all, and the kernel is cached or the episode may compile it."""
+        return self.decides_on_arrays and (episode.may_compile or _kernel_cached(kernel))
 
     def _params_at(self, inputs: DecisionInputs, lend: float) -> np.ndarray:
         """The compiled decision's parameters (:data:`~baselines.ats_loops.N_PARAMS`) at ``inputs``'

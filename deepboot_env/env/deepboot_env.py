@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, cast
 
 import gymnasium as gym
@@ -10,7 +11,7 @@ import numpy as np
 from gymnasium import spaces
 
 from deepboot_env.config import EnvConfig
-from deepboot_env.env.action import ActionCodec, ScoreCodec
+from deepboot_env.env.action import ActionCodec, Counts, ScoreCodec
 from deepboot_env.env.observation import (
     CLUSTER_FEATURES,
     JOB_FEATURES,
@@ -373,17 +374,30 @@ class DeepBootEnv(gym.Env):
     def _decide(self, action: np.ndarray) -> None:
         """Apply ``action`` decoded on the state just observed (on an array episode, by the
         codec's compiled decision where it has one); sets the repaired GPUs."""
-        driver, state = self._driver, self._state
-        assert driver is not None and state is not None
-        if isinstance(driver, ArrayEpisode):
-            wanted = self.codec.decode_on_arrays(action, state, driver)
-            if wanted is not None:
-                self._repaired = 0
-                driver.apply_wanted(wanted)
-                return
-        counts, self._repaired = self.codec.decode(action, state)
+        state, codec = self._state, self.codec
+        assert state is not None
+        self._repaired = self._apply_decoded(
+            partial(codec.decode_on_arrays, action, state), partial(codec.decode, action, state)
+        )
+
+    def _apply_decoded(
+        self,
+        compiled: Callable[[ArrayEpisode], np.ndarray | None],
+        in_python: Callable[[], tuple[Counts, int]],
+    ) -> int:
+        """Apply a decoding to the episode: ``compiled``'s on an array episode where it decodes
+        (nothing repaired), else ``in_python``'s counts; the GPUs repaired."""
+        driver = self._driver
+        assert driver is not None
+        wanted = compiled(driver) if isinstance(driver, ArrayEpisode) else None
+        if wanted is not None:
+            assert isinstance(driver, ArrayEpisode)
+            driver.apply_wanted(wanted)
+            return 0
+        counts, repaired = in_python()
         # the codec built a valid allocation from the state just observed: no second check
         driver.apply_valid_counts(counts)
+        return repaired
 
     def _scenario_key(self) -> dict[str, Any]:
         """What names the episode's scenario for a reference run elsewhere: its family and seed
@@ -405,12 +419,7 @@ class DeepBootEnv(gym.Env):
             state = driver.observe()
             if [job.id for job in state.jobs] != decided:
                 return
-            wanted = self.codec.redecode_on_arrays(state, driver) if isinstance(driver, ArrayEpisode) else None
-            if wanted is not None:
-                assert isinstance(driver, ArrayEpisode)
-                driver.apply_wanted(wanted)
-            else:
-                driver.apply_valid_counts(self.codec.redecode(state)[0])
+            self._apply_decoded(partial(self.codec.redecode_on_arrays, state), partial(self.codec.redecode, state))
             driver.advance()
             self.rounds += 1
 

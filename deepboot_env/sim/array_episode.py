@@ -196,8 +196,6 @@ class ArrayEpisode:
 
     def observe(self) -> ClusterState:
         """``Simulator.observe`` from the arrays: the jobs holding GPUs advanced to now."""
-        from deepboot_env.sim.drain_loops import N_WAITING
-
         a, now, active = self.arrays, self.now, self.active
         train = self.train
         self.advance_holders()
@@ -221,7 +219,7 @@ class ArrayEpisode:
         node_counts = (counts[0], counts[1], counts[2], counts[3])
         sim = self.sim
         config = sim.config
-        waiting = int(a.st[N_WAITING])
+        waiting = int(a.st[self._k.N_WAITING])
         return filled_state(
             now,
             config.interval,
@@ -344,11 +342,9 @@ class ArrayEpisode:
     def _hand_over_rows(self) -> None:
         """The timeline rows written so far, to the books (when the buffer is full, and at the end:
         a row a boundary would cost a call each)."""
-        from deepboot_env.sim.drain_loops import ROWS
-
         a = self.arrays
         a.hand_over_rows(self.sim)
-        a.st[ROWS] = 0
+        a.st[self._k.ROWS] = 0
 
     def _ensure_heap_room(self) -> None:
         """Room on the event heap for what a decision and the events up to the next can push: a
@@ -364,21 +360,19 @@ class ArrayEpisode:
     def _drain(self) -> None:
         """``Simulator._go_to_next_decision``'s end: the events to ``max_time`` interval by
         interval, then everything written back and the episode finished."""
-        from deepboot_env.sim.drain_loops import DRAIN_T, LIMIT, N_WAITING, NEXT_T, ROWS, ROWS_FULL, drain_loops
-
-        a, sim = self.arrays, self.sim
-        a.fs[LIMIT], a.fs[DRAIN_T] = sim.config.max_time, self.boundary
+        a, sim, k = self.arrays, self.sim, self._k
+        a.fs[k.LIMIT], a.fs[k.DRAIN_T] = self._max_time, self.boundary
         self._ensure_heap_room()
         self._hand_over_rows()
         while True:
-            answer = drain_loops(a.st, a.fs, a.pods, a.events, a.reqs, a.queue, self.train, self.tables, a.rows)
-            self.recent.extend(int(arrivals) for arrivals in a.rows[: a.st[ROWS], -1].tolist())
+            answer = k.drain_loops(a.st, a.fs, a.pods, a.events, a.reqs, a.queue, self.train, self.tables, a.rows)
+            self.recent.extend(int(arrivals) for arrivals in a.rows[: a.st[k.ROWS], -1].tolist())
             self._hand_over_rows()
-            if answer != ROWS_FULL:
+            if answer != k.ROWS_FULL:
                 break
         self._write_back()
         # cut at max_time: jobs or events left (the drain's last look at the heap), requests waiting
-        left = a.fs[NEXT_T] < math.inf or bool(a.st[N_WAITING])
+        left = a.fs[k.NEXT_T] < math.inf or bool(a.st[k.N_WAITING])
         sim.truncated = bool(self.active) or self.next_arrival < len(self.arrivals) or left
         sim._finish()
         self.done = True
@@ -386,9 +380,7 @@ class ArrayEpisode:
     def _write_back(self) -> None:
         """Everything the Python loop would have left, into the simulator: the inference side (the
         drain's write-back), the jobs, the active jobs, the completions and the counters."""
-        from deepboot_env.sim import drain_loops as k
-
-        a, sim = self.arrays, self.sim
+        a, sim, k = self.arrays, self.sim, self._k
         self._hand_over_rows()
         a.write_back(sim)
         sim.ledger.counts["train"] = a.pods[3][0].tolist()  # the ledger replaces this list, never changes it
