@@ -55,12 +55,35 @@ def _start(argv: list[str], cwd: Path) -> tuple[subprocess.Popen[bytes], Path, P
     return proc, out, err
 
 
-def _stop_when(argv: list[str], cwd: Path, ready: Callable[[], bool], signum: int) -> tuple[int, str, str]:
+def _catches(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has a handler of its own for ``signum`` (the ``SigCgt`` mask of
+    ``/proc/<pid>/status``; True where there is no ``/proc`` to tell)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+    caught = next((line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), "0")
+    return bool(int(caught, 16) >> (signum - 1) & 1)
+
+
+def _stop_when(
+    argv: list[str], cwd: Path, ready: Callable[[], bool], signum: int, *, once_handled: bool = False
+) -> tuple[int, str, str]:
     """Start ``argv``, wait for ``ready()``, send ``signum`` (SIGINT and SIGHUP to the group,
-    SIGTERM to the command alone); the exit status, stdout and stderr once it ended and its group is gone."""
+    SIGTERM to the command alone); the exit status, stdout and stderr once it ended and its group is gone.
+
+    ``once_handled``: ask ``ready()`` only once the command has a handler for ``signum``. Before
+    that the interpreter itself is starting, where no program's code runs yet and the signal's
+    default action ends it (as it ends any program then)."""
     proc, out, err = _start(argv, cwd)
     deadline = time.monotonic() + 120
-    while not ready() and proc.poll() is None and time.monotonic() < deadline:
+
+    def waiting() -> bool:
+        if once_handled and not _catches(proc.pid, signum):
+            return True
+        return not ready()
+
+    while waiting() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     assert proc.poll() is None, f"ended before the signal: {err.read_text()}"
     was_ready = ready()
@@ -295,9 +318,15 @@ def test_es_ctrl_c_during_a_generation_resumes_as_printed_without_duplicates(tmp
 
 
 def _after(seconds: float) -> Callable[[], bool]:
-    """A ``ready`` that is true ``seconds`` after it is made (a moment in a command's start)."""
-    start = time.monotonic()
-    return lambda: time.monotonic() >= start + seconds
+    """A ``ready`` that is true ``seconds`` after it is first asked (a moment in a command's start)."""
+    start: list[float] = []
+
+    def ready() -> bool:
+        if not start:
+            start.append(time.monotonic())
+        return time.monotonic() >= start[0] + seconds
+
+    return ready
 
 
 LONG_COMMANDS: dict[str, list[str]] = {
@@ -318,8 +347,9 @@ LONG_COMMANDS: dict[str, list[str]] = {
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
 @pytest.mark.parametrize("command", list(LONG_COMMANDS))
 def test_a_signal_while_a_command_starts_is_one_line(command: str, signum: int, delay: float, tmp_path) -> None:
-    """During the imports (or just after): one line, the shell's status, no traceback, no orphan."""
-    code, _, err = _stop_when(LONG_COMMANDS[command], tmp_path, _after(delay), signum)
+    """During the imports (or just after), ``delay`` after the launcher's handler is in place:
+    one line, the shell's status, no traceback, no orphan."""
+    code, _, err = _stop_when(LONG_COMMANDS[command], tmp_path, _after(delay), signum, once_handled=True)
     assert code == 128 + signum, err
     line = _one_line(err)
     message = line.split("; resume with: ")[0]  # the resume command is to copy whole, not to cut
