@@ -35,6 +35,7 @@ from deepboot_env.policy import register_prefix
 
 register_prefix("ppo", "agents.saved.policy_adapter:load_agent_policy", arg="path")
 register_prefix("priority", "agents.saved.shipped:load_priority_policy", arg="path")
+register_prefix("table", "agents.models.app_table:load_table_policy", arg="path")
 
 
 def load_agent(

@@ -5,6 +5,8 @@
     deepboot teach ... --backend ray --address auto           # a Ray cluster's CPUs
     deepboot teach --labels advantage --player runs/ppo_1/best_model.zip --out runs/teacher-2
                                                               # policy iteration: a model's own play
+    deepboot teach --labels advantage --table runs/es_1/best_model.json --out runs/teacher-t
+                                                              # the advantages over a held table's play
 
 Each training scenario is searched (``hindsight``'s held per-job scores, ``--generations`` x
 ``--pairs``) and its decisions in the score-mode env are recorded with those scores as labels, one
@@ -88,6 +90,12 @@ def add_teach_parser(sub: Any, add_backend_arguments: Any) -> None:
         help="advantage: label a trained score model's own play over the prior (policy iteration: its states, its "
         "forks, labels = its action + gain x advantage); a model zip or run folder",
     )
+    teach.add_argument(
+        "--table",
+        metavar="FILE",
+        help="advantage: label a held application table's play (table:<FILE>, from --algo es --preset table-es): "
+        "its states, forks offset from its rows, labels = its action + gain x advantage",
+    )
     add_backend_arguments(teach)
     teach.add_argument("--out", required=True, metavar="DIR", help="the labels' folder (created)")
     teach.add_argument("--resume", action="store_true", help="label the scenarios --out does not hold yet")
@@ -97,12 +105,16 @@ def add_teach_parser(sub: Any, add_backend_arguments: Any) -> None:
 
 def cmd_teach(args: argparse.Namespace) -> int:
     """Run the teacher as ``args`` say; the exit status (0, or 128 + the signal that stopped it)."""
+    from agents.models.app_table import AppTableModel
     from agents.trainers.teacher import TeacherSpec, load_player, player_digest, read_player, teach
     from baselines.hindsight import HindsightSettings
     from deepboot_env.pool import Backend
 
     settings = HindsightSettings(args.prior, args.generations, args.pairs, learning_rate=args.lr)
     player = read_player(Path(args.player)) if args.player else b""
+    table = AppTableModel.load(Path(args.table)) if args.table else None
+    if table is not None and table.prior != args.prior:
+        raise ValueError(f"--table {args.table}: scores {table.prior}, not the prior {args.prior} (--prior)")
     spec = TeacherSpec(
         tuple(args.families),
         args.seeds,
@@ -113,6 +125,7 @@ def cmd_teach(args: argparse.Namespace) -> int:
         gain=args.gain,
         app_gain=args.app_gain,
         player=player_digest(player) if player else "",
+        table=table.values if table is not None else (),
     )
     if player:
         load_player(player, spec, args.player)  # a model that cannot play this env fails before any work

@@ -46,11 +46,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from agents.hyperparameters import parse_kv
+from agents.models.app_table import TABLE_SIZE, AppTableModel, AppTablePolicy, table_names
 from agents.models.env_shape import env_shape_of
 from agents.models.priority import FEATURES, KNOWN_FEATURES, PriorityModel, PriorityPolicy, srpt_theta
 from agents.models.width_table import (
@@ -70,6 +71,7 @@ from agents.runs.selection import P99_MARGIN_S, p99_verdict
 from agents.runs.validation import EVAL_COLUMNS, Validator
 from agents.threads import use_torch_threads
 from baselines.ats import AtsPolicy
+from baselines.hindsight import DEFAULT_PRIOR
 from deepboot_env.atomic import append_csv, lock_folder, write_text
 from deepboot_env.config import EnvConfig, sim_config
 from deepboot_env.es import adam_update, antithetic_gradient
@@ -121,6 +123,9 @@ class EsSettings:
         state_scores: 1 (a run over a score model's table) also trains the score's weights on
             each job's features (``application_scores`` 2, grown at zero if the model has none):
             scores that move with the job's state (:data:`~agents.models.width_table.STATE_FEATURES`).
+        app_table: 1 trains a held application table from zeros (:mod:`agents.models.app_table`:
+            each application's score and width scores over the score models' prior, no model, its
+            episodes compiled), saved as ``best_model.json`` and played as ``table:<path>``.
     """
 
     generations: int = 24
@@ -135,6 +140,7 @@ class EsSettings:
     score_row: int = 0
     p99_weight: float = 0.0
     state_scores: int = 0
+    app_table: int = 0
 
     @property
     def features(self) -> tuple[str, ...]:
@@ -167,9 +173,13 @@ class EsSettings:
         for name in ("srpt_power", "arrival_tilt", "p99_weight"):
             if not (0 <= getattr(settings, name) < math.inf):
                 raise EsConfigError(f"ES setting {name} must be >= 0 and finite, got {getattr(settings, name)}")
-        for name in ("app_features", "score_row", "state_scores"):
+        for name in ("app_features", "score_row", "state_scores", "app_table"):
             if getattr(settings, name) not in (0, 1):
                 raise EsConfigError(f"ES setting {name} must be 0 or 1, got {getattr(settings, name)}")
+        if settings.app_table and (settings.app_features or settings.arrival_tilt):
+            raise EsConfigError(
+                "ES setting app_table trains a table, not a priority: drop app_features and arrival_tilt"
+            )
         return settings
 
 
@@ -198,17 +208,21 @@ def _setting(name: str, value: Any, kind: type) -> int | float:
 @dataclass(frozen=True)
 class Subject:
     """What theta parameterises: the learned priority's coefficients of ``features`` (``model``
-    None), or the width outputs (with ``score_row``, the whole application table; with
-    ``state_scores``, then the score's weights on the job's features) of the score model saved at
-    ``model`` (``features``: the :func:`~agents.models.width_table.width_names`)."""
+    None), a held application table (``table``: :mod:`agents.models.app_table`), or the width
+    outputs (with ``score_row``, the whole application table; with ``state_scores``, then the
+    score's weights on the job's features) of the score model saved at ``model`` (``features``:
+    the :func:`~agents.models.width_table.width_names`)."""
 
     features: tuple[str, ...]
     model: str | None = None
     score_row: bool = False
     state_scores: bool = False
+    table: bool = False
 
     def policy(self, theta: Sequence[float]) -> Policy:
         """The candidate ``theta`` as a policy (a worker's: the model is loaded once per process)."""
+        if self.table:  # a Policy: its simulator hooks are the prior's, served read-only
+            return cast(Policy, AppTablePolicy(theta))
         if self.model is None:
             return PriorityPolicy(theta, features=self.features)
         policy = _saved_agent(self.model)
@@ -218,6 +232,8 @@ class Subject:
     @property
     def trains(self) -> str:
         """What theta is, in words (the run's ``config.yml``)."""
+        if self.table:
+            return "held application table"
         if self.model is None:
             return "priority"
         table = "application table" if self.score_row else "width table"
@@ -229,6 +245,8 @@ class Subject:
         ``ats-srpt-fcfs`` with an arrival tilt; a resumed run started elsewhere still names it)."""
         if self.model is not None:
             return f"ppo:{self.model}"
+        if self.table:
+            return DEFAULT_PRIOR
         return "ats-srpt-fcfs" if settings.arrival_tilt else "ats-srpt"
 
     def write_table(self, model: Any, theta: Sequence[float]) -> None:
@@ -587,14 +605,14 @@ class EsRun:
             return f"ppo:{save_model(model, folder / 'model.zip')}"
         path = folder / "model.json"
         self.model(None).save(path)
-        return f"priority:{path}"
+        return f"{'table' if self.subject.table else 'priority'}:{path}"
 
     def wall_seconds(self) -> float:
         """Wall time of the run so far, its earlier sessions included."""
         return round(self.wall_before + time.time() - self.t0, 1)
 
     def write_model(self, name: str, val_ratio: float | None) -> Path:
-        """Save the current theta as ``<name>.json`` (a priority model, with its provenance) or,
+        """Save the current theta as ``<name>.json`` (a priority model or a held table, with its provenance) or,
         for a width table, as ``<name>.zip``: the start model with theta as its width outputs
         (its provenance: the run's ``config.yml``). Returns the path."""
         if self.subject.model is not None:
@@ -607,8 +625,8 @@ class EsRun:
         self.model(val_ratio).save(path)
         return path
 
-    def model(self, val_ratio: float | None) -> PriorityModel:
-        """The current theta as a priority model, with its provenance."""
+    def model(self, val_ratio: float | None) -> PriorityModel | AppTableModel:
+        """The current theta as a priority model or a held table, with its provenance."""
         info = {
             "algorithm": "evolution strategies (antithetic, common random numbers, Adam)",
             "command": self.command,
@@ -621,6 +639,8 @@ class EsRun:
             "machine": machine(),
             "settings": asdict(self.settings),
         }
+        if self.subject.table:
+            return AppTableModel(tuple(self.state.theta), info=info)
         return PriorityModel(tuple(self.state.theta), self.settings.features, info=info)
 
     def generation(self) -> None:
@@ -898,6 +918,8 @@ def es_run_folder(flags: TrainSettings, values: dict[str, Any]) -> Path:
     for name in ("score_row", "state_scores"):
         if getattr(settings, name) and not trains_a_model(flags, run_dir):
             raise EsConfigError(f"ES setting {name} trains a score model's table: give the model with -i MODEL.zip")
+    if settings.app_table and trains_a_model(flags, run_dir):
+        raise EsConfigError("ES setting app_table trains a held table from zeros: drop -i MODEL.zip")
     return run_dir if run_dir is not None else next_run_dir(flags.log_folder, "es")
 
 
@@ -939,6 +961,8 @@ def es_subject(flags: TrainSettings, run_dir: Path, values: dict[str, Any]) -> t
         EsConfigError: a model that cannot be loaded or has no width table (one line).
     """
     settings = EsSettings.of(values)
+    if settings.app_table:
+        return Subject(table_names(), table=True), (0.0,) * TABLE_SIZE
     if not trains_a_model(flags, run_dir):
         return Subject(settings.features), None
     source = start_model_path(flags)

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from agents.errors import ConfigError
+from agents.models.app_table import AppTableModel
 from agents.runs.run_config import env_config
 from agents.trainers.teacher import (
     MANIFEST,
@@ -258,8 +259,14 @@ def teacher_spec(settings: Mapping[str, Any]) -> TeacherSpec:
 
 
 def _asked_spec(settings: Mapping[str, Any]) -> TeacherSpec:
-    """The teacher ``settings`` ask for, over the run's env."""
+    """The teacher ``settings`` ask for, over the run's env (and its ``teacher_table``'s play).
+
+    Raises:
+        ValueError: a table file that cannot be read or scores another prior (one line)."""
     env = settings["env_kwargs"]
+    table = AppTableModel.load(Path(settings["teacher_table"])) if settings["teacher_table"] else None
+    if table is not None and table.prior != env.get("base_policy"):
+        raise ValueError(f"teacher_table {settings['teacher_table']}: scores {table.prior}, not the env's base_policy")
     search = HindsightSettings(
         env.get("base_policy", ""),
         settings["teacher_generations"],
@@ -277,6 +284,7 @@ def _asked_spec(settings: Mapping[str, Any]) -> TeacherSpec:
         delta=settings["teacher_delta"],
         gain=settings["teacher_gain"],
         app_gain=settings["teacher_app_gain"],
+        table=table.values if table is not None else (),
     )
 
 
@@ -326,7 +334,7 @@ def hindsight_start(
     for r in range(first, rounds + 1):
         if r > 1:
             model.policy.load_state_dict(weights)  # each round's regression starts afresh
-        round_spec = replace(spec, labels="advantage", player=player_digest(player)) if player else spec
+        round_spec = replace(spec, labels="advantage", player=player_digest(player), table=()) if player else spec
         numbered = None if on_epoch is None else functools.partial(_numbered, on_epoch, (r - 1) * epochs)
         done = _round(model, settings, round_spec, folders[r - 1], player, (seed, backend, jobs, progress), numbered)
         record["rounds"].append({"round": r, "folder": _shown(folders[r - 1], r == 1 and bool(given)), **done})
@@ -391,7 +399,7 @@ def _round(
         should_stop=stop_requested,
     )
     done: dict[str, Any] = {
-        "player": spec.player[:12] or spec.search.prior,
+        "player": spec.player[:12] or ("held table" if spec.table else spec.search.prior),
         "scenarios": len(metas),
         "decisions": len(fit) + (len(held) if held is not None else 0),
         "held_scenarios": held.scenarios if held is not None else [],

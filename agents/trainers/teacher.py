@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from agents.models.app_table import AppTablePolicy, check_values
 from baselines.hindsight import (
     Held,
     HeldScores,
@@ -93,7 +94,9 @@ class TeacherSpec:
     states or, with ``player`` (the SHA-256 of a score model's zip, :data:`PLAYER_FILE` in the
     folder), on that model's (:func:`played_advantage_labels`); with ``app_gain`` > 0 each label
     also adds ``app_gain`` x the advantage of the job's application, all its jobs' scores held
-    together (:func:`_app_advantages`)."""
+    together (:func:`_app_advantages`); with ``table`` (a held application table's 24 values,
+    :mod:`agents.models.app_table`, each in [-1, 1]), on that table's states instead of the
+    prior's, its scores the base of every fork and of every label."""
 
     families: tuple[str, ...]
     seeds: int = 4
@@ -106,6 +109,7 @@ class TeacherSpec:
     gain: float = 30.0
     player: str = ""
     app_gain: float = 0.0
+    table: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = [family for family in self.families if family not in FAMILIES]
@@ -129,6 +133,12 @@ class TeacherSpec:
             raise ValueError("teacher: app_gain needs advantage labels")
         if self.player and (self.labels != "advantage" or not _is_digest(self.player)):
             raise ValueError(f"teacher: player must be a model's SHA-256 with advantage labels, got {self.player!r}")
+        if self.table:
+            check_values(self.table, "teacher: table")
+            if self.labels != "advantage" or self.player:
+                raise ValueError("teacher: a table is the base of advantage labels, without a player")
+            if max(map(abs, self.table)) > 1.0:  # the env's action carries it: scale 1, clipped to [-1, 1]
+                raise ValueError("teacher: a table's values must lie in [-1, 1] (the score action's range)")
 
     @property
     def scenarios(self) -> list[Key]:
@@ -151,7 +161,7 @@ class TeacherSpec:
 
     def to_json(self) -> dict[str, Any]:
         """The spec as plain JSON (``teacher.json``)."""
-        return {**asdict(self), "families": list(self.families)}
+        return {**asdict(self), "families": list(self.families), "table": list(self.table)}
 
     @classmethod
     def from_json(cls, doc: Any, where: str) -> TeacherSpec:
@@ -163,6 +173,8 @@ class TeacherSpec:
         try:
             search = HindsightSettings(**doc["search"])  # a record without ``widths`` held none: the default
             kind = {key: doc[key] for key in ("labels", "probes", "delta", "gain", "player", "app_gain") if key in doc}
+            if "table" in doc:
+                kind["table"] = tuple(doc["table"])
             return cls(tuple(doc["families"]), doc["seeds"], search, doc["max_jobs"], doc["dynamics"], **kind)
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{where}: not a teacher spec ({exc})") from None
@@ -260,23 +272,35 @@ def advantage_labels(
     clipped to the action's [-1, 1]: a policy that regresses the labels scores each job by its
     expected advantage given what the state shows, a step of policy improvement over the prior.
 
+    With ``spec.table``, the states are the table's (the env plays its score action, every job
+    holding its application's row) and each fork offsets one job's score from its row, every
+    other job holding its own; the label is the table's action plus ``gain`` times the advantage.
+
     Returns the arrays (``obs/<entry>`` and ``label`` at the probed decisions, ``slots``,
-    ``advantage`` (probes, max_jobs)) and the meta (decisions, probes, forks, prior JCT)."""
+    ``advantage`` (probes, max_jobs)) and the meta (decisions, probes, forks, the base's JCT)."""
     assert env.sim is not None
     sim, prior = env.sim, scored_prior(spec.search.prior)
-    prior_jct, total = played_fork(sim, HeldScores(prior, {}), 0)  # one play: its JCT and its length
+    # the table's values as the env's float32 action carries them, so that forks and env agree
+    table = AppTablePolicy(np.asarray(spec.table, dtype=np.float32).tolist(), spec.search.prior) if spec.table else None
+    base = table.held_by(sim.workload) if table is not None else Held()
+
+    def fork_jct(offsets: dict[int, float]) -> float:
+        scores = {**base.scores, **{j: base.scores.get(j, 0.0) + off for j, off in offsets.items()}}
+        return held_jct(sim, HeldScores(prior, scores, base.widths), 0)
+
+    base_jct, total = played_fork(sim, HeldScores.holding(prior, base), 0)  # one play: its JCT and its length
     probed = _probed(total, spec.probes)
     records = _Probes(spec, _app_members(sim.workload))
-    zero = np.zeros(env.action_space.shape, dtype=np.float32)
+    size, slots = env.action_space.shape[0], env.config.max_jobs
     obs, decision, done = first, 0, False
     while not done:
+        jobs = slot_jobs(env.state, slots)
+        action = np.zeros(size, dtype=np.float32) if table is None else table.score_action(jobs, slots, size)
         if decision in probed:
-            jobs = slot_jobs(env.state, env.config.max_jobs)
-            measured = records.measure(jobs, lambda scores: held_jct(sim, HeldScores(prior, scores), 0), prior_jct)
-            records.add(obs, zero, measured, len(jobs))
-        obs, _, terminated, truncated, _ = env.step(zero)
+            records.add(obs, action, records.measure(jobs, fork_jct, base_jct), len(jobs))
+        obs, _, terminated, truncated, _ = env.step(action)
         decision, done = decision + 1, terminated or truncated
-    return records.arrays(), records.meta(len(probed), prior_jct)
+    return records.arrays(), records.meta(len(probed), base_jct)
 
 
 def played_advantage_labels(env: DeepBootEnv, spec: TeacherSpec, player: Any) -> tuple[dict[str, Any], dict[str, Any]]:

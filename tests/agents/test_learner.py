@@ -16,6 +16,7 @@ import yaml
 
 import train_policy
 from agents.errors import ConfigError
+from agents.models.app_table import AppTableModel
 from agents.runs.interrupt import TrainingInterrupted
 from agents.runs.validation import EVAL_COLUMNS
 from agents.saved.checkpoint import SavedModel
@@ -263,3 +264,23 @@ def test_policy_iteration_rounds_label_the_last_regression_and_resume_exactly(tm
         train_policy.run(_train(tmp_path, "held", "--env-kwargs", "hold:4", preset=ROUNDS_PRESET))
     with pytest.raises(ConfigError, match="needs a warm start"):
         train_policy.run(_train(tmp_path, "cold", "--teacher-seeds", "0", preset=ROUNDS_PRESET))
+
+
+def test_a_table_s_play_is_round_one_and_a_regression_plays_round_two(tmp_path: Path) -> None:
+    """``teacher_table``: round 1 labels the advantages over the held table's play (the spec
+    records its values); round 2 labels the regression's own play, with no table; a table over
+    another prior is refused in one line before any work."""
+    table = tuple(np.round(np.random.default_rng(5).uniform(-0.5, 0.5, 24), 3).tolist())
+    AppTableModel(table).save(tmp_path / "table.json")
+    preset = {**ROUNDS_PRESET, "teacher_kind": "advantage", "teacher_table": str(tmp_path / "table.json")}
+    preset["env_kwargs"] = {**preset["env_kwargs"], "base_policy": "ats-srpt-fcfs-place-rr-warm"}
+    run = train_policy.run(_train(tmp_path, "runs", preset=preset))
+    assert read_manifest(run / "teacher")["spec"]["table"] == list(table)
+    second = read_manifest(run / "teacher-2")["spec"]
+    assert second["table"] == [] and second["player"]
+    rounds = yaml.safe_load((run / "config.yml").read_text())["teacher"]["rounds"]
+    assert rounds[0]["player"] == "held table" and rounds[1]["player"] == second["player"][:12]
+    AppTableModel(table, prior="ats-srpt").save(tmp_path / "other.json")
+    with pytest.raises(ConfigError, match="scores ats-srpt, not the env's base_policy"):
+        train_policy.run(_train(tmp_path, "other", preset={**preset, "teacher_table": str(tmp_path / "other.json")}))
+    assert not (tmp_path / "other").exists() or not any((tmp_path / "other").iterdir())

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from agents.models.app_table import AppTableModel, AppTablePolicy
 from agents.trainers.teacher import (
     MANIFEST,
     PLAYER_FILE,
@@ -125,6 +126,9 @@ def test_labels_are_read_bounded_and_without_unpickling(tmp_path: Path) -> None:
             r"app_gain must be a number in \[0, 1000\]",
         ),
         ({"families": ("mixed",), "app_gain": 3.0}, "app_gain needs advantage labels"),
+        ({"families": ("mixed",), "labels": "advantage", "table": (0.1,) * 23}, "must be 24 finite numbers"),
+        ({"families": ("mixed",), "table": (0.1,) * 24}, "the base of advantage labels"),
+        ({"families": ("mixed",), "labels": "advantage", "table": (1.5,) * 24}, r"must lie in \[-1, 1\]"),
     ],
 )
 def test_a_bad_spec_is_one_line(kwargs: dict, message: str) -> None:
@@ -172,6 +176,75 @@ def test_advantage_labels_are_each_job_s_forked_difference_on_the_prior_s_states
         up = held_jct(env.sim, HeldScores(prior, {job.id: 0.5}), 0)
         down = held_jct(env.sim, HeldScores(prior, {job.id: -0.5}), 0)
         assert advantage[0, i] == pytest.approx((down - up) / (1.0 * base), rel=1e-5, abs=1e-9)
+
+
+TABLE = tuple(np.round(np.random.default_rng(3).uniform(-0.5, 0.5, 24), 3).tolist())
+"""A held application table with every value non-zero."""
+
+
+def _labelled(spec: TeacherSpec, key: tuple[str, int]) -> tuple[dict[str, np.ndarray], dict]:
+    labelled = label_scenario((key, spec, b""))
+    with np.load(io.BytesIO(labelled.npz), allow_pickle=False) as npz:
+        return {name: npz[name] for name in npz.files}, labelled.meta
+
+
+def test_advantage_labels_over_a_table_are_its_action_plus_each_job_s_forked_advantage() -> None:
+    """With a table, the states are the table's play and each fork offsets one job's score from
+    its application's row, the others holding theirs: the first probe recomputed by hand; the
+    label is the table's action (score, width scores, full lending) plus gain times the job's
+    advantage, clipped. A zero table labels exactly as the prior does."""
+    key = ("short-period", 1000)
+    spec = TeacherSpec(("short-period",), seeds=1, labels="advantage", probes=3, delta=0.5, gain=30.0, table=TABLE)
+    arrays, meta = _labelled(spec, key)
+    env = DeepBootEnv(workload=cached_scenario(*key), **spec.env_kwargs)
+    env.reset(seed=0)
+    assert env.sim is not None
+    table = AppTablePolicy(np.float32(TABLE).tolist(), spec.search.prior)
+    base = table.held_by(env.sim.workload)
+    prior = scored_prior(spec.search.prior)
+    base_jct = held_jct(env.sim, HeldScores.holding(prior, base), 0)
+    assert meta["prior_jct"] == pytest.approx(base_jct) and base_jct != pytest.approx(
+        held_jct(env.sim, HeldScores(prior, {}), 0)
+    )
+    jobs = slot_jobs(env.state, spec.max_jobs)
+    action = table.score_action(jobs, spec.max_jobs, env.action_space.shape[0])
+    advantage, labels, used = arrays["advantage"], arrays["label"], int(arrays["slots"][0])
+    expected = action.copy()
+    expected[:used] = np.clip(action[:used] + 30.0 * advantage[0, :used], -1, 1)
+    np.testing.assert_allclose(labels[0], expected, rtol=1e-6, atol=1e-7)
+    assert labels[0, spec.max_jobs :].any() and labels[0, -1] == 0.0  # its width scores, the full share
+    for i, job in enumerate(jobs):
+        up = held_jct(env.sim, HeldScores(prior, {**base.scores, job.id: base.scores[job.id] + 0.5}, base.widths), 0)
+        down = held_jct(env.sim, HeldScores(prior, {**base.scores, job.id: base.scores[job.id] - 0.5}, base.widths), 0)
+        assert advantage[0, i] == pytest.approx((down - up) / (1.0 * base_jct), rel=1e-5, abs=1e-9)
+    zero = TeacherSpec(**{**spec.__dict__, "table": (0.0,) * 24})
+    plain = TeacherSpec(**{**spec.__dict__, "table": ()})
+    (zero_arrays, zero_meta), (plain_arrays, plain_meta) = _labelled(zero, key), _labelled(plain, key)
+    assert zero_meta.pop("cpu_s") > 0 and plain_meta.pop("cpu_s") > 0 and zero_meta == plain_meta
+    for name in ("label", "advantage", "slots"):
+        np.testing.assert_array_equal(zero_arrays[name], plain_arrays[name])
+
+
+def test_a_table_spec_round_trips_through_its_manifest() -> None:
+    spec = TeacherSpec(("mixed",), seeds=1, labels="advantage", table=TABLE)
+    doc = json.loads(json.dumps(spec.to_json()))
+    assert doc["table"] == list(TABLE) and TeacherSpec.from_json(doc, "teacher.json") == spec
+    assert TeacherSpec.from_json({**doc, "table": []}, "teacher.json").table == ()
+
+
+def test_deepboot_teach_labels_a_table_s_play(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from deepboot_harness.cli import main
+
+    AppTableModel(TABLE).save(tmp_path / "table.json")
+    argv = ["teach", "--families", "short-period", "--seeds", "1", "--labels", "advantage", "--probes", "1"]
+    assert main([*argv, "--table", str(tmp_path / "table.json"), "--out", str(tmp_path / "t"), "--quiet"]) == 0
+    spec = read_manifest(tmp_path / "t")["spec"]
+    assert spec["table"] == list(TABLE)
+    AppTableModel(TABLE, prior="ats-srpt").save(tmp_path / "other.json")
+    assert main([*argv, "--table", str(tmp_path / "other.json"), "--out", str(tmp_path / "u")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "scores ats-srpt, not the prior" in err[0]
+    assert not (tmp_path / "u").exists()
 
 
 def test_application_advantages_hold_every_job_of_the_application_together() -> None:
