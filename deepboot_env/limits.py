@@ -233,6 +233,29 @@ def parse_json(
     return value
 
 
+def read_json_file(path: Path, what: str, file_format: str, error: ErrorFactory = ValueError) -> dict[str, Any]:
+    """The JSON object of the ``what`` file at ``path`` (a model file: a priority, a held table),
+    read bounded (:data:`MAX_JSON_BYTES`) and parsed by :func:`parse_json`, whose ``format``
+    field is ``file_format``; its other fields are the caller's to check.
+
+    Raises:
+        error: one line naming the file: missing or unreadable, too large, not JSON, not an
+            object, or another format.
+    """
+    try:
+        data = read_bounded(path, MAX_JSON_BYTES, f"a {what}", error)
+    except FileNotFoundError:
+        raise error(f"{path}: no such {what} file") from None
+    except OSError as exc:
+        raise error(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
+    doc = parse_json(data, str(path), error, what=f"a JSON {what}")
+    if not isinstance(doc, dict):
+        raise error(f"{path}: expected a JSON object, got {type(doc).__name__}")
+    if doc.get("format") != file_format:
+        raise error(f"{path}: field 'format' must be {file_format!r}, got {shown(doc.get('format'))}")
+    return doc
+
+
 def parse_yaml(text: str, source: str, error: ErrorFactory = ValueError, max_values: int = MAX_VALUES) -> Any:
     """The YAML document in ``text`` (safe loader: plain data, no tags that build objects),
     checked against :data:`MAX_NESTING` and ``max_values`` with every alias expanded (so that a

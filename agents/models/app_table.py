@@ -28,7 +28,7 @@ import numpy as np
 
 from baselines.hindsight import DEFAULT_PRIOR, Held, HeldScores, scored_prior
 from deepboot_env.atomic import write_text
-from deepboot_env.limits import MAX_JSON_BYTES, parse_json, read_bounded, shown
+from deepboot_env.limits import read_json_file, shown
 from deepboot_env.policy import WIDTH_CLASSES, Allocation, ClusterState, JobView, available_policies
 from deepboot_env.sim.apps import APP_NAMES
 
@@ -177,17 +177,7 @@ class AppTableModel:
         Raises:
             AppTableError: one line naming the file and what is wrong with it.
         """
-        try:
-            data = read_bounded(path, MAX_JSON_BYTES, "a table file", AppTableError)
-        except FileNotFoundError:
-            raise AppTableError(f"{path}: no such table file") from None
-        except OSError as exc:
-            raise AppTableError(f"{path}: cannot read the table file ({exc.strerror or exc})") from None
-        doc = parse_json(data, str(path), AppTableError, what="a JSON table file")
-        if not isinstance(doc, dict):
-            raise AppTableError(f"{path}: expected a JSON object, got {type(doc).__name__}")
-        if doc.get("format") != FORMAT:
-            raise AppTableError(f"{path}: field 'format' must be {FORMAT!r}, got {shown(doc.get('format'))}")
+        doc = read_json_file(path, "table", FORMAT, AppTableError)
         if doc.get("names") != list(table_names()):
             raise AppTableError(
                 f"{path}: field 'names' must be {', '.join(table_names()[:2])}, ... (24), got {shown(doc.get('names'))}"

@@ -35,7 +35,7 @@ import numpy as np
 
 from baselines.ats import AtsPolicy, arrival_ranks, epochs_left_work
 from deepboot_env.atomic import write_text
-from deepboot_env.limits import MAX_JSON_BYTES, parse_json, read_bounded, shown
+from deepboot_env.limits import read_json_file, shown
 from deepboot_env.policy import JobView
 from deepboot_env.sim.apps import APP_NAMES
 from deepboot_env.sim.reclaim import fair_share_base
@@ -226,17 +226,7 @@ class PriorityModel:
         Raises:
             PriorityModelError: one line naming the file and what is wrong with it.
         """
-        try:
-            data = read_bounded(path, MAX_JSON_BYTES, "a priority model", PriorityModelError)
-        except FileNotFoundError:
-            raise PriorityModelError(f"{path}: no such priority model file") from None
-        except OSError as exc:
-            raise PriorityModelError(f"{path}: cannot read the priority model ({exc.strerror or exc})") from None
-        doc = parse_json(data, str(path), PriorityModelError, what="a JSON priority model")
-        if not isinstance(doc, dict):
-            raise PriorityModelError(f"{path}: expected a JSON object, got {type(doc).__name__}")
-        if doc.get("format") != FORMAT:
-            raise PriorityModelError(f"{path}: field 'format' must be {FORMAT!r}, got {shown(doc.get('format'))}")
+        doc = read_json_file(path, "priority model", FORMAT, PriorityModelError)
         features = doc.get("features")
         if not (isinstance(features, list) and all(isinstance(name, str) for name in features)):
             raise PriorityModelError(f"{path}: field 'features' must be a list of feature names, got {shown(features)}")

@@ -114,7 +114,7 @@ def _doc(**changes: object) -> dict:
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("{not json", "not a JSON table file"),
+        ("{not json", "not a JSON table"),
         (json.dumps([1, 2]), "expected a JSON object"),
         (json.dumps(_doc(format="deepboot-priority/1")), "field 'format'"),
         (json.dumps(_doc(names=list(table_names())[::-1])), "field 'names'"),
