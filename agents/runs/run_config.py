@@ -77,6 +77,7 @@ TEACHER_KEYS: dict[str, Any] = {
     "teacher_gain": 30.0,
     "teacher_app_gain": 0.0,
     "teacher_table": None,
+    "table_generations": 0,
     "teacher_rounds": 1,
     "clone_epochs": 20,
     "clone_lr": 1.0e-3,
@@ -89,7 +90,9 @@ a search of ``teacher_generations`` x ``teacher_pairs`` at step ``teacher_lr``; 
 ``teacher_probes`` decisions probed at +-``teacher_delta``, labels ``teacher_gain`` x the
 advantage (plus ``teacher_app_gain`` x the job's application's, all its jobs held together),
 on the prior's play or, with ``teacher_table`` (a held table's file, ``--algo es --preset
-table-es``), on that table's. The new model regresses the labels for ``clone_epochs`` at ``clone_lr`` in batches of
+table-es``), on that table's; ``table_generations`` N > 0 trains that table first, from zeros, in
+the run (N generations of ``table-es``, :func:`agents.trainers.evolution.train_table`). The new
+model regresses the labels for ``clone_epochs`` at ``clone_lr`` in batches of
 ``clone_batch`` before PPO. With ``teacher_rounds`` R > 1 that is policy iteration: R - 1 more
 rounds label the advantages over the latest regression's own play, and the new model regresses
 each round's labels afresh. ``teacher_labels``, a folder ``deepboot teach`` wrote, gives the
@@ -366,12 +369,15 @@ def resolve_teacher(flags: TrainSettings, conf: dict[str, Any]) -> dict[str, Any
         raise ConfigError(f"teacher_labels must be a folder, got {shown(out['teacher_labels'])}")
     if out["teacher_table"] is not None and not isinstance(out["teacher_table"], str):
         raise ConfigError(f"teacher_table must be a table file, got {shown(out['teacher_table'])}")
+    if out["teacher_table"] and out.get("table_generations"):
+        raise ConfigError("teacher_table gives the table that table_generations would train: set one of them")
     whole_numbers = (
         ("teacher_seeds", 0),
         ("teacher_generations", 0),
         ("teacher_pairs", 1),
         ("teacher_probes", 1),
         ("teacher_rounds", 1),
+        ("table_generations", 0),
         ("clone_epochs", 0),
         ("clone_batch", 1),
     )

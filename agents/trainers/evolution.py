@@ -1016,3 +1016,50 @@ def es_state(
             f"{len(features)} ({', '.join(features)})"
         )
     return settings, state or EsState.start(settings, flags.seed, theta)
+
+
+TABLE_PRESET = "table-es"
+"""The preset whose ES settings a training run's table stage uses (:func:`train_table`)."""
+
+
+def train_table(
+    folder: Path,
+    families: Sequence[str],
+    generations: int,
+    seed: int,
+    jobs: int,
+    backend: Backend = LOCAL,
+    stop: Callable[[], bool] = lambda: False,
+) -> tuple[Path, dict[str, Any]]:
+    """A held application table trained from zeros in ``folder``: the first stage of a training
+    run's hindsight start (``table_generations``). ES with :data:`TABLE_PRESET`'s settings, for
+    ``generations``, on the train seeds of ``families``, validated on their first
+    :data:`~agents.runs.run_config.FAMILY_SEEDS` val seeds against the prior; a folder that holds
+    a stopped stage goes on from its ``state.json`` (the same draws: the same table as without
+    the stop). ``stop()`` is asked after each generation, and a signal during the episodes ends
+    it at the last finished one.
+
+    Returns ``best_model.json`` and what the run's record shows of the stage: ``complete``,
+    generations, episodes, the best validation ratio to ``ats``, wall seconds."""
+    values = {**load_conf(None, TABLE_PRESET, "es", common=False), "generations": generations}
+    settings = EsSettings.of(values)
+    folder.mkdir(parents=True, exist_ok=True)
+    state_file = folder / "state.json"
+    if state_file.is_file():
+        state = EsState.load(state_file)
+        verify_cache(state_file, state)
+    else:
+        state = EsState.start(settings, seed, (0.0,) * TABLE_SIZE)
+    val = [(family, s) for family in families for s in split_seeds("val")[:FAMILY_SEEDS]]
+    subject = Subject(table_names(), table=True)
+    run = EsRun(folder, families, val, settings, state, subject, jobs, backend, log=None)
+    run.train(stop)
+    record = {
+        "folder": folder.name,
+        "complete": state.generation >= generations,
+        "generations": state.generation,
+        "episodes": state.episodes,
+        "val_jct_ratio": state.best_val,
+        "wall_seconds": state.wall_seconds,
+    }
+    return folder / "best_model.json", record

@@ -36,6 +36,7 @@ import numpy as np
 from agents.errors import ConfigError
 from agents.models.app_table import AppTableModel
 from agents.runs.run_config import env_config
+from agents.trainers.evolution import train_table
 from agents.trainers.teacher import (
     MANIFEST,
     PLAYER_FILE,
@@ -47,13 +48,16 @@ from agents.trainers.teacher import (
     read_scenario,
     teach,
 )
-from baselines.hindsight import HindsightSettings
+from baselines.hindsight import DEFAULT_PRIOR, HindsightSettings
 from deepboot_env.pool import Backend
 from deepboot_env.stops import Stopped, stop_requested
 from traces.families import FAMILIES
 
 TEACHER_FOLDER = "teacher"
 """The run folder's sub-folder of the teacher's labels."""
+
+TABLE_FOLDER = "table"
+"""The run folder's sub-folder of the held table's ES run (``table_generations``)."""
 
 
 @dataclass
@@ -267,6 +271,10 @@ def _asked_spec(settings: Mapping[str, Any]) -> TeacherSpec:
     table = AppTableModel.load(Path(settings["teacher_table"])) if settings["teacher_table"] else None
     if table is not None and table.prior != env.get("base_policy"):
         raise ValueError(f"teacher_table {settings['teacher_table']}: scores {table.prior}, not the env's base_policy")
+    if settings["table_generations"] and settings["teacher_kind"] != "advantage":
+        raise ValueError("table_generations trains the base of advantage labels: teacher_kind advantage")
+    if settings["table_generations"] and env.get("base_policy") != DEFAULT_PRIOR:
+        raise ValueError(f"table_generations trains a table over {DEFAULT_PRIOR}: base_policy:{DEFAULT_PRIOR}")
     search = HindsightSettings(
         env.get("base_policy", ""),
         settings["teacher_generations"],
@@ -316,6 +324,15 @@ def hindsight_start(
     as without the stop). ``on_epoch`` gets the regression's epochs numbered on across rounds."""
     spec = teacher_spec(settings)
     given, rounds, epochs = settings["teacher_labels"], settings["teacher_rounds"], settings["clone_epochs"]
+    table: dict[str, Any] | None = None
+    if settings["table_generations"] and not given:
+        path, table = train_table(
+            run_dir / TABLE_FOLDER, spec.families, settings["table_generations"], seed, jobs, backend, stop_requested
+        )
+        if not table["complete"]:
+            stopped = "stopped while ES trained the table; its state is kept"
+            return {"table": table, "rounds": [], "complete": False, "interrupted": stopped}
+        spec = replace(spec, table=tuple(np.clip(AppTableModel.load(path).values, -1.0, 1.0).tolist()))
     folders = [Path(given) if given else run_dir / TEACHER_FOLDER]
     folders += [run_dir / f"{TEACHER_FOLDER}-{r}" for r in range(2, rounds + 1)]
     record: dict[str, Any] = {
@@ -327,6 +344,8 @@ def hindsight_start(
         "rounds": [],
         "complete": False,
     }
+    if table is not None:
+        record["table"] = table
     first = max([r for r in range(2, rounds + 1) if (folders[r - 1] / PLAYER_FILE).is_file()], default=1)
     player = read_player(folders[first - 1]) if first > 1 else b""
     record["rounds"] += [_labelled_round(r, folders[r - 1], r == 1 and bool(given)) for r in range(1, first)]

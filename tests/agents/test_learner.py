@@ -284,3 +284,25 @@ def test_a_table_s_play_is_round_one_and_a_regression_plays_round_two(tmp_path: 
     with pytest.raises(ConfigError, match="scores ats-srpt, not the env's base_policy"):
         train_policy.run(_train(tmp_path, "other", preset={**preset, "teacher_table": str(tmp_path / "other.json")}))
     assert not (tmp_path / "other").exists() or not any((tmp_path / "other").iterdir())
+
+
+def test_table_generations_train_the_table_in_the_run_and_label_its_play(tmp_path: Path, monkeypatch) -> None:
+    """``table_generations``: ES trains a held table from zeros in ``<run>/table`` (here one
+    generation of one pair on one scenario, one val seed), and the teacher labels that table's
+    play: the one-command path from nothing to the table and the labels over it."""
+    from agents.trainers import evolution
+
+    small = {"app_table": 1, "pairs": 1, "seeds_per_family": 1, "sigma": 0.05, "learning_rate": 0.02, "eval_freq": 1}
+    monkeypatch.setattr(evolution, "load_conf", lambda *args, **kwargs: dict(small))
+    monkeypatch.setattr(evolution, "FAMILY_SEEDS", 1)
+    preset = {**ROUNDS_PRESET, "teacher_kind": "advantage", "teacher_rounds": 1, "table_generations": 1}
+    run = train_policy.run(_train(tmp_path, "runs", preset=preset))
+    record = yaml.safe_load((run / "config.yml").read_text())["teacher"]
+    assert record["complete"] and record["table"]["complete"] and record["table"]["generations"] == 1
+    table = AppTableModel.load(run / "table" / "best_model.json")
+    spec = read_manifest(run / "teacher")["spec"]
+    assert spec["table"] == np.clip(table.values, -1, 1).tolist()
+    with pytest.raises(ConfigError, match="teacher_kind advantage"):
+        train_policy.run(_train(tmp_path, "held", preset={**TINY_PRESET, "table_generations": 1}))
+    with pytest.raises(ConfigError, match="set one of them"):
+        train_policy.run(_train(tmp_path, "both", preset={**preset, "teacher_table": str(run / "table.json")}))
