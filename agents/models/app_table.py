@@ -44,6 +44,9 @@ TABLE_ROWS: tuple[str, ...] = ("score", "two", "node", "split")
 one node, 3 or more on one node, split over nodes; 1 GPU is the reference, valued 0)."""
 
 
+assert len(TABLE_ROWS) == 1 + WIDTH_CLASSES, "a row per width class the score action values"
+
+
 def table_names() -> tuple[str, ...]:
     """The table's values by name, class-major: ``<application>/<row>``."""
     return tuple(f"{app}/{row}" for row in TABLE_ROWS for app in APP_NAMES)
@@ -98,7 +101,6 @@ class AppTablePolicy(HeldScores):
             app: tuple(row[i] for row in rows[1:]) for i, app in enumerate(APP_NAMES)
         }
         """Each application's width log-multipliers (:data:`WIDTH_CLASSES` of them)."""
-        assert all(len(w) == WIDTH_CLASSES for w in self.app_widths.values())
         self.widths = {}
 
     def reset(self, seed: int | None = None) -> None:
