@@ -228,6 +228,7 @@ def test_help_lists_every_preset_in_one_line(capsys: pytest.CaptureFixture[str])
         "score-job",
         "score-app",
         "hindsight",
+        "table-es",
     }
     listing = text.split("presets of agents/conf/deepboot.yml (--preset NAME):\n", 1)[1].splitlines()
     assert len(listing) == len(presets)

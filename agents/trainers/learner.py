@@ -322,17 +322,11 @@ def hindsight_start(
     ``complete`` false where a signal stopped it: a resumed run starts again from a new model,
     at the last round whose player is kept (the labels and players kept: the result is the same
     as without the stop). ``on_epoch`` gets the regression's epochs numbered on across rounds."""
-    spec = teacher_spec(settings)
     given, rounds, epochs = settings["teacher_labels"], settings["teacher_rounds"], settings["clone_epochs"]
-    table: dict[str, Any] | None = None
-    if settings["table_generations"] and not given:
-        path, table = train_table(
-            run_dir / TABLE_FOLDER, spec.families, settings["table_generations"], seed, jobs, backend, stop_requested
-        )
-        if not table["complete"]:
-            stopped = "stopped while ES trained the table; its state is kept"
-            return {"table": table, "rounds": [], "complete": False, "interrupted": stopped}
-        spec = replace(spec, table=tuple(np.clip(AppTableModel.load(path).values, -1.0, 1.0).tolist()))
+    spec, table = _with_table(teacher_spec(settings), settings, run_dir, (seed, backend, jobs))
+    if table is not None and not table["complete"]:
+        stopped = "stopped while ES trained the table; its state is kept"
+        return {"table": table, "rounds": [], "complete": False, "interrupted": stopped}
     folders = [Path(given) if given else run_dir / TEACHER_FOLDER]
     folders += [run_dir / f"{TEACHER_FOLDER}-{r}" for r in range(2, rounds + 1)]
     record: dict[str, Any] = {
@@ -366,6 +360,22 @@ def hindsight_start(
     record["teacher_cpu_s"] = round(sum(done["teacher_cpu_s"] for done in record["rounds"]), 1)
     record["complete"] = True
     return record
+
+
+def _with_table(
+    spec: TeacherSpec, settings: Mapping[str, Any], run_dir: Path, work: tuple[int, Backend, int]
+) -> tuple[TeacherSpec, dict[str, Any] | None]:
+    """``spec`` over the held table ``table_generations`` trains in ``run_dir/table`` (its values
+    clipped to the score action's [-1, 1]), and the stage's record; ``spec`` and None without
+    one (or with given labels). A stage a signal stopped is recorded incomplete, ``spec`` as it was."""
+    if not settings["table_generations"] or settings["teacher_labels"]:
+        return spec, None
+    seed, backend, jobs = work
+    generations = settings["table_generations"]
+    path, record = train_table(run_dir / TABLE_FOLDER, spec.families, generations, seed, jobs, backend, stop_requested)
+    if not record["complete"]:
+        return spec, record
+    return replace(spec, table=tuple(np.clip(AppTableModel.load(path).values, -1.0, 1.0).tolist())), record
 
 
 ROUND_RESULTS = ("scenarios", "decisions", "held_scenarios", "search_ratio", "clone_epochs_done", "clone")
