@@ -1,6 +1,6 @@
 """Atomic, locked outputs: every file a command writes goes through this module.
 
-* :func:`atomic_write` (and :func:`write_text`, :func:`write_bytes`): the content goes to a
+* :func:`atomic_write` (and :func:`write_text`, :func:`write_json`, :func:`write_bytes`): the content goes to a
   temporary file in the same folder (``.<name>.<pid>.tmp``), is flushed and fsynced, and then
   replaces the target with :func:`os.replace`. A reader, a kill or a full disk never sees or
   leaves half a file: the target holds its previous content or the new one, and the temporary
@@ -29,6 +29,7 @@ from __future__ import annotations
 import csv
 import errno
 import io
+import json
 import os
 import stat
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -149,6 +150,11 @@ def write_text(path: str | Path, text: str, encoding: str = "utf-8") -> Path:
     with atomic_write(path, encoding=encoding) as fh:
         fh.write(text)
     return Path(path)
+
+
+def write_json(path: str | Path, doc: Any, sort_keys: bool = False) -> Path:
+    """Replace ``path`` with ``doc`` as indented JSON and a final newline (:func:`write_text`)."""
+    return write_text(path, json.dumps(doc, indent=2, sort_keys=sort_keys) + "\n")
 
 
 def write_bytes(path: str | Path, data: bytes) -> Path:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from deepboot_env import FRONT_END_DYNAMICS, REFERENCE_POLICY
 from deepboot_env.argparsing import ArgumentParser, number
-from deepboot_env.atomic import lock_folder
+from deepboot_env.atomic import lock_folder, write_json
 from deepboot_env.config import DYNAMICS, dynamics_notes, sim_config
 from deepboot_env.evaluation import EpisodeProgress
 from deepboot_env.extras import MissingExtraError
@@ -313,10 +313,8 @@ def write_metrics_json(metrics: EpisodeMetrics, config: SimConfig, path: str | P
     ``v1`` or ``custom``), written atomically (a reader never sees half a file)."""
     import json
 
-    from deepboot_env.atomic import write_text
-
     doc = {"dynamics": dynamics_name(config), **json.loads(metrics.to_json())}
-    write_text(path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    write_json(path, doc, sort_keys=True)
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:

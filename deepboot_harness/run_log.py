@@ -18,7 +18,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from deepboot_env.atomic import append_text, write_text
+from deepboot_env.atomic import append_text, write_json, write_text
 from deepboot_env.limits import MAX_JSON_BYTES, parse_json, read_bounded, shown
 from deepboot_env.stops import Stopped
 
@@ -81,7 +81,7 @@ def open_run_log(
     record: dict[str, Any] = {"settings": settings}
     if extra is not None:
         record["spec"] = extra
-    write_text(settings_path, json.dumps(record, indent=2) + "\n")
+    write_json(settings_path, record)
     rows = read_runs(runs_path, fields)
     if runs_path.exists():  # rewrite without a line an interruption cut short, so appends start on a new line
         write_text(runs_path, "".join(json.dumps(row) + "\n" for row in rows))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -279,6 +279,13 @@ def split_seeds(split: str) -> range:
     if split not in SPLIT_SEEDS:
         raise FamilyError(f"unknown split {split!r}; known: {', '.join(SPLIT_SEEDS)}")
     return SPLIT_SEEDS[split]
+
+
+def val_scenarios(families: Iterable[str], per_family: int) -> list[tuple[str, int]]:
+    """The first ``per_family`` val seeds of each of ``families``, as ``(family, seed)`` pairs,
+    family by family (the scenarios a training run validates on)."""
+    first = split_seeds("val")[:per_family]
+    return [(family, seed) for family in families for seed in first]
 
 
 def split_of(seed: int) -> str | None:

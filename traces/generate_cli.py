@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import sys
 from pathlib import Path
 
 from deepboot_env.argparsing import ArgumentParser, number, whole
-from deepboot_env.atomic import write_text
+from deepboot_env.atomic import write_json
 from deepboot_env.sim.scenario import Scenario
 from deepboot_env.sim.workload import Workload
 from traces.families import FAMILIES, sample_scenario
@@ -226,7 +225,7 @@ def run_generate(args: argparse.Namespace) -> int:
             )
             if scenario is not None:
                 sidecar = scenario_sidecar(path)
-                write_text(sidecar, json.dumps(scenario.describe(), indent=2) + "\n")
+                write_json(sidecar, scenario.describe())
                 print(f"wrote {sidecar}: cluster {scenario.describe()['cluster']}, restart {scenario.restart}")
         else:
             w = csv.writer(sys.stdout, lineterminator="\n")

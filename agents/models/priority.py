@@ -24,7 +24,6 @@ file fails with one line naming it and the field.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from baselines.ats import AtsPolicy, arrival_ranks, epochs_left_work
-from deepboot_env.atomic import write_text
+from deepboot_env.atomic import write_json
 from deepboot_env.limits import read_json_file, shown
 from deepboot_env.policy import JobView
 from deepboot_env.sim.apps import APP_NAMES
@@ -217,7 +216,7 @@ class PriorityModel:
         :func:`deepboot_env.atomic.write_text`)."""
         path.parent.mkdir(parents=True, exist_ok=True)
         doc = {"format": FORMAT, "features": list(self.features), "theta": list(self.theta), "info": dict(self.info)}
-        write_text(path, json.dumps(doc, indent=2) + "\n")
+        write_json(path, doc)
 
     @classmethod
     def load(cls, path: Path) -> PriorityModel:

@@ -81,7 +81,7 @@ from deepboot_env.policy import Policy
 from deepboot_env.pool import LOCAL, Backend, available_cpus, run_pool
 from deepboot_env.sim.apps import APP_NAMES
 from deepboot_env.stops import Stopped, StopSignals
-from traces.families import FAMILIES, FamilyError, cached_scenario, family_sampler, split_seeds
+from traces.families import FAMILIES, FamilyError, cached_scenario, family_sampler, split_seeds, val_scenarios
 
 DYNAMICS = "v1"
 """The simulation dynamics of training and validation episodes (the benchmark's)."""
@@ -859,7 +859,7 @@ def es_scenarios(flags: TrainSettings) -> tuple[list[str], list[str], list[Scena
     default_val = list(flags.eval_workload) == ["val"]
     evals = list(FAMILIES) if default_val else family_names(flags.eval_workload, "--eval-workload")
     per_family = flags.eval_episodes or FAMILY_SEEDS
-    return families, evals, [(f, s) for f in evals for s in split_seeds("val")[:per_family]]
+    return families, evals, val_scenarios(evals, per_family)
 
 
 def es_values(flags: TrainSettings) -> dict[str, Any]:
@@ -1050,7 +1050,7 @@ def train_table(
         verify_cache(state_file, state)
     else:
         state = EsState.start(settings, seed, (0.0,) * TABLE_SIZE)
-    val = [(family, s) for family in families for s in split_seeds("val")[:FAMILY_SEEDS]]
+    val = val_scenarios(families, FAMILY_SEEDS)
     subject = Subject(table_names(), table=True)
     run = EsRun(folder, families, val, settings, state, subject, jobs, backend, log=None)
     run.train(stop)

@@ -292,11 +292,12 @@ def advantage_labels(
     probed = _probed(total, spec.probes)
     records = _Probes(spec, _app_members(sim.workload))
     size, slots = env.action_space.shape[0], env.config.max_jobs
-    obs, decision, done = first, 0, False
+    obs, decision, done, zero = first, 0, False, np.zeros(size, dtype=np.float32)
     while not done:
-        jobs = slot_jobs(env.state, slots)
-        action = np.zeros(size, dtype=np.float32) if table is None else table.score_action(jobs, slots, size)
-        if decision in probed:
+        probe = decision in probed
+        jobs = slot_jobs(env.state, slots) if probe or table is not None else []  # the prior: jobs at probes only
+        action = zero if table is None else table.score_action(jobs, slots, size)
+        if probe:
             records.add(obs, action, records.measure(jobs, fork_jct, base_jct), len(jobs))
         obs, _, terminated, truncated, _ = env.step(action)
         decision, done = decision + 1, terminated or truncated

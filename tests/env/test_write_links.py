@@ -17,6 +17,7 @@ from deepboot_env.atomic import (
     append_text,
     lock_folder,
     temporary_path,
+    write_json,
     write_text,
 )
 from deepboot_harness.benchmark import RUNS_FILE
@@ -88,6 +89,10 @@ def test_the_atomic_writers_replace_a_link_and_leave_its_target(tmp_path: Path, 
     path = _link(tmp_path / "run", "results.md", outside)
     write_text(path, "new\n")
     assert not path.is_symlink() and path.read_text() == "new\n"
+    assert outside.read_text() == OUTSIDE
+    model = _link(tmp_path / "run", "best_model.json", outside)
+    write_json(model, {"b": [1.5], "a": None}, sort_keys=True)
+    assert not model.is_symlink() and model.read_text() == '{\n  "a": null,\n  "b": [\n    1.5\n  ]\n}\n'
     assert outside.read_text() == OUTSIDE
 
 
