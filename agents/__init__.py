@@ -16,12 +16,14 @@
 * :mod:`agents.models.priority`: a learned per-job priority inside ATS's knapsack
   (``make_policy("priority:<path>")``), trained by evolution strategies (:mod:`agents.trainers.evolution`,
   ``train_policy.py --algo es``).
+* :mod:`agents.models.app_table`: a held application table (``make_policy("table:<path>")``), trained
+  from zeros by evolution strategies (``--preset table-es``).
 * :mod:`agents.saved.shipped`: the shipped models by short name (``ppo:deepboot-v0``,
-  ``priority:deepboot-priority-v1``), from any folder.
+  ``priority:deepboot-priority-v1``, ``table:deepboot-table-v1``), from any folder.
 
 Training from the command line: ``deepboot train --help`` (``python train_policy.py --help`` in a
-clone). Importing this package is cheap (it registers the ``ppo:<path>`` and ``priority:<path>``
-policy prefixes); the submodules import stable-baselines3 / torch when used. Within the package
+clone). Importing this package is cheap (it registers the ``ppo:<path>``, ``priority:<path>`` and
+``table:<path>`` policy prefixes); the submodules import stable-baselines3 / torch when used. Within the package
 the imports form no cycle, and an import inside a function says why (``# lazy: ...``;
 ``tests/test_layers.py``).
 """
@@ -35,7 +37,7 @@ from deepboot_env.policy import register_prefix
 
 register_prefix("ppo", "agents.saved.policy_adapter:load_agent_policy", arg="path")
 register_prefix("priority", "agents.saved.shipped:load_priority_policy", arg="path")
-register_prefix("table", "agents.models.app_table:load_table_policy", arg="path")
+register_prefix("table", "agents.saved.shipped:load_table_policy", arg="path")
 
 
 def load_agent(

@@ -131,8 +131,9 @@ def _run(installed: tuple[Path, Path], *argv: str, timeout: float = 300) -> subp
 
 
 MAX_SHIPPED_MODELS = 4
-"""Model files the wheel ships: the current score model, the learned priority and the first PPO
-model (the lineage before the current score model stays in the repository: models/lineage/)."""
+"""Model files the wheel ships: the current score model, the held application table, the learned
+priority and the first PPO model (the lineage before the current score model stays in the
+repository: models/lineage/)."""
 
 
 def test_the_wheel_ships_the_current_models_only(wheel_venv: tuple[Path, Path, dict[str, Any]]) -> None:
@@ -143,6 +144,7 @@ def test_the_wheel_ships_the_current_models_only(wheel_venv: tuple[Path, Path, d
     assert [name.rpartition("/")[2] for name in models] == [
         "deepboot-priority-v1.json",
         "deepboot-score-v8.zip",
+        "deepboot-table-v1.table.json",
         "deepboot-v0.zip",
     ]
     assert len(models) <= MAX_SHIPPED_MODELS
@@ -161,6 +163,7 @@ def test_the_package_comes_from_the_venv_not_the_clone(installed: tuple[Path, Pa
         "ppo:deepboot-v0",
         "ppo:deepboot-score-v8",
         "priority:deepboot-priority-v1",
+        "table:deepboot-table-v1",
     ],
 )
 def test_simulate_every_shipped_model_by_short_name(installed: tuple[Path, Path], model: str) -> None:

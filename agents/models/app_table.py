@@ -17,7 +17,6 @@ then its ``two``, ``node`` and ``split`` width values), unclipped: a score model
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from baselines.hindsight import DEFAULT_PRIOR, Held, HeldScores, scored_prior
-from deepboot_env.atomic import write_text
+from deepboot_env.atomic import write_json
 from deepboot_env.limits import read_json_file, shown
 from deepboot_env.policy import WIDTH_CLASSES, Allocation, ClusterState, JobView, available_policies
 from deepboot_env.sim.apps import APP_NAMES
@@ -91,6 +90,8 @@ class AppTablePolicy(HeldScores):
 
     def __init__(self, values: Sequence[float] | np.ndarray, prior: str = DEFAULT_PRIOR, label: str = "table") -> None:
         self.values = check_values(values)
+        self.prior_name = prior
+        """The registered name of the ATS variant the table scores."""
         super().__init__(scored_prior(prior), {})
         self.name = label
         apps = len(APP_NAMES)
@@ -170,7 +171,7 @@ class AppTableModel:
             "values": list(self.values),
             "info": dict(self.info),
         }
-        write_text(path, json.dumps(doc, indent=2) + "\n")
+        write_json(path, doc)
 
     @classmethod
     def load(cls, path: Path) -> AppTableModel:

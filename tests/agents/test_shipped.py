@@ -17,6 +17,10 @@ from deepboot_env.policy import make_policy
 
 SHIPPED_PPO = PRETRAINED_DIR / "deepboot-v0.zip"
 SHIPPED_PRIORITY = PRETRAINED_DIR / "deepboot-priority-v1.json"
+SHIPPED_TABLE = PRETRAINED_DIR / "deepboot-table-v1.table.json"
+GOLDEN_TABLE_TEST01_JCT = 1343.8
+"""Mean JCT of ``table:deepboot-table-v1`` on test/test-01 (DeepBoot-v1, as ``deepboot simulate``
+prints it; ATS: 1,528.3)."""
 LINEAGE_DIR = REPO / "models" / "lineage"
 """The score models before the current one (in the repository, not the wheel: docs/history.md)."""
 
@@ -60,6 +64,7 @@ def test_every_shipped_model_has_a_short_name() -> None:
         "ppo:deepboot-score-v8",
         "ppo:deepboot-v0",
         "priority:deepboot-priority-v1",
+        "table:deepboot-table-v1",
     ]
 
 
@@ -69,6 +74,8 @@ def test_short_names_reach_the_shipped_files_from_any_folder(elsewhere: Path) ->
     with pytest.raises(FileNotFoundError, match="no saved model at deepboot-score-v7"):
         resolve_model_path("deepboot-score-v7")  # the lineage is not shipped: a path in a clone
     assert resolve_shipped("deepboot-priority-v1", ".json") == SHIPPED_PRIORITY
+    assert resolve_shipped("deepboot-table-v1", ".table.json") == SHIPPED_TABLE
+    assert resolve_shipped("deepboot-table-v1", ".json") == Path("deepboot-table-v1")  # a table is no priority
 
 
 def test_paths_and_suffixed_names_are_not_short_names(elsewhere: Path) -> None:
@@ -84,6 +91,41 @@ def test_priority_short_name_is_the_shipped_model_and_keeps_its_short_label(else
     full = make_policy(f"priority:{SHIPPED_PRIORITY}")
     assert short.name == "priority:deepboot-priority-v1"
     assert list(short.theta) == list(full.theta)
+
+
+def test_table_short_name_plays_the_shipped_table(elsewhere: Path) -> None:
+    import json
+
+    from agents.models.app_table import AppTableModel
+    from deepboot_harness.cli import main
+
+    short = make_policy("table:deepboot-table-v1")
+    assert short.name == "table:deepboot-table-v1"
+    assert short.values == AppTableModel.load(SHIPPED_TABLE).values
+    out = elsewhere / "m.json"
+    assert (
+        main(["simulate", "--workload", "test/test-01", "--policy", "table:deepboot-table-v1", "--json", str(out)]) == 0
+    )
+    assert round(json.loads(out.read_text())["train_jct_mean"], 1) == GOLDEN_TABLE_TEST01_JCT
+    with pytest.raises(ValueError, match="deepboot-table-v9: no such table file"):
+        make_policy("table:deepboot-table-v9")
+
+
+def test_the_shipped_table_was_made_by_the_table_preset() -> None:
+    """The README's command (``--preset table-es``, seed 0) remakes the shipped table: its file
+    records the preset's settings, all six families and the seed."""
+    from dataclasses import asdict
+
+    from agents.models.app_table import AppTableModel
+    from agents.runs.run_config import load_conf
+    from agents.trainers.evolution import TABLE_PRESET, EsSettings
+    from traces.families import FAMILIES
+
+    info = AppTableModel.load(SHIPPED_TABLE).info
+    assert info["settings"] == asdict(EsSettings.of(load_conf(None, TABLE_PRESET, "es", common=False)))
+    assert info["training_families"] == list(FAMILIES)
+    assert f"--preset {TABLE_PRESET}" in info["command"] and info["command"].endswith("--seed 0")
+    assert info["generation"] == info["settings"]["generations"]
 
 
 def test_ppo_short_name_loads_the_shipped_model(elsewhere: Path) -> None:
