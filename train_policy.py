@@ -67,6 +67,7 @@ from agents.runs.run_config import (
     RUN_KEYS,
     TEACHER_KEYS,
     TrainSettings,
+    preset_algo,
     preset_descriptions,
 )
 from agents.saved.checkpoint import CheckpointError
@@ -125,8 +126,8 @@ def _algorithm_flags(p: argparse.ArgumentParser) -> None:
     """What trains: the algorithm, for how long, the policy architecture, the seed."""
     p.add_argument(
         "--algo",
-        help=f"{' | '.join(ALGOS)} | es (default: ppo, or the -i model's); es: evolution strategies "
-        "for the learned priority of agents.models.priority (agents.trainers.evolution)",
+        help=f"{' | '.join(ALGOS)} | es (default: es for an ES preset, else ppo or the -i model's); es: "
+        "evolution strategies for the learned priority and the held table (agents.trainers.evolution)",
     )
     p.add_argument(
         "-n",
@@ -363,9 +364,9 @@ INPUT_FLAGS: dict[str, str] = {"conf_file": "--conf-file", "tune": "--tune", "in
 def check_input_files(args: argparse.Namespace) -> None:
     """Refuse, before the trainers import (seconds), a flag's file that is a FIFO, a device, a
     socket or a folder (:func:`~deepboot_env.limits.open_regular`; ``-i`` takes a run folder and
-    reads the model in it, :func:`~agents.saved.policy_adapter.resolve_model_path`, or with ``--algo
-    es`` an ES run folder, whose files its reader checks). A missing file is left to the reader's
-    own message.
+    reads the model in it, :func:`~agents.saved.policy_adapter.resolve_model_path`, or for an ES
+    run (``--algo es``, or an ES preset) an ES run folder, whose files its reader checks). A
+    missing file is left to the reader's own message.
 
     Raises:
         ConfigError: naming the flag, the path and what it is.
@@ -373,7 +374,7 @@ def check_input_files(args: argparse.Namespace) -> None:
     """
     for key, flag in INPUT_FLAGS.items():
         path = getattr(args, key, None)
-        if key == "init_model" and path and args.algo != "es":
+        if key == "init_model" and path and preset_algo(args.conf_file, args.preset, args.algo) != "es":
             path = resolve_model_path(path)  # a run folder's model, a shipped name's file
         if not path or not Path(path).exists() or (key == "init_model" and Path(path).is_dir()):
             continue  # an ES run folder: its own reader checks its files

@@ -22,7 +22,7 @@ from typing import Any
 from stable_baselines3.common.logger import CSVOutputFormat
 
 from agents.errors import ConfigError
-from agents.runs.run_config import TrainSettings, read_yaml
+from agents.runs.run_config import TrainSettings, preset_algo, read_yaml
 from deepboot_env.limits import shown
 
 CONFIG_FILE = "config.yml"
@@ -77,15 +77,16 @@ def recorded_settings(folder: Path) -> TrainSettings:
 
 
 def run_algo(settings: TrainSettings) -> str | None:
-    """The algorithm a run trains: ``--algo``, else a continued run's recorded one (its trainer).
+    """The algorithm a run trains: a continued run's recorded one (its trainer) unless ``--algo``
+    says, else what ``--algo`` and the preset give (:func:`~agents.runs.run_config.preset_algo`).
 
     Raises:
-        ConfigError: ``--resume`` names no run folder.
+        ConfigError: ``--resume`` names no run folder; ``--algo`` and a preset for another trainer.
     """
-    if settings.algo or not settings.resume_run:
-        return settings.algo
-    algo = recorded_config(run_folder_of(settings.resume_run)).get("algo")
-    return str(algo) if algo else None
+    if settings.resume_run and not settings.algo:
+        algo = recorded_config(run_folder_of(settings.resume_run)).get("algo")
+        return str(algo) if algo else None
+    return preset_algo(settings.conf_file, settings.preset, settings.algo)
 
 
 def flag_name(field: str) -> str:

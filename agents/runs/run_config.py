@@ -182,17 +182,12 @@ def read_yaml(path: Path, flag: str) -> Any:
     return parse_yaml(text, f"{flag} {path}", ConfigError)
 
 
-def load_conf(path: str | Path | None, preset: str, algo: str, common: bool = True) -> dict[str, Any]:
-    """The flat defaults for ``algo`` from ``preset`` of a configuration file (``common`` first,
-    unless ``common`` is off: ``--algo es`` reads its own section only, as ``common`` holds PPO's
-    settings, whose ``learning_rate`` and ``eval_freq`` mean other things to ES).
-
-    A file whose top level has ``common``/algorithm keys is a single preset (``--preset`` must
-    then be left at ``default``). The shipped presets missing (a broken install) is an error, not
-    an empty preset: a run must never train with other settings than the preset its config names.
+def preset_section(path: str | Path | None, preset: str) -> tuple[Path, dict[str, Any]]:
+    """The configuration file ``path`` (None: the shipped presets) and its preset ``preset``'s
+    mapping (``common`` and a section per algorithm).
 
     Raises:
-        ConfigError: unreadable or missing file, unknown preset, or entries that are not mappings.
+        ConfigError: unreadable or missing file, unknown preset, or a preset that is no mapping.
     """
     p = Path(path) if path is not None else DEFAULT_CONF
     flag = "--conf-file" if path is not None else "the shipped presets file"
@@ -209,6 +204,43 @@ def load_conf(path: str | Path | None, preset: str, algo: str, common: bool = Tr
         raise ConfigError(f"--conf-file {p}: no preset {shown(preset)}; presets: {names(list(data), most=20)}")
     if not isinstance(section, dict):
         raise ConfigError(f"--conf-file {p}: preset {shown(preset)} is not a mapping")
+    return p, section
+
+
+def preset_algo(path: str | Path | None, preset: str, algo: str | None) -> str | None:
+    """The algorithm a new run of ``preset`` trains: ``algo`` (``--algo``), else ``es`` for a
+    preset whose only training section is ``es`` (``deepboot train --preset table-es`` needs no
+    ``--algo es``), else None (PPO, or the ``-i`` model's).
+
+    Raises:
+        ConfigError: ``--algo`` and a preset for another trainer (an ES preset with a PPO
+            algorithm, or ``--algo es`` with a named preset that has no ``es`` section): each
+            would run with settings the preset does not hold.
+    """
+    section = preset_section(path, preset)[1]
+    es_only = "es" in section and not set(section) & {"common", *ALGOS}
+    if algo is None:
+        return "es" if es_only else None
+    if es_only and algo != "es":
+        raise ConfigError(f"--preset {preset} trains by evolution strategies (an es section only): drop --algo {algo}")
+    if algo == "es" and "es" not in section and preset != "default":
+        raise ConfigError(f"--preset {preset} has no es section: --algo es would run without it; name an ES preset")
+    return algo
+
+
+def load_conf(path: str | Path | None, preset: str, algo: str, common: bool = True) -> dict[str, Any]:
+    """The flat defaults for ``algo`` from ``preset`` of a configuration file (``common`` first,
+    unless ``common`` is off: ``--algo es`` reads its own section only, as ``common`` holds PPO's
+    settings, whose ``learning_rate`` and ``eval_freq`` mean other things to ES).
+
+    A file whose top level has ``common``/algorithm keys is a single preset (``--preset`` must
+    then be left at ``default``). The shipped presets missing (a broken install) is an error, not
+    an empty preset: a run must never train with other settings than the preset its config names.
+
+    Raises:
+        ConfigError: unreadable or missing file, unknown preset, or entries that are not mappings.
+    """
+    p, section = preset_section(path, preset)
     out: dict[str, Any] = {}
     for key in ("common", algo) if common else (algo,):
         part = section.get(key) or {}

@@ -147,7 +147,10 @@ def test_a_missing_table_file_and_bad_values_are_one_line(tmp_path: Path) -> Non
 
 
 def test_es_trains_a_table_from_zeros_saves_it_and_resumes(tmp_path: Path) -> None:
-    run = train_policy.run(es_smoke_argv("table-es", tmp_path, "-n", "1"))
+    argv = es_smoke_argv("table-es", tmp_path, "-n", "1")
+    assert argv[:2] == ["--algo", "es"]
+    run = train_policy.run(argv[2:])  # an ES-only preset needs no --algo es (the README's command)
+    assert run.name == "es_1"
     config = yaml.safe_load((run / "config.yml").read_text())
     assert config["trains"] == "held application table" and config["settings"]["app_table"] == 1
     header = (run / "generations.csv").read_text().splitlines()[0].split(",")

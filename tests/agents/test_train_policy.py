@@ -156,6 +156,8 @@ def test_ppo_tensorboard_log_and_resume(tiny_csv, tmp_path) -> None:
         (["--resume", "nowhere"], "--resume nowhere: no such run folder"),
         (["--workload", "no-such-workload"], "no-such-workload"),
         (["--preset", "nope"], "no preset 'nope'"),
+        (["--algo", "ppo", "--preset", "table-es"], "--preset table-es trains by evolution strategies"),
+        (["--algo", "es", "--preset", "smoke"], "--preset smoke has no es section"),
         (["--eval-reference", "nope"], "--eval-reference: unknown policy 'nope'"),
     ],
 )
@@ -397,16 +399,24 @@ def test_eval_family_takes_a_seed_count() -> None:
             load_workloads([bad])
 
 
+def _es_preset(argv: list[str]) -> bool:
+    """Whether ``argv`` names a preset that trains by ES without ``--algo`` (``table-es``)."""
+    from agents.runs.run_config import preset_algo
+
+    return "--preset" in argv and preset_algo(None, argv[argv.index("--preset") + 1], None) == "es"
+
+
 def test_the_readme_s_ppo_training_commands_train_their_preset_s_algorithm(tmp_path, monkeypatch) -> None:
-    """Issue 68: the README's first training command and its fourth (``-i`` over another prior),
-    run as written with ``-n 1``, both train GroupPPO with the preset's learning rate; the fourth
+    """Issue 68: the README's two PPO training commands (``score-app``, and ``-i`` over another
+    prior), run as written with ``-n 1``, both train GroupPPO with the preset's learning rate; the fourth
     used to train plain PPO at SB3's defaults and record ``hyperparams: {}``. A bare ``-i`` keeps
     the trainer the model names."""
     commands = [
         argv[2:] for argv in shell_commands((REPO / "README.md").read_text()) if argv[:2] == ["deepboot", "train"]
     ]
-    ppo = [argv for argv in commands if "--algo" not in argv]
+    ppo = [argv for argv in commands if "--algo" not in argv and not _es_preset(argv)]
     assert len(ppo) == 2 and "-i" in ppo[1], ppo
+    assert any(_es_preset(argv) for argv in commands)  # the first command: ES by its preset alone
     monkeypatch.chdir(tmp_path)  # the README's runs/ppo_1 is relative
     quick = ["-n", "1", "--no-progress", "--verbose", "0"]
     runs = [train_policy.run([*argv, *quick]) for argv in ppo]
