@@ -213,7 +213,7 @@ class PriorityModel:
 
     def save(self, path: Path) -> None:
         """Write the model as JSON to ``path`` (its folder is created; atomically:
-        :func:`deepboot_env.atomic.write_text`)."""
+        :func:`deepboot_env.atomic.write_json`)."""
         path.parent.mkdir(parents=True, exist_ok=True)
         doc = {"format": FORMAT, "features": list(self.features), "theta": list(self.theta), "info": dict(self.info)}
         write_json(path, doc)
